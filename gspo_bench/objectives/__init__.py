@@ -1,0 +1,31 @@
+"""Policy-optimisation objectives as pure, registered tensor functions.
+
+    from gspo_bench.objectives import get_objective, list_objectives, group_advantages
+    loss, metrics = get_objective("gspo")(
+        logp=logp, old_logp=old_logp, advantages=adv, mask=mask, clip_low=3e-4, clip_high=4e-4)
+"""
+
+from gspo_bench.objectives import cispo, dapo, dr_grpo, gmpo, grpo, gspo, sapo  # noqa: F401  (registers)
+from gspo_bench.objectives.advantages import group_advantages
+from gspo_bench.objectives.registry import (
+    Metrics,
+    ObjectiveFn,
+    ObjectiveSpec,
+    UnknownObjectiveError,
+    get_objective,
+    list_objectives,
+    objective_spec,
+    register_objective,
+)
+
+__all__ = [
+    "Metrics",
+    "ObjectiveFn",
+    "ObjectiveSpec",
+    "UnknownObjectiveError",
+    "get_objective",
+    "group_advantages",
+    "list_objectives",
+    "objective_spec",
+    "register_objective",
+]

@@ -1,0 +1,67 @@
+"""Measurements every ratio-based objective returns (names are part of the results schema).
+
+- `ratio/token_*`: token ratio w_it over valid tokens (also for sequence-level objectives);
+- `ratio/seq_*`: length-normalised sequence ratio s_i over non-empty responses (also for GRPO);
+- `logratio/token_var`: variance of log w_it; `kl/old_new`: k3 estimate of KL(pi_old || pi_theta);
+- `clip/frac*`: token-weighted fraction of valid tokens whose term the clip cut (paper Figure 2).
+All values are detached 0-d tensors; variances are population variances (0 for a single element).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gspo_bench.objectives.inputs import PolicyBatch, safe_exp
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `x` where `mask`; 0 when nothing is selected."""
+    zero = x.new_zeros(())
+    return torch.where(mask, x, zero).sum() / mask.sum().clamp(min=1)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Population variance of `x` where `mask`; 0 when nothing (or one element) is selected."""
+    mean = masked_mean(x, mask)
+    return masked_mean((x - mean) ** 2, mask)
+
+
+def _masked_extreme(x: torch.Tensor, mask: torch.Tensor, largest: bool) -> torch.Tensor:
+    if not bool(mask.any()):
+        return x.new_zeros(())
+    fill = x.new_tensor(float("-inf") if largest else float("inf"))
+    filled = torch.where(mask, x, fill)
+    return filled.max() if largest else filled.min()
+
+
+@torch.no_grad()
+def ratio_metrics(batch: PolicyBatch) -> dict[str, torch.Tensor]:
+    """Token and sequence importance-ratio statistics and the old->new KL of `batch`."""
+    log_w = batch.log_ratio.detach()  # [B, T]
+    w = safe_exp(log_w)  # [B, T]
+    s = safe_exp(batch.seq_log_ratio().detach())  # [B]
+    clamped = log_w.clamp(-20.0, 20.0)
+    k3 = w - 1.0 - clamped  # [B, T], >= 0
+    return {
+        "ratio/token_mean": masked_mean(w, batch.mask),
+        "ratio/token_var": masked_var(w, batch.mask),
+        "ratio/token_min": _masked_extreme(w, batch.mask, largest=False),
+        "ratio/token_max": _masked_extreme(w, batch.mask, largest=True),
+        "ratio/seq_mean": masked_mean(s, batch.has_tokens),
+        "ratio/seq_var": masked_var(s, batch.has_tokens),
+        "logratio/token_var": masked_var(log_w, batch.mask),
+        "kl/old_new": masked_mean(k3, batch.mask),
+    }
+
+
+@torch.no_grad()
+def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBatch) -> dict[str, torch.Tensor]:
+    """Token-weighted clip fractions from per-token flags [B, T] (a clipped response flags all its tokens)."""
+    low = cut_low & batch.mask
+    high = cut_high & batch.mask
+    n = batch.n_tokens.clamp(min=1)
+    return {
+        "clip/frac": (low | high).sum() / n,
+        "clip/frac_low": low.sum() / n,
+        "clip/frac_high": high.sum() / n,
+    }

@@ -1,0 +1,47 @@
+"""The one place a per-token term becomes a scalar. Every objective names its reduction.
+
+- `seq_mean_token_mean`: 1/B' sum_i 1/|y_i| sum_t x_it   (GRPO eq. 2, GSPO-token eq. 13, SAPO, GMPO
+  and GSPO, whose per-response term is constant over tokens)
+- `token_mean`:          sum_it x_it / sum_i |y_i|        (DAPO, CISPO: every token weighs the same)
+- `seq_mean_token_sum_norm`: sum_it x_it / (B' * T_max)   (Dr. GRPO: no length normalisation)
+
+B' counts responses with at least one valid token, so an all-padding row changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from gspo_bench.objectives.inputs import PolicyBatch
+
+Reduction = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+REDUCTIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
+
+
+def aggregate(
+    terms: torch.Tensor, batch: PolicyBatch, reduction: Reduction, *, max_tokens: int | None = None
+) -> torch.Tensor:
+    """Reduce `terms` [B, T] over valid tokens of `batch` to a 0-d tensor.
+
+    `max_tokens` is T_max of `seq_mean_token_sum_norm` (Dr. GRPO's generation budget); by default
+    the longest valid response in the batch, so padding columns do not change the result.
+    """
+    zero = terms.new_zeros(())
+    masked = torch.where(batch.mask, terms, zero)  # [B, T]
+    n_resp = batch.n_responses.clamp(min=1)
+    if reduction == "seq_mean_token_mean":
+        per_response = masked.sum(-1) / batch.lengths.clamp(min=1.0)  # [B]
+        return per_response.sum() / n_resp
+    if reduction == "token_mean":
+        return masked.sum() / batch.n_tokens.clamp(min=1)
+    if reduction == "seq_mean_token_sum_norm":
+        if max_tokens is None:
+            t_max = batch.lengths.max().clamp(min=1.0) if batch.lengths.numel() else terms.new_ones(())
+        else:
+            if max_tokens < 1:
+                raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+            t_max = terms.new_tensor(float(max_tokens))
+        return masked.sum() / (n_resp * t_max)
+    raise ValueError(f"unknown reduction {reduction!r}; valid: {', '.join(REDUCTIONS)}")

@@ -1,0 +1,94 @@
+"""Objective registry: every policy-optimisation objective is a pure function registered by name.
+
+An objective takes `[B, T]` tensors and returns `(loss, metrics)`:
+
+    loss, metrics = get_objective("gspo")(
+        logp=logp, old_logp=old_logp, advantages=adv, mask=mask, clip_low=3e-4, clip_high=4e-4)
+
+The default clip range of an objective is the default of its `clip_low` / `clip_high` keyword
+arguments, so the function signature is the one place where the paper's values live.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+Metrics = dict[str, torch.Tensor | float]
+ObjectiveFn = Callable[..., tuple[torch.Tensor, Metrics]]
+AdvantageLevel = Literal["response", "token"]
+
+
+class UnknownObjectiveError(LookupError):
+    """Raised for an objective name that is not registered; the message lists the valid names."""
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    name: str
+    fn: ObjectiveFn
+    description: str  # one line, shown by `gspo-bench ls`
+    reference: str  # where the objective comes from
+    advantages: AdvantageLevel  # "response": needs [B] advantages; "token": [B] or [B, T]
+    clip_low: float | None  # default eps_low (None: the objective has no hard clip)
+    clip_high: float | None  # default eps_high
+
+
+_REGISTRY: dict[str, ObjectiveSpec] = {}
+
+
+def register_objective(
+    name: str, *, description: str, reference: str, advantages: AdvantageLevel = "token"
+) -> Callable[[ObjectiveFn], ObjectiveFn]:
+    """Decorator registering `fn` under `name`; a second registration of the same name is refused."""
+
+    def decorate(fn: ObjectiveFn) -> ObjectiveFn:
+        if name in _REGISTRY:
+            raise ValueError(
+                f"objective {name!r} is already registered (by {_REGISTRY[name].fn.__module__}."
+                f"{_REGISTRY[name].fn.__qualname__}); pick another name"
+            )
+        params = inspect.signature(fn).parameters
+        missing = {"logp", "old_logp", "advantages", "mask"} - set(params)
+        if missing:
+            raise TypeError(f"objective {name!r} lacks the arguments {sorted(missing)}")
+
+        def default(arg: str) -> float | None:
+            p = params.get(arg)
+            return None if p is None or p.default is inspect.Parameter.empty else p.default
+
+        _REGISTRY[name] = ObjectiveSpec(
+            name=name,
+            fn=fn,
+            description=description,
+            reference=reference,
+            advantages=advantages,
+            clip_low=default("clip_low"),
+            clip_high=default("clip_high"),
+        )
+        return fn
+
+    return decorate
+
+
+def objective_spec(name: str) -> ObjectiveSpec:
+    """The registered spec of `name`, or an error naming every valid objective."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        valid = ", ".join(list_objectives())
+        raise UnknownObjectiveError(f"unknown objective {name!r}; valid objectives: {valid}") from None
+
+
+def get_objective(name: str) -> ObjectiveFn:
+    """The objective function registered as `name`."""
+    return objective_spec(name).fn
+
+
+def list_objectives() -> list[str]:
+    """Names of all registered objectives, sorted."""
+    return sorted(_REGISTRY)
