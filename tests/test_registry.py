@@ -9,8 +9,8 @@ from gspo_bench.objectives import (
     list_objectives,
     objective_spec,
     register_objective,
+    registry,
 )
-from gspo_bench.objectives import registry
 
 
 def test_all_objectives_registered():

@@ -1,0 +1,39 @@
+# Every target creates its own virtual environment (.venv) on first use.
+# torch is installed first and pinned: on CPU machines `torch==2.13.0` is the local CPU build, and
+# pinning it before anything that depends on torch keeps pip from pulling CUDA wheels.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+
+.PHONY: quickstart test lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.torch: | $(BIN)/python
+	$(PIP) install -q $(TORCH)
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+## the main job on the embedded default (a tiny MoE on CPU)
+quickstart: $(VENV)/.installed
+	$(BIN)/gspo-bench probe
+
+## the tests
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check gspo_bench analysis tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

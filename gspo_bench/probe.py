@@ -1,0 +1,105 @@
+"""One RL step of each objective on a tiny MoE, from identical weights and identical rollouts.
+
+The smallest real job of the suite (`gspo-bench probe`): sample G responses for P prompts from a
+randomly initialised tiny MoE, score them with a verifiable synthetic reward (the share of digit
+characters in the response), compute group advantages and the old policy's log-probs once, then
+for every objective take the paper's K minibatch updates from the same weights and report the
+step's measurements averaged over all K minibatches: clip fraction, ratio variances, KL.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from gspo_bench.models import build_char_tokenizer, build_tiny_moe
+from gspo_bench.models.logprobs import response_logprobs
+from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
+from gspo_bench.objectives import get_objective, group_advantages, objective_spec
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    objectives: Sequence[str] = ("grpo", "gspo", "gspo_token", "dapo", "gmpo", "sapo", "cispo", "dr_grpo")
+    family: str = "qwen3_moe"
+    num_layers: int = 4
+    prompts: int = 8  # P
+    group_size: int = 8  # G
+    prompt_len: int = 8
+    max_new_tokens: int = 24
+    minibatches: int = 4  # K, as the paper
+    lr: float = 3e-3
+    grad_clip: float = 1.0
+    seed: int = 0
+
+
+def digit_share_reward(texts: list[str]) -> torch.Tensor:
+    """Share of digit characters in each response (a verifiable reward in [0, 1])."""
+    return torch.tensor([sum(c.isdigit() for c in t) / max(len(t), 1) for t in texts])
+
+
+def sample_rollouts(model, tokenizer, cfg: ProbeConfig):
+    """P random prompts x G sampled responses; returns ids [B, L], attention mask [B, L], response mask [B, T]."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    prompts = torch.randint(4, len(tokenizer), (cfg.prompts, cfg.prompt_len), generator=gen)
+    prompt_ids = prompts.repeat_interleave(cfg.group_size, dim=0)  # [B, Lp]
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(cfg.seed)
+        seqs = model.generate(
+            input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), do_sample=True,
+            temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=cfg.max_new_tokens,
+            pad_token_id=PAD_ID, eos_token_id=EOS_ID,
+        )
+    response = seqs[:, cfg.prompt_len :]  # [B, T]
+    # valid: every token up to and including the first </s>
+    after_eos = torch.cumsum((response == EOS_ID).long(), dim=1) - (response == EOS_ID).long()
+    response_mask = after_eos == 0  # [B, T]
+    attention_mask = torch.cat([torch.ones_like(prompt_ids), response_mask.long()], dim=1)
+    return seqs, attention_mask, response_mask
+
+
+def run_probe(cfg: ProbeConfig, on_result: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run the probe; returns one dict of step measurements per objective."""
+    tokenizer = build_char_tokenizer()
+    base = build_tiny_moe(cfg.family, seed=cfg.seed, vocab_size=len(tokenizer), num_layers=cfg.num_layers)
+    seqs, attention_mask, response_mask = sample_rollouts(base, tokenizer, cfg)
+    n_resp = response_mask.shape[1]
+    texts = tokenizer.batch_decode(torch.where(response_mask, seqs[:, -n_resp:], PAD_ID), skip_special_tokens=True)
+    rewards = digit_share_reward(texts)
+    advantages = group_advantages(rewards, cfg.group_size)  # [B]
+    with torch.no_grad():
+        old_logp = response_logprobs(base, seqs, attention_mask, n_resp)  # [B, T]
+
+    order = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(cfg.seed + 1))
+    chunks = order.chunk(cfg.minibatches)
+    results = []
+    for name in cfg.objectives:
+        spec = objective_spec(name)
+        objective = get_objective(name)
+        model = copy.deepcopy(base).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+        sums: dict[str, float] = {}
+        start = time.perf_counter()
+        for idx in chunks:
+            logp = response_logprobs(model, seqs[idx], attention_mask[idx], n_resp)
+            clip = {} if spec.clip_low is None else {"clip_low": spec.clip_low, "clip_high": spec.clip_high}
+            loss, metrics = objective(
+                logp=logp, old_logp=old_logp[idx], advantages=advantages[idx], mask=response_mask[idx], **clip
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            for key, value in {"loss": loss.detach(), "grad/norm": grad_norm, **metrics}.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        row = {"objective": name, **{k: v / len(chunks) for k, v in sums.items()}}
+        row["time/update_s"] = time.perf_counter() - start
+        row["reward/mean"] = float(rewards.mean())
+        results.append(row)
+        if on_result is not None:
+            on_result(row)
+    return results
