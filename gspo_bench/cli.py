@@ -42,7 +42,7 @@ def probe(
     group_size: int = typer.Option(8, min=2),
     max_new_tokens: int = typer.Option(24, min=1),
     minibatches: int = typer.Option(4, min=1),
-    lr: float = typer.Option(3e-3, min=0.0),
+    lr: float = typer.Option(3e-4, min=0.0),
     seed: int = 0,
 ) -> None:
     """One RL step (K minibatch updates) of each objective on a tiny MoE from identical weights."""
@@ -60,7 +60,8 @@ def probe(
         max_new_tokens=max_new_tokens, minibatches=minibatches, lr=lr, seed=seed,
     )
     console.print(f"probe: {family}, P={prompts} x G={group_size}, K={minibatches} minibatches, lr={lr:g}")
-    columns = ["loss", "clip/frac", "ratio/token_var", "ratio/seq_var", "kl/old_new", "grad/norm", "time/update_s"]
+    columns = ["loss", "clip/frac", "ratio/token_var", "ratio/seq_var", "kl/old_new", "moe/drift", "moe/drift_expert",
+               "grad/norm", "time/update_s"]
     table = Table(title="one RL step per objective: means over the K minibatches")
     table.add_column("objective")
     for col in columns:

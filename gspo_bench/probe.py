@@ -4,7 +4,9 @@ The smallest real job of the suite (`gspo-bench probe`): sample G responses for 
 randomly initialised tiny MoE, score them with a verifiable synthetic reward (the share of digit
 characters in the response), compute group advantages and the old policy's log-probs once, then
 for every objective take the paper's K minibatch updates from the same weights and report the
-step's measurements averaged over all K minibatches: clip fraction, ratio variances, KL.
+step's measurements averaged over all K minibatches: clip fraction, ratio variances, KL, and the
+expert-activation drift of minibatches 2..K (routing of minibatch j's forward, after j-1 updates,
+against the old policy's routing of the same tokens; all valid positions).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.logprobs import response_logprobs
 from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
+from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.objectives import get_objective, group_advantages, objective_spec
 
 
@@ -32,7 +35,7 @@ class ProbeConfig:
     prompt_len: int = 8
     max_new_tokens: int = 24
     minibatches: int = 4  # K, as the paper
-    lr: float = 3e-3
+    lr: float = 3e-4
     grad_clip: float = 1.0
     seed: int = 0
 
@@ -71,8 +74,9 @@ def run_probe(cfg: ProbeConfig, on_result: Callable[[dict], None] | None = None)
     texts = tokenizer.batch_decode(torch.where(response_mask, seqs[:, -n_resp:], PAD_ID), skip_special_tokens=True)
     rewards = digit_share_reward(texts)
     advantages = group_advantages(rewards, cfg.group_size)  # [B]
-    with torch.no_grad():
+    with torch.no_grad(), RoutingCapture(base) as old_capture:
         old_logp = response_logprobs(base, seqs, attention_mask, n_resp)  # [B, T]
+    old_routing = old_capture.routing  # [L, B, L_seq, k]
 
     order = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(cfg.seed + 1))
     chunks = order.chunk(cfg.minibatches)
@@ -83,9 +87,15 @@ def run_probe(cfg: ProbeConfig, on_result: Callable[[dict], None] | None = None)
         model = copy.deepcopy(base).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
         sums: dict[str, float] = {}
+        drift_sums: dict[str, float] = {}
         start = time.perf_counter()
-        for idx in chunks:
-            logp = response_logprobs(model, seqs[idx], attention_mask[idx], n_resp)
+        for j, idx in enumerate(chunks):
+            with RoutingCapture(model) as capture:
+                logp = response_logprobs(model, seqs[idx], attention_mask[idx], n_resp)
+            if j > 0:  # minibatch 1 runs before any update: its drift is 0 by construction
+                drift = routing_drift(old_routing[:, idx], capture.routing, attention_mask[idx])
+                for key in ("moe/drift", "moe/drift_expert"):
+                    drift_sums[key] = drift_sums.get(key, 0.0) + drift[key]
             clip = {} if spec.clip_low is None else {"clip_low": spec.clip_low, "clip_high": spec.clip_high}
             loss, metrics = objective(
                 logp=logp, old_logp=old_logp[idx], advantages=advantages[idx], mask=response_mask[idx], **clip
@@ -97,6 +107,7 @@ def run_probe(cfg: ProbeConfig, on_result: Callable[[dict], None] | None = None)
             for key, value in {"loss": loss.detach(), "grad/norm": grad_norm, **metrics}.items():
                 sums[key] = sums.get(key, 0.0) + float(value)
         row = {"objective": name, **{k: v / len(chunks) for k, v in sums.items()}}
+        row.update({k: v / max(len(chunks) - 1, 1) for k, v in drift_sums.items()})
         row["time/update_s"] = time.perf_counter() - start
         row["reward/mean"] = float(rewards.mean())
         results.append(row)

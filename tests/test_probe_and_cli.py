@@ -17,12 +17,14 @@ def test_probe_one_step_per_objective():
     for row in rows.values():
         assert all(math.isfinite(v) for k, v in row.items() if k != "objective")
         assert 0.0 <= row["clip/frac"] <= 1.0
+        assert 0.0 < row["moe/drift"] < 1.0  # after an update some, not all, routing changes
+        assert row["moe/drift_expert"] <= row["moe/drift"]
     # GSPO-token with per-response advantages is GSPO: identical updates, identical measurements
     for key in ("loss", "clip/frac", "ratio/token_var", "ratio/seq_var", "grad/norm"):
         assert rows["gspo"][key] == rows["gspo_token"][key], key
     # The first minibatch is on-policy, where GRPO's and GSPO's gradients are equal: both take the same
     # first update, so the ratios measured on minibatch 2 agree; the losses there do not.
-    for key in ("ratio/token_var", "ratio/seq_var", "kl/old_new"):
+    for key in ("ratio/token_var", "ratio/seq_var", "kl/old_new", "moe/drift"):
         assert math.isclose(rows["grpo"][key], rows["gspo"][key], rel_tol=1e-5), key
     assert rows["grpo"]["loss"] != rows["gspo"]["loss"]
 

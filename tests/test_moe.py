@@ -1,0 +1,236 @@
+"""Routing capture, replay and drift on the four supported transformers MoE families."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from gspo_bench.models import SUPPORTED_FAMILIES, UnsupportedModelError, build_tiny_moe
+from gspo_bench.moe import RoutingCapture, find_routers, routing_drift
+
+VOCAB = 40
+
+
+def tiny(family, **kw):
+    sizes = dict(num_layers=3, hidden_size=32, num_experts=8, top_k=2, vocab_size=VOCAB, expert_hidden=32)
+    return build_tiny_moe(family, seed=1, **(sizes | kw))
+
+
+def batch(b=3, t=7, seed=0, left_pad=True):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, VOCAB, (b, t), generator=gen)
+    am = torch.ones_like(ids)
+    if left_pad:
+        am[0, :3] = 0
+        ids[0, :3] = 0
+    return ids, am
+
+
+def perturb_routers(model, scale=1.0, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for router in find_routers(model):
+            w = router.module.weight
+            w.add_(scale * torch.randn(w.shape, generator=gen))
+
+
+def experts_inputs(model):
+    """Hooks on each MoE block's experts module that record the expert ids they are given."""
+    seen, handles = [], []
+    for router in find_routers(model):
+        block = model.get_submodule(router.name.rsplit(".", 1)[0])
+        handles.append(block.experts.register_forward_pre_hook(lambda m, args: seen.append(args[1].clone())))
+    return seen, handles
+
+
+@pytest.mark.parametrize("family", SUPPORTED_FAMILIES)
+def test_replay_sends_tokens_to_the_recorded_experts(family):
+    model = tiny(family)
+    ids, am = batch()
+    with RoutingCapture(model) as cap:
+        model(input_ids=ids, attention_mask=am)
+    recorded = cap.routing  # [L, B, T, k]
+    assert recorded.shape == (3, 3, 7, 2) and recorded.dtype == torch.long
+    perturb_routers(model)
+    with RoutingCapture(model) as free:
+        model(input_ids=ids, attention_mask=am)
+    assert routing_drift(recorded, free.routing, am)["moe/drift"] > 0.5  # the perturbation matters
+    seen, handles = experts_inputs(model)
+    with RoutingCapture(model, replay=recorded) as cap2:
+        model(input_ids=ids, attention_mask=am)
+    for h in handles:
+        h.remove()
+    for layer, given in enumerate(seen):
+        assert torch.equal(given.reshape(3, 7, 2).long(), recorded[layer])
+    # layer 0 sees the same hidden states, so what it *would* have chosen is the free routing
+    assert torch.equal(cap2.routing[0], free.routing[0])
+
+
+@pytest.mark.parametrize("family", SUPPORTED_FAMILIES)
+def test_full_replay_reproduces_unperturbed_logits(family):
+    model = tiny(family)
+    ids, am = batch()
+    with RoutingCapture(model) as cap, torch.no_grad():
+        reference = model(input_ids=ids, attention_mask=am).logits
+    perturb_routers(model)
+    with torch.no_grad():
+        perturbed = model(input_ids=ids, attention_mask=am).logits
+    assert (perturbed - reference).abs().max() > 1e-3
+    with RoutingCapture(model, replay=cap.routing, replay_weights=cap.weights), torch.no_grad():
+        replayed = model(input_ids=ids, attention_mask=am).logits
+    valid = am.bool()
+    assert_close(replayed[valid], reference[valid])
+
+
+@pytest.mark.parametrize("family", SUPPORTED_FAMILIES)
+def test_replay_keeps_router_gradient_and_live_weights(family):
+    model = tiny(family)
+    ids, am = batch()
+    with RoutingCapture(model) as cap:
+        model(input_ids=ids, attention_mask=am)
+    perturb_routers(model, scale=0.5)
+    with RoutingCapture(model, replay=cap.routing):
+        out = model(input_ids=ids, attention_mask=am).logits
+    out[am.bool()].pow(2).mean().backward()
+    for router in find_routers(model):
+        assert router.module.weight.grad is not None
+        assert router.module.weight.grad.abs().sum() > 0, router.name
+    # the weights handed to the experts are the live softmax at the replayed ids (renormalised per family)
+    router = find_routers(model)[0]
+    grabbed = []
+    with RoutingCapture(model, replay=cap.routing):
+        handle = router.module.register_forward_hook(lambda m, a, out: grabbed.append(out))  # runs after replay
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=am)
+        handle.remove()
+    logits, weights, experts = grabbed[0]
+    assert torch.equal(experts.reshape(3, 7, 2), cap.routing[0])
+    expected = torch.softmax(logits.float(), -1).gather(-1, experts)
+    if router.renormalises:
+        expected = expected / expected.sum(-1, keepdim=True)
+    assert_close(weights.float(), expected)
+
+
+def test_drift_identical_disjoint_and_exact_small_case():
+    old = torch.tensor([[[[0, 1], [2, 3]]], [[[4, 5], [6, 7]]]])  # [L=2, B=1, T=2, k=2]
+    assert routing_drift(old, old.clone())["moe/drift"] == 0.0
+    assert routing_drift(old, old.flip(-1))["moe/drift"] == 0.0  # a set: order does not matter
+    disjoint = (old + 1) % 8 + 8  # ids 8.. never chosen before
+    stats = routing_drift(old, disjoint)
+    assert stats["moe/drift"] == 1.0 and stats["moe/drift_expert"] == 1.0
+    new = old.clone()
+    new[0, 0, 0] = torch.tensor([0, 7])  # layer 0, token 0: one of two experts changed
+    new[1, 0, 1] = torch.tensor([0, 1])  # layer 1, token 1: both changed
+    stats = routing_drift(old, new)
+    assert stats["moe/drift"] == pytest.approx(2 / 4)
+    assert stats["moe/drift_expert"] == pytest.approx((1 + 2) / (4 * 2))
+    assert stats["moe/drift_layer_0"] == pytest.approx(1 / 2)
+    assert stats["moe/drift_layer_1"] == pytest.approx(1 / 2)
+    # masking token 1 away leaves only layer 0's change
+    stats = routing_drift(old, new, mask=torch.tensor([[1, 0]]))
+    assert stats["moe/drift"] == pytest.approx(1 / 2)
+    assert stats["moe/drift_layer_1"] == 0.0
+
+
+def test_drift_ignores_left_padding():
+    model = tiny("qwen3_moe")
+    ids, am = batch()
+    with RoutingCapture(model) as cap:
+        model(input_ids=ids, attention_mask=am)
+    scrambled = cap.routing.clone()
+    scrambled[:, 0, :3] = torch.tensor([6, 7])  # change only the padded positions of row 0
+    assert routing_drift(cap.routing, scrambled, am)["moe/drift"] == 0.0
+    assert routing_drift(cap.routing, scrambled)["moe/drift"] > 0.0
+
+
+@pytest.mark.parametrize("family", SUPPORTED_FAMILIES)
+def test_capture_in_generate_equals_teacher_forced(family):
+    model = tiny(family).eval()
+    ids, am = batch(b=3, t=6, seed=2)
+    torch.manual_seed(0)
+    with RoutingCapture(model) as cap, torch.no_grad():
+        seqs = model.generate(input_ids=ids, attention_mask=am, max_new_tokens=6, do_sample=True, top_k=0,
+                              pad_token_id=0, eos_token_id=2)
+    generated = cap.routing  # prefill + one position per decode step; the last token is never routed
+    assert generated.shape[2] == seqs.shape[1] - 1
+    full_mask = torch.cat([am, torch.ones(3, seqs.shape[1] - 6, dtype=am.dtype)], dim=1)
+    with RoutingCapture(model) as forced, torch.no_grad():
+        model(input_ids=seqs, attention_mask=full_mask)
+    teacher = forced.routing[:, :, :-1]
+    valid = full_mask[:, :-1].bool()
+    assert torch.equal(generated.sort(-1).values[:, valid], teacher.sort(-1).values[:, valid])
+
+
+def test_hooks_removed_on_exit_and_on_exceptions():
+    model = tiny("mixtral")
+    pristine = copy.deepcopy(model)
+    ids, am = batch()
+    with RoutingCapture(model) as cap:
+        model(input_ids=ids, attention_mask=am)
+    with pytest.raises(ZeroDivisionError), RoutingCapture(model, replay=torch.zeros_like(cap.routing)):
+        1 / 0
+    with pytest.raises(ValueError, match="replay routing covers"), RoutingCapture(model, replay=cap.routing):
+        model(input_ids=ids[:2], attention_mask=am[:2])  # wrong batch: the error leaves the block
+    for module in model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids, attention_mask=am).logits,
+                           pristine(input_ids=ids, attention_mask=am).logits)
+
+
+def test_nested_captures_record_the_model_choice():
+    model = tiny("olmoe")
+    ids, am = batch()
+    with RoutingCapture(model) as cap:
+        model(input_ids=ids, attention_mask=am)
+    forced = torch.full_like(cap.routing, 0)
+    forced[..., 1] = 1  # replay experts {0, 1} everywhere
+    with RoutingCapture(model, replay=forced), RoutingCapture(model) as inner:
+        model(input_ids=ids, attention_mask=am)
+    assert torch.equal(inner.routing[0], cap.routing[0])  # not the forced ids
+    with RoutingCapture(model) as again:  # the model is reusable afterwards
+        model(input_ids=ids, attention_mask=am)
+    assert torch.equal(again.routing, cap.routing)
+
+
+def test_gradient_checkpointing_records_once_and_replays_in_recompute():
+    ids, am = batch()
+    plain = tiny("qwen3_moe").train()
+    ckpt = copy.deepcopy(plain)
+    ckpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    with RoutingCapture(plain) as cap:
+        plain(input_ids=ids, attention_mask=am)
+    replay = cap.routing.roll(1, dims=-1).roll(1, dims=2)  # some other valid routing
+    grads = []
+    for model in (plain, ckpt):
+        model.zero_grad()
+        with RoutingCapture(model, replay=replay) as rc:
+            out = model(input_ids=ids, attention_mask=am).logits
+            out[am.bool()].pow(2).mean().backward()
+        assert rc.routing.shape == cap.routing.shape and rc.n_sequences == 1
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert_close(grads[1], grads[0])
+
+
+def test_unsupported_model_names_the_supported_families():
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    dense = AutoModelForCausalLM.from_config(
+        LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1)
+    )
+    with pytest.raises(UnsupportedModelError) as err:
+        RoutingCapture(dense)
+    for family in SUPPORTED_FAMILIES:
+        assert family in str(err.value)
+
+
+def test_bad_replay_shape_is_refused():
+    model = tiny("qwen2_moe")
+    with pytest.raises(ValueError, match="L = 3 MoE layers"):
+        RoutingCapture(model, replay=torch.zeros(2, 1, 4, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="needs replay"):
+        RoutingCapture(model, replay_weights=torch.zeros(3, 1, 4, 2))
