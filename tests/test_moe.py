@@ -171,7 +171,7 @@ def test_hooks_removed_on_exit_and_on_exceptions():
     with RoutingCapture(model) as cap:
         model(input_ids=ids, attention_mask=am)
     with pytest.raises(ZeroDivisionError), RoutingCapture(model, replay=torch.zeros_like(cap.routing)):
-        1 / 0
+        raise ZeroDivisionError("inside the block")
     with pytest.raises(ValueError, match="replay routing covers"), RoutingCapture(model, replay=cap.routing):
         model(input_ids=ids[:2], attention_mask=am[:2])  # wrong batch: the error leaves the block
     for module in model.modules():
