@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -13,14 +16,23 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console()
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # weight loading/saving bars drown the run's own
 if not console.is_terminal:  # logs and pipes: wide enough that tables do not wrap
     console = Console(width=140)
 
 
+def fail(message: str, code: int = 2) -> typer.Exit:
+    console.print(f"[red]error:[/red] {escape(message)}")
+    return typer.Exit(code)
+
+
 @app.command("ls")
 def list_registered() -> None:
-    """List the registered objectives with their default clip ranges."""
+    """List the registered objectives, algorithms, tasks and rollout engines."""
+    from gspo_bench.config import ALGORITHMS
     from gspo_bench.objectives import list_objectives, objective_spec
+    from gspo_bench.rollout import list_engines
+    from gspo_bench.tasks import list_tasks, task_params, task_spec
 
     table = Table(title="objectives")
     for col in ("name", "advantages", "clip_low", "clip_high", "description"):
@@ -30,6 +42,89 @@ def list_registered() -> None:
         fmt = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
         table.add_row(name, spec.advantages, fmt(spec.clip_low), fmt(spec.clip_high), escape(spec.description))
     console.print(table)
+    algorithms = Table(title="algorithms (suite entries beyond the objectives)")
+    algorithms.add_column("name")
+    algorithms.add_column("is")
+    for name, parts in ALGORITHMS.items():
+        algorithms.add_row(name, ", ".join(f"{k}={v}" for k, v in parts.items()))
+    console.print(algorithms)
+    tasks = Table(title="tasks")
+    for col in ("name", "params (defaults)", "description"):
+        tasks.add_column(col)
+    for name in list_tasks():
+        params = ", ".join(f"{k}={v!r}" for k, v in task_params(name).items())
+        tasks.add_row(name, escape(params), escape(task_spec(name).description))
+    console.print(tasks)
+    console.print(f"rollout engines: {', '.join(list_engines())}")
+
+
+@app.command()
+def validate(suite_path: Path = typer.Argument(..., help="suite YAML file")) -> None:
+    """Check a suite file without running it; print the planned runs."""
+    from gspo_bench.config import SuiteError, load_suite
+    from gspo_bench.suite import plan_runs
+
+    try:
+        suite = load_suite(suite_path)
+    except SuiteError as err:
+        raise fail(str(err)) from None
+    runs = plan_runs(suite, Path(suite.output_dir))
+    console.print(f"{suite_path}: valid suite {suite.name!r}: {len(runs)} runs, budget {suite.budget.kind}={suite.budget.value:g}")
+    for run in runs:
+        console.print(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}", highlight=False)
+
+
+@app.command()
+def run(
+    suite_path: Path = typer.Argument(..., help="suite YAML file"),
+    out: Path | None = typer.Option(None, "--out", help="results root (default: the suite's output_dir)"),
+    only: list[str] | None = typer.Option(None, "--only", help="run only this label (repeatable)"),
+    seeds: str | None = typer.Option(None, "--seeds", help="comma-separated seeds (default: the suite's)"),
+    resume: bool = typer.Option(False, "--resume", help="continue unfinished runs from their checkpoints"),
+) -> None:
+    """Train every objective x seed of a suite to the same compute budget; one row per step."""
+    from gspo_bench.config import SuiteError, load_suite
+    from gspo_bench.progress import SuiteProgress
+    from gspo_bench.suite import check_outputs, plan_runs, starting_weights, write_suite_file
+    from gspo_bench.train.loop import RunSpec, train_run
+
+    try:
+        suite = load_suite(suite_path)
+        seed_list = [int(s) for s in seeds.split(",")] if seeds else None
+        root = out if out is not None else Path(suite.output_dir)
+        runs = plan_runs(suite, root, only=only, seeds=seed_list)
+        todo = check_outputs(runs, resume)
+    except (SuiteError, ValueError, FileExistsError) as err:
+        raise fail(str(err)) from None
+    if not todo:
+        console.print("nothing to do: every planned run is finished")
+        return
+    write_suite_file(suite, root)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    log = lambda msg: console.print(msg, markup=False, highlight=False)  # noqa: E731
+    weights = {seed: starting_weights(suite, seed, log=log) for seed in sorted({r.seed for r in todo})}
+    outcomes = []
+    with SuiteProgress(suite, console) as progress:
+        for planned in todo:
+            progress.start_run(planned.name)
+            spec = RunSpec(suite=suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
+                           init_weights=weights[planned.seed])
+            try:
+                status = train_run(spec, resume=resume, on_step=progress.step)
+            except Exception as err:  # recorded as failed in the run's status.json; the suite goes on
+                status = {"status": "failed", "message": f"{type(err).__name__}: {err}", "step": -1}
+            progress.end_run(status)
+            outcomes.append((planned, status))
+    table = Table(title=f"suite {suite.name} -> {root / suite.name}")
+    for col in ("run", "status", "steps", "message"):
+        table.add_column(col)
+    for planned, status in outcomes:
+        table.add_row(planned.name, status["status"], str(status["step"]), escape(status.get("message", "")))
+    console.print(table)
+    if any(status["status"] == "failed" for _, status in outcomes):
+        raise typer.Exit(1)
 
 
 @app.command()

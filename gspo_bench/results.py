@@ -1,0 +1,142 @@
+"""What a run writes, and how: atomic files (temp file, then rename) in `OUT/<suite>/<label>-s<seed>/`.
+
+    config.yaml       the fully resolved suite config of this run
+    provenance.json   git commit + dirty flag, package versions, python, device, host, start/end
+    metrics.parquet   one row per step (REQUIRED_COLUMNS and more)
+    layers.parquet    drift per MoE layer per step
+    status.json       {"status": running|done|collapsed|failed, "message", "step", ...}
+    checkpoint/       latest model + optimizer + step, for --resume (never committed)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+
+SCHEMA_VERSION = 1
+
+REQUIRED_COLUMNS = [
+    "step", "objective", "label", "seed", "reward/mean", "reward/std", "reward/accuracy",
+    "response/len_mean", "ratio/token_mean", "ratio/token_var", "ratio/seq_mean", "ratio/seq_var",
+    "logratio/token_var", "clip/frac", "clip/frac_low", "clip/frac_high", "kl/old_new", "entropy/mean",
+    "grad/norm", "moe/drift", "moe/drift_expert", "time/rollout_s", "time/update_s", "time/step_s",
+    "compute/tokens", "compute/flops", "compute/cum_flops",
+]
+STATUSES = ("running", "done", "collapsed", "failed")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def git_state(repo: Path) -> dict:
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def package_versions(names=("gspo-bench", "torch", "transformers", "pandas", "pyarrow", "lm-eval", "vllm")) -> dict:
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def provenance(device: str) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "git": git_state(Path(__file__).resolve().parent.parent),
+        "packages": package_versions(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": device,
+        "hostname": socket.gethostname(),
+        "start": now(),
+        "end": None,
+    }
+
+
+class RunDir:
+    """The files of one run. Rows are kept in memory and the whole table is rewritten atomically."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    # ------------------------------------------------------------------ files
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / "checkpoint"
+
+    def read_status(self) -> dict | None:
+        f = self.path / "status.json"
+        return json.loads(f.read_text()) if f.is_file() else None
+
+    def write_status(self, status: str, message: str = "", **extra) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}")
+        body = {"schema_version": SCHEMA_VERSION, "status": status, "message": message, "updated": now(), **extra}
+        atomic_write_text(self.path / "status.json", json.dumps(body, indent=1))
+
+    def write_json(self, name: str, body: dict) -> None:
+        atomic_write_text(self.path / name, json.dumps(body, indent=1, default=str))
+
+    def read_json(self, name: str) -> dict | None:
+        f = self.path / name
+        return json.loads(f.read_text()) if f.is_file() else None
+
+    def write_text(self, name: str, text: str) -> None:
+        atomic_write_text(self.path / name, text)
+
+    def read_rows(self, name: str) -> list[dict]:
+        f = self.path / name
+        return pd.read_parquet(f).to_dict("records") if f.is_file() else []
+
+    def write_rows(self, name: str, rows: list[dict]) -> None:
+        atomic_write_parquet(self.path / name, pd.DataFrame(rows))

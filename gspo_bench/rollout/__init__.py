@@ -1,0 +1,10 @@
+"""Rollout engines (hf by default; vllm as an optional extra) and the batching they share."""
+
+from gspo_bench.rollout import hf  # noqa: F401  (registers "hf")
+from gspo_bench.rollout.batching import left_pad, mask_after_eos, position_ids
+from gspo_bench.rollout.engine import Rollout, RolloutEngine, SamplingParams, list_engines, make_engine
+
+__all__ = [
+    "Rollout", "RolloutEngine", "SamplingParams", "left_pad", "list_engines", "make_engine",
+    "mask_after_eos", "position_ids",
+]

@@ -1,0 +1,72 @@
+"""Rollout engines: sample G responses per prompt and return ids, masks, sampling log-probs, routing.
+
+An engine is any object with `name`, `generate(model, prompts, params) -> Rollout` and
+`sync_weights(model)` (push training weights into the engine; nothing to do for `hf`, which samples
+from the training model itself). Engines are registered by name: `hf` here, `vllm` as an extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    group_size: int  # G responses per prompt (rows of one group are consecutive)
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    capture_routing: bool = True
+
+
+@dataclass
+class Rollout:
+    input_ids: torch.Tensor  # [B, L] left-padded prompt, then response (padding after </s>)
+    attention_mask: torch.Tensor  # [B, L] 1 at prompt tokens and valid response tokens
+    response_mask: torch.Tensor  # [B, T] bool, response tokens up to and including </s>
+    sampling_logp: torch.Tensor  # [B, T] fp32 log-prob of each token under the sampling distribution
+    routing: torch.Tensor | None  # [L_moe, B, L - 1, k] experts chosen during generation, if captured
+
+    @property
+    def prompt_width(self) -> int:
+        return self.input_ids.shape[1] - self.response_mask.shape[1]
+
+    @property
+    def response_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_width :]  # [B, T]
+
+
+class RolloutEngine(Protocol):
+    name: str
+
+    def generate(self, model, prompts: list[list[int]], params: SamplingParams) -> Rollout: ...
+
+    def sync_weights(self, model) -> None: ...
+
+
+_ENGINES: dict[str, Callable[..., RolloutEngine]] = {}
+
+
+def register_engine(name: str):
+    def decorate(factory):
+        if name in _ENGINES:
+            raise ValueError(f"rollout engine {name!r} is already registered")
+        _ENGINES[name] = factory
+        return factory
+
+    return decorate
+
+
+def list_engines() -> list[str]:
+    return sorted(_ENGINES)
+
+
+def make_engine(name: str, **kwargs) -> RolloutEngine:
+    if name not in _ENGINES:
+        raise LookupError(f"unknown rollout engine {name!r}; valid engines: {', '.join(list_engines())}")
+    return _ENGINES[name](**kwargs)

@@ -1,0 +1,110 @@
+"""Running a suite: expand objectives x seeds, prepare the shared starting weights, run each to the
+same budget, show progress. A run that collapses is recorded and the suite goes on."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gspo_bench.config import ObjectiveEntry, SuiteConfig, dump_config
+from gspo_bench.results import RunDir
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    entry: ObjectiveEntry
+    seed: int
+    run_dir: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.entry.run_label}-s{self.seed}"
+
+
+def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seeds: list[int] | None = None) -> list[PlannedRun]:
+    entries = suite.objectives
+    if only:
+        labels = [e.run_label for e in entries]
+        unknown = sorted(set(only) - set(labels))
+        if unknown:
+            raise ValueError(f"--only {', '.join(unknown)}: no such label in the suite; labels: {', '.join(labels)}")
+        entries = [e for e in entries if e.run_label in only]
+    return [
+        PlannedRun(entry=e, seed=s, run_dir=out / suite.name / f"{e.run_label}-s{s}")
+        for s in (seeds if seeds is not None else suite.seeds)
+        for e in entries
+    ]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("GSPO_BENCH_CACHE", Path.home() / ".cache" / "gspo-bench"))
+
+
+def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] = print) -> Path:
+    """Directory of the weights (with tokenizer) every objective of `seed` starts from.
+
+    Tiny models: built from the config with `seed`, then warm-started (cached under a hash of
+    everything that affects them). Real models: the checkpoint directory itself.
+    """
+    from gspo_bench import __version__
+    from gspo_bench.models import build_char_tokenizer, build_tiny_moe
+    from gspo_bench.models.tokenizer import DEFAULT_ALPHABET
+    from gspo_bench.tasks import make_task
+    from gspo_bench.warmstart import WarmStartParams, warm_start
+
+    if suite.model.path is not None:
+        if not (Path(suite.model.path) / "config.json").is_file():
+            raise FileNotFoundError(f"model.path {suite.model.path} is not a Hugging Face checkpoint directory")
+        return Path(suite.model.path)
+    tokenizer = build_char_tokenizer()
+    sizes = suite.model.model_dump(exclude={"family", "path"})
+
+    def build():
+        return build_tiny_moe(suite.model.family, seed=seed, vocab_size=len(tokenizer), **sizes)
+
+    ws = suite.warm_start
+    cache = Path(ws.cache_dir) if ws.cache_dir else default_cache_dir()
+    key_parts = {
+        "model": suite.model.model_dump(mode="json"), "task": suite.task.model_dump(mode="json"),
+        "alphabet": DEFAULT_ALPHABET, "seed": seed, "gspo_bench": __version__, "torch": torch.__version__,
+        "enabled": ws.enabled,
+    }
+    params = WarmStartParams(
+        lr=ws.lr, batch_size=ws.batch_size, max_steps=ws.max_steps if ws.enabled else 0, eval_every=ws.eval_every,
+        eval_examples=ws.eval_examples, band=ws.band if ws.enabled else (0.0, 1.0),
+        temperature=suite.rollout.temperature, max_new_tokens=suite.rollout.max_new_tokens, seed=seed,
+    )
+    log(f"starting weights for seed {seed}: {'warm start' if ws.enabled else 'fresh init'} (cache {cache})")
+    _, info = warm_start(
+        build, tokenizer, make_task(suite.task.name, **suite.task.params), params, key_parts, cache,
+        on_eval=lambda step, acc: log(f"  warm start step {step}: sampled test accuracy {acc:.3f}"),
+    )
+    log(f"  {'reused' if info['cached'] else 'trained'}: accuracy {info['accuracy']:.3f} after {info['steps']} steps")
+    return Path(info["path"])
+
+
+def check_outputs(runs: list[PlannedRun], resume: bool) -> list[PlannedRun]:
+    """Runs to execute. Without --resume, existing results are never overwritten."""
+    todo = []
+    for run in runs:
+        status = RunDir(run.run_dir).read_status()
+        if status is None:
+            todo.append(run)
+        elif not resume:
+            raise FileExistsError(
+                f"{run.run_dir} already holds a run ({status['status']}); use --resume to continue unfinished "
+                "runs, or --out to write elsewhere"
+            )
+        elif status["status"] in ("running", "failed"):
+            todo.append(run)
+    return todo
+
+
+def write_suite_file(suite: SuiteConfig, out: Path) -> None:
+    from gspo_bench.results import atomic_write_text
+
+    atomic_write_text(out / suite.name / "suite.yaml", dump_config(suite))

@@ -1,0 +1,72 @@
+"""What every task provides: examples with a deterministic generator and disjoint splits, and a reward.
+
+A task is any object with these members (composition: tasks differ by registry name and params):
+
+    name: str
+    train_example(rng: random.Random) -> Example     # one training problem (never in the test split)
+    test_examples(n: int) -> list[Example]           # the held-out split, deterministic
+    reward(response: str, example: Example) -> float # in [0, 1]
+
+Generated tasks split their problem space by a hash of the prompt: a prompt belongs to the test
+split iff `in_test_split(prompt)`, so the splits are disjoint whatever the seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+TEST_SHARE = 0.1  # share of a generated task's problem space held out for testing
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    answer: str  # the reference solution text (warm-start target and reward reference)
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+class Task(Protocol):
+    name: str
+
+    def train_example(self, rng: random.Random) -> Example: ...
+
+    def test_examples(self, n: int) -> list[Example]: ...
+
+    def reward(self, response: str, example: Example) -> float: ...
+
+
+def stable_hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def in_test_split(prompt: str, share: float = TEST_SHARE) -> bool:
+    return stable_hash(prompt) % 10_000 < share * 10_000
+
+
+def sample_split(make: Callable[[random.Random], Example], rng: random.Random, test: bool, max_tries: int = 10_000) -> Example:
+    """Draw from `make` until the example falls in the wanted split."""
+    for _ in range(max_tries):
+        example = make(rng)
+        if in_test_split(example.prompt) == test:
+            return example
+    raise RuntimeError("could not draw an example of the wanted split: the problem space is too small")
+
+
+def unique_test_set(make: Callable[[random.Random], Example], n: int, seed: int) -> list[Example]:
+    """n distinct test-split examples, deterministic for `seed` (an error if the space is too small)."""
+    rng = random.Random(seed)
+    seen: dict[str, Example] = {}
+    for _ in range(200 * n + 1000):
+        example = sample_split(make, rng, test=True)
+        seen.setdefault(example.prompt, example)
+        if len(seen) == n:
+            return list(seen.values())
+    raise ValueError(f"the task's test split has fewer than {n} distinct problems ({len(seen)} found)")
+
+
+def exact_match(response: str, example: Example) -> float:
+    return 1.0 if response.strip() == example.answer else 0.0

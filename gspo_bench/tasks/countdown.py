@@ -1,0 +1,103 @@
+"""Countdown: reach a target from given numbers, showing the steps:
+
+    prompt  "24:4,7,3,9="      (target, then the numbers)
+    answer  "4+7=11,11*3=33,33-9=24"
+
+Each step combines two available numbers (given ones, each at most once, or earlier results) with
++ - * / and states the result; the answer is right when every step is exact and the last result
+is the target. A bare expression ("(4+7)*3-9") is accepted too. Everything is checked by a safe
+evaluator over exact fractions: no `eval` of model text.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+
+from gspo_bench.tasks.base import Example, sample_split, unique_test_set
+from gspo_bench.tasks.registry import register_task
+from gspo_bench.tasks.safe_eval import InvalidExpression, evaluate
+
+MAX_STEPS = 8
+
+
+def check_steps(response: str, numbers: list[int], target: int) -> bool:
+    """True if `response` is a chain of exact steps over the available numbers ending at `target`."""
+    pool = Counter(Fraction(n) for n in numbers)
+    pieces = response.strip().split(",")
+    if not pieces or len(pieces) > MAX_STEPS:
+        return False
+    result = None
+    for piece in pieces:
+        left, sep, right = piece.partition("=")
+        if not sep:
+            return False
+        try:
+            value, used = evaluate(left)
+            stated, stated_used = evaluate(right)
+        except InvalidExpression:
+            return False
+        if len(used) != 2 or len(stated_used) != 1 or value != stated:
+            return False
+        operands = Counter(Fraction(n) for n in used)
+        if operands - pool:
+            return False
+        pool = pool - operands + Counter([value])
+        result = value
+    return result == Fraction(target)
+
+
+def check_expression(response: str, numbers: list[int], target: int) -> bool:
+    try:
+        value, used = evaluate(response)
+    except InvalidExpression:
+        return False
+    return not (Counter(used) - Counter(numbers)) and value == Fraction(target)
+
+
+@dataclass(frozen=True)
+class Countdown:
+    count: int = 3  # numbers given
+    max_number: int = 9
+    max_target: int = 99
+    seed: int = 0
+    name: str = "countdown"
+
+    def __post_init__(self):
+        if self.count < 2 or self.max_number < 1 or self.max_target < 1:
+            raise ValueError("countdown: need count >= 2, max_number >= 1, max_target >= 1")
+
+    def _make(self, rng: random.Random) -> Example:
+        while True:
+            numbers = [rng.randint(1, self.max_number) for _ in range(self.count)]
+            order = rng.sample(numbers, rng.randint(2, self.count))
+            current, steps = order[0], []
+            for n in order[1:]:
+                op = rng.choice("+-*")
+                a, b = (current, n) if op != "-" or current >= n else (n, current)
+                value = a + b if op == "+" else a - b if op == "-" else a * b
+                steps.append(f"{a}{op}{b}={value}")
+                current = value
+            if 1 <= current <= self.max_target:
+                prompt = f"{current}:{','.join(map(str, numbers))}="
+                return Example(prompt=prompt, answer=",".join(steps), meta={"target": current, "numbers": numbers})
+
+    def train_example(self, rng: random.Random) -> Example:
+        return sample_split(self._make, rng, test=False)
+
+    def test_examples(self, n: int) -> list[Example]:
+        return unique_test_set(self._make, n, self.seed)
+
+    def reward(self, response: str, example: Example) -> float:
+        """1 if the steps (or a bare expression) reach the target using each given number at most once."""
+        numbers, target = example.meta["numbers"], example.meta["target"]
+        text = response.strip()
+        ok = check_steps(text, numbers, target) if "=" in text else check_expression(text, numbers, target)
+        return 1.0 if ok else 0.0
+
+
+@register_task("countdown", "reach a target from given numbers with + - * /, step by step; safe evaluator")
+def make_countdown(count: int = 3, max_number: int = 9, max_target: int = 99, seed: int = 0) -> Countdown:
+    return Countdown(count=count, max_number=max_number, max_target=max_target, seed=seed)

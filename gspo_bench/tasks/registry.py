@@ -1,0 +1,54 @@
+"""Task registry: `gspo-bench ls` lists these; suites name them with their params."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gspo_bench.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    factory: Callable[..., Task]
+    description: str
+
+
+_TASKS: dict[str, TaskSpec] = {}
+
+
+def register_task(name: str, description: str) -> Callable:
+    def decorate(factory: Callable[..., Task]) -> Callable[..., Task]:
+        if name in _TASKS:
+            raise ValueError(f"task {name!r} is already registered")
+        _TASKS[name] = TaskSpec(name, factory, description)
+        return factory
+
+    return decorate
+
+
+def list_tasks() -> list[str]:
+    return sorted(_TASKS)
+
+
+def task_spec(name: str) -> TaskSpec:
+    if name not in _TASKS:
+        raise LookupError(f"unknown task {name!r}; valid tasks: {', '.join(list_tasks())}")
+    return _TASKS[name]
+
+
+def task_params(name: str) -> dict[str, object]:
+    """The params a task accepts, with their defaults."""
+    sig = inspect.signature(task_spec(name).factory)
+    return {p.name: (None if p.default is inspect.Parameter.empty else p.default) for p in sig.parameters.values()}
+
+
+def make_task(name: str, **params) -> Task:
+    """Build task `name` with `params`; unknown params are an error naming the valid ones."""
+    valid = task_params(name)
+    unknown = set(params) - set(valid)
+    if unknown:
+        raise ValueError(f"task {name!r} has no params {sorted(unknown)}; valid: {sorted(valid)}")
+    return task_spec(name).factory(**params)

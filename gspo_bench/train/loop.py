@@ -1,0 +1,287 @@
+"""The RL training loop of one run (one objective, one seed), read top to bottom.
+
+Per step:  P prompts x G responses -> rewards -> group advantages
+           -> old-policy pass (no grad): old log-probs, routed experts, entropy
+           -> K minibatches: forward (routing replay for replay runs), objective loss, backward,
+              grad clip, optimizer step; measurements accumulated over every minibatch
+           -> one row of metrics, per-layer drift rows, checkpoint
+until the suite's compute budget is spent. Every random draw of a step is seeded from
+(seed, step), so a resumed run replays exactly what an uninterrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from gspo_bench.compute import StepCompute, active_parameters
+from gspo_bench.config import ObjectiveEntry, SuiteConfig
+from gspo_bench.models.forward import response_forward
+from gspo_bench.models.tokenizer import EOS_ID
+from gspo_bench.moe import RoutingCapture, routing_drift
+from gspo_bench.objectives import get_objective, group_advantages
+from gspo_bench.results import RunDir, atomic_write_bytes, now, provenance
+from gspo_bench.rollout import SamplingParams, make_engine
+from gspo_bench.tasks import make_task
+from gspo_bench.train.measurements import MeanOf, StepMeasurements
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    suite: SuiteConfig
+    entry: ObjectiveEntry
+    seed: int
+    run_dir: Path
+    init_weights: Path  # directory of the (warm-started) weights every objective of this seed starts from
+
+
+class Collapsed(Exception):
+    pass
+
+
+def step_seed(seed: int, step: int, stream: int) -> int:
+    """An independent seed per (run seed, step, purpose)."""
+    return (seed * 1_000_003 + step * 7_919 + stream * 104_729) % (2**31 - 1)
+
+
+def budget_spent(suite: SuiteConfig, step: int, cum_tokens: float, cum_flops: float) -> bool:
+    budget = suite.budget
+    if step >= budget.max_steps:
+        return True
+    spent = {"steps": step, "tokens": cum_tokens, "flops": cum_flops}[budget.kind]
+    return spent >= budget.value
+
+
+def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], None] | None = None) -> dict:
+    """Run one objective x seed to its budget; returns the final status dict. Never raises for a
+    collapsed run; a crash is recorded as `failed` with its message and re-raised."""
+    from transformers import AutoModelForCausalLM
+
+    suite, entry, seed = spec.suite, spec.entry, spec.seed
+    out = RunDir(spec.run_dir)
+    train_cfg, rollout_cfg = suite.train, suite.rollout
+
+    # ------------------------------------------------------------------ setup
+    if train_cfg.threads:
+        torch.set_num_threads(train_cfg.threads)
+    device = torch.device(train_cfg.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"train.device is {train_cfg.device} but this machine has no CUDA device")
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[train_cfg.dtype]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(spec.init_weights, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(spec.init_weights, local_files_only=True, dtype=dtype).to(device)
+    model.train()
+    reference = None
+    if train_cfg.kl_coef > 0:  # frozen copy of the starting weights
+        reference = AutoModelForCausalLM.from_pretrained(spec.init_weights, local_files_only=True, dtype=dtype)
+        reference = reference.to(device).eval().requires_grad_(False)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=entry.lr or train_cfg.lr, betas=train_cfg.betas, weight_decay=train_cfg.weight_decay
+    )
+    task = make_task(suite.task.name, **suite.task.params)
+    eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+    engine = make_engine(rollout_cfg.engine, pad_id=pad_id, eos_id=eos_id)
+    objective = get_objective(entry.objective)
+    objective_kwargs = {**entry.clip_range(), **entry.kwargs}
+    n_active = active_parameters(model)
+    group = rollout_cfg.group_size
+
+    step, cum_tokens, cum_flops, bad_steps, peak_reward = 0, 0.0, 0.0, 0, -math.inf
+    rows: list[dict] = []
+    layer_rows: list[dict] = []
+    if resume and (out.checkpoint / "state.pt").is_file():
+        state = torch.load(out.checkpoint / "state.pt", map_location=device, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, cum_tokens, cum_flops = state["step"], state["cum_tokens"], state["cum_flops"]
+        bad_steps, peak_reward = state["bad_steps"], state["peak_reward"]
+        rows = [r for r in out.read_rows("metrics.parquet") if r["step"] <= step]  # drop rows past the checkpoint
+        layer_rows = [r for r in out.read_rows("layers.parquet") if r["step"] <= step]
+        prov = out.read_json("provenance.json") or provenance(str(device))
+        prov.setdefault("resumed", []).append({"at_step": step, "time": now()})
+    else:
+        prov = provenance(str(device))
+    out.write_text("config.yaml", resolved_config(suite, entry, seed, lr=optimizer.param_groups[0]["lr"]))
+    out.write_json("provenance.json", prov)
+    out.write_status("running", step=step)
+
+    try:
+        while not budget_spent(suite, step, cum_tokens, cum_flops):
+            step += 1
+            t_step = time.perf_counter()
+
+            # ---------------------------------------------------------- rollout
+            rng = random.Random(step_seed(seed, step, 0))
+            examples = [task.train_example(rng) for _ in range(rollout_cfg.prompts_per_step)]
+            params = SamplingParams(
+                group_size=group, max_new_tokens=rollout_cfg.max_new_tokens, temperature=rollout_cfg.temperature,
+                top_p=rollout_cfg.top_p, seed=step_seed(seed, step, 1), capture_routing=False,
+            )
+            engine.sync_weights(model)
+            try:
+                rollout = engine.generate(model, [tokenizer.encode(ex.prompt) for ex in examples], params)
+            except FloatingPointError as err:  # NaN/inf logits: the policy diverged
+                raise Collapsed(f"rollout at step {step}: {err}") from None
+            ids, attention, response_mask = rollout.input_ids, rollout.attention_mask, rollout.response_mask
+            n_response = response_mask.shape[1]
+            texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
+            rewards = torch.tensor([task.reward(t, examples[i // group]) for i, t in enumerate(texts)])
+            advantages = group_advantages(rewards, group, scale=train_cfg.advantage_scale).to(device)  # [B]
+            t_rollout = time.perf_counter() - t_step
+
+            # ---------------------------------------------------------- old-policy pass (no grad)
+            t_update = time.perf_counter()
+            with torch.no_grad(), RoutingCapture(model) as old_capture:
+                old_logp, entropy = response_forward(
+                    model, ids, attention, n_response, rollout_cfg.temperature, with_entropy=True
+                )  # [B, T] each
+            old_routing = old_capture.routing  # [L, B, L_seq, k]
+            ref_logp = None
+            if reference is not None:
+                with torch.no_grad():
+                    ref_logp, _ = response_forward(reference, ids, attention, n_response, rollout_cfg.temperature)
+            n_seq_tokens = int(attention.sum())
+            compute_forward = int(attention.sum()) + n_seq_tokens * (1 + (reference is not None))  # generation + passes
+            compute_trained = 0
+
+            # ---------------------------------------------------------- K minibatch updates
+            order = torch.randperm(len(rewards), generator=torch.Generator().manual_seed(step_seed(seed, step, 2)))
+            measured, drift, layer_drift = StepMeasurements(), MeanOf(), MeanOf()
+            losses, grad_norms, nonfinite = [], [], 0
+            for j, idx in enumerate(order.chunk(train_cfg.minibatches)):
+                idx = idx.to(device)
+                replay = old_routing[:, idx] if entry.use_replay else None
+                with RoutingCapture(model, replay=replay) as capture:
+                    logp, _ = response_forward(model, ids[idx], attention[idx], n_response, rollout_cfg.temperature)
+                loss, metrics = objective(
+                    logp=logp, old_logp=old_logp[idx], advantages=advantages[idx], mask=response_mask[idx],
+                    **objective_kwargs,
+                )
+                if ref_logp is not None:  # k3 KL(pi_theta || pi_ref) over response tokens
+                    log_ref_ratio = (ref_logp[idx] - logp).clamp(-20, 20)
+                    kl_ref = ((log_ref_ratio.exp() - log_ref_ratio - 1) * response_mask[idx]).sum() / response_mask[idx].sum().clamp(min=1)
+                    loss = loss + train_cfg.kl_coef * kl_ref
+                    metrics["kl/ref"] = kl_ref.detach()
+                compute_trained += int(attention[idx].sum())
+                optimizer.zero_grad(set_to_none=True)
+                if not torch.isfinite(loss):
+                    nonfinite += 1
+                    continue
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+                if not torch.isfinite(grad_norm):
+                    nonfinite += 1
+                    optimizer.zero_grad(set_to_none=True)
+                    continue
+                optimizer.step()
+                losses.append(float(loss.detach()))
+                grad_norms.append(float(grad_norm))
+                mask_idx = response_mask[idx]
+                measured.add(metrics, n_tokens=float(mask_idx.sum()), n_responses=float(mask_idx.any(-1).sum()))
+                if j > 0:  # minibatch j ran after j updates from the old policy: its routing drifted
+                    stats = routing_drift(old_routing[:, idx], capture.routing, attention[idx])
+                    drift.add({k: stats[k] for k in ("moe/drift", "moe/drift_expert")})
+                    layer_drift.add({k: v for k, v in stats.items() if k.startswith("moe/drift_layer_")})
+
+            after = {}
+            if train_cfg.drift_after_update or train_cfg.minibatches == 1:
+                with torch.no_grad(), RoutingCapture(model) as capture:
+                    model(input_ids=ids, attention_mask=attention, logits_to_keep=1)
+                compute_forward += n_seq_tokens
+                stats = routing_drift(old_routing, capture.routing, attention)
+                after = {"moe/drift_after": stats["moe/drift"], "moe/drift_expert_after": stats["moe/drift_expert"]}
+                if train_cfg.minibatches == 1:  # no minibatch 2..K: the drift of the step is the one after it
+                    drift.add({"moe/drift": stats["moe/drift"], "moe/drift_expert": stats["moe/drift_expert"]})
+                    layer_drift.add({k: v for k, v in stats.items() if k.startswith("moe/drift_layer_")})
+            t_update = time.perf_counter() - t_update
+
+            # ---------------------------------------------------------- the row of this step
+            compute = StepCompute(tokens_forward=compute_forward, tokens_trained=compute_trained)
+            cum_tokens += compute.tokens
+            cum_flops += compute.flops(n_active)
+            valid_entropy = entropy[response_mask]
+            row = {
+                "step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
+                "replay": entry.use_replay,
+                "reward/mean": float(rewards.mean()), "reward/std": float(rewards.std()),
+                "reward/accuracy": float((rewards >= 1.0).float().mean()),
+                "response/len_mean": float(response_mask.sum(-1).float().mean()),
+                "response/len_max": int(response_mask.sum(-1).max()),
+                "loss": sum(losses) / len(losses) if losses else math.nan,
+                **measured.result(),
+                "entropy/mean": float(valid_entropy.mean()) if valid_entropy.numel() else math.nan,
+                "grad/norm": sum(grad_norms) / len(grad_norms) if grad_norms else math.nan,
+                **drift.result(), **after,
+                "nonfinite/minibatches": nonfinite,
+                "time/rollout_s": t_rollout, "time/update_s": t_update, "time/step_s": time.perf_counter() - t_step,
+                "compute/tokens": compute.tokens, "compute/cum_tokens": cum_tokens,
+                "compute/flops": compute.flops(n_active), "compute/cum_flops": cum_flops,
+                "lr": optimizer.param_groups[0]["lr"],
+            }
+            rows.append(row)
+            for key, value in layer_drift.result().items():
+                layer_rows.append({"step": step, "label": entry.run_label, "seed": seed,
+                                   "layer": int(key.rsplit("_", 1)[1]), "moe/drift": value})
+            out.write_rows("metrics.parquet", rows)
+            out.write_rows("layers.parquet", layer_rows)
+
+            # ---------------------------------------------------------- collapse checks
+            bad_steps = bad_steps + 1 if nonfinite else 0
+            reason = None
+            if bad_steps >= suite.collapse.nonfinite_patience:
+                reason = f"non-finite loss or gradients in {bad_steps} consecutive steps"
+            elif any(not torch.isfinite(p).all() for p in model.parameters()):
+                reason = "non-finite parameters"
+            elif suite.collapse.reward_floor is not None and len(rows) >= suite.collapse.reward_window:
+                window = sum(r["reward/mean"] for r in rows[-suite.collapse.reward_window :]) / suite.collapse.reward_window
+                peak_reward = max(peak_reward, window)
+                if peak_reward >= 2 * suite.collapse.reward_floor and window <= suite.collapse.reward_floor:
+                    reason = f"reward collapsed to {window:.3f} (windowed peak {peak_reward:.3f})"
+            if on_step is not None:
+                on_step(row)
+            if reason:
+                raise Collapsed(reason)
+
+            if step % train_cfg.checkpoint_every == 0 or budget_spent(suite, step, cum_tokens, cum_flops):
+                save_checkpoint(out.checkpoint, model, optimizer, step=step, cum_tokens=cum_tokens,
+                                cum_flops=cum_flops, bad_steps=bad_steps, peak_reward=peak_reward)
+    except Collapsed as why:
+        prov["end"] = now()
+        out.write_json("provenance.json", prov)
+        out.write_status("collapsed", str(why), step=step)
+        return {"status": "collapsed", "message": str(why), "step": step}
+    except BaseException as err:
+        prov["end"] = now()
+        out.write_json("provenance.json", prov)
+        tail = "".join(traceback.format_exception_only(type(err), err)).strip()
+        out.write_status("failed", tail, step=step)
+        raise
+    prov["end"] = now()
+    out.write_json("provenance.json", prov)
+    out.write_status("done", step=step, cum_flops=cum_flops, cum_tokens=cum_tokens)
+    return {"status": "done", "message": "", "step": step}
+
+
+def resolved_config(suite: SuiteConfig, entry: ObjectiveEntry, seed: int, lr: float) -> str:
+    """The suite plus everything this run resolved: objective, replay, clip range, lr, seed."""
+    run = {"label": entry.run_label, "objective": entry.objective, "replay": entry.use_replay, "seed": seed,
+           "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs}
+    return yaml.safe_dump({"run": run, "suite": suite.model_dump(mode="json")}, sort_keys=False)
+
+
+def save_checkpoint(path: Path, model, optimizer, **scalars) -> None:
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **scalars}, buffer)
+    atomic_write_bytes(path / "state.pt", buffer.getvalue())

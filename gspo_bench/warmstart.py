@@ -1,0 +1,145 @@
+"""Warm start: a short supervised fine-tune of the tiny MoE on task solutions (the paper starts RL
+from a cold-start fine-tuned model), stopped when test accuracy enters a band so that groups have
+reward spread. Cached on disk under a hash of everything that affects the weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
+from gspo_bench.rollout import SamplingParams, left_pad, make_engine, position_ids
+from gspo_bench.tasks import Example, Task
+
+
+@dataclass(frozen=True)
+class WarmStartParams:
+    lr: float = 3e-3
+    batch_size: int = 64
+    max_steps: int = 2000
+    eval_every: int = 25
+    eval_examples: int = 64
+    band: tuple[float, float] = (0.2, 0.6)  # test accuracy (sampled at the rollout temperature)
+    temperature: float = 1.0
+    max_new_tokens: int = 32
+    seed: int = 0
+
+
+class WarmStartError(RuntimeError):
+    pass
+
+
+def cache_key(parts: dict) -> str:
+    blob = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def sft_batch(tokenizer, examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded prompt+answer+</s> ids [B, L], attention mask [B, L] and loss mask [B, L - 1]."""
+    rows, answer_lens = [], []
+    for ex in examples:
+        answer = tokenizer.encode(ex.answer) + [EOS_ID]
+        rows.append(tokenizer.encode(ex.prompt) + answer)
+        answer_lens.append(len(answer))
+    ids, mask = left_pad(rows, PAD_ID)
+    targets_mask = torch.zeros(ids.shape[0], ids.shape[1] - 1, dtype=torch.bool)
+    for row, n in enumerate(answer_lens):
+        targets_mask[row, -n:] = True  # predict only the answer and </s>
+    return ids, mask, targets_mask
+
+
+def sampled_accuracy(model, tokenizer, task: Task, examples: list[Example], params: WarmStartParams, seed: int) -> float:
+    """Mean reward of one sampled response per test example (the rollout distribution)."""
+    engine = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID)
+    rollout = engine.generate(
+        model, [tokenizer.encode(ex.prompt) for ex in examples],
+        SamplingParams(group_size=1, max_new_tokens=params.max_new_tokens, temperature=params.temperature,
+                       seed=seed, capture_routing=False),
+    )
+    texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
+    return sum(task.reward(t, ex) for t, ex in zip(texts, examples)) / len(examples)
+
+
+def finetune(model, tokenizer, task: Task, params: WarmStartParams,
+             on_eval: Callable[[int, float], None] | None = None) -> dict:
+    """SFT until sampled test accuracy is inside `params.band`; returns the accuracy history.
+
+    If an evaluation jumps over the band, the weights of the evaluation nearest to the band are kept.
+    Raises WarmStartError if the band is not reached within `max_steps`.
+    """
+    low, high = params.band
+    rng = random.Random(params.seed)
+    test = task.test_examples(params.eval_examples)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0)
+    history: list[tuple[int, float]] = []
+    previous_state, previous_acc = None, None
+
+    def distance(acc: float) -> float:
+        return 0.0 if low <= acc <= high else min(abs(acc - low), abs(acc - high))
+
+    for step in range(params.max_steps + 1):
+        if step % params.eval_every == 0:
+            acc = sampled_accuracy(model, tokenizer, task, test, params, seed=params.seed + step)
+            history.append((step, acc))
+            if on_eval is not None:
+                on_eval(step, acc)
+            if acc >= low:
+                if acc > high and previous_state is not None and distance(previous_acc) < distance(acc):
+                    model.load_state_dict(previous_state)
+                    acc = previous_acc
+                return {"steps": step, "accuracy": acc, "history": history, "in_band": low <= acc <= high}
+            previous_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            previous_acc = acc
+        if step == params.max_steps:
+            break
+        model.train()
+        ids, mask, target_mask = sft_batch(tokenizer, [task.train_example(rng) for _ in range(params.batch_size)])
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    raise WarmStartError(
+        f"warm start did not reach test accuracy {low:.2f} in {params.max_steps} steps "
+        f"(history: {history[-5:]}); raise warm_start.max_steps or lr, or make the task easier"
+    )
+
+
+def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer, task: Task, params: WarmStartParams,
+               key_parts: dict, cache_dir: Path, on_eval: Callable[[int, float], None] | None = None):
+    """Warm-started `(model, info)`, loaded from `cache_dir/<key>` or trained and saved there atomically."""
+    from transformers import AutoModelForCausalLM
+
+    key = cache_key({**key_parts, "warm_start": params.__dict__})
+    target = Path(cache_dir) / f"warmstart-{key}"
+    if (target / "warmstart.json").is_file():
+        info = json.loads((target / "warmstart.json").read_text())
+        model = AutoModelForCausalLM.from_pretrained(target, local_files_only=True, dtype=torch.float32)
+        return model, {**info, "cached": True, "path": str(target)}
+    model = build_model()
+    info = finetune(model, tokenizer, task, params, on_eval=on_eval)
+    info["key"] = key
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "warmstart.json").write_text(json.dumps(info, indent=1))
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished the same warm start first: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return model, {**info, "cached": False, "path": str(target)}

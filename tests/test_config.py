@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gspo_bench.cli import app
+from gspo_bench.config import SuiteError, load_suite
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+GOOD = {
+    "name": "t",
+    "task": {"name": "sort", "params": {"max_len": 3}},
+    "budget": {"kind": "steps", "value": 2},
+    "objectives": [{"name": "grpo"}, {"name": "gspo"}],
+}
+
+
+def write(tmp_path, data) -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+@pytest.mark.parametrize("name", ["quickstart.yaml", "ci.yaml", "qwen3_30b_a3b.yaml"])
+def test_shipped_suites_validate(name):
+    suite = load_suite(EXPERIMENTS / name)
+    labels = {o.run_label for o in suite.objectives}
+    assert {"grpo", "grpo_rr", "gspo", "gspo_token"} <= labels
+    rr = next(o for o in suite.objectives if o.name == "grpo_rr")
+    assert rr.objective == "grpo" and rr.use_replay
+    assert suite.train.minibatches == 4
+
+
+def test_quickstart_is_deep_enough_for_drift():
+    assert load_suite(EXPERIMENTS / "quickstart.yaml").model.num_layers >= 8
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"objectives": [{"name": "gpso"}]}, r"objectives\.0: unknown objective 'gpso'; expected one of .*gspo"),
+        ({"budget": {"kind": "steps", "value": "many"}}, r"budget\.value: Input should be a valid number"),
+        ({"budget": None}, r"budget: Input should be a valid dictionary"),
+        ({"rollout": {"group_size": 8, "temprature": 0.7}}, r"rollout\.temprature: unknown key"),
+        ({"train": {"minibatches": 0}}, r"train\.minibatches: Input should be greater than or equal to 1"),
+        ({"task": {"name": "sort", "params": {"maxlen": 3}}}, r"task: task 'sort' has no params \['maxlen'\]"),
+        ({"model": {"family": "llama"}}, r"model\.family: expected one of qwen3_moe"),
+        ({"objectives": [{"name": "grpo"}, {"name": "grpo"}]}, r"labels must be unique"),
+    ],
+)
+def test_malformed_suites_name_file_field_and_expectation(tmp_path, change, expected):
+    data = {**GOOD, **change}
+    if change.get("budget", 0) is None:
+        data.pop("budget")
+        expected = r"budget: required field missing"
+    path = write(tmp_path, data)
+    with pytest.raises(SuiteError, match=expected) as err:
+        load_suite(path)
+    assert str(path) in str(err.value)
+
+
+def test_missing_field_and_bad_yaml(tmp_path):
+    data = {k: v for k, v in GOOD.items() if k != "task"}
+    with pytest.raises(SuiteError, match="task: required field missing"):
+        load_suite(write(tmp_path, data))
+    with pytest.raises(SuiteError, match="not valid YAML"):
+        load_suite(write(tmp_path, "name: [unclosed\n"))
+    with pytest.raises(SuiteError, match="no such file"):
+        load_suite(tmp_path / "nope.yaml")
+
+
+def test_real_checkpoint_needs_warm_start_off(tmp_path):
+    data = {**GOOD, "model": {"path": "/models/x"}}
+    with pytest.raises(SuiteError, match="warm_start.enabled: false"):
+        load_suite(write(tmp_path, data))
+
+
+def test_cli_validate(tmp_path):
+    runner = CliRunner()
+    ok = runner.invoke(app, ["validate", str(write(tmp_path, GOOD))])
+    assert ok.exit_code == 0 and "2 runs" in ok.output
+    bad = runner.invoke(app, ["validate", str(write(tmp_path, {**GOOD, "objectives": [{"name": "nope"}]}))])
+    assert bad.exit_code == 2 and "unknown objective 'nope'" in bad.output

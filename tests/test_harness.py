@@ -1,0 +1,182 @@
+"""The RL loop end to end: schema, invariants, determinism, resume, collapse, the CLI."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gspo_bench.cli import app
+from gspo_bench.config import parse_suite
+from gspo_bench.results import REQUIRED_COLUMNS, RunDir
+from gspo_bench.suite import plan_runs, starting_weights
+from gspo_bench.train.loop import RunSpec, train_run
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+TIME_COLUMNS = {"time/rollout_s", "time/update_s", "time/step_s"}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    """One warm-start cache for the module: the tiny warm start is trained once, then reused."""
+    return tmp_path_factory.mktemp("warmstart-cache")
+
+
+def tiny_suite(cache: Path, **changes) -> dict:
+    suite = {
+        "name": "tiny",
+        "model": {"num_layers": 2, "hidden_size": 32, "expert_hidden": 32, "num_experts": 4, "top_k": 2},
+        "task": {"name": "sort", "params": {"max_len": 3}},
+        # a short warm start so that rewards (and so gradients) are not all zero
+        "warm_start": {"cache_dir": str(cache), "band": [0.1, 1.0], "eval_every": 20, "eval_examples": 32},
+        "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8},
+        "train": {"lr": 1e-3, "minibatches": 2, "threads": 1},
+        "budget": {"kind": "steps", "value": 3},
+        "objectives": [{"name": "grpo"}, {"name": "grpo_rr"}, {"name": "gspo"}],
+    }
+    for key, value in changes.items():
+        suite[key] = {**suite[key], **value} if isinstance(value, dict) and key in suite else value
+    return suite
+
+
+def run_suite(data: dict, out: Path, resume: bool = False, on_step=None) -> dict[str, dict]:
+    suite = parse_suite(data)
+    weights = starting_weights(suite, suite.seeds[0], log=lambda m: None)
+    statuses = {}
+    for planned in plan_runs(suite, out):
+        spec = RunSpec(suite=suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
+                       init_weights=weights)
+        statuses[planned.name] = train_run(spec, resume=resume, on_step=on_step)
+    return statuses
+
+
+def metrics(out: Path, suite: str, run: str) -> pd.DataFrame:
+    return pd.read_parquet(out / suite / run / "metrics.parquet")
+
+
+def assert_same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    cols = [c for c in a.columns if c not in TIME_COLUMNS]
+    pd.testing.assert_frame_equal(a[cols].reset_index(drop=True), b[cols].reset_index(drop=True))
+
+
+@pytest.mark.slow
+def test_ci_suite_end_to_end(tmp_path, monkeypatch):
+    """`gspo-bench run experiments/ci.yaml`: schema and invariants of what it writes."""
+    monkeypatch.setenv("GSPO_BENCH_CACHE", str(tmp_path / "cache"))
+    result = CliRunner().invoke(app, ["run", str(EXPERIMENTS / "ci.yaml"), "--out", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    root = tmp_path / "runs" / "ci"
+    assert (root / "suite.yaml").is_file()
+    finals = {}
+    step_flops = []
+    for label in ("grpo", "grpo_rr", "gspo", "gspo_token"):
+        run = RunDir(root / f"{label}-s0")
+        assert run.read_status()["status"] == "done"
+        frame = pd.read_parquet(run.path / "metrics.parquet")
+        assert set(REQUIRED_COLUMNS) <= set(frame.columns)
+        assert frame["step"].tolist() == list(range(1, len(frame) + 1)) and len(frame) >= 3
+        numeric = frame[REQUIRED_COLUMNS].select_dtypes("number")
+        assert numeric.notna().all().all() and numeric.map(math.isfinite).all().all()
+        assert frame["moe/drift"].between(0, 1).all() and frame["moe/drift_expert"].between(0, 1).all()
+        assert frame["clip/frac"].between(0, 1).all()
+        assert (frame["compute/cum_flops"].diff().dropna() > 0).all()
+        layers = pd.read_parquet(run.path / "layers.parquet")
+        assert sorted(layers["layer"].unique()) == [0, 1, 2, 3]
+        prov = run.read_json("provenance.json")
+        assert prov["packages"]["torch"] and prov["end"] and "commit" in prov["git"]
+        config = yaml.safe_load((run.path / "config.yaml").read_text())
+        assert config["run"]["label"] == label and config["suite"]["name"] == "ci"
+        finals[label] = frame["compute/cum_flops"].iloc[-1]
+        step_flops.append(frame["compute/flops"].max())
+    budget = float(yaml.safe_load((EXPERIMENTS / "ci.yaml").read_text())["budget"]["value"])
+    assert all(f >= budget for f in finals.values())
+    assert max(finals.values()) - min(finals.values()) <= max(step_flops)  # matched within one step
+    gspo, grpo = metrics(tmp_path / "runs", "ci", "gspo-s0"), metrics(tmp_path / "runs", "ci", "grpo-s0")
+    assert gspo["clip/frac"].mean() > grpo["clip/frac"].mean()  # the paper's Figure 2 ordering
+    # run again: finished runs are refused without --resume, skipped with it
+    again = CliRunner().invoke(app, ["run", str(EXPERIMENTS / "ci.yaml"), "--out", str(tmp_path / "runs")])
+    assert again.exit_code == 2 and "--resume" in again.output
+    resumed = CliRunner().invoke(app, ["run", str(EXPERIMENTS / "ci.yaml"), "--out", str(tmp_path / "runs"), "--resume"])
+    assert resumed.exit_code == 0 and "nothing to do" in resumed.output
+
+
+def test_replay_run_first_step_equals_grpo_with_one_minibatch(tmp_path, cache):
+    """With K=1 the only update is on-policy: replaying the old routing is replaying the live one."""
+    data = tiny_suite(cache, train={"minibatches": 1}, budget={"kind": "steps", "value": 1})
+    run_suite(data, tmp_path / "out")
+    grpo, rr = metrics(tmp_path / "out", "tiny", "grpo-s0"), metrics(tmp_path / "out", "tiny", "grpo_rr-s0")
+    keys = ["loss", "grad/norm", "clip/frac", "ratio/token_var", "ratio/seq_var", "kl/old_new", "reward/mean"]
+    assert grpo[keys].iloc[0].tolist() == rr[keys].iloc[0].tolist()
+    assert not grpo["replay"].iloc[0] and rr["replay"].iloc[0]
+
+
+def test_same_seed_twice_gives_identical_metrics(tmp_path, cache):
+    data = tiny_suite(cache)
+    run_suite(data, tmp_path / "a")
+    run_suite(data, tmp_path / "b")
+    assert metrics(tmp_path / "a", "tiny", "grpo-s0")["reward/std"].max() > 0  # there was a learning signal
+    for run in ("grpo-s0", "grpo_rr-s0", "gspo-s0"):
+        assert_same_metrics(metrics(tmp_path / "a", "tiny", run), metrics(tmp_path / "b", "tiny", run))
+    other = run_suite(tiny_suite(cache, seeds=[1]), tmp_path / "c")
+    assert other  # a different seed changes what is sampled
+    assert not metrics(tmp_path / "a", "tiny", "grpo-s0")["response/len_mean"].equals(
+        metrics(tmp_path / "c", "tiny", "grpo-s1")["response/len_mean"])
+
+
+def test_resume_after_interruption_equals_uninterrupted(tmp_path, cache):
+    data = tiny_suite(cache, budget={"kind": "steps", "value": 4},
+                      objectives=[{"name": "grpo_rr"}])
+    run_suite(data, tmp_path / "full")
+
+    def interrupt(row):
+        if row["step"] == 3:  # after step 3's row is written, before its checkpoint
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(data, tmp_path / "cut", on_step=interrupt)
+    run_dir = RunDir(tmp_path / "cut" / "tiny" / "grpo_rr-s0")
+    assert run_dir.read_status()["status"] == "failed"
+    assert len(metrics(tmp_path / "cut", "tiny", "grpo_rr-s0")) == 3
+    run_suite(data, tmp_path / "cut", resume=True)
+    resumed = metrics(tmp_path / "cut", "tiny", "grpo_rr-s0")
+    assert resumed["step"].tolist() == [1, 2, 3, 4]  # none lost, none duplicated
+    assert_same_metrics(resumed, metrics(tmp_path / "full", "tiny", "grpo_rr-s0"))
+    assert run_dir.read_status()["status"] == "done"
+    assert run_dir.read_json("provenance.json")["resumed"][0]["at_step"] == 2
+
+
+def test_diverging_run_is_marked_collapsed_and_others_finish(tmp_path, cache):
+    data = tiny_suite(cache, objectives=[{"name": "grpo", "label": "exploding", "lr": 1.0e30},
+                                                      {"name": "gspo"}],
+                      budget={"kind": "steps", "value": 6})
+    statuses = run_suite(data, tmp_path / "out")
+    assert statuses["exploding-s0"]["status"] == "collapsed"
+    status = RunDir(tmp_path / "out" / "tiny" / "exploding-s0").read_status()
+    assert status["status"] == "collapsed" and status["message"] and status["step"] >= 1
+    assert statuses["gspo-s0"]["status"] == "done"
+    assert len(metrics(tmp_path / "out", "tiny", "gspo-s0")) == 6
+
+
+def test_token_budget_stops_every_run_at_the_same_compute(tmp_path, cache):
+    data = tiny_suite(cache, budget={"kind": "tokens", "value": 300})
+    run_suite(data, tmp_path / "out")
+    for run in ("grpo-s0", "grpo_rr-s0", "gspo-s0"):
+        frame = metrics(tmp_path / "out", "tiny", run)
+        assert frame["compute/cum_tokens"].iloc[-1] >= 300
+        assert frame["compute/cum_tokens"].iloc[-2] < 300 if len(frame) > 1 else True
+
+
+def test_warm_start_is_cached_and_reused(tmp_path):
+    data = tiny_suite(cache, warm_start={"enabled": True, "max_steps": 200, "eval_every": 20,
+                                                      "eval_examples": 16, "band": [0.0, 1.0]})
+    suite = parse_suite(data)
+    logs = []
+    first = starting_weights(suite, 0, log=logs.append)
+    second = starting_weights(suite, 0, log=logs.append)
+    assert first == second and any("reused" in m for m in logs)
+    other = starting_weights(parse_suite({**data, "task": {"name": "sort", "params": {"max_len": 4}}}), 0, log=logs.append)
+    assert other != first  # a different task is a different warm start

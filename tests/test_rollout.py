@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from gspo_bench.compute import StepCompute, active_parameters
+from gspo_bench.models import build_char_tokenizer, build_tiny_moe
+from gspo_bench.models.forward import response_forward
+from gspo_bench.rollout import SamplingParams, left_pad, make_engine, mask_after_eos
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = build_char_tokenizer()
+    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=32, expert_hidden=32, seed=3)
+    prompts = [tok.encode("12+3="), tok.encode("sort:3,1="), tok.encode("7=")]  # different lengths
+    return tok, model, prompts
+
+
+def test_hf_engine_logprobs_match_the_training_forward(setup):
+    tok, model, prompts = setup
+    engine = make_engine("hf", pad_id=0, eos_id=2)
+    for temperature in (1.0, 0.7):
+        r = engine.generate(model, prompts, SamplingParams(group_size=3, max_new_tokens=8, temperature=temperature, seed=5))
+        assert r.input_ids.shape[0] == 9 and r.response_mask.shape == r.sampling_logp.shape
+        with torch.no_grad():
+            logp, entropy = response_forward(model, r.input_ids, r.attention_mask, r.response_mask.shape[1],
+                                             temperature=temperature, with_entropy=True)
+        valid = r.response_mask
+        assert_close(logp[valid], r.sampling_logp[valid], atol=1e-5, rtol=1e-5)
+        assert (entropy[valid] > 0).all()
+        # routing captured in generation: [L, B, L_seq - 1, k]
+        assert r.routing.shape == (2, 9, r.input_ids.shape[1] - 1, 2)
+
+
+def test_hf_engine_is_deterministic_and_groups_are_consecutive(setup):
+    tok, model, prompts = setup
+    engine = make_engine("hf", pad_id=0, eos_id=2)
+    params = SamplingParams(group_size=4, max_new_tokens=6, seed=11)
+    a, b = engine.generate(model, prompts, params), engine.generate(model, prompts, params)
+    assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.sampling_logp, b.sampling_logp)
+    c = engine.generate(model, prompts, SamplingParams(group_size=4, max_new_tokens=6, seed=12))
+    assert not torch.equal(a.input_ids, c.input_ids)
+    width = a.prompt_width
+    for g in range(3):
+        rows = a.input_ids[4 * g : 4 * g + 4, :width]
+        assert (rows == rows[0]).all()  # the G rows of a group share their prompt
+    # padding after </s> is masked everywhere
+    assert (a.sampling_logp[~a.response_mask] == 0).all()
+    assert (a.attention_mask[:, width:].bool() == a.response_mask).all()
+
+
+def test_top_p_logprobs_are_of_the_truncated_distribution(setup):
+    tok, model, prompts = setup
+    engine = make_engine("hf", pad_id=0, eos_id=2)
+    r = engine.generate(model, prompts, SamplingParams(group_size=2, max_new_tokens=5, top_p=0.5, seed=1))
+    with torch.no_grad():
+        full, _ = response_forward(model, r.input_ids, r.attention_mask, r.response_mask.shape[1])
+    valid = r.response_mask
+    assert (r.sampling_logp[valid] >= full[valid] - 1e-6).all()  # renormalised over the nucleus
+
+
+def test_batching_helpers():
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert mask_after_eos(torch.tensor([[4, 2, 5, 2], [4, 4, 4, 4]]), 2).tolist() == [
+        [True, True, False, False], [True, True, True, True]]
+    with pytest.raises(ValueError):
+        left_pad([[1], []], 0)
+
+
+def test_unknown_engine():
+    with pytest.raises(LookupError, match="valid engines: hf"):
+        make_engine("vllm2", pad_id=0, eos_id=2)
+
+
+def test_active_parameters_count_routed_experts_at_k_over_e():
+    model = build_tiny_moe(num_layers=2, hidden_size=32, expert_hidden=16, num_experts=8, top_k=2, vocab_size=40)
+    total = sum(p.numel() for p in model.parameters())
+    embed = model.get_input_embeddings().weight.numel()
+    experts = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
+    assert active_parameters(model) == total - embed - experts + experts * 2 // 8
+    assert StepCompute(tokens_forward=10, tokens_trained=4).flops(100) == 2 * 100 * 10 + 6 * 100 * 4
