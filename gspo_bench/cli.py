@@ -170,6 +170,40 @@ def probe(
 
 
 @app.command()
+def report(
+    results: list[Path] = typer.Argument(..., help="results directories (a suite dir, a root of suites, or runs)"),
+    out: Path | None = typer.Option(None, "--out", help="output directory (default: RESULTS/report)"),
+    allow_unmatched: bool = typer.Option(False, "--allow-unmatched", help="compare runs whose compute differs by > 2%"),
+) -> None:
+    """Write report.md, a self-contained report.html and the figures for one or more results dirs."""
+    from analysis.load import NotResultsError, SchemaVersionError, load_results
+    from analysis.report import UnmatchedComputeError, write_report
+
+    try:
+        loaded = load_results(*results)
+        paths = write_report(loaded, out or results[0] / "report", allow_unmatched=allow_unmatched)
+    except (NotResultsError, SchemaVersionError, UnmatchedComputeError) as err:
+        raise fail(str(err)) from None
+    console.print(f"wrote {paths['md']}, {paths['html']} and {paths['figures']}/", highlight=False)
+
+
+@app.command()
+def figures(
+    results: list[Path] = typer.Argument(..., help="results directories"),
+    out: Path | None = typer.Option(None, "--out", help="output directory (default: RESULTS/figures)"),
+) -> None:
+    """Write the paper-style figures (PNG and PDF) only."""
+    from analysis.load import NotResultsError, SchemaVersionError, load_results
+    from analysis.report import write_figures
+
+    try:
+        paths = write_figures(load_results(*results), out or results[0] / "figures")
+    except (NotResultsError, SchemaVersionError) as err:
+        raise fail(str(err)) from None
+    console.print(f"wrote {len(paths)} files to {paths[0].parent}/", highlight=False)
+
+
+@app.command()
 def version() -> None:
     """Print the gspo-bench version."""
     from gspo_bench import __version__

@@ -340,3 +340,18 @@ def test_sapo_refuses_a_hard_clip_range():
     logp, old, adv, mask = random_batch(1)
     with pytest.raises(ValueError, match="no hard clip"):
         call("sapo", logp, old, adv, mask, clip_low=0.2, clip_high=0.2)
+
+
+def test_clip_counts_by_length_bucket():
+    # lengths 2 (bucket 2-3) and 8 (bucket 8-15); GSPO clips the whole long response only
+    old = torch.zeros(2, 8)
+    logp = old.clone()
+    logp[1] = 0.3  # response 1: s = e^0.3, far outside the GSPO range with A > 0
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[0, :2] = True
+    mask[1, :] = True
+    _, m = call("gspo", logp, old, torch.tensor([1.0, 1.0]), mask)
+    assert float(m["count/tokens_len2-3"]) == 2 and float(m["count/clipped_len2-3"]) == 0
+    assert float(m["count/tokens_len8-15"]) == 8 and float(m["count/clipped_len8-15"]) == 8
+    assert float(m["count/tokens_len1-1"]) == 0 and float(m["count/tokens_len4-7"]) == 0
+    assert "count/tokens_len16-31" not in m

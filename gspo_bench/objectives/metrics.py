@@ -3,8 +3,12 @@
 - `ratio/token_*`: token ratio w_it over valid tokens (also for sequence-level objectives);
 - `ratio/seq_*`: length-normalised sequence ratio s_i over non-empty responses (also for GRPO);
 - `logratio/token_var`: variance of log w_it; `kl/old_new`: k3 estimate of KL(pi_old || pi_theta);
-- `clip/frac*`: token-weighted fraction of valid tokens whose term the clip cut (paper Figure 2).
+- `clip/frac*`: token-weighted fraction of valid tokens whose term the clip cut (paper Figure 2);
+- `count/tokens_len{lo}-{hi}`, `count/clipped_len{lo}-{hi}`: valid and clipped tokens of responses
+  whose length |y_i| is in [lo, hi] for power-of-two buckets 1-1, 2-3, 4-7, 8-15, ... up to the
+  longest response (clipping by response length: GSPO's length-bias critique).
 All values are detached 0-d tensors; variances are population variances (0 for a single element).
+`count/*` values are counts, to be summed (not averaged) across minibatches and steps.
 """
 
 from __future__ import annotations
@@ -59,9 +63,26 @@ def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBat
     """Token-weighted clip fractions from per-token flags [B, T] (a clipped response flags all its tokens)."""
     low = cut_low & batch.mask
     high = cut_high & batch.mask
+    clipped = low | high  # [B, T]
     n = batch.n_tokens.clamp(min=1)
-    return {
-        "clip/frac": (low | high).sum() / n,
+    out = {
+        "clip/frac": clipped.sum() / n,
         "clip/frac_low": low.sum() / n,
         "clip/frac_high": high.sum() / n,
     }
+    out.update(length_bucket_counts(clipped, batch))
+    return out
+
+
+def length_bucket_counts(clipped: torch.Tensor, batch: PolicyBatch) -> dict[str, torch.Tensor]:
+    """Valid and clipped token counts per power-of-two response-length bucket (padding-invariant)."""
+    if not bool(batch.has_tokens.any()):
+        return {}
+    bucket = torch.log2(batch.lengths.clamp(min=1.0)).floor()  # [B] 0 for length 1, 1 for 2-3, ...
+    out = {}
+    for b in range(int(bucket[batch.has_tokens].max()) + 1):
+        rows = (bucket == b) & batch.has_tokens  # [B]
+        name = f"len{2**b}-{2 ** (b + 1) - 1}"
+        out[f"count/tokens_{name}"] = batch.mask[rows].sum().float()
+        out[f"count/clipped_{name}"] = clipped[rows].sum().float()
+    return out

@@ -11,7 +11,8 @@ _RESPONSE_WEIGHTED = ("ratio/seq_",)
 
 
 class StepMeasurements:
-    """Weighted means over minibatches; extremes (`*_min`, `*_max`) combine as min / max."""
+    """Weighted means over minibatches; extremes (`*_min`, `*_max`) combine as min / max, counts
+    (`count/*`) add up."""
 
     def __init__(self):
         self.sums: dict[str, float] = {}
@@ -21,6 +22,9 @@ class StepMeasurements:
     def add(self, metrics: dict, n_tokens: float, n_responses: float) -> None:
         for key, value in metrics.items():
             value = float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+            if key.startswith("count/"):
+                self.extremes[key] = self.extremes.get(key, 0.0) + value
+                continue
             if key.endswith("_min") or key.endswith("_max"):
                 pick = min if key.endswith("_min") else max
                 self.extremes[key] = value if key not in self.extremes else pick(self.extremes[key], value)

@@ -1,0 +1,226 @@
+"""Paper-style figures from tidy results. Every function takes `ax=None` (a new figure when None)
+and returns the axes; nothing here saves files (the report and figures commands do)."""
+
+from __future__ import annotations
+
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: figures are written to files, never shown
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from analysis.stats import bootstrap_ci, ema, mean  # noqa: E402
+
+COMPUTE = "compute/cum_flops"
+
+
+def _ax(ax, size=(6.0, 4.0)):
+    if ax is None:
+        _, ax = plt.subplots(figsize=size, layout="constrained")
+    return ax
+
+
+def palette(labels: list[str]) -> dict[str, tuple]:
+    return dict(zip(labels, sns.color_palette("colorblind", n_colors=max(len(labels), 1))))
+
+
+def _labels(metrics: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(metrics["label"]))
+
+
+def curve_with_band(metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth: float | None = 0.2,
+                    points: int = 100, rng: np.random.Generator | None = None) -> pd.DataFrame:
+    """Per label: mean over seeds of `column` (EMA-smoothed per run) on a common x grid, with a 95%
+    bootstrap band over seeds. Columns: label, x, mean, low, high."""
+    rng = rng or np.random.default_rng(0)
+    rows = []
+    for label, frame in metrics.groupby("label", sort=False):
+        runs = [f.sort_values("step") for _, f in frame.groupby("seed")]
+        runs = [r for r in runs if r[column].notna().any()]
+        if not runs:
+            continue
+        end = min(r[x].iloc[-1] for r in runs)
+        start = max(r[x].iloc[0] for r in runs)
+        grid = np.linspace(start, end, points) if end > start else np.array([end])
+        ys = []
+        for r in runs:
+            r = r[r[column].notna()]
+            y = ema(r[column].to_numpy(), smooth) if smooth else r[column].to_numpy()
+            ys.append(np.interp(grid, r[x].to_numpy(), y))
+        ys = np.array(ys)  # [seeds, points]
+        if len(ys) > 1:  # bootstrap the mean over seeds at every grid point at once
+            resampled = ys[rng.integers(0, len(ys), size=(500, len(ys)))].mean(axis=1)  # [reps, points]
+            low, high = np.quantile(resampled, 0.025, axis=0), np.quantile(resampled, 0.975, axis=0)
+        else:
+            low = high = ys[0]
+        rows += [{"label": label, "x": g, "mean": m, "low": lo, "high": hi}
+                 for g, m, lo, hi in zip(grid, ys.mean(axis=0), low, high)]
+    return pd.DataFrame(rows)
+
+
+def plot_curves(metrics: pd.DataFrame, column: str, ax=None, x: str = COMPUTE, smooth: float | None = 0.2,
+                labels: list[str] | None = None, ylabel: str | None = None, log: bool = False, linestyle="-"):
+    ax = _ax(ax)
+    labels = labels or _labels(metrics)
+    colors = palette(_labels(metrics))
+    data = curve_with_band(metrics[metrics["label"].isin(labels)], column, x=x, smooth=smooth)
+    for label in labels:
+        d = data[data["label"] == label]
+        if d.empty:
+            continue
+        ax.plot(d["x"], d["mean"], label=label, color=colors[label], linestyle=linestyle)
+        ax.fill_between(d["x"], d["low"], d["high"], color=colors[label], alpha=0.2, linewidth=0)
+    ax.set_xlabel("training compute (FLOPs)" if x == COMPUTE else x)
+    ax.set_ylabel(ylabel or column)
+    if log:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def fig1_reward_vs_compute(metrics: pd.DataFrame, ax=None, evals: pd.DataFrame | None = None):
+    """Figure 1: training reward against training compute, one line per objective, 95% CI band over
+    seeds; held-out eval scores (if any) as markers."""
+    ax = plot_curves(metrics, "reward/mean", ax=ax, ylabel="training reward")
+    if evals is not None and len(evals):
+        colors = palette(_labels(metrics))
+        for label, frame in evals.groupby("label", sort=False):
+            agg = frame.groupby(COMPUTE)["score"].mean().reset_index()
+            ax.plot(agg[COMPUTE], agg["score"], marker="o", linestyle=":", color=colors.get(label),
+                    label=f"{label} (eval)")
+    ax.set_title("Training reward vs compute")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def fig2_clip_fraction(metrics: pd.DataFrame, ax=None):
+    """Figure 2: fraction of clipped tokens per objective (mean over steps, then seeds), log scale."""
+    ax = _ax(ax)
+    labels = _labels(metrics)
+    colors = palette(labels)
+    rng = np.random.default_rng(0)
+    values, errs = [], []
+    for label in labels:
+        per_seed = metrics[metrics["label"] == label].groupby("seed")["clip/frac"].mean().to_numpy()
+        m = per_seed.mean()
+        low, high = bootstrap_ci(per_seed, mean, rng, reps=1000)
+        values.append(m)
+        errs.append((m - low, high - m))
+    floor = min([v for v in values if v > 0], default=1e-6) / 10
+    shown = [max(v, floor) for v in values]
+    ax.bar(labels, shown, color=[colors[lbl] for lbl in labels], yerr=np.array(errs).T if len(errs) else None,
+           capsize=3)
+    for i, v in enumerate(values):
+        ax.annotate(f"{v:.2g}", (i, shown[i]), ha="center", va="bottom", fontsize=8,
+                    xytext=(0, 3), textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_ylabel("clipped token fraction")
+    ax.set_title("Clipping fraction")
+    ax.tick_params(axis="x", rotation=20)
+    return ax
+
+
+def fig3_replay(metrics: pd.DataFrame, ax=None):
+    """Figure 3: GRPO with and without Routing Replay: training reward vs compute."""
+    ax = _ax(ax)
+    grpo = metrics[metrics["objective"] == "grpo"]
+    if grpo.empty:
+        ax.text(0.5, 0.5, "no GRPO runs in these results", ha="center", va="center", transform=ax.transAxes)
+        return ax
+    ax = plot_curves(grpo, "reward/mean", ax=ax, ylabel="training reward")
+    ax.set_title("GRPO with / without Routing Replay")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def ratio_variance(metrics: pd.DataFrame, ax=None):
+    """Token (solid) and sequence (dashed) importance-ratio variance over steps, log scale."""
+    ax = _ax(ax)
+    plot_curves(metrics, "ratio/token_var", ax=ax, x="step", smooth=0.3, log=True)
+    for line in ax.get_lines():
+        line.set_label(f"{line.get_label()} token")
+    n_token = len(ax.get_lines())
+    plot_curves(metrics, "ratio/seq_var", ax=ax, x="step", smooth=0.3, log=True, linestyle="--")
+    for line in ax.get_lines()[n_token:]:
+        line.set_label(f"{line.get_label()} seq")
+    ax.set_ylabel("importance-ratio variance")
+    ax.set_title("Ratio variance: token (solid) vs sequence (dashed)")
+    ax.legend(fontsize=7, ncol=2)
+    return ax
+
+
+def drift_over_steps(metrics: pd.DataFrame, ax=None):
+    """Expert-activation drift (fraction of (token, layer) routings changed vs the old policy)."""
+    ax = plot_curves(metrics, "moe/drift", ax=ax, x="step", smooth=0.3, ylabel="expert drift (moe/drift)")
+    ax.set_title("Expert-activation drift per step")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def drift_heatmap(layers: pd.DataFrame, label: str, ax=None):
+    """Layer x step heatmap of drift for one objective (mean over seeds)."""
+    ax = _ax(ax, size=(7.0, 3.5))
+    data = layers[layers["label"] == label]
+    if data.empty:
+        ax.text(0.5, 0.5, f"no per-layer drift for {label}", ha="center", va="center", transform=ax.transAxes)
+        return ax
+    grid = data.pivot_table(index="layer", columns="step", values="moe/drift", aggfunc="mean")
+    sns.heatmap(grid, ax=ax, cmap="viridis", cbar_kws={"label": "drift"}, xticklabels=max(1, grid.shape[1] // 10))
+    ax.invert_yaxis()
+    ax.set_title(f"Drift by layer and step: {label}")
+    return ax
+
+
+_BUCKET = re.compile(r"^count/tokens_len(\d+)-(\d+)$")
+
+
+def clip_by_length_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Clip fraction per objective and response-length bucket (summed counts over steps and seeds)."""
+    rows = []
+    for column in metrics.columns:
+        match = _BUCKET.match(column)
+        if not match:
+            continue
+        lo, hi = int(match[1]), int(match[2])
+        clipped = column.replace("count/tokens_", "count/clipped_")
+        for label, frame in metrics.groupby("label", sort=False):
+            tokens = frame[column].fillna(0).sum()
+            if tokens > 0:
+                rows.append({"label": label, "bucket": f"{lo}-{hi}", "lo": lo, "tokens": tokens,
+                             "clip_frac": frame[clipped].fillna(0).sum() / tokens})
+    return pd.DataFrame(rows).sort_values(["lo", "label"]) if rows else pd.DataFrame(
+        columns=["label", "bucket", "lo", "tokens", "clip_frac"])
+
+
+def clip_by_length(metrics: pd.DataFrame, ax=None):
+    """Clip fraction by response-length bucket per objective (the length-bias critique of GSPO)."""
+    ax = _ax(ax)
+    table = clip_by_length_table(metrics)
+    if table.empty:
+        ax.text(0.5, 0.5, "no length-bucket counts", ha="center", va="center", transform=ax.transAxes)
+        return ax
+    labels = _labels(metrics)
+    sns.barplot(table, x="bucket", y="clip_frac", hue="label", hue_order=labels, palette=palette(labels), ax=ax)
+    if (table["clip_frac"] > 0).any():
+        ax.set_yscale("log")
+    ax.set_xlabel("response length (tokens)")
+    ax.set_ylabel("clipped token fraction")
+    ax.set_title("Clipping by response length")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def kl_entropy(metrics: pd.DataFrame, axes=None):
+    """Two panels: KL(pi_old || pi_theta) per step, and policy entropy per step."""
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")
+    plot_curves(metrics, "kl/old_new", ax=axes[0], x="step", smooth=0.3, ylabel="KL(old || new), k3", log=True)
+    plot_curves(metrics, "entropy/mean", ax=axes[1], x="step", smooth=0.3, ylabel="entropy (nats / token)")
+    axes[0].set_title("KL between old and new policy")
+    axes[1].set_title("Policy entropy")
+    axes[1].legend(fontsize=8)
+    return axes

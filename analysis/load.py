@@ -1,0 +1,127 @@
+"""Results directories -> tidy pandas tables (never imports torch).
+
+    results = load_results("runs/quickstart")        # a suite dir, a root of suites, or a run dir
+    results.metrics   # one row per (run, step): run metadata + every metric column
+    results.layers    # one row per (run, step, layer): per-layer expert drift
+    results.runs      # one row per run: status, steps, spent compute, budget, provenance
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from gspo_bench.results import REQUIRED_COLUMNS, SCHEMA_VERSION
+
+
+class NotResultsError(ValueError):
+    """A path that holds no gspo-bench results."""
+
+
+class SchemaVersionError(ValueError):
+    """Results written by an incompatible version of gspo-bench."""
+
+
+@dataclass(frozen=True)
+class Results:
+    metrics: pd.DataFrame
+    layers: pd.DataFrame
+    runs: pd.DataFrame
+
+    @property
+    def objectives(self) -> list[str]:
+        return list(dict.fromkeys(self.runs["label"]))  # suite order
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "status.json").is_file() and (path / "metrics.parquet").is_file()
+
+
+def find_run_dirs(path: Path) -> list[Path]:
+    """Run directories at `path`, one level below (a suite) or two levels below (a root of suites)."""
+    if is_run_dir(path):
+        return [path]
+    found = sorted(p for p in path.glob("*") if p.is_dir() and is_run_dir(p))
+    found += sorted(p for p in path.glob("*/*") if p.is_dir() and is_run_dir(p))
+    return found
+
+
+def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    status = json.loads((run_dir / "status.json").read_text())
+    version = status.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{run_dir}: results schema version {version}, this gspo-bench reads version {SCHEMA_VERSION}"
+        )
+    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
+    prov_file = run_dir / "provenance.json"
+    prov = json.loads(prov_file.read_text()) if prov_file.is_file() else {}
+    metrics = pd.read_parquet(run_dir / "metrics.parquet")
+    missing = [c for c in REQUIRED_COLUMNS if c not in metrics.columns]
+    if missing and len(metrics):
+        raise SchemaVersionError(f"{run_dir}/metrics.parquet lacks required columns {missing}")
+    layers = pd.read_parquet(run_dir / "layers.parquet") if (run_dir / "layers.parquet").is_file() else pd.DataFrame()
+    run_cfg, suite_cfg = config.get("run", {}), config.get("suite", {})
+    budget = suite_cfg.get("budget", {})
+    last = metrics.iloc[-1] if len(metrics) else {}
+    meta = {
+        "suite": suite_cfg.get("name", run_dir.parent.name),
+        "label": run_cfg.get("label", run_dir.name.rsplit("-s", 1)[0]),
+        "objective": run_cfg.get("objective"),
+        "replay": bool(run_cfg.get("replay", False)),
+        "seed": int(run_cfg.get("seed", 0)),
+        "status": status.get("status"),
+        "message": status.get("message", ""),
+        "steps": int(len(metrics)),
+        "cum_flops": float(last["compute/cum_flops"]) if len(metrics) else 0.0,
+        "cum_tokens": float(last["compute/cum_tokens"]) if len(metrics) and "compute/cum_tokens" in metrics else 0.0,
+        "budget_kind": budget.get("kind"),
+        "budget_value": float(budget["value"]) if "value" in budget else float("nan"),
+        "clip_low": run_cfg.get("clip_low"),
+        "clip_high": run_cfg.get("clip_high"),
+        "lr": run_cfg.get("lr"),
+        "commit": (prov.get("git") or {}).get("commit"),
+        "dirty": (prov.get("git") or {}).get("dirty"),
+        "device": prov.get("device"),
+        "torch": (prov.get("packages") or {}).get("torch"),
+        "start": prov.get("start"),
+        "end": prov.get("end"),
+        "path": str(run_dir),
+    }
+    for key in ("suite", "label", "objective", "replay", "seed"):
+        metrics[key] = meta[key]
+        if len(layers):
+            layers[key] = meta[key]
+    return meta, metrics, layers
+
+
+def load_results(*paths: str | Path) -> Results:
+    """Load every run under `paths` into one `Results`; NotResultsError for a path without results."""
+    if not paths:
+        raise NotResultsError("no results directory given")
+    metas, metric_frames, layer_frames = [], [], []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise NotResultsError(f"{path}: no such directory")
+        run_dirs = find_run_dirs(path)
+        if not run_dirs:
+            raise NotResultsError(
+                f"{path} holds no gspo-bench results: expected run directories with status.json and "
+                "metrics.parquet (a run dir, a suite dir OUT/<suite>, or a root OUT)"
+            )
+        for run_dir in run_dirs:
+            meta, metrics, layers = _read_run(run_dir)
+            metas.append(meta)
+            metric_frames.append(metrics)
+            if len(layers):
+                layer_frames.append(layers)
+    runs = pd.DataFrame(metas)
+    metrics = pd.concat(metric_frames, ignore_index=True)
+    layers = pd.concat(layer_frames, ignore_index=True) if layer_frames else pd.DataFrame(
+        columns=["suite", "label", "seed", "step", "layer", "moe/drift"])
+    return Results(metrics=metrics, layers=layers, runs=runs)

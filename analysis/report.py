@@ -1,0 +1,217 @@
+"""Comparison report: `report.md` and a self-contained `report.html` (figures embedded), plus the
+figures as PNG and PDF. Refuses runs whose spent compute differs by more than 2% unless allowed."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from analysis import figures as F
+from analysis.load import Results
+from analysis.stats import auc, bootstrap_ci, final_value, iqm, mean, per_run
+
+MATCH_TOLERANCE = 0.02  # relative spread of spent compute allowed between runs
+
+
+class UnmatchedComputeError(ValueError):
+    """Runs spent different compute: comparing them would not be a matched-compute comparison."""
+
+
+def spent(runs: pd.DataFrame) -> pd.Series:
+    """Spent compute per run in the unit of its budget (FLOPs, tokens or steps)."""
+    kind = runs["budget_kind"].fillna("flops")
+    return np.where(kind == "steps", runs["steps"], np.where(kind == "tokens", runs["cum_tokens"], runs["cum_flops"]))
+
+
+def compute_table(results: Results) -> pd.DataFrame:
+    runs = results.runs.copy()
+    runs["spent"] = spent(runs)
+    runs["spent / budget"] = runs["spent"] / runs["budget_value"]
+    return runs[["suite", "label", "seed", "status", "steps", "budget_kind", "budget_value", "spent",
+                 "spent / budget", "cum_flops", "cum_tokens"]]
+
+
+def check_matched(results: Results, allow_unmatched: bool = False) -> float:
+    """Relative spread (max - min) / min of spent compute over finished runs; raises above 2%."""
+    runs = results.runs
+    finished = runs[runs["status"] == "done"]
+    if finished.empty:
+        return 0.0
+    if finished["budget_kind"].nunique() > 1:
+        if not allow_unmatched:
+            raise UnmatchedComputeError("runs have different budget kinds; pass --allow-unmatched to compare anyway")
+        return float("nan")
+    values = spent(finished)
+    spread = float((values.max() - values.min()) / max(values.min(), 1e-12))
+    if spread > MATCH_TOLERANCE and not allow_unmatched:
+        worst = finished.assign(spent=values).sort_values("spent")
+        raise UnmatchedComputeError(
+            f"spent compute differs by {spread:.1%} between runs (> {MATCH_TOLERANCE:.0%}): "
+            f"{worst.iloc[0]['label']}-s{worst.iloc[0]['seed']} spent {worst.iloc[0]['spent']:.4g}, "
+            f"{worst.iloc[-1]['label']}-s{worst.iloc[-1]['seed']} {worst.iloc[-1]['spent']:.4g}; "
+            "pass --allow-unmatched to compare anyway"
+        )
+    return spread
+
+
+def summary_table(results: Results, seed: int = 0) -> pd.DataFrame:
+    """One row per objective label: final reward (mean, 95% CI over seeds, IQM), AUC, measurements."""
+    rng = np.random.default_rng(seed)
+    metrics = results.metrics
+    final = per_run(metrics, lambda f: final_value(f, "reward/mean"))
+    areas = per_run(metrics, lambda f: auc(f["compute/cum_flops"], f["reward/mean"]))
+    rows = []
+    for label in results.objectives:
+        runs = results.runs[results.runs["label"] == label]
+        m = metrics[metrics["label"] == label]
+        low, high = bootstrap_ci(final[label], mean, rng) if len(final[label]) > 1 else (np.nan, np.nan)
+        collapsed = runs[runs["status"] == "collapsed"]
+        rows.append({
+            "objective": label,
+            "seeds": len(runs),
+            "final reward": mean(final[label]),
+            "CI low": low,
+            "CI high": high,
+            "IQM": iqm(final[label]),
+            "AUC (reward x compute)": mean(areas[label]),
+            "clip/frac": m["clip/frac"].mean(),
+            "ratio/token_var": m["ratio/token_var"].mean(),
+            "ratio/seq_var": m["ratio/seq_var"].mean(),
+            "moe/drift": m["moe/drift"].mean(),
+            "moe/drift_expert": m["moe/drift_expert"].mean(),
+            "collapsed": "; ".join(f"s{r.seed} at step {r.steps}: {r.message}" for r in collapsed.itertuples()) or "-",
+        })
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    title: str
+    fig: plt.Figure
+
+
+def make_figures(results: Results, evals: pd.DataFrame | None = None) -> list[Figure]:
+    m = results.metrics
+    figures = [
+        Figure("fig1_reward_vs_compute", "Figure 1: training reward vs compute",
+               F.fig1_reward_vs_compute(m, evals=evals).figure),
+        Figure("fig2_clip_fraction", "Figure 2: clipped token fraction", F.fig2_clip_fraction(m).figure),
+        Figure("fig3_routing_replay", "Figure 3: GRPO with / without Routing Replay", F.fig3_replay(m).figure),
+        Figure("ratio_variance", "Importance-ratio variance", F.ratio_variance(m).figure),
+        Figure("drift", "Expert-activation drift", F.drift_over_steps(m).figure),
+        Figure("clip_by_length", "Clipping by response length", F.clip_by_length(m).figure),
+        Figure("kl_entropy", "KL and entropy", F.kl_entropy(m)[0].figure),
+    ]
+    for label in results.objectives:
+        if not results.layers.empty and (results.layers["label"] == label).any():
+            safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in label)
+            figures.append(Figure(f"drift_layers_{safe}", f"Drift by layer: {label}",
+                                  F.drift_heatmap(results.layers, label).figure))
+    return figures
+
+
+def save_figures(figures: list[Figure], out: Path, dpi: int = 110) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for f in figures:
+        for ext in ("png", "pdf"):
+            path = out / f"{f.name}.{ext}"
+            f.fig.savefig(path, dpi=dpi)
+            paths.append(path)
+    return paths
+
+
+def _fmt(frame: pd.DataFrame) -> pd.DataFrame:
+    def cell(v):
+        if isinstance(v, float | np.floating):
+            return "-" if np.isnan(v) else f"{v:.4g}"
+        return str(v)
+
+    return frame.map(cell)
+
+
+def _png_base64(fig: plt.Figure, dpi: int = 90) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def write_report(results: Results, out: Path, allow_unmatched: bool = False,
+                 evals: pd.DataFrame | None = None) -> dict[str, Path]:
+    """Write report.md, report.html and figures/ under `out`; returns the paths written."""
+    spread = check_matched(results, allow_unmatched)
+    out = Path(out)
+    figures = make_figures(results, evals)
+    save_figures(figures, out / "figures")
+    runs = results.runs
+    summary = summary_table(results)
+    compute = compute_table(results)
+    suites = ", ".join(sorted(runs["suite"].unique()))
+    provenance = runs[["label", "seed", "commit", "dirty", "torch", "device", "start", "end"]]
+    clip_len = F.clip_by_length_table(results.metrics)
+    clip_len_wide = (clip_len.pivot_table(index="bucket", columns="label", values="clip_frac", sort=False)
+                     .reset_index() if not clip_len.empty else "These results carry no length-bucket counts.")
+    intro = (
+        f"Suite(s) **{suites}**: {runs['label'].nunique()} objectives x {runs['seed'].nunique()} seed(s), "
+        f"{len(runs)} runs ({(runs['status'] == 'done').sum()} done, {(runs['status'] == 'collapsed').sum()} "
+        f"collapsed, {(runs['status'] == 'failed').sum()} failed). Budget: {runs['budget_kind'].iloc[0]} = "
+        f"{runs['budget_value'].iloc[0]:.4g}; spent compute spread between finished runs: "
+        + ("n/a" if spread != spread else f"{spread:.2%}") + (" (**unmatched, allowed by flag**)" if allow_unmatched and spread > MATCH_TOLERANCE else "")
+        + ". Final reward: mean of the last 10% of steps, 95% bootstrap CI over seeds (none with one seed); "
+        "AUC: mean reward over compute; other columns: means over all steps."
+    )
+    sections = [
+        ("Suite summary", intro),
+        ("Compute matching", compute),
+        ("Summary per objective", summary),
+        ("Clip fraction by response length", clip_len_wide),
+        ("Provenance", provenance),
+    ]
+    md = ["# gspo-bench report", ""]
+    for title, body in sections:
+        md += [f"## {title}", ""]
+        md.append(body if isinstance(body, str) else _fmt(body).to_markdown(index=False))
+        md.append("")
+    md += ["## Figures", ""]
+    for f in figures:
+        md += [f"### {f.title}", "", f"![{f.title}](figures/{f.name}.png)", ""]
+    (out / "report.md").write_text("\n".join(md))
+
+    css = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+           "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+           "text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}"
+           "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{font-weight:600}")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>gspo-bench report: {html.escape(suites)}"
+             f"</title><style>{css}</style></head><body><h1>gspo-bench report</h1>"]
+    for title, body in sections:
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        if isinstance(body, str):
+            text = html.escape(body).replace("**", "")
+            parts.append(f"<p>{text}</p>")
+        else:
+            parts.append(_fmt(body).to_html(index=False, border=0, escape=True))
+    parts.append("<h2>Figures</h2>")
+    for f in figures:
+        parts.append(f"<figure><figcaption>{html.escape(f.title)}</figcaption>"
+                     f"<img alt='{html.escape(f.title)}' src='data:image/png;base64,{_png_base64(f.fig)}'></figure>")
+    parts.append("</body></html>")
+    (out / "report.html").write_text("\n".join(parts))
+    for f in figures:
+        plt.close(f.fig)
+    return {"md": out / "report.md", "html": out / "report.html", "figures": out / "figures"}
+
+
+def write_figures(results: Results, out: Path, evals: pd.DataFrame | None = None) -> list[Path]:
+    figures = make_figures(results, evals)
+    paths = save_figures(figures, Path(out))
+    for f in figures:
+        plt.close(f.fig)
+    return paths

@@ -1,0 +1,178 @@
+"""Analysis on a synthetic results directory built here: loading, statistics, figures, report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from analysis.load import NotResultsError, SchemaVersionError, load_results
+from analysis.report import UnmatchedComputeError, check_matched, write_figures, write_report
+from analysis.stats import auc, bootstrap_ci, ema, iqm, mean
+from gspo_bench.cli import app
+from gspo_bench.results import REQUIRED_COLUMNS, RunDir
+
+LABELS = {"grpo": ("grpo", False), "grpo_rr": ("grpo", True), "gspo": ("gspo", False)}
+
+
+def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", message=""):
+    objective, replay = LABELS[label]
+    rng = np.random.default_rng(seed + 10 * len(label))
+    run = RunDir(root / "synth" / f"{label}-s{seed}")
+    rows, layers = [], []
+    for step in range(1, steps + 1):
+        row = {c: float(rng.uniform(0.01, 0.2)) for c in REQUIRED_COLUMNS}
+        row.update({
+            "step": step, "objective": objective, "label": label, "seed": seed,
+            "reward/mean": 0.2 + 0.01 * step + (0.1 if objective == "gspo" else 0.0),
+            "clip/frac": 0.15 if objective == "gspo" else 0.0013,
+            "compute/flops": flops_per_step, "compute/cum_flops": flops_per_step * step,
+            "compute/cum_tokens": 100.0 * step,
+            "count/tokens_len4-7": 40.0, "count/clipped_len4-7": 6.0 if objective == "gspo" else 0.0,
+            "count/tokens_len8-15": 60.0, "count/clipped_len8-15": 9.0 if objective == "gspo" else 0.1,
+        })
+        rows.append(row)
+        layers += [{"step": step, "label": label, "seed": seed, "layer": i, "moe/drift": 0.01 * (i + 1)}
+                   for i in range(4)]
+    run.write_rows("metrics.parquet", rows)
+    run.write_rows("layers.parquet", layers)
+    config = {"run": {"label": label, "objective": objective, "replay": replay, "seed": seed},
+              "suite": {"name": "synth", "budget": {"kind": "flops", "value": flops_per_step * steps}}}
+    run.write_text("config.yaml", yaml.safe_dump(config))
+    run.write_json("provenance.json", {"git": {"commit": "abc", "dirty": False}, "packages": {"torch": "x"},
+                                       "device": "cpu", "start": "s", "end": "e"})
+    run.write_status(status, message, step=steps)
+    return run
+
+
+@pytest.fixture()
+def results_dir(tmp_path):
+    for label in LABELS:
+        for seed in range(3):
+            make_run(tmp_path, label, seed)
+    return tmp_path / "synth"
+
+
+def test_load_tidy_tables(results_dir):
+    results = load_results(results_dir)
+    assert len(results.runs) == 9 and results.objectives == ["grpo", "grpo_rr", "gspo"]
+    assert len(results.metrics) == 9 * 20
+    assert {"suite", "label", "objective", "seed", "replay"} <= set(results.metrics.columns)
+    assert results.runs.set_index("label").loc["grpo_rr", "replay"].all()
+    assert len(results.layers) == 9 * 20 * 4
+    # a root of suites and a single run directory load too
+    assert len(load_results(results_dir.parent).runs) == 9
+    assert len(load_results(results_dir / "gspo-s1").runs) == 1
+
+
+def test_load_rejects_non_results_and_other_schema(tmp_path, results_dir):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotResultsError, match="holds no gspo-bench results"):
+        load_results(tmp_path / "empty")
+    with pytest.raises(NotResultsError, match="no such directory"):
+        load_results(tmp_path / "missing")
+    status = results_dir / "grpo-s0" / "status.json"
+    status.write_text(json.dumps({**json.loads(status.read_text()), "schema_version": 99}))
+    with pytest.raises(SchemaVersionError, match="schema version 99"):
+        load_results(results_dir)
+
+
+def test_statistics_small_cases():
+    assert iqm(np.array([1, 2, 3, 4, 5, 6, 7, 100])) == pytest.approx(np.mean([3, 4, 5, 6]))
+    assert iqm(np.array([2.0, 4.0])) == 3.0
+    assert auc(np.array([1.0, 2.0]), np.array([1.0, 3.0])) == pytest.approx((1.0 + 2.0) / 2)  # (0..1: 1), (1..2: 2)
+    assert ema(np.array([1.0, 1.0, 1.0]), 0.3).tolist() == pytest.approx([1.0, 1.0, 1.0])
+    assert ema(np.array([0.0, 10.0]), 0.5)[1] == pytest.approx(10 * 0.5 / 0.75)
+
+
+def test_bootstrap_ci_covers_the_true_mean_at_about_the_stated_rate():
+    rng = np.random.default_rng(1234)
+    trials, covered = 300, 0
+    for _ in range(trials):
+        sample = rng.normal(0.5, 0.2, size=20)
+        low, high = bootstrap_ci(sample, mean, rng, reps=400)
+        covered += low <= 0.5 <= high
+    assert 0.89 <= covered / trials <= 0.99  # nominal 95%; the percentile bootstrap runs a little narrow
+
+
+def test_bootstrap_ci_is_reproducible_with_an_explicit_generator():
+    x = np.arange(10.0)
+    assert bootstrap_ci(x, mean, np.random.default_rng(7)) == bootstrap_ci(x, mean, np.random.default_rng(7))
+
+
+def test_every_figure_file_is_written(results_dir, tmp_path):
+    paths = write_figures(load_results(results_dir), tmp_path / "figs")
+    names = {p.stem for p in paths}
+    assert {"fig1_reward_vs_compute", "fig2_clip_fraction", "fig3_routing_replay", "ratio_variance", "drift",
+            "clip_by_length", "kl_entropy", "drift_layers_gspo"} <= names
+    assert {p.suffix for p in paths} == {".png", ".pdf"}
+    for path in paths:
+        assert path.stat().st_size > 1000, path
+
+
+def test_report_sections_and_compute_table(results_dir, tmp_path):
+    paths = write_report(load_results(results_dir), tmp_path / "report")
+    md = paths["md"].read_text()
+    for section in ("## Suite summary", "## Compute matching", "## Summary per objective",
+                    "## Clip fraction by response length", "## Provenance", "## Figures"):
+        assert section in md
+    assert md.count("| synth ") == 9  # one compute row per run
+    html = paths["html"].read_text()
+    assert html.count("data:image/png;base64,") >= 7 and "<table" in html and "src='figures/" not in html
+    summary = md.split("## Summary per objective")[1].split("##")[0]
+    gspo_row = next(line for line in summary.splitlines() if line.startswith("| gspo "))
+    assert "0.15" in gspo_row  # clip fraction of the synthetic GSPO runs
+
+
+def test_unmatched_compute_is_refused_without_the_flag(tmp_path):
+    for label in ("grpo", "gspo"):
+        make_run(tmp_path, label, 0, flops_per_step=1e9 if label == "grpo" else 1.1e9)
+    results = load_results(tmp_path / "synth")
+    with pytest.raises(UnmatchedComputeError, match="differs by 10.0%"):
+        write_report(results, tmp_path / "r")
+    assert check_matched(results, allow_unmatched=True) == pytest.approx(0.1)
+    write_report(results, tmp_path / "r", allow_unmatched=True)
+    runner = CliRunner()
+    refused = runner.invoke(app, ["report", str(tmp_path / "synth"), "--out", str(tmp_path / "r2")])
+    assert refused.exit_code == 2 and "--allow-unmatched" in refused.output
+    allowed = runner.invoke(app, ["report", str(tmp_path / "synth"), "--out", str(tmp_path / "r2"), "--allow-unmatched"])
+    assert allowed.exit_code == 0 and (tmp_path / "r2" / "report.html").is_file()
+
+
+def test_collapsed_runs_are_reported_with_step_and_reason(tmp_path):
+    make_run(tmp_path, "grpo", 0, steps=20)
+    make_run(tmp_path, "gspo", 0, steps=20)
+    make_run(tmp_path, "grpo_rr", 0, steps=7, status="collapsed", message="reward collapsed to 0.01")
+    md = write_report(load_results(tmp_path / "synth"), tmp_path / "r")["md"].read_text()
+    assert "s0 at step 7: reward collapsed to 0.01" in md
+
+
+def test_cli_figures_and_not_results(results_dir, tmp_path):
+    runner = CliRunner()
+    ok = runner.invoke(app, ["figures", str(results_dir), "--out", str(tmp_path / "f")])
+    assert ok.exit_code == 0 and (tmp_path / "f" / "fig2_clip_fraction.pdf").is_file()
+    bad = runner.invoke(app, ["report", str(tmp_path / "f")])
+    assert bad.exit_code == 2 and "holds no gspo-bench results" in bad.output
+
+
+def test_analysis_modules_never_import_torch():
+    code = ("import sys, analysis.load, analysis.stats, analysis.figures, analysis.report; "
+            "assert 'torch' not in sys.modules, 'analysis imported torch'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_reward_curve_band_uses_every_seed(results_dir):
+    from analysis.figures import curve_with_band
+
+    metrics = load_results(results_dir).metrics
+    band = curve_with_band(metrics, "reward/mean", smooth=None, points=5)
+    gspo = band[band["label"] == "gspo"]
+    assert len(gspo) == 5 and (gspo["low"] <= gspo["mean"]).all() and (gspo["mean"] <= gspo["high"]).all()
+    assert gspo["mean"].iloc[-1] == pytest.approx(0.2 + 0.01 * 20 + 0.1)
+    assert isinstance(band, pd.DataFrame)
