@@ -84,16 +84,28 @@ def plot_curves(metrics: pd.DataFrame, column: str, ax=None, x: str = COMPUTE, s
 
 def fig1_reward_vs_compute(metrics: pd.DataFrame, ax=None, evals: pd.DataFrame | None = None):
     """Figure 1: training reward against training compute, one line per objective, 95% CI band over
-    seeds; held-out eval scores (if any) as markers."""
+    seeds. With held-out evaluations, a second panel per eval task: score vs compute (mean over seeds)."""
+    tasks = list(dict.fromkeys(evals["task"])) if evals is not None and len(evals) else []
+    if ax is None:
+        _, axes = plt.subplots(1, 1 + len(tasks), figsize=(6.0 * (1 + len(tasks)), 4.0), layout="constrained",
+                               squeeze=False)
+        ax, eval_axes = axes[0][0], list(axes[0][1:])
+    else:
+        eval_axes = []
     ax = plot_curves(metrics, "reward/mean", ax=ax, ylabel="training reward")
-    if evals is not None and len(evals):
-        colors = palette(_labels(metrics))
-        for label, frame in evals.groupby("label", sort=False):
-            agg = frame.groupby(COMPUTE)["score"].mean().reset_index()
-            ax.plot(agg[COMPUTE], agg["score"], marker="o", linestyle=":", color=colors.get(label),
-                    label=f"{label} (eval)")
     ax.set_title("Training reward vs compute")
     ax.legend(fontsize=8)
+    colors = palette(_labels(metrics))
+    for task, eval_ax in zip(tasks, eval_axes):
+        frame = evals[evals["task"] == task]
+        for label, runs in frame.groupby("label", sort=False):
+            agg = runs.groupby("step").agg(x=(COMPUTE, "mean"), score=("score", "mean")).reset_index()
+            eval_ax.plot(agg["x"], agg["score"], marker="o", color=colors.get(label), label=label)
+        eval_ax.set_xlabel("training compute (FLOPs)")
+        eval_ax.set_ylabel("held-out score (avg Pass@1)")
+        eval_ax.set_title(f"Eval: {task}")
+        eval_ax.grid(alpha=0.3)
+        eval_ax.legend(fontsize=8)
     return ax
 
 

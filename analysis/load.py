@@ -3,6 +3,7 @@
     results = load_results("runs/quickstart")        # a suite dir, a root of suites, or a run dir
     results.metrics   # one row per (run, step): run metadata + every metric column
     results.layers    # one row per (run, step, layer): per-layer expert drift
+    results.evals     # one row per (run, eval step, task): held-out scores (lm-eval), if any
     results.runs      # one row per run: status, steps, spent compute, budget, provenance
 """
 
@@ -31,6 +32,7 @@ class Results:
     metrics: pd.DataFrame
     layers: pd.DataFrame
     runs: pd.DataFrame
+    evals: pd.DataFrame
 
     @property
     def objectives(self) -> list[str]:
@@ -50,7 +52,7 @@ def find_run_dirs(path: Path) -> list[Path]:
     return found
 
 
-def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     status = json.loads((run_dir / "status.json").read_text())
     version = status.get("schema_version")
     if version != SCHEMA_VERSION:
@@ -65,6 +67,7 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     if missing and len(metrics):
         raise SchemaVersionError(f"{run_dir}/metrics.parquet lacks required columns {missing}")
     layers = pd.read_parquet(run_dir / "layers.parquet") if (run_dir / "layers.parquet").is_file() else pd.DataFrame()
+    evals = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").is_file() else pd.DataFrame()
     run_cfg, suite_cfg = config.get("run", {}), config.get("suite", {})
     budget = suite_cfg.get("budget", {})
     last = metrics.iloc[-1] if len(metrics) else {}
@@ -93,17 +96,17 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
         "path": str(run_dir),
     }
     for key in ("suite", "label", "objective", "replay", "seed"):
-        metrics[key] = meta[key]
-        if len(layers):
-            layers[key] = meta[key]
-    return meta, metrics, layers
+        for frame in (metrics, layers, evals):
+            if len(frame):
+                frame[key] = meta[key]
+    return meta, metrics, layers, evals
 
 
 def load_results(*paths: str | Path) -> Results:
     """Load every run under `paths` into one `Results`; NotResultsError for a path without results."""
     if not paths:
         raise NotResultsError("no results directory given")
-    metas, metric_frames, layer_frames = [], [], []
+    metas, metric_frames, layer_frames, eval_frames = [], [], [], []
     for raw in paths:
         path = Path(raw)
         if not path.exists():
@@ -115,13 +118,17 @@ def load_results(*paths: str | Path) -> Results:
                 "metrics.parquet (a run dir, a suite dir OUT/<suite>, or a root OUT)"
             )
         for run_dir in run_dirs:
-            meta, metrics, layers = _read_run(run_dir)
+            meta, metrics, layers, evals = _read_run(run_dir)
             metas.append(meta)
             metric_frames.append(metrics)
             if len(layers):
                 layer_frames.append(layers)
+            if len(evals):
+                eval_frames.append(evals)
     runs = pd.DataFrame(metas)
     metrics = pd.concat(metric_frames, ignore_index=True)
     layers = pd.concat(layer_frames, ignore_index=True) if layer_frames else pd.DataFrame(
         columns=["suite", "label", "seed", "step", "layer", "moe/drift"])
-    return Results(metrics=metrics, layers=layers, runs=runs)
+    evals = pd.concat(eval_frames, ignore_index=True) if eval_frames else pd.DataFrame(
+        columns=["suite", "label", "seed", "step", "task", "score", "compute/cum_flops"])
+    return Results(metrics=metrics, layers=layers, runs=runs, evals=evals)

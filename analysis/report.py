@@ -98,11 +98,11 @@ class Figure:
     fig: plt.Figure
 
 
-def make_figures(results: Results, evals: pd.DataFrame | None = None) -> list[Figure]:
+def make_figures(results: Results) -> list[Figure]:
     m = results.metrics
     figures = [
-        Figure("fig1_reward_vs_compute", "Figure 1: training reward vs compute",
-               F.fig1_reward_vs_compute(m, evals=evals).figure),
+        Figure("fig1_reward_vs_compute", "Figure 1: training reward (and held-out scores) vs compute",
+               F.fig1_reward_vs_compute(m, evals=results.evals).figure),
         Figure("fig2_clip_fraction", "Figure 2: clipped token fraction", F.fig2_clip_fraction(m).figure),
         Figure("fig3_routing_replay", "Figure 3: GRPO with / without Routing Replay", F.fig3_replay(m).figure),
         Figure("ratio_variance", "Importance-ratio variance", F.ratio_variance(m).figure),
@@ -144,12 +144,26 @@ def _png_base64(fig: plt.Figure, dpi: int = 90) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def write_report(results: Results, out: Path, allow_unmatched: bool = False,
-                 evals: pd.DataFrame | None = None) -> dict[str, Path]:
+def eval_table(results: Results) -> pd.DataFrame | str:
+    """Held-out score per objective and task: first and last evaluation, mean over seeds."""
+    evals = results.evals
+    if evals.empty:
+        return "These runs were not evaluated (add an `eval:` section to the suite)."
+    rows = []
+    for (label, task), frame in evals.groupby(["label", "task"], sort=False):
+        first = frame[frame["step"] == frame["step"].min()]["score"].mean()
+        last_steps = frame.groupby("seed")["step"].transform("max")
+        last = frame[frame["step"] == last_steps]["score"].mean()
+        rows.append({"objective": label, "task": task, "evaluations": frame["step"].nunique(),
+                     "score at start": first, "score at end": last, "change": last - first})
+    return pd.DataFrame(rows)
+
+
+def write_report(results: Results, out: Path, allow_unmatched: bool = False) -> dict[str, Path]:
     """Write report.md, report.html and figures/ under `out`; returns the paths written."""
     spread = check_matched(results, allow_unmatched)
     out = Path(out)
-    figures = make_figures(results, evals)
+    figures = make_figures(results)
     save_figures(figures, out / "figures")
     runs = results.runs
     summary = summary_table(results)
@@ -172,6 +186,7 @@ def write_report(results: Results, out: Path, allow_unmatched: bool = False,
         ("Suite summary", intro),
         ("Compute matching", compute),
         ("Summary per objective", summary),
+        ("Held-out evaluation (lm-eval)", eval_table(results)),
         ("Clip fraction by response length", clip_len_wide),
         ("Provenance", provenance),
     ]
@@ -209,8 +224,8 @@ def write_report(results: Results, out: Path, allow_unmatched: bool = False,
     return {"md": out / "report.md", "html": out / "report.html", "figures": out / "figures"}
 
 
-def write_figures(results: Results, out: Path, evals: pd.DataFrame | None = None) -> list[Path]:
-    figures = make_figures(results, evals)
+def write_figures(results: Results, out: Path) -> list[Path]:
+    figures = make_figures(results)
     paths = save_figures(figures, Path(out))
     for f in figures:
         plt.close(f.fig)

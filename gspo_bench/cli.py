@@ -203,6 +203,57 @@ def figures(
     console.print(f"wrote {len(paths)} files to {paths[0].parent}/", highlight=False)
 
 
+@app.command("eval")
+def eval_policy(
+    path: Path = typer.Argument(..., help="a run directory (its latest checkpoint) or a Hugging Face model directory"),
+    tasks: str = typer.Option(..., "--tasks", help="comma-separated: our task names or lm-eval task names"),
+    samples: int = typer.Option(1, min=1, help="samples per prompt (score = average Pass@1)"),
+    limit: int = typer.Option(64, min=1, help="test documents per task"),
+    greedy: bool = typer.Option(False, "--greedy", help="greedy decoding (samples must be 1)"),
+    max_new_tokens: int = typer.Option(32, min=1),
+    temperature: float = typer.Option(1.0, min=0.0),
+    seed: int = 0,
+    out: Path | None = typer.Option(None, "--out", help="where task files and scores go (default: PATH/eval)"),
+) -> None:
+    """Evaluate a saved policy with lm-eval on held-out task splits, standalone."""
+    import json
+
+    import yaml
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gspo_bench.evaluation import evaluate, resolve_tasks, write_task_files
+
+    suite_task, suite_params = None, {}
+    if (path / "config.yaml").is_file():  # a run directory
+        config = yaml.safe_load((path / "config.yaml").read_text())
+        suite_task, suite_params = config["suite"]["task"]["name"], config["suite"]["task"].get("params", {})
+        model_dir = path / "checkpoint" / "model"
+        if not (model_dir / "config.json").is_file():
+            raise fail(f"{path} is a run directory without a checkpoint (checkpoint/model/)")
+    elif (path / "config.json").is_file():
+        model_dir = path
+    else:
+        raise fail(f"{path} is neither a run directory nor a Hugging Face model directory")
+    if greedy and samples > 1:
+        raise fail("--greedy gives one response per prompt: use --samples 1")
+    out = out or path / "eval"
+    names = []
+    for name, params in resolve_tasks([t.strip() for t in tasks.split(",") if t.strip()], suite_task, suite_params):
+        names.append(name if params is None else write_task_files(
+            out / "tasks", name, params, limit=limit, samples=samples, max_new_tokens=max_new_tokens,
+            temperature=temperature, greedy=greedy))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    scores = evaluate(model, tokenizer, names, out / "tasks", seed=seed)
+    (out / "scores.json").write_text(json.dumps(scores, indent=1))
+    table = Table(title=f"lm-eval scores of {model_dir}")
+    for col in ("task", "score", "stderr", "metric"):
+        table.add_column(col)
+    for name, s in scores.items():
+        table.add_row(name, f"{s['score']:.4f}", f"{s['stderr']:.4f}", s["metric"])
+    console.print(table)
+
+
 @app.command()
 def version() -> None:
     """Print the gspo-bench version."""

@@ -124,6 +124,24 @@ class BudgetConfig(Strict):
     max_steps: int = Field(10_000, ge=1, description="safety cap for tokens/flops budgets")
 
 
+class EvalConfig(Strict):
+    tasks: list[str] = Field(default_factory=list, description="our tasks by name (the suite's task uses its "
+                             "params) or lm-eval task names with local data; empty: no evaluation")
+    every: int | None = Field(None, ge=1, description="steps between evaluations (also at step 0 and at the end)")
+    samples: int = Field(1, ge=1, description="samples per prompt: the score is the average Pass@1")
+    limit: int = Field(64, ge=1, description="test documents per task")
+    greedy: bool = Field(False, description="greedy decoding (samples must be 1)")
+    temperature: float | None = Field(None, gt=0, description="default: the rollout temperature")
+    max_new_tokens: int | None = Field(None, ge=1, description="default: the rollout's")
+    batch_size: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _greedy(self):
+        if self.greedy and self.samples > 1:
+            raise ValueError("greedy decoding gives one response per prompt: set samples: 1")
+        return self
+
+
 class CollapseConfig(Strict):
     nonfinite_patience: int = Field(2, ge=1, description="consecutive steps with non-finite loss/grads -> collapsed")
     reward_window: int = Field(5, ge=1, description="steps averaged for reward collapse")
@@ -180,6 +198,7 @@ class SuiteConfig(Strict):
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     output_dir: str = Field("runs", description="results go to OUTPUT_DIR/<name>/<label>-s<seed>/")
     collapse: CollapseConfig = CollapseConfig()
+    eval: EvalConfig = EvalConfig()
 
     @model_validator(mode="after")
     def _warm_start_is_for_tiny_models(self):

@@ -11,9 +11,10 @@ until the suite's compute budget is spent. Every random draw of a step is seeded
 
 from __future__ import annotations
 
-import io
 import math
 import random
+import shutil
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from gspo_bench.models.forward import response_forward
 from gspo_bench.models.tokenizer import EOS_ID
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.objectives import get_objective, group_advantages
-from gspo_bench.results import RunDir, atomic_write_bytes, now, provenance
+from gspo_bench.results import RunDir, now, provenance
 from gspo_bench.rollout import SamplingParams, make_engine
 from gspo_bench.tasks import make_task
 from gspo_bench.train.measurements import MeanOf, StepMeasurements
@@ -79,8 +80,10 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[train_cfg.dtype]
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(spec.init_weights, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(spec.init_weights, local_files_only=True, dtype=dtype).to(device)
+    checkpoint = find_checkpoint(out.path) if resume else None
+    weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
+    tokenizer = AutoTokenizer.from_pretrained(weights, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True, dtype=dtype).to(device)
     model.train()
     reference = None
     if train_cfg.kl_coef > 0:  # frozen copy of the starting weights
@@ -101,14 +104,15 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     step, cum_tokens, cum_flops, bad_steps, peak_reward = 0, 0.0, 0.0, 0, -math.inf
     rows: list[dict] = []
     layer_rows: list[dict] = []
-    if resume and (out.checkpoint / "state.pt").is_file():
-        state = torch.load(out.checkpoint / "state.pt", map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
+    eval_rows: list[dict] = []
+    if checkpoint is not None:
+        state = torch.load(checkpoint / "state.pt", map_location=device, weights_only=False)
         optimizer.load_state_dict(state["optimizer"])
         step, cum_tokens, cum_flops = state["step"], state["cum_tokens"], state["cum_flops"]
         bad_steps, peak_reward = state["bad_steps"], state["peak_reward"]
         rows = [r for r in out.read_rows("metrics.parquet") if r["step"] <= step]  # drop rows past the checkpoint
         layer_rows = [r for r in out.read_rows("layers.parquet") if r["step"] <= step]
+        eval_rows = [r for r in out.read_rows("eval.parquet") if r["step"] <= step]
         prov = out.read_json("provenance.json") or provenance(str(device))
         prov.setdefault("resumed", []).append({"at_step": step, "time": now()})
     else:
@@ -116,8 +120,12 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     out.write_text("config.yaml", resolved_config(suite, entry, seed, lr=optimizer.param_groups[0]["lr"]))
     out.write_json("provenance.json", prov)
     out.write_status("running", step=step)
+    evaluator = Evaluator(suite, entry, seed, out) if suite.eval.tasks else None
 
     try:
+        if evaluator is not None and step == 0:  # the starting point of every eval curve
+            eval_rows += evaluator(model, tokenizer, step=0, cum_flops=0.0)
+            out.write_rows("eval.parquet", eval_rows)
         while not budget_spent(suite, step, cum_tokens, cum_flops):
             step += 1
             t_step = time.perf_counter()
@@ -254,8 +262,12 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             if reason:
                 raise Collapsed(reason)
 
-            if step % train_cfg.checkpoint_every == 0 or budget_spent(suite, step, cum_tokens, cum_flops):
-                save_checkpoint(out.checkpoint, model, optimizer, step=step, cum_tokens=cum_tokens,
+            last = budget_spent(suite, step, cum_tokens, cum_flops)
+            if evaluator is not None and (last or (suite.eval.every and step % suite.eval.every == 0)):
+                eval_rows += evaluator(model, tokenizer, step=step, cum_flops=cum_flops)
+                out.write_rows("eval.parquet", eval_rows)
+            if step % train_cfg.checkpoint_every == 0 or last:
+                save_checkpoint(out.path, model, tokenizer, optimizer, step=step, cum_tokens=cum_tokens,
                                 cum_flops=cum_flops, bad_steps=bad_steps, peak_reward=peak_reward)
     except Collapsed as why:
         prov["end"] = now()
@@ -281,7 +293,62 @@ def resolved_config(suite: SuiteConfig, entry: ObjectiveEntry, seed: int, lr: fl
     return yaml.safe_dump({"run": run, "suite": suite.model_dump(mode="json")}, sort_keys=False)
 
 
-def save_checkpoint(path: Path, model, optimizer, **scalars) -> None:
-    buffer = io.BytesIO()
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **scalars}, buffer)
-    atomic_write_bytes(path / "state.pt", buffer.getvalue())
+class Evaluator:
+    """Held-out evaluation through lm-eval at chosen steps; rows for eval.parquet."""
+
+    def __init__(self, suite: SuiteConfig, entry: ObjectiveEntry, seed: int, out: RunDir):
+        from gspo_bench.evaluation import resolve_tasks, write_task_files
+
+        cfg = suite.eval
+        self.cfg, self.seed, self.entry = cfg, seed, entry
+        self.include = out.path / "eval_tasks"
+        self.names = []
+        for name, params in resolve_tasks(cfg.tasks, suite.task.name, suite.task.params):
+            if params is None:
+                self.names.append(name)
+                continue
+            self.names.append(write_task_files(
+                self.include, name, params, limit=cfg.limit, samples=cfg.samples,
+                max_new_tokens=cfg.max_new_tokens or suite.rollout.max_new_tokens,
+                temperature=cfg.temperature or suite.rollout.temperature, greedy=cfg.greedy,
+            ))
+
+    def __call__(self, model, tokenizer, step: int, cum_flops: float) -> list[dict]:
+        from gspo_bench.evaluation import evaluate
+
+        start = time.perf_counter()
+        scores = evaluate(model, tokenizer, self.names, self.include, batch_size=self.cfg.batch_size,
+                          seed=step_seed(self.seed, step, 3))
+        elapsed = time.perf_counter() - start
+        return [{"step": step, "label": self.entry.run_label, "seed": self.seed, "task": task,
+                 "score": s["score"], "stderr": s["stderr"], "metric": s["metric"], "samples": self.cfg.samples,
+                 "compute/cum_flops": cum_flops, "time/eval_s": elapsed} for task, s in scores.items()]
+
+
+def find_checkpoint(run_dir: Path) -> Path | None:
+    """The latest complete checkpoint of a run (also one left mid-swap by a crash), or None."""
+    for name in ("checkpoint", ".checkpoint-old"):
+        path = Path(run_dir) / name
+        if (path / "state.pt").is_file() and (path / "model" / "config.json").is_file():
+            return path
+    return None
+
+
+def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, **scalars) -> None:
+    """Write `run_dir/checkpoint/` (model/ in Hugging Face format + state.pt) by building it aside
+    and swapping it in, so a crash never leaves a half-written checkpoint as the latest one."""
+    run_dir = Path(run_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-new-", dir=run_dir))
+    try:
+        model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save({"optimizer": optimizer.state_dict(), **scalars}, tmp / "state.pt")
+        final, old = run_dir / "checkpoint", run_dir / ".checkpoint-old"
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
