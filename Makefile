@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: quickstart test lint clean
+.PHONY: quickstart test regress lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ quickstart: $(VENV)/.installed
 ## the tests
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
+
+## CI regression: a fresh run of experiments/ci.yaml against the committed baseline
+regress: $(VENV)/.installed
+	rm -rf $(VENV)/ci-run
+	$(BIN)/gspo-bench run experiments/ci.yaml --out $(VENV)/ci-run
+	$(BIN)/gspo-bench regress $(VENV)/ci-run/ci --baseline results/ci-baseline
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check gspo_bench analysis tests

@@ -203,6 +203,40 @@ def figures(
     console.print(f"wrote {len(paths)} files to {paths[0].parent}/", highlight=False)
 
 
+@app.command()
+def regress(
+    results: Path = typer.Argument(..., help="fresh results of experiments/ci.yaml (OUT/ci)"),
+    baseline: Path = typer.Option(Path("results/ci-baseline"), "--baseline", help="committed baseline results"),
+    tolerances: Path = typer.Option(Path("experiments/regress_tolerances.yaml"), "--tolerances"),
+    update: bool = typer.Option(False, "--update", help="rewrite the baseline from RESULTS"),
+) -> None:
+    """Compare fresh CI results with the baseline: declared tolerances and invariants; exit 1 on a regression."""
+    from analysis.load import NotResultsError, SchemaVersionError, load_results
+    from analysis.regress import compare, load_tolerances, update_baseline
+
+    try:
+        if update:
+            written = update_baseline(results, baseline)
+            console.print(f"baseline updated: {baseline} now holds {len(written)} files from {results}", highlight=False)
+            return
+        checks = compare(load_results(results), load_results(baseline), load_tolerances(tolerances))
+    except (NotResultsError, SchemaVersionError, ValueError, FileNotFoundError) as err:
+        raise fail(str(err)) from None
+    table = Table(title=f"regress {results} against {baseline}")
+    for col in ("objective", "metric", "baseline", "current", "tolerance", "result"):
+        table.add_column(col)
+    fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+    for c in checks:
+        table.add_row(c.label, c.metric, fmt(c.baseline), fmt(c.current), escape(c.tolerance),
+                      "ok" if c.ok else "[red]REGRESSION[/red]")
+    console.print(table)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        console.print(f"[red]{len(failed)} regression(s):[/red] " + ", ".join(f"{c.label} {c.metric}" for c in failed))
+        raise typer.Exit(1)
+    console.print(f"no regression ({len(checks)} checks)")
+
+
 @app.command("eval")
 def eval_policy(
     path: Path = typer.Argument(..., help="a run directory (its latest checkpoint) or a Hugging Face model directory"),

@@ -11,6 +11,7 @@ the average Pass@1 (the paper's AIME'24 protocol uses 32 samples).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -95,6 +96,8 @@ def evaluate(model, tokenizer, tasks: list[str], include_path: Path | None, *, b
     """
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["HF_DATASETS_OFFLINE"] = "1"
+    # lm-eval warns on every in-memory model ("pretrained is not a str"): expected here, so quiet it
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager

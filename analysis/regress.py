@@ -1,0 +1,121 @@
+"""CI regression: compare fresh results of experiments/ci.yaml with a committed baseline.
+
+Per objective label and metric, a declared tolerance (experiments/regress_tolerances.yaml: an
+absolute band or a factor); plus invariants that must hold on any platform. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from analysis.load import Results, find_run_dirs, load_results
+from analysis.report import MATCH_TOLERANCE, UnmatchedComputeError, check_matched
+
+RUN_FILES = ("metrics.parquet", "layers.parquet", "eval.parquet", "config.yaml", "provenance.json", "status.json")
+
+
+@dataclass(frozen=True)
+class Check:
+    label: str
+    metric: str
+    baseline: float | None
+    current: float | None
+    tolerance: str
+    ok: bool
+
+
+def summarise(results: Results) -> pd.DataFrame:
+    """Per label (mean over seeds): final reward (last 25% of steps) and means over steps."""
+    rows = []
+    for (label, seed), frame in results.metrics.groupby(["label", "seed"], sort=False):
+        frame = frame.sort_values("step")
+        tail = frame.tail(max(1, int(np.ceil(0.25 * len(frame)))))
+        row = {"label": label, "seed": seed, "final_reward": tail["reward/mean"].mean()}
+        for col in ("clip/frac", "ratio/token_var", "ratio/seq_var", "kl/old_new", "moe/drift"):
+            row[col] = frame[col].mean()
+        rows.append(row)
+    return pd.DataFrame(rows).groupby("label", sort=False).mean(numeric_only=True).drop(columns="seed")
+
+
+def within(baseline: float, current: float, rule: dict, floor: float) -> bool:
+    if not (np.isfinite(baseline) and np.isfinite(current)):
+        return False
+    if "absolute" in rule:
+        return abs(current - baseline) <= rule["absolute"]
+    if abs(baseline) < floor and abs(current) < floor:
+        return True
+    lo, hi = sorted((abs(baseline), abs(current)))
+    return lo > 0 and hi / lo <= rule["factor"]
+
+
+def compare(current: Results, baseline: Results, tolerances: dict) -> list[Check]:
+    floor = float(tolerances.get("floor", 0.0))
+    cur, base = summarise(current), summarise(baseline)
+    checks = []
+    for label in base.index:
+        if label not in cur.index:
+            checks.append(Check(label, "run present", None, None, "must exist", False))
+            continue
+        for metric, rule in tolerances["metrics"].items():
+            b, c = float(base.loc[label, metric]), float(cur.loc[label, metric])
+            text = f"±{rule['absolute']:g}" if "absolute" in rule else f"x{rule['factor']:g}"
+            checks.append(Check(label, metric, b, c, text, within(b, c, rule, floor)))
+    checks += invariants(current, baseline)
+    return checks
+
+
+def invariants(current: Results, baseline: Results) -> list[Check]:
+    runs, metrics = current.runs, current.metrics
+    out = []
+    done = set(runs.loc[runs["status"] == "done", "label"])
+    for label in dict.fromkeys(baseline.runs["label"]):
+        out.append(Check(label, "invariant: run finished", None, None, "status done", label in done))
+    by_objective = metrics.groupby(["objective", "replay"])["clip/frac"].mean()
+    if ("gspo", False) in by_objective and ("grpo", False) in by_objective:
+        g, r = by_objective[("gspo", False)], by_objective[("grpo", False)]
+        out.append(Check("gspo vs grpo", "invariant: gspo clips more", r, g, "gspo > grpo", bool(g > r)))
+    for label, frame in metrics[~metrics["replay"].astype(bool)].groupby("label", sort=False):
+        d = frame["moe/drift"].mean()
+        out.append(Check(label, "invariant: 0 < drift < 1", None, float(d), "(0, 1)", bool(0 < d < 1)))
+    try:
+        spread = check_matched(current)
+        out.append(Check("all", "invariant: compute matched", None, spread, f"<= {MATCH_TOLERANCE:.0%}", True))
+    except UnmatchedComputeError as err:
+        out.append(Check("all", "invariant: compute matched", None, None, str(err), False))
+    return out
+
+
+def load_tolerances(path: Path) -> dict:
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict) or "metrics" not in data:
+        raise ValueError(f"{path}: expected a `metrics:` mapping of metric -> {{absolute|factor}}")
+    for metric, rule in data["metrics"].items():
+        if not isinstance(rule, dict) or len(set(rule) & {"absolute", "factor"}) != 1:
+            raise ValueError(f"{path}: metrics.{metric}: give exactly one of `absolute` or `factor`")
+    return data
+
+
+def update_baseline(current_dir: Path, baseline_dir: Path) -> list[Path]:
+    """Replace the baseline with the run files of `current_dir` (no checkpoints, no eval caches)."""
+    run_dirs = find_run_dirs(Path(current_dir))
+    if not run_dirs:
+        load_results(current_dir)  # raises the clear NotResultsError
+    tmp = Path(str(baseline_dir) + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    written = []
+    for run_dir in run_dirs:
+        for name in RUN_FILES:
+            if (run_dir / name).is_file():
+                target = tmp / run_dir.name / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(run_dir / name, target)
+                written.append(target)
+    shutil.rmtree(baseline_dir, ignore_errors=True)
+    tmp.rename(baseline_dir)
+    return [Path(str(p).replace(str(tmp), str(baseline_dir), 1)) for p in written]
