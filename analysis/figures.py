@@ -130,6 +130,7 @@ def fig2_clip_fraction(metrics: pd.DataFrame, ax=None):
         ax.annotate(f"{v:.2g}", (i, shown[i]), ha="center", va="bottom", fontsize=8,
                     xytext=(0, 3), textcoords="offset points")
     ax.set_yscale("log")
+    ax.set_ylim(top=max(shown) * 4)  # room for the value labels under the title
     ax.set_ylabel("clipped token fraction")
     ax.set_title("Clipping fraction")
     ax.tick_params(axis="x", rotation=20)
@@ -161,7 +162,7 @@ def ratio_variance(metrics: pd.DataFrame, ax=None):
         line.set_label(f"{line.get_label()} seq")
     ax.set_ylabel("importance-ratio variance")
     ax.set_title("Ratio variance: token (solid) vs sequence (dashed)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
 
 

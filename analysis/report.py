@@ -171,8 +171,12 @@ def write_report(results: Results, out: Path, allow_unmatched: bool = False) -> 
     suites = ", ".join(sorted(runs["suite"].unique()))
     provenance = runs[["label", "seed", "commit", "dirty", "torch", "device", "start", "end"]]
     clip_len = F.clip_by_length_table(results.metrics)
-    clip_len_wide = (clip_len.pivot_table(index="bucket", columns="label", values="clip_frac", sort=False)
-                     .reset_index() if not clip_len.empty else "These results carry no length-bucket counts.")
+    if clip_len.empty:
+        clip_len_wide = "These results carry no length-bucket counts."
+    else:
+        clip_len_wide = clip_len.pivot_table(index="bucket", columns="label", values="clip_frac", sort=False)
+        clip_len_wide.columns.name = None
+        clip_len_wide = clip_len_wide.reset_index().rename(columns={"bucket": "response length (tokens)"})
     intro = (
         f"Suite(s) **{suites}**: {runs['label'].nunique()} objectives x {runs['seed'].nunique()} seed(s), "
         f"{len(runs)} runs ({(runs['status'] == 'done').sum()} done, {(runs['status'] == 'collapsed').sum()} "

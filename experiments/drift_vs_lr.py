@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
-from gspo_bench.models.logprobs import response_logprobs
+from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.objectives import get_objective, group_advantages
 from gspo_bench.probe import ProbeConfig, digit_share_reward, sample_rollouts
@@ -27,13 +27,14 @@ def drift_after_one_step(family: str, lr: float, layers: int, seed: int) -> dict
     tokenizer = build_char_tokenizer()
     base = build_tiny_moe(family, seed=seed, vocab_size=len(tokenizer), num_layers=layers)
     cfg = ProbeConfig(family=family, num_layers=layers, prompts=8, group_size=8, max_new_tokens=24, seed=seed)
-    seqs, attention_mask, response_mask = sample_rollouts(base, tokenizer, cfg)
+    rollout = sample_rollouts(base, tokenizer, cfg)
+    seqs, attention_mask, response_mask = rollout.input_ids, rollout.attention_mask, rollout.response_mask
     n = response_mask.shape[1]
-    texts = tokenizer.batch_decode(torch.where(response_mask, seqs[:, -n:], 0), skip_special_tokens=True)
+    texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
     advantages = group_advantages(digit_share_reward(texts), cfg.group_size)
     model = copy.deepcopy(base).train()
     with RoutingCapture(model) as old:
-        logp = response_logprobs(model, seqs, attention_mask, n)
+        logp, _ = response_forward(model, seqs, attention_mask, n)
     loss, _ = get_objective("grpo")(logp=logp, old_logp=logp.detach(), advantages=advantages, mask=response_mask)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     loss.backward()

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 import torch
 
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
-from gspo_bench.models.logprobs import response_logprobs
+from gspo_bench.models.forward import response_forward
 from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.objectives import get_objective, group_advantages, objective_spec
+from gspo_bench.rollout import Rollout, SamplingParams, make_engine
 
 
 @dataclass(frozen=True)
@@ -45,37 +46,27 @@ def digit_share_reward(texts: list[str]) -> torch.Tensor:
     return torch.tensor([sum(c.isdigit() for c in t) / max(len(t), 1) for t in texts])
 
 
-def sample_rollouts(model, tokenizer, cfg: ProbeConfig):
-    """P random prompts x G sampled responses; returns ids [B, L], attention mask [B, L], response mask [B, T]."""
+def sample_rollouts(model, tokenizer, cfg: ProbeConfig) -> Rollout:
+    """P random prompts x G responses sampled by the `hf` engine."""
     gen = torch.Generator().manual_seed(cfg.seed)
-    prompts = torch.randint(4, len(tokenizer), (cfg.prompts, cfg.prompt_len), generator=gen)
-    prompt_ids = prompts.repeat_interleave(cfg.group_size, dim=0)  # [B, Lp]
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.manual_seed(cfg.seed)
-        seqs = model.generate(
-            input_ids=prompt_ids, attention_mask=torch.ones_like(prompt_ids), do_sample=True,
-            temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=cfg.max_new_tokens,
-            pad_token_id=PAD_ID, eos_token_id=EOS_ID,
-        )
-    response = seqs[:, cfg.prompt_len :]  # [B, T]
-    # valid: every token up to and including the first </s>
-    after_eos = torch.cumsum((response == EOS_ID).long(), dim=1) - (response == EOS_ID).long()
-    response_mask = after_eos == 0  # [B, T]
-    attention_mask = torch.cat([torch.ones_like(prompt_ids), response_mask.long()], dim=1)
-    return seqs, attention_mask, response_mask
+    prompts = torch.randint(4, len(tokenizer), (cfg.prompts, cfg.prompt_len), generator=gen).tolist()
+    engine = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID)
+    params = SamplingParams(group_size=cfg.group_size, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                            capture_routing=False)
+    return engine.generate(model, prompts, params)
 
 
 def run_probe(cfg: ProbeConfig, on_result: Callable[[dict], None] | None = None) -> list[dict]:
     """Run the probe; returns one dict of step measurements per objective."""
     tokenizer = build_char_tokenizer()
     base = build_tiny_moe(cfg.family, seed=cfg.seed, vocab_size=len(tokenizer), num_layers=cfg.num_layers)
-    seqs, attention_mask, response_mask = sample_rollouts(base, tokenizer, cfg)
+    rollout = sample_rollouts(base, tokenizer, cfg)
+    seqs, attention_mask, response_mask = rollout.input_ids, rollout.attention_mask, rollout.response_mask
     n_resp = response_mask.shape[1]
-    texts = tokenizer.batch_decode(torch.where(response_mask, seqs[:, -n_resp:], PAD_ID), skip_special_tokens=True)
-    rewards = digit_share_reward(texts)
+    rewards = digit_share_reward(tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True))
     advantages = group_advantages(rewards, cfg.group_size)  # [B]
     with torch.no_grad(), RoutingCapture(base) as old_capture:
-        old_logp = response_logprobs(base, seqs, attention_mask, n_resp)  # [B, T]
+        old_logp, _ = response_forward(base, seqs, attention_mask, n_resp)  # [B, T]
     old_routing = old_capture.routing  # [L, B, L_seq, k]
 
     order = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(cfg.seed + 1))
@@ -91,7 +82,7 @@ def run_probe(cfg: ProbeConfig, on_result: Callable[[dict], None] | None = None)
         start = time.perf_counter()
         for j, idx in enumerate(chunks):
             with RoutingCapture(model) as capture:
-                logp = response_logprobs(model, seqs[idx], attention_mask[idx], n_resp)
+                logp, _ = response_forward(model, seqs[idx], attention_mask[idx], n_resp)
             if j > 0:  # minibatch 1 runs before any update: its drift is 0 by construction
                 drift = routing_drift(old_routing[:, idx], capture.routing, attention_mask[idx])
                 for key in ("moe/drift", "moe/drift_expert"):

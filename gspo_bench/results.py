@@ -110,10 +110,6 @@ class RunDir:
         self.path = Path(path)
 
     # ------------------------------------------------------------------ files
-    @property
-    def checkpoint(self) -> Path:
-        return self.path / "checkpoint"
-
     def read_status(self) -> dict | None:
         f = self.path / "status.json"
         return json.loads(f.read_text()) if f.is_file() else None

@@ -13,10 +13,3 @@ def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     logits32 = logits.float()  # [B, T, V]
     picked = logits32.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # [B, T]
     return picked - torch.logsumexp(logits32, dim=-1)  # [B, T]
-
-
-def response_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, n_response: int) -> torch.Tensor:
-    """Log-probs [B, n_response] of the last `n_response` tokens of `input_ids` [B, L] (teacher forcing)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, L, V]
-    predicting = logits[:, -n_response - 1 : -1]  # [B, T, V]: position j predicts token j+1
-    return gather_logprobs(predicting, input_ids[:, -n_response:])
