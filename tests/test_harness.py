@@ -114,6 +114,16 @@ def test_replay_run_first_step_equals_grpo_with_one_minibatch(tmp_path, cache):
     assert not grpo["replay"].iloc[0] and rr["replay"].iloc[0]
 
 
+def test_drift_after_a_negligible_update_is_zero(tmp_path, cache):
+    """The after-update pass routes the same tokens as the old-policy pass: with an update too small
+    to move any routing, the drift it measures (and the step's, with K=1) is exactly 0."""
+    data = tiny_suite(cache, train={"minibatches": 1, "lr": 1e-12}, budget={"kind": "steps", "value": 2},
+                      objectives=[{"name": "grpo"}])
+    run_suite(data, tmp_path / "out")
+    frame = metrics(tmp_path / "out", "tiny", "grpo-s0")
+    assert (frame["moe/drift_after"] == 0).all() and (frame["moe/drift"] == 0).all()
+
+
 def test_same_seed_twice_gives_identical_metrics(tmp_path, cache):
     data = tiny_suite(cache)
     run_suite(data, tmp_path / "a")

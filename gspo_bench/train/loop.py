@@ -31,7 +31,7 @@ from gspo_bench.models.tokenizer import EOS_ID
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.objectives import get_objective, group_advantages
 from gspo_bench.results import RunDir, now, provenance
-from gspo_bench.rollout import SamplingParams, make_engine
+from gspo_bench.rollout import SamplingParams, make_engine, position_ids
 from gspo_bench.tasks import make_task
 from gspo_bench.train.measurements import MeanOf, StepMeasurements
 
@@ -205,8 +205,9 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
 
             after = {}
             if train_cfg.drift_after_update or train_cfg.minibatches == 1:
-                with torch.no_grad(), RoutingCapture(model) as capture:
-                    model(input_ids=ids, attention_mask=attention, logits_to_keep=1)
+                with torch.no_grad(), RoutingCapture(model) as capture:  # same positions as the old pass
+                    model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention),
+                          logits_to_keep=1)
                 compute_forward += n_seq_tokens
                 stats = routing_drift(old_routing, capture.routing, attention)
                 after = {"moe/drift_after": stats["moe/drift"], "moe/drift_expert_after": stats["moe/drift_expert"]}
