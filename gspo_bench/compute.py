@@ -19,15 +19,11 @@ from gspo_bench.moe import find_routers
 def active_parameters(model: torch.nn.Module) -> int:
     """Parameters used per token: routed-expert weights scaled by top_k / num_experts, embeddings excluded."""
     embeddings = {id(p) for p in model.get_input_embeddings().parameters()}
-    expert_params: set[int] = set()
-    routed_fraction: dict[int, float] = {}
+    routed_fraction: dict[int, float] = {}  # routed-expert parameter -> share of tokens using it
     for router in find_routers(model):
-        block = model.get_submodule(router.name.rsplit(".", 1)[0])
-        experts = block.experts
-        fraction = router.module.top_k / router.module.num_experts
+        experts = model.get_submodule(router.name.rsplit(".", 1)[0]).experts
         for p in experts.parameters():
-            expert_params.add(id(p))
-            routed_fraction[id(p)] = fraction
+            routed_fraction[id(p)] = router.module.top_k / router.module.num_experts
     total = 0.0
     for p in model.parameters():
         if id(p) in embeddings:
