@@ -115,6 +115,9 @@ class TrainConfig(Strict):
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference penalty (k3); off as in the paper")
     advantage_scale: Literal["std", "none"] = "std"
     drift_after_update: bool = Field(False, description="one extra no-grad pass after the last update to measure drift")
+    old_logp: Literal["recompute", "rollout"] = Field(
+        "recompute", description="pi_old log-probs: the training forward's (recompute) or the rollout "
+        "engine's (rollout, the paper's section 5.4 option)")
     checkpoint_every: int = Field(1, ge=1, description="steps between checkpoints (resume granularity)")
 
 

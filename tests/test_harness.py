@@ -171,6 +171,16 @@ def test_diverging_run_is_marked_collapsed_and_others_finish(tmp_path, cache):
     assert len(metrics(tmp_path / "out", "tiny", "gspo-s0")) == 6
 
 
+def test_rollout_logprobs_as_old_policy(tmp_path, cache):
+    """Section 5.4's option: pi_old from the engine. With hf at top_p=1 the two agree to float noise,
+    so the first minibatch is still on-policy; the mismatch columns record the gap."""
+    data = tiny_suite(cache, train={"old_logp": "rollout"}, objectives=[{"name": "gspo"}])
+    run_suite(data, tmp_path / "out")
+    frame = metrics(tmp_path / "out", "tiny", "gspo-s0")
+    assert (frame["mismatch/max_abs"] < 1e-4).all() and (frame["mismatch/frac_gt_ln2"] == 0).all()
+    assert frame["mismatch/k3_kl"].between(0, 1e-8).all()
+
+
 def test_token_budget_stops_every_run_at_the_same_compute(tmp_path, cache):
     data = tiny_suite(cache, budget={"kind": "tokens", "value": 300})
     run_suite(data, tmp_path / "out")

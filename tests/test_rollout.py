@@ -82,3 +82,29 @@ def test_active_parameters_count_routed_experts_at_k_over_e():
     experts = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
     assert active_parameters(model) == total - embed - experts + experts * 2 // 8
     assert StepCompute(tokens_forward=10, tokens_trained=4).flops(100) == 2 * 100 * 10 + 6 * 100 * 4
+
+
+def test_logprob_mismatch_small_case():
+    import math
+
+    from gspo_bench.rollout.mismatch import logprob_mismatch
+
+    train = torch.tensor([[0.0, -1.0, -5.0], [-2.0, 0.0, 0.0]])
+    rollout = torch.tensor([[0.0, -1.0 - math.log(3.0), -5.0], [-2.5, 0.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    stats = logprob_mismatch(train, rollout, mask)
+    log_r = torch.tensor([0.0, math.log(3.0), 0.0, 0.5])
+    assert stats["mismatch/k3_kl"] == pytest.approx(float((log_r.exp() - 1 - log_r).mean()))
+    assert stats["mismatch/max_abs"] == pytest.approx(math.log(3.0))
+    assert stats["mismatch/frac_gt_ln2"] == pytest.approx(1 / 4)  # ln 3 > ln 2 > 0.5
+
+
+def test_hf_engine_has_no_mismatch_at_top_p_one(setup):
+    from gspo_bench.rollout.mismatch import logprob_mismatch
+
+    tok, model, prompts = setup
+    r = make_engine("hf", pad_id=0, eos_id=2).generate(model, prompts, SamplingParams(group_size=2, max_new_tokens=6, seed=3))
+    with torch.no_grad():
+        logp, _ = response_forward(model, r.input_ids, r.attention_mask, r.response_mask.shape[1])
+    stats = logprob_mismatch(logp, r.sampling_logp, r.response_mask)
+    assert stats["mismatch/max_abs"] < 1e-4 and stats["mismatch/frac_gt_ln2"] == 0.0

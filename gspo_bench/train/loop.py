@@ -1,7 +1,7 @@
 """The RL training loop of one run (one objective, one seed), read top to bottom.
 
 Per step:  P prompts x G responses -> rewards -> group advantages
-           -> old-policy pass (no grad): old log-probs, routed experts, entropy
+           -> old-policy pass (no grad): old log-probs, routed experts, entropy, engine mismatch
            -> K minibatches: forward (routing replay for replay runs), objective loss, backward,
               grad clip, optimizer step; measurements accumulated over every minibatch
            -> one row of metrics, per-layer drift rows, checkpoint
@@ -32,6 +32,7 @@ from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.objectives import get_objective, group_advantages
 from gspo_bench.results import RunDir, now, provenance
 from gspo_bench.rollout import SamplingParams, make_engine, position_ids
+from gspo_bench.rollout.mismatch import logprob_mismatch
 from gspo_bench.tasks import make_task
 from gspo_bench.train.measurements import MeanOf, StepMeasurements
 
@@ -156,6 +157,9 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
                     model, ids, attention, n_response, rollout_cfg.temperature, with_entropy=True
                 )  # [B, T] each
             old_routing = old_capture.routing  # [L, B, L_seq, k]
+            mismatch = logprob_mismatch(old_logp, rollout.sampling_logp, response_mask)
+            if train_cfg.old_logp == "rollout":  # section 5.4: trust the engine's log-probs as pi_old
+                old_logp = rollout.sampling_logp.to(old_logp.device)
             ref_logp = None
             if reference is not None:
                 with torch.no_grad():
@@ -232,7 +236,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
                 **measured.result(),
                 "entropy/mean": float(valid_entropy.mean()) if valid_entropy.numel() else math.nan,
                 "grad/norm": sum(grad_norms) / len(grad_norms) if grad_norms else math.nan,
-                **drift.result(), **after,
+                **drift.result(), **after, **mismatch,
                 "nonfinite/minibatches": nonfinite,
                 "time/rollout_s": t_rollout, "time/update_s": t_update, "time/step_s": time.perf_counter() - t_step,
                 "compute/tokens": compute.tokens, "compute/cum_tokens": cum_tokens,
