@@ -227,12 +227,12 @@ def _format_errors(path: str, err: ValidationError) -> str:
     lines = [f"{path}: {err.error_count()} problem(s)"]
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key (not a field of this section)"
-        elif e["type"] == "missing":
-            msg = "required field missing"
-        lines.append(f"  {where}: {msg}" + (f" (got {e['input']!r})" if e["type"] not in ("missing",) and not isinstance(e.get("input"), dict) else ""))
+        if e["type"] == "missing":
+            lines.append(f"  {where}: required field missing")
+            continue
+        msg = "unknown key (not a field of this section)" if e["type"] == "extra_forbidden" else e["msg"]
+        got = "" if isinstance(e.get("input"), dict) else f" (got {e['input']!r})"
+        lines.append(f"  {where}: {msg.removeprefix('Value error, ')}{got}")
     return "\n".join(lines)
 
 

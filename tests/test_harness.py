@@ -131,8 +131,7 @@ def test_same_seed_twice_gives_identical_metrics(tmp_path, cache):
     assert metrics(tmp_path / "a", "tiny", "grpo-s0")["reward/std"].max() > 0  # there was a learning signal
     for run in ("grpo-s0", "grpo_rr-s0", "gspo-s0"):
         assert_same_metrics(metrics(tmp_path / "a", "tiny", run), metrics(tmp_path / "b", "tiny", run))
-    other = run_suite(tiny_suite(cache, seeds=[1]), tmp_path / "c")
-    assert other  # a different seed changes what is sampled
+    run_suite(tiny_suite(cache, seeds=[1]), tmp_path / "c")  # a different seed changes what is sampled
     assert not metrics(tmp_path / "a", "tiny", "grpo-s0")["response/len_mean"].equals(
         metrics(tmp_path / "c", "tiny", "grpo-s1")["response/len_mean"])
 
