@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: quickstart test regress lint clean
+.PHONY: quickstart test regress perf lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ regress: $(VENV)/.installed
 	rm -rf $(VENV)/ci-run
 	$(BIN)/gspo-bench run experiments/ci.yaml --out $(VENV)/ci-run
 	$(BIN)/gspo-bench regress $(VENV)/ci-run/ci --baseline results/ci-baseline
+
+$(VENV)/.installed-perf: pyproject.toml $(VENV)/.installed
+	$(PIP) install -q -e ".[perf]"
+	touch $@
+
+## the performance benchmark (gspo-bench vs TRL, cost of measuring, scaling) -> results/perf/
+perf: $(VENV)/.installed-perf
+	OMP_NUM_THREADS=2 $(BIN)/python experiments/perf/bench.py --out results/perf
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check gspo_bench analysis tests

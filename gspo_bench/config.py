@@ -100,6 +100,8 @@ class RolloutConfig(Strict):
     max_new_tokens: int = Field(32, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    ignore_eos: bool = Field(False, description="never sample </s>, so every response has max_new_tokens "
+                             "tokens (for benchmarks that need a fixed length)")
 
 
 class TrainConfig(Strict):
@@ -119,6 +121,9 @@ class TrainConfig(Strict):
         "recompute", description="pi_old log-probs: the training forward's (recompute) or the rollout "
         "engine's (rollout, the paper's section 5.4 option)")
     checkpoint_every: int = Field(1, ge=1, description="steps between checkpoints (resume granularity)")
+    measure: bool = Field(True, description="ratio statistics, clip fractions, routing capture and drift, "
+                          "engine mismatch. Off only to measure their cost (experiments/perf): such runs lack "
+                          "those columns and `gspo-bench report` refuses them")
 
 
 class BudgetConfig(Strict):

@@ -190,7 +190,7 @@ def test_token_budget_stops_every_run_at_the_same_compute(tmp_path, cache):
 
 
 def test_warm_start_is_cached_and_reused(tmp_path):
-    data = tiny_suite(cache, warm_start={"enabled": True, "max_steps": 200, "eval_every": 20,
+    data = tiny_suite(tmp_path / "cache", warm_start={"enabled": True, "max_steps": 200, "eval_every": 20,
                                                       "eval_examples": 16, "band": [0.0, 1.0]})
     suite = parse_suite(data)
     logs = []
@@ -199,3 +199,16 @@ def test_warm_start_is_cached_and_reused(tmp_path):
     assert first == second and any("reused" in m for m in logs)
     other = starting_weights(parse_suite({**data, "task": {"name": "sort", "params": {"max_len": 4}}}), 0, log=logs.append)
     assert other != first  # a different task is a different warm start
+
+
+def test_measurements_off_changes_no_training_result(tmp_path, cache):
+    """`train.measure: false` (the perf benchmark's baseline) skips the measurements, not the training:
+    rewards, losses and grad norms equal a measured run's, for plain and replay runs."""
+    data = tiny_suite(cache, budget={"kind": "steps", "value": 2}, objectives=[{"name": "grpo"}, {"name": "grpo_rr"}])
+    run_suite(data, tmp_path / "on")
+    run_suite({**data, "train": {**data["train"], "measure": False}}, tmp_path / "off")
+    for run in ("grpo-s0", "grpo_rr-s0"):
+        on, off = metrics(tmp_path / "on", "tiny", run), metrics(tmp_path / "off", "tiny", run)
+        assert "clip/frac" not in off and "moe/drift" not in off and "mismatch/k3_kl" not in off
+        for col in ("reward/mean", "loss", "grad/norm", "entropy/mean", "compute/cum_flops"):
+            assert off[col].tolist() == on[col].tolist(), col

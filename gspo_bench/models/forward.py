@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from gspo_bench.models.logprobs import gather_logprobs
+from gspo_bench.models.logprobs import entropies, gather_logprobs
 from gspo_bench.rollout.batching import position_ids
 
 
@@ -16,18 +16,15 @@ def response_forward(
 
     Logits are divided by the sampling temperature, so at top_p = 1 the on-policy log-probs equal
     the rollout engine's. With `with_entropy`, also the entropy [B, T] of each predictive distribution.
+    Only the T positions that predict a response token get logits (no [B, L, V] tensor), and the
+    log-softmax runs in fp32 chunks (see `gather_logprobs`).
     """
+    length = input_ids.shape[1]
+    predicting = torch.arange(length - n_response - 1, length - 1, device=input_ids.device)  # position j predicts j + 1
     logits = model(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-        logits_to_keep=n_response + 1,
-    ).logits  # [B, T + 1, V]
-    predicting = logits[:, :-1]  # [B, T, V]: position j predicts token j + 1
-    if temperature != 1.0:
-        predicting = predicting / temperature
-    logp = gather_logprobs(predicting, input_ids[:, -n_response:])  # [B, T]
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            logp_all = torch.log_softmax(predicting.float(), dim=-1)  # [B, T, V]
-            entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, T]
+        logits_to_keep=predicting,
+    ).logits  # [B, T, V]
+    logp = gather_logprobs(logits, input_ids[:, -n_response:], temperature)  # [B, T]
+    entropy = entropies(logits, temperature) if with_entropy else None
     return logp, entropy

@@ -9,13 +9,32 @@
   longest response (clipping by response length: GSPO's length-bias critique).
 All values are detached 0-d tensors; variances are population variances (0 for a single element).
 `count/*` values are counts, to be summed (not averaged) across minibatches and steps.
+
+`measurements_off()` makes both functions return {} (the performance benchmark uses it to measure
+what the measurements cost); objectives need no change for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import torch
 
 from gspo_bench.objectives.inputs import PolicyBatch, safe_exp
+
+_ENABLED: ContextVar[bool] = ContextVar("gspo_bench_measurements", default=True)
+
+
+@contextmanager
+def measurements_off(off: bool = True) -> Iterator[None]:
+    """Within the block (when `off`), `ratio_metrics` and `clip_metrics` compute nothing."""
+    token = _ENABLED.set(not off)
+    try:
+        yield
+    finally:
+        _ENABLED.reset(token)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -41,6 +60,8 @@ def _masked_extreme(x: torch.Tensor, mask: torch.Tensor, largest: bool) -> torch
 @torch.no_grad()
 def ratio_metrics(batch: PolicyBatch) -> dict[str, torch.Tensor]:
     """Token and sequence importance-ratio statistics and the old->new KL of `batch`."""
+    if not _ENABLED.get():
+        return {}
     log_w = batch.log_ratio.detach()  # [B, T]
     w = safe_exp(log_w)  # [B, T]
     s = safe_exp(batch.seq_log_ratio().detach())  # [B]
@@ -61,6 +82,8 @@ def ratio_metrics(batch: PolicyBatch) -> dict[str, torch.Tensor]:
 @torch.no_grad()
 def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBatch) -> dict[str, torch.Tensor]:
     """Token-weighted clip fractions from per-token flags [B, T] (a clipped response flags all its tokens)."""
+    if not _ENABLED.get():
+        return {}
     low = cut_low & batch.mask
     high = cut_high & batch.mask
     clipped = low | high  # [B, T]

@@ -22,6 +22,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int = 0
     capture_routing: bool = True
+    ignore_eos: bool = False  # never sample </s>: every response is max_new_tokens long (benchmarks)
 
 
 @dataclass

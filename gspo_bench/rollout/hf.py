@@ -7,6 +7,8 @@ not one per step.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
@@ -70,11 +72,12 @@ class HFEngine:
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
                 torch.manual_seed(params.seed)
                 capture = RoutingCapture(model) if params.capture_routing else None
-                with capture if capture is not None else _null():
+                with capture if capture is not None else nullcontext():
                     seqs = model.generate(
                         input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True,
                         temperature=1.0, top_k=0, top_p=1.0, logits_processor=processors,
                         max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
+                        min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
                         eos_token_id=self.eos_id,
                     )
         finally:
@@ -94,14 +97,6 @@ class HFEngine:
             sampling_logp=sampling_logp,
             routing=capture.routing if capture is not None else None,
         )
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None
 
 
 @register_engine("hf")

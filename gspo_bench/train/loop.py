@@ -18,6 +18,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from gspo_bench.models.forward import response_forward
 from gspo_bench.models.tokenizer import EOS_ID
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.objectives import get_objective, group_advantages
+from gspo_bench.objectives.metrics import measurements_off
 from gspo_bench.results import RunDir, now, provenance
 from gspo_bench.rollout import SamplingParams, make_engine, position_ids
 from gspo_bench.rollout.mismatch import logprob_mismatch
@@ -90,8 +92,9 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     if train_cfg.kl_coef > 0:  # frozen copy of the starting weights
         reference = AutoModelForCausalLM.from_pretrained(spec.init_weights, local_files_only=True, dtype=dtype)
         reference = reference.to(device).eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=entry.lr or train_cfg.lr, betas=train_cfg.betas, weight_decay=train_cfg.weight_decay
+    optimizer = torch.optim.AdamW(  # fused: one kernel for all parameters (4x faster than the default on CPU)
+        model.parameters(), lr=entry.lr or train_cfg.lr, betas=train_cfg.betas, weight_decay=train_cfg.weight_decay,
+        fused=device.type in ("cpu", "cuda"),
     )
     task = make_task(suite.task.name, **suite.task.params)
     eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
@@ -101,6 +104,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     objective_kwargs = {**entry.clip_range(), **entry.kwargs}
     n_active = active_parameters(model)
     group = rollout_cfg.group_size
+    measure = train_cfg.measure
 
     step, cum_tokens, cum_flops, bad_steps, peak_reward = 0, 0.0, 0.0, 0, -math.inf
     rows: list[dict] = []
@@ -137,6 +141,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             params = SamplingParams(
                 group_size=group, max_new_tokens=rollout_cfg.max_new_tokens, temperature=rollout_cfg.temperature,
                 top_p=rollout_cfg.top_p, seed=step_seed(seed, step, 1), capture_routing=False,
+                ignore_eos=rollout_cfg.ignore_eos,
             )
             engine.sync_weights(model)
             try:
@@ -152,12 +157,12 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
 
             # ---------------------------------------------------------- old-policy pass (no grad)
             t_update = time.perf_counter()
-            with torch.no_grad(), RoutingCapture(model) as old_capture:
+            with torch.no_grad(), capturing(model, measure or entry.use_replay) as old_capture:
                 old_logp, entropy = response_forward(
                     model, ids, attention, n_response, rollout_cfg.temperature, with_entropy=True
                 )  # [B, T] each
-            old_routing = old_capture.routing  # [L, B, L_seq, k]
-            mismatch = logprob_mismatch(old_logp, rollout.sampling_logp, response_mask)
+            old_routing = old_capture.routing if old_capture is not None else None  # [L, B, L_seq, k]
+            mismatch = logprob_mismatch(old_logp, rollout.sampling_logp, response_mask) if measure else {}
             if train_cfg.old_logp == "rollout":  # section 5.4: trust the engine's log-probs as pi_old
                 old_logp = rollout.sampling_logp.to(old_logp.device)
             ref_logp = None
@@ -175,12 +180,13 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             for j, idx in enumerate(order.chunk(train_cfg.minibatches)):
                 idx = idx.to(device)
                 replay = old_routing[:, idx] if entry.use_replay else None
-                with RoutingCapture(model, replay=replay) as capture:
+                with capturing(model, measure or replay is not None, replay=replay) as capture:
                     logp, _ = response_forward(model, ids[idx], attention[idx], n_response, rollout_cfg.temperature)
-                loss, metrics = objective(
-                    logp=logp, old_logp=old_logp[idx], advantages=advantages[idx], mask=response_mask[idx],
-                    **objective_kwargs,
-                )
+                with measurements_off(not measure):
+                    loss, metrics = objective(
+                        logp=logp, old_logp=old_logp[idx], advantages=advantages[idx], mask=response_mask[idx],
+                        **objective_kwargs,
+                    )
                 if ref_logp is not None:  # k3 KL(pi_theta || pi_ref) over response tokens
                     log_ref_ratio = (ref_logp[idx] - logp).clamp(-20, 20)
                     kl_ref = ((log_ref_ratio.exp() - log_ref_ratio - 1) * response_mask[idx]).sum() / response_mask[idx].sum().clamp(min=1)
@@ -202,13 +208,13 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
                 grad_norms.append(float(grad_norm))
                 mask_idx = response_mask[idx]
                 measured.add(metrics, n_tokens=float(mask_idx.sum()), n_responses=float(mask_idx.any(-1).sum()))
-                if j > 0:  # minibatch j ran after j updates from the old policy: its routing drifted
+                if measure and j > 0:  # minibatch j ran after j updates from the old policy: its routing drifted
                     stats = routing_drift(old_routing[:, idx], capture.routing, attention[idx])
                     drift.add({k: stats[k] for k in ("moe/drift", "moe/drift_expert")})
                     layer_drift.add({k: v for k, v in stats.items() if k.startswith("moe/drift_layer_")})
 
             after = {}
-            if train_cfg.drift_after_update or train_cfg.minibatches == 1:
+            if measure and (train_cfg.drift_after_update or train_cfg.minibatches == 1):
                 with torch.no_grad(), RoutingCapture(model) as capture:  # same positions as the old pass
                     model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention),
                           logits_to_keep=1)
@@ -255,7 +261,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             reason = None
             if bad_steps >= suite.collapse.nonfinite_patience:
                 reason = f"non-finite loss or gradients in {bad_steps} consecutive steps"
-            elif any(not torch.isfinite(p).all() for p in model.parameters()):
+            elif not all_finite(model):
                 reason = "non-finite parameters"
             elif suite.collapse.reward_floor is not None and len(rows) >= suite.collapse.reward_window:
                 window = sum(r["reward/mean"] for r in rows[-suite.collapse.reward_window :]) / suite.collapse.reward_window
@@ -289,6 +295,17 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     out.write_json("provenance.json", prov)
     out.write_status("done", step=step, cum_flops=cum_flops, cum_tokens=cum_tokens)
     return {"status": "done", "message": "", "step": step}
+
+
+def all_finite(model) -> bool:
+    """Whether every parameter is finite, in one pass: per-parameter max |x| is finite exactly then."""
+    largest = torch._foreach_norm([p.detach() for p in model.parameters()], ord=float("inf"))
+    return bool(torch.isfinite(torch.stack([m.float() for m in largest])).all())
+
+
+def capturing(model, enabled: bool, replay: torch.Tensor | None = None):
+    """A RoutingCapture (recording, and replaying `replay`), or a block yielding None when not `enabled`."""
+    return RoutingCapture(model, replay=replay) if enabled else nullcontext()
 
 
 def resolved_config(suite: SuiteConfig, entry: ObjectiveEntry, seed: int, lr: float) -> str:

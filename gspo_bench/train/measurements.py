@@ -10,6 +10,14 @@ import torch
 _RESPONSE_WEIGHTED = ("ratio/seq_",)
 
 
+def as_floats(values) -> list[float]:
+    """Python floats of 0-d tensors and numbers, with one device->host copy for all the tensors."""
+    values = list(values)
+    tensors = [v.detach().float().reshape(()) for v in values if isinstance(v, torch.Tensor)]
+    host = iter(torch.stack(tensors).tolist()) if tensors else iter(())
+    return [next(host) if isinstance(v, torch.Tensor) else float(v) for v in values]
+
+
 class StepMeasurements:
     """Weighted means over minibatches; extremes (`*_min`, `*_max`) combine as min / max, counts
     (`count/*`) add up."""
@@ -20,8 +28,7 @@ class StepMeasurements:
         self.extremes: dict[str, float] = {}
 
     def add(self, metrics: dict, n_tokens: float, n_responses: float) -> None:
-        for key, value in metrics.items():
-            value = float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+        for key, value in zip(metrics, as_floats(metrics.values()), strict=True):
             if key.startswith("count/"):
                 self.extremes[key] = self.extremes.get(key, 0.0) + value
                 continue
