@@ -74,6 +74,40 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file")) -> 
         console.print(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}", highlight=False)
 
 
+def print_plan(suite_path: Path) -> None:
+    from gspo_bench.config import SuiteError, load_suite
+    from gspo_bench.plan import PlanError, plan_suite
+    from gspo_bench.suite import plan_runs
+
+    try:
+        suite = load_suite(suite_path)
+        plan = plan_suite(suite)
+    except (SuiteError, PlanError) as err:
+        raise fail(str(err)) from None
+    runs = plan_runs(suite, Path(suite.output_dir))
+    r, t = suite.rollout, suite.train
+    table = Table(title=f"dry run: suite {suite.name!r} ({suite_path})", show_header=False)
+    rows = [
+        ("model", plan.model_source),
+        ("parameters", f"{plan.params_total / 1e9:.3g} B total, {plan.params_active / 1e9:.3g} B active per token"),
+        ("per step", f"{r.prompts_per_step} prompts x {r.group_size} = {plan.sequences_per_step} responses of <= "
+                     f"{r.max_new_tokens} tokens = {plan.response_tokens_per_step:,} response tokens, "
+                     f"{t.minibatches} minibatch updates"),
+        ("FLOPs per step", f"{plan.flops_per_step:.3g} (upper bound: full-length responses, prompts left out)"),
+        ("budget", f"{suite.budget.kind} = {suite.budget.value:g} -> >= {plan.steps_per_run:,} steps per run "
+                   f"(cap {suite.budget.max_steps:,})"),
+        ("runs", f"{plan.runs}: " + ", ".join(run.name for run in runs)),
+        ("FLOPs, whole suite", f"{plan.flops_total:.3g}"),
+        ("training state per run", f"{plan.state_bytes / 2**30:,.1f} GiB ({t.dtype} weights + grads + AdamW"
+                                   f"{' + reference' if t.kl_coef > 0 else ''}); activations, KV cache and "
+                                   "rollout engine come on top"),
+        ("GPUs (80 GB)", f">= {plan.gpus_needed()} with FSDP2 (state sharded over 80% of each); device {t.device}"),
+    ]
+    for key, value in rows:
+        table.add_row(key, escape(value))
+    console.print(table)
+
+
 @app.command()
 def run(
     suite_path: Path = typer.Argument(..., help="suite YAML file"),
@@ -81,6 +115,8 @@ def run(
     only: list[str] | None = typer.Option(None, "--only", help="run only this label (repeatable)"),
     seeds: str | None = typer.Option(None, "--seeds", help="comma-separated seeds (default: the suite's)"),
     resume: bool = typer.Option(False, "--resume", help="continue unfinished runs from their checkpoints"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate and print the planned compute and memory; "
+                                 "runs nothing, needs no GPU and no weights"),
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
     from gspo_bench.config import SuiteError, load_suite
@@ -88,6 +124,8 @@ def run(
     from gspo_bench.suite import check_outputs, plan_runs, starting_weights, write_suite_file
     from gspo_bench.train.loop import RunSpec, train_run
 
+    if dry_run:
+        return print_plan(suite_path)
     try:
         suite = load_suite(suite_path)
         seed_list = [int(s) for s in seeds.split(",")] if seeds else None

@@ -26,6 +26,9 @@ from gspo_bench.objectives import list_objectives, objective_spec
 # Algorithms of the suite that are an objective plus a training option.
 ALGORITHMS: dict[str, dict[str, Any]] = {
     "grpo_rr": {"objective": "grpo", "replay": True},  # GRPO + Routing Replay (paper section 5.3)
+    # GRPO + Rollout Routing Replay (R3): the experts chosen while *generating* are replayed in the
+    # old-policy pass and in every update forward, so training routes as the rollout engine did
+    "grpo_r3": {"objective": "grpo", "replay": True, "replay_from": "rollout"},
 }
 
 
@@ -36,6 +39,8 @@ class Strict(BaseModel):
 class ModelConfig(Strict):
     family: str = Field("qwen3_moe", description=f"tiny MoE family: one of {', '.join(SUPPORTED_FAMILIES)}")
     path: str | None = Field(None, description="local HF checkpoint directory of a real MoE (overrides the sizes)")
+    architecture: str | None = Field(None, description="directory with the checkpoint's config.json, for "
+                                     "`run --dry-run` where model.path is absent (experiments/models/)")
     num_layers: int = Field(8, ge=1, description="decoder layers (all MoE)")
     hidden_size: int = Field(64, ge=8)
     num_experts: int = Field(8, ge=1)
@@ -159,11 +164,15 @@ class CollapseConfig(Strict):
 
 
 class ObjectiveEntry(Strict):
-    name: str = Field(description="registered objective or algorithm (grpo_rr = grpo + routing replay)")
+    name: str = Field(description="registered objective or algorithm (grpo_rr = grpo + routing replay, "
+                      "grpo_r3 = grpo + rollout routing replay)")
     label: str | None = Field(None, description="run label (default: the name)")
     clip_low: float | None = Field(None, description="default: the objective's (the paper's)")
     clip_high: float | None = None
     replay: bool | None = Field(None, description="routing replay in the update forwards")
+    replay_from: Literal["old_pass", "rollout"] | None = Field(
+        None, description="which routing is replayed: the old-policy training pass's (Routing Replay, "
+        "default) or the rollout engine's (R3; needs an engine that returns routed experts)")
     lr: float | None = Field(None, gt=0, description="override train.lr for this entry")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="extra objective keyword arguments")
 
@@ -172,6 +181,8 @@ class ObjectiveEntry(Strict):
         valid = list_objectives() + sorted(ALGORITHMS)
         if self.name not in valid:
             raise ValueError(f"unknown objective {self.name!r}; expected one of {', '.join(valid)}")
+        if self.replay is False and self.replay_from is not None:
+            raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
         return self
 
     @property
@@ -180,7 +191,14 @@ class ObjectiveEntry(Strict):
 
     @property
     def use_replay(self) -> bool:
-        return self.replay if self.replay is not None else ALGORITHMS.get(self.name, {}).get("replay", False)
+        if self.replay is not None:
+            return self.replay
+        return self.replay_from is not None or ALGORITHMS.get(self.name, {}).get("replay", False)
+
+    @property
+    def replay_source(self) -> str:
+        """`old_pass` or `rollout` (meaningful when `use_replay`)."""
+        return self.replay_from or ALGORITHMS.get(self.name, {}).get("replay_from", "old_pass")
 
     @property
     def run_label(self) -> str:

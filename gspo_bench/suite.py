@@ -61,7 +61,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
             raise FileNotFoundError(f"model.path {suite.model.path} is not a Hugging Face checkpoint directory")
         return Path(suite.model.path)
     tokenizer = build_char_tokenizer()
-    sizes = suite.model.model_dump(exclude={"family", "path"})
+    sizes = suite.model.model_dump(exclude={"family", "path", "architecture"})
 
     def build():
         return build_tiny_moe(suite.model.family, seed=seed, vocab_size=len(tokenizer), **sizes)
@@ -69,7 +69,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     ws = suite.warm_start
     cache = Path(ws.cache_dir) if ws.cache_dir else default_cache_dir()
     key_parts = {
-        "model": suite.model.model_dump(mode="json"), "task": suite.task.model_dump(mode="json"),
+        "model": suite.model.model_dump(mode="json", exclude={"architecture"}), "task": suite.task.model_dump(mode="json"),
         "alphabet": DEFAULT_ALPHABET, "seed": seed, "gspo_bench": __version__, "torch": torch.__version__,
         "enabled": ws.enabled,
     }

@@ -212,3 +212,69 @@ def test_measurements_off_changes_no_training_result(tmp_path, cache):
         assert "clip/frac" not in off and "moe/drift" not in off and "mismatch/k3_kl" not in off
         for col in ("reward/mean", "loss", "grad/norm", "entropy/mean", "compute/cum_flops"):
             assert off[col].tolist() == on[col].tolist(), col
+
+
+class _ShiftedRoutingEngine:
+    """The hf engine, but it reports every generated token as routed to the next expert (mod E):
+    a rollout engine whose routing disagrees with the trainer's, as a different kernel would."""
+
+    name = "shifted_routing"
+
+    def __init__(self, pad_id, eos_id, **_):
+        from gspo_bench.rollout.hf import HFEngine
+
+        self.inner = HFEngine(pad_id=pad_id, eos_id=eos_id)
+
+    def sync_weights(self, model):
+        return None
+
+    def generate(self, model, prompts, params):
+        import dataclasses
+
+        rollout = self.inner.generate(model, prompts, params)
+        n_experts = model.config.num_experts
+        return dataclasses.replace(rollout, routing=(rollout.routing + 1) % n_experts)
+
+
+def _register_shifted_engine():
+    from gspo_bench.rollout import list_engines, register_engine
+
+    if "shifted_routing" not in list_engines():
+        register_engine("shifted_routing")(_ShiftedRoutingEngine)
+
+
+def test_r3_with_one_minibatch_equals_grpo_and_reports_no_rollout_gap(tmp_path, cache):
+    """The hf engine routes as the trainer does (fp32): replaying its routing (R3) changes nothing,
+    and the measured rollout -> training routing gap is 0."""
+    data = tiny_suite(cache, train={"minibatches": 1}, budget={"kind": "steps", "value": 1},
+                      objectives=[{"name": "grpo"}, {"name": "grpo_r3"}])
+    run_suite(data, tmp_path / "out")
+    grpo, r3 = metrics(tmp_path / "out", "tiny", "grpo-s0"), metrics(tmp_path / "out", "tiny", "grpo_r3-s0")
+    keys = ["loss", "grad/norm", "clip/frac", "kl/old_new", "reward/mean"]
+    assert grpo[keys].iloc[0].tolist() == pytest.approx(r3[keys].iloc[0].tolist(), rel=1e-5, abs=1e-7)
+    assert r3["moe/rollout_gap"].iloc[0] == 0.0 and grpo["moe/rollout_gap"].iloc[0] == 0.0
+    config = yaml.safe_load((tmp_path / "out" / "tiny" / "grpo_r3-s0" / "config.yaml").read_text())
+    assert config["run"]["replay"] is True and config["run"]["replay_from"] == "rollout"
+
+
+def test_r3_replays_the_rollout_engines_routing(tmp_path, cache):
+    """With an engine whose routing disagrees with the trainer's, the gap is measured (every
+    token-layer pair differs) and R3's training forwards use the engine's experts: its pi_old
+    differs from the trainer's own (GRPO's), while GRPO + RR replays the trainer's routing."""
+    _register_shifted_engine()
+    data = tiny_suite(cache, rollout={"engine": "shifted_routing"}, train={"minibatches": 1},
+                      budget={"kind": "steps", "value": 1},
+                      objectives=[{"name": "grpo"}, {"name": "grpo_rr"}, {"name": "grpo_r3"}])
+    run_suite(data, tmp_path / "out")
+    grpo, rr, r3 = (metrics(tmp_path / "out", "tiny", f"{r}-s0") for r in ("grpo", "grpo_rr", "grpo_r3"))
+    assert grpo["moe/rollout_gap"].iloc[0] == 1.0 and grpo["moe/rollout_gap_expert"].iloc[0] > 0.5
+    # pi_old under forced experts is not the sampling distribution: the engine mismatch shows it
+    assert r3["mismatch/max_abs"].iloc[0] > 1e-3 > grpo["mismatch/max_abs"].iloc[0]
+    assert rr["mismatch/max_abs"].iloc[0] == grpo["mismatch/max_abs"].iloc[0]
+
+
+def test_replay_from_needs_replay():
+    with pytest.raises(Exception, match="replay_from"):
+        parse_suite(tiny_suite(Path("."), objectives=[{"name": "grpo", "replay": False, "replay_from": "rollout"}]))
+    entry = parse_suite(tiny_suite(Path("."), objectives=[{"name": "gspo", "replay_from": "rollout"}])).objectives[0]
+    assert entry.use_replay and entry.replay_source == "rollout"

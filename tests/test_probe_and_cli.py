@@ -46,3 +46,40 @@ def test_cli_unknown_objective_is_a_usage_error():
 def test_analysis_never_imports_torch():
     code = "import sys, analysis; assert 'torch' not in sys.modules, 'analysis imported torch'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------------- dry run / GPU suites
+EXPERIMENTS = __import__("pathlib").Path(__file__).resolve().parent.parent / "experiments"
+
+
+def test_dry_run_plans_the_paper_suite_without_gpu_or_weights():
+    """Qwen3-30B-A3B from its shipped config.json on the meta device: the public parameter counts."""
+    from gspo_bench.config import load_suite
+    from gspo_bench.plan import plan_suite
+
+    plan = plan_suite(load_suite(EXPERIMENTS / "qwen3_30b_a3b.yaml"))
+    assert 30.0e9 < plan.params_total < 31.0e9  # "30.5B total"
+    assert 3.0e9 < plan.params_active < 3.6e9  # "3.3B activated"
+    assert plan.sequences_per_step == 64 * 8 and plan.response_tokens_per_step == 64 * 8 * 8192
+    # generation + old-policy pass at 2 N_active per token, one trained pass at 6 N_active
+    assert plan.flops_per_step == (2 * 2 + 6) * plan.params_active * plan.response_tokens_per_step
+    assert plan.state_bytes == 8 * plan.params_total  # bf16 weights, grads, two AdamW moments
+    assert plan.gpus_needed() >= 4
+    olmoe = plan_suite(load_suite(EXPERIMENTS / "olmoe_1b_7b.yaml"))
+    assert 6.5e9 < olmoe.params_total < 7.2e9 and 1.0e9 < olmoe.params_active < 1.5e9  # "7B total, 1B active"
+
+
+def test_cli_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
+    for suite in ("qwen3_30b_a3b.yaml", "olmoe_1b_7b.yaml", "gpu_tiny.yaml", "quickstart.yaml"):
+        result = CliRunner().invoke(app, ["run", str(EXPERIMENTS / suite), "--dry-run", "--out", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        assert "FLOPs per step" in result.output and "GPUs" in result.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_dry_run_without_weights_or_architecture_says_what_to_set(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\nmodel: {path: /nowhere/model}\ntask: {name: sort}\nwarm_start: {enabled: false}\n"
+                     "budget: {kind: steps, value: 1}\nobjectives: [{name: gspo}]\n")
+    result = CliRunner().invoke(app, ["run", str(suite), "--dry-run"])
+    assert result.exit_code != 0 and "model.architecture" in result.output

@@ -2,9 +2,16 @@
 
 from gspo_bench.rollout import hf  # noqa: F401  (registers "hf")
 from gspo_bench.rollout.batching import left_pad, mask_after_eos, position_ids
-from gspo_bench.rollout.engine import Rollout, RolloutEngine, SamplingParams, list_engines, make_engine
+from gspo_bench.rollout.engine import (
+    Rollout,
+    RolloutEngine,
+    SamplingParams,
+    list_engines,
+    make_engine,
+    register_engine,
+)
 
 __all__ = [
     "Rollout", "RolloutEngine", "SamplingParams", "left_pad", "list_engines", "make_engine",
-    "mask_after_eos", "position_ids",
+    "mask_after_eos", "position_ids", "register_engine",
 ]

@@ -105,6 +105,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     n_active = active_parameters(model)
     group = rollout_cfg.group_size
     measure = train_cfg.measure
+    rollout_replay = entry.use_replay and entry.replay_source == "rollout"  # R3
 
     step, cum_tokens, cum_flops, bad_steps, peak_reward = 0, 0.0, 0.0, 0, -math.inf
     rows: list[dict] = []
@@ -140,7 +141,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             examples = [task.train_example(rng) for _ in range(rollout_cfg.prompts_per_step)]
             params = SamplingParams(
                 group_size=group, max_new_tokens=rollout_cfg.max_new_tokens, temperature=rollout_cfg.temperature,
-                top_p=rollout_cfg.top_p, seed=step_seed(seed, step, 1), capture_routing=False,
+                top_p=rollout_cfg.top_p, seed=step_seed(seed, step, 1), capture_routing=measure or rollout_replay,
                 ignore_eos=rollout_cfg.ignore_eos,
             )
             engine.sync_weights(model)
@@ -157,12 +158,20 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
 
             # ---------------------------------------------------------- old-policy pass (no grad)
             t_update = time.perf_counter()
-            with torch.no_grad(), capturing(model, measure or entry.use_replay) as old_capture:
+            rollout_routing = None  # [L, B, L_seq, k] experts chosen while generating
+            if rollout.routing is not None:
+                rollout_routing = routing_for_training(rollout.routing, ids.shape[1]).to(device)
+            with torch.no_grad(), capturing(model, measure or entry.use_replay,
+                                            replay=rollout_routing if rollout_replay else None) as old_capture:
                 old_logp, entropy = response_forward(
                     model, ids, attention, n_response, rollout_cfg.temperature, with_entropy=True
                 )  # [B, T] each
-            old_routing = old_capture.routing if old_capture is not None else None  # [L, B, L_seq, k]
+            old_routing = old_capture.routing if old_capture is not None else None  # [L, B, L_seq, k] the model's choice
             mismatch = logprob_mismatch(old_logp, rollout.sampling_logp, response_mask) if measure else {}
+            if measure and rollout_routing is not None:  # routing gap rollout -> training (what R3 removes)
+                gap = routing_drift(rollout_routing, old_routing, attention)
+                mismatch.update({"moe/rollout_gap": gap["moe/drift"], "moe/rollout_gap_expert": gap["moe/drift_expert"]})
+            replayed = rollout_routing if rollout_replay else old_routing  # what replay runs force
             if train_cfg.old_logp == "rollout":  # section 5.4: trust the engine's log-probs as pi_old
                 old_logp = rollout.sampling_logp.to(old_logp.device)
             ref_logp = None
@@ -179,7 +188,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             losses, grad_norms, nonfinite = [], [], 0
             for j, idx in enumerate(order.chunk(train_cfg.minibatches)):
                 idx = idx.to(device)
-                replay = old_routing[:, idx] if entry.use_replay else None
+                replay = replayed[:, idx] if entry.use_replay else None
                 with capturing(model, measure or replay is not None, replay=replay) as capture:
                     logp, _ = response_forward(model, ids[idx], attention[idx], n_response, rollout_cfg.temperature)
                 with measurements_off(not measure):
@@ -303,6 +312,21 @@ def all_finite(model) -> bool:
     return bool(torch.isfinite(torch.stack([m.float() for m in largest])).all())
 
 
+def routing_for_training(routing: torch.Tensor, length: int) -> torch.Tensor:
+    """Rollout routing [L, B, L_seq - 1, k] extended to the training forward's L_seq positions.
+
+    Generation never routes its last sampled token (nothing is sampled after it); that position
+    only predicts beyond the response, so no log-prob depends on it: it gets the experts of the
+    position before it.
+    """
+    missing = length - routing.shape[2]
+    if missing < 0 or routing.shape[2] == 0:
+        raise ValueError(f"rollout routing covers {routing.shape[2]} positions, the batch has {length}")
+    if missing == 0:
+        return routing
+    return torch.cat([routing, routing[:, :, -1:].expand(-1, -1, missing, -1)], dim=2)
+
+
 def capturing(model, enabled: bool, replay: torch.Tensor | None = None):
     """A RoutingCapture (recording, and replaying `replay`), or a block yielding None when not `enabled`."""
     return RoutingCapture(model, replay=replay) if enabled else nullcontext()
@@ -310,7 +334,8 @@ def capturing(model, enabled: bool, replay: torch.Tensor | None = None):
 
 def resolved_config(suite: SuiteConfig, entry: ObjectiveEntry, seed: int, lr: float) -> str:
     """The suite plus everything this run resolved: objective, replay, clip range, lr, seed."""
-    run = {"label": entry.run_label, "objective": entry.objective, "replay": entry.use_replay, "seed": seed,
+    run = {"label": entry.run_label, "objective": entry.objective, "replay": entry.use_replay,
+           "replay_from": entry.replay_source if entry.use_replay else None, "seed": seed,
            "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs}
     return yaml.safe_dump({"run": run, "suite": suite.model_dump(mode="json")}, sort_keys=False)
 
