@@ -232,12 +232,58 @@ def scaling(setting: Setting, weights: Path, workdir: Path, steps: int, groups: 
                      "step_s": median(timings), "rollout_s": statistics.median(t["rollout_s"] for t in timings),
                      "update_s": statistics.median(t["update_s"] for t in timings)})
         print(f"  scaling G={point.group} T={point.max_new_tokens}: {rows[-1]['step_s']:.3f} s/step", flush=True)
+    rows += decode_latency(setting, weights)
+    return rows
+
+
+def decode_latency(setting: Setting, weights: Path, batches=(8, 32, 64, 128, 256), length: int = 64) -> list[dict]:
+    """Seconds per decode step of the hf engine against the number of sequences decoded together:
+    what a step of T decode steps costs whatever G is."""
+    from transformers import AutoModelForCausalLM
+
+    from gspo_bench.rollout import SamplingParams, make_engine
+
+    model = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True, dtype=getattr(torch, setting.dtype))
+    model = model.to(setting.device)
+    engine = make_engine("hf", pad_id=0, eos_id=2)
+    prompts = [ex.prompt for ex in step_examples(setting, 1)]
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(weights, local_files_only=True)
+    encoded = [tokenizer.encode(p) for p in prompts]
+    rows = []
+    for sequences in batches:
+        group = max(1, sequences // len(encoded))
+        params = SamplingParams(group_size=group, max_new_tokens=length, capture_routing=False, ignore_eos=True)
+        engine.generate(model, encoded[:1], SamplingParams(group_size=2, max_new_tokens=4, ignore_eos=True))  # warm
+        times = []
+        for _ in range(3):
+            sync(setting.device)
+            start = time.perf_counter()
+            engine.generate(model, encoded, params)
+            sync(setting.device)
+            times.append(time.perf_counter() - start)
+        n = group * len(encoded)
+        rows.append({"sweep": "decode", "sequences": n, "T": length, "decode_step_s": statistics.median(times) / length})
+        print(f"  decode: {n} sequences: {rows[-1]['decode_step_s'] * 1e3:.2f} ms per decode step", flush=True)
     return rows
 
 
 # ---------------------------------------------------------------------------- statistics
 def median(timings: list[dict]) -> float:
     return statistics.median(t["step_s"] for t in timings)
+
+
+def two_term_fit(t: list[float], tokens: list[float], y: list[float]) -> dict:
+    """Least squares y = a + b T + c (P G T): decoding's per-step cost scales with T alone."""
+    import numpy as np
+
+    design = np.column_stack([np.ones(len(t)), t, tokens])
+    coef, *_ = np.linalg.lstsq(design, np.asarray(y), rcond=None)
+    residual = np.asarray(y) - design @ coef
+    ss_tot = float(((np.asarray(y) - np.mean(y)) ** 2).sum())
+    return {"intercept_s": float(coef[0]), "per_decode_step_s": float(coef[1]), "per_token_s": float(coef[2]),
+            "r2": 1 - float((residual**2).sum()) / ss_tot if ss_tot > 0 else math.nan}
 
 
 def linear_fit(x: list[float], y: list[float]) -> dict:
@@ -268,9 +314,11 @@ def summarize(setting: Setting, compare_rows, overhead_rows, scaling_rows) -> di
         med = {f: statistics.median(r["step_s"] for r in compare_rows if r["framework"] == f) for f in FRAMEWORKS}
         summary["compare"] = {
             "ours_step_s": med["gspo-bench"], "trl_step_s": med["trl"], "trl_default_step_s": med["trl-default-ckpt"],
-            "ratio_ours_over_trl": med["gspo-bench"] / med["trl"],
+            # within-repeat pairs: a slow spell of the machine hits both sides of a pair
+            "ratio_ours_over_trl": statistics.median(paired_ratio(compare_rows, "framework", "gspo-bench", "trl")),
             "ratio_per_repeat": paired_ratio(compare_rows, "framework", "gspo-bench", "trl"),
-            "ratio_ours_over_trl_default": med["gspo-bench"] / med["trl-default-ckpt"],
+            "ratio_ours_over_trl_default": statistics.median(
+                paired_ratio(compare_rows, "framework", "gspo-bench", "trl-default-ckpt")),
             "ours_tokens_per_s": setting.tokens_per_step / med["gspo-bench"],
             "trl_tokens_per_s": setting.tokens_per_step / med["trl"],
         }
@@ -284,8 +332,17 @@ def summarize(setting: Setting, compare_rows, overhead_rows, scaling_rows) -> di
                for case in OVERHEAD_CASES},
         }
     if scaling_rows:
-        fit = linear_fit([r["tokens"] for r in scaling_rows], [r["step_s"] for r in scaling_rows])
-        summary["scaling"] = {**fit, "points": len(scaling_rows)}
+        points = [r for r in scaling_rows if r["sweep"] in ("G", "T")]
+        tokens, times = [r["tokens"] for r in points], [r["step_s"] for r in points]
+        summary["scaling"] = {**linear_fit(tokens, times), "points": len(points),
+                              "g_range": f"{min(r['G'] for r in points)}..{max(r['G'] for r in points)}",
+                              "t_range": f"{min(r['T'] for r in points)}..{max(r['T'] for r in points)}",
+                              "two_term": two_term_fit([r["T"] for r in points], tokens, times)}
+        decode = [r for r in scaling_rows if r["sweep"] == "decode"]
+        if decode:
+            fit = linear_fit([r["sequences"] for r in decode], [r["decode_step_s"] for r in decode])
+            summary["decode"] = {"fixed_s": fit["intercept_s"], "per_sequence_s": fit["slope_s_per_token"],
+                                 "r2": fit["r2"], "batches": [r["sequences"] for r in decode]}
     return summary
 
 
@@ -320,7 +377,8 @@ def plot(out: Path, compare_rows, overhead_rows, scaling_rows, summary: dict) ->
             ax.set_ylabel("seconds per RL step")
             ax.tick_params(axis="x", rotation=20)
         else:
-            frame = pd.DataFrame(scaling_rows)
+            frame = pd.DataFrame([r for r in scaling_rows if r["sweep"] in ("G", "T")])
+            frame["sweep"] = frame["sweep"].map({"G": "G sweep (T fixed)", "T": "T sweep (G fixed)"})
             sns.scatterplot(frame, x="tokens", y="step_s", hue="sweep", style="sweep", s=60, ax=ax)
             s = summary["scaling"]
             xs = [0, frame["tokens"].max()]
@@ -344,8 +402,8 @@ def summary_markdown(summary: dict, command: str) -> str:
              f"{s['minibatches']} minibatches, {s['device']} {s['dtype']}, {s['threads']} threads.", ""]
     if "compare" in summary:
         c = summary["compare"]
-        lines += [f"- RL step: gspo-bench {c['ours_step_s']:.3f} s, TRL GRPOTrainer {c['trl_step_s']:.3f} s: "
-                  f"**ours / TRL = {c['ratio_ours_over_trl']:.2f}** (per repeat: "
+        lines += [f"- RL step (medians): gspo-bench {c['ours_step_s']:.3f} s, TRL GRPOTrainer {c['trl_step_s']:.3f} s: "
+                  f"**ours / TRL = {c['ratio_ours_over_trl']:.2f}** (median of per-repeat ratios: "
                   f"{', '.join(f'{v:.2f}' for v in c['ratio_per_repeat'])}); "
                   f"{c['ours_tokens_per_s']:.0f} vs {c['trl_tokens_per_s']:.0f} response tokens/s",
                   f"- against TRL's defaults (gradient checkpointing on): TRL {c['trl_default_step_s']:.3f} s, "
@@ -359,8 +417,15 @@ def summary_markdown(summary: dict, command: str) -> str:
                   f"{', '.join(f'{v:+.1%}' for v in o['replay_per_repeat'])})"]
     if "scaling" in summary:
         f = summary["scaling"]
-        lines += [f"- step time = {f['intercept_s']:.3f} s + {f['slope_s_per_token'] * 1e3:.4f} ms x (P x G x T), "
-                  f"**R² = {f['r2']:.4f}** over {f['points']} points (G 4..32, T 16..256)"]
+        two = f["two_term"]
+        lines += [f"- step time = {f['intercept_s']:.3f} s + {f['slope_s_per_token'] * 1e3:.4f} ms x (P x G x T): "
+                  f"**R² = {f['r2']:.4f}** over {f['points']} points (G {f['g_range']}, T {f['t_range']})",
+                  f"- step time = {two['intercept_s']:.3f} s + {two['per_decode_step_s'] * 1e3:.2f} ms x T + "
+                  f"{two['per_token_s'] * 1e3:.4f} ms x (P x G x T): **R² = {two['r2']:.4f}**"]
+    if "decode" in summary:
+        d = summary["decode"]
+        lines += [f"- one decode step (hf engine) = {d['fixed_s'] * 1e3:.2f} ms + {d['per_sequence_s'] * 1e3:.4f} ms "
+                  f"per sequence (R² = {d['r2']:.3f}, {min(d['batches'])}..{max(d['batches'])} sequences)"]
     return "\n".join(lines) + "\n"
 
 
@@ -369,7 +434,7 @@ def main(
     parts: str = typer.Option("compare,overhead,scaling", help="comma-separated: compare, overhead, scaling"),
     out: Path = typer.Option(Path("results/perf"), help="where CSVs, the plot and the summary go"),
     repeats: int = typer.Option(5, min=1, help="interleaved repeats (compare, overhead)"),
-    steps: int = typer.Option(3, min=1, help="counted RL steps per run (after one warm-up step)"),
+    steps: int = typer.Option(5, min=1, help="counted RL steps per run (after one warm-up step)"),
     prompts: int = typer.Option(8, min=1), group: int = typer.Option(8, min=2),
     max_new_tokens: int = typer.Option(32, min=1),
     groups: str = typer.Option("4,8,16,32", help="G values of the scaling sweep"),
