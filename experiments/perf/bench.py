@@ -186,10 +186,12 @@ FRAMEWORKS = {  # name -> timer(setting, weights, workdir, steps)
 }
 
 
-def compare(setting: Setting, weights: Path, workdir: Path, repeats: int, steps: int) -> list[dict]:
+def compare(setting: Setting, weights: Path, workdir: Path, repeats: int, steps: int,
+            frameworks: list[str] | None = None) -> list[dict]:
+    frameworks = frameworks or list(FRAMEWORKS)
     rows = []
     for r in range(repeats):
-        order = list(FRAMEWORKS) if r % 2 == 0 else list(FRAMEWORKS)[::-1]
+        order = frameworks if r % 2 == 0 else frameworks[::-1]
         for framework in order:
             timings = FRAMEWORKS[framework](setting, weights, workdir, steps)
             for i, t in enumerate(timings):
@@ -310,7 +312,7 @@ def paired_ratio(rows: list[dict], key: str, num: str, den: str) -> list[float]:
 
 def summarize(setting: Setting, compare_rows, overhead_rows, scaling_rows) -> dict:
     summary: dict = {"setting": asdict(setting), "tokens_per_step": setting.tokens_per_step}
-    if compare_rows:
+    if compare_rows and {r["framework"] for r in compare_rows} == set(FRAMEWORKS):
         med = {f: statistics.median(r["step_s"] for r in compare_rows if r["framework"] == f) for f in FRAMEWORKS}
         summary["compare"] = {
             "ours_step_s": med["gspo-bench"], "trl_step_s": med["trl"], "trl_default_step_s": med["trl-default-ckpt"],
@@ -361,7 +363,7 @@ def plot(out: Path, compare_rows, overhead_rows, scaling_rows, summary: dict) ->
     import pandas as pd
     import seaborn as sns
 
-    panels = [p for p, rows in (("compare", compare_rows), ("overhead", overhead_rows), ("scaling", scaling_rows)) if rows]
+    panels = [p for p, rows in (("compare", compare_rows if "compare" in summary else []), ("overhead", overhead_rows), ("scaling", scaling_rows)) if rows]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, panel in zip(axes[0], panels, strict=True):
         if panel == "compare":
@@ -439,6 +441,7 @@ def main(
     max_new_tokens: int = typer.Option(32, min=1),
     groups: str = typer.Option("4,8,16,32", help="G values of the scaling sweep"),
     lengths: str = typer.Option("16,32,64,128,256", help="T values of the scaling sweep"),
+    frameworks: str = typer.Option(",".join(FRAMEWORKS), help="compare: which frameworks"),
     threads: int = typer.Option(2, min=1), device: str = typer.Option("cpu"),
     dtype: str = typer.Option("float32", help="float32 or bfloat16"),
 ) -> None:
@@ -457,7 +460,7 @@ def main(
         workdir = Path(tmp)
         weights = save_initial_weights(setting, workdir / "init")
         if "compare" in chosen:
-            compare_rows = compare(setting, weights, workdir, repeats, steps)
+            compare_rows = compare(setting, weights, workdir, repeats, steps, frameworks.split(","))
             write_csv(compare_rows, out / "compare.csv")
         if "overhead" in chosen:
             overhead_rows = overhead(setting, weights, workdir, repeats, steps)
