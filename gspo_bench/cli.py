@@ -74,6 +74,23 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file")) -> 
         console.print(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}", highlight=False)
 
 
+def suite_world(suite):
+    """The torchrun world of this process (initialising the process group when WORLD_SIZE > 1)."""
+    import torch
+
+    from gspo_bench.distributed import barrier, world_from_env
+
+    world = world_from_env(torch.device(suite.train.device))
+    barrier(world)
+    return world
+
+
+def barrier(world) -> None:
+    from gspo_bench.distributed import barrier as dist_barrier
+
+    dist_barrier(world)
+
+
 def print_plan(suite_path: Path) -> None:
     from gspo_bench.config import SuiteError, load_suite
     from gspo_bench.plan import PlanError, plan_suite
@@ -134,17 +151,26 @@ def run(
         todo = check_outputs(runs, resume)
     except (SuiteError, ValueError, FileExistsError) as err:
         raise fail(str(err)) from None
+    world = suite_world(suite)  # under torchrun: this rank; the ranks check outputs before any writes
+    out_console = console if world.is_main else Console(quiet=True)
     if not todo:
-        console.print("nothing to do: every planned run is finished")
+        out_console.print("nothing to do: every planned run is finished")
         return
-    write_suite_file(suite, root)
+    if world.is_main:
+        write_suite_file(suite, root)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    log = lambda msg: console.print(msg, markup=False, highlight=False)  # noqa: E731
-    weights = {seed: starting_weights(suite, seed, log=log) for seed in sorted({r.seed for r in todo})}
+    log = lambda msg: out_console.print(msg, markup=False, highlight=False)  # noqa: E731
+    weights = {}
+    for seed in sorted({r.seed for r in todo}):  # rank 0 trains (or finds) the warm start, the others reuse it
+        if world.is_main:
+            weights[seed] = starting_weights(suite, seed, log=log)
+        barrier(world)
+        if not world.is_main:
+            weights[seed] = starting_weights(suite, seed, log=log)
     outcomes = []
-    with SuiteProgress(suite, console) as progress:
+    with SuiteProgress(suite, out_console) as progress:
         for planned in todo:
             progress.start_run(planned.name)
             spec = RunSpec(suite=suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
@@ -160,7 +186,7 @@ def run(
         table.add_column(col)
     for planned, status in outcomes:
         table.add_row(planned.name, status["status"], str(status["step"]), escape(status.get("message", "")))
-    console.print(table)
+    out_console.print(table)
     if any(status["status"] == "failed" for _, status in outcomes):
         raise typer.Exit(1)
 

@@ -104,10 +104,14 @@ def provenance(device: str) -> dict:
 
 
 class RunDir:
-    """The files of one run. Rows are kept in memory and the whole table is rewritten atomically."""
+    """The files of one run. Rows are kept in memory and the whole table is rewritten atomically.
 
-    def __init__(self, path: Path):
+    With `writable=False` (ranks other than 0 of a distributed run) it reads but never writes.
+    """
+
+    def __init__(self, path: Path, writable: bool = True):
         self.path = Path(path)
+        self.writable = writable
 
     # ------------------------------------------------------------------ files
     def read_status(self) -> dict | None:
@@ -115,12 +119,16 @@ class RunDir:
         return json.loads(f.read_text()) if f.is_file() else None
 
     def write_status(self, status: str, message: str = "", **extra) -> None:
+        if not self.writable:
+            return
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}")
         body = {"schema_version": SCHEMA_VERSION, "status": status, "message": message, "updated": now(), **extra}
         atomic_write_text(self.path / "status.json", json.dumps(body, indent=1))
 
     def write_json(self, name: str, body: dict) -> None:
+        if not self.writable:
+            return
         atomic_write_text(self.path / name, json.dumps(body, indent=1, default=str))
 
     def read_json(self, name: str) -> dict | None:
@@ -128,6 +136,8 @@ class RunDir:
         return json.loads(f.read_text()) if f.is_file() else None
 
     def write_text(self, name: str, text: str) -> None:
+        if not self.writable:
+            return
         atomic_write_text(self.path / name, text)
 
     def read_rows(self, name: str) -> list[dict]:
@@ -135,4 +145,6 @@ class RunDir:
         return pd.read_parquet(f).to_dict("records") if f.is_file() else []
 
     def write_rows(self, name: str, rows: list[dict]) -> None:
+        if not self.writable:
+            return
         atomic_write_parquet(self.path / name, pd.DataFrame(rows))

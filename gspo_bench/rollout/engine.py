@@ -23,6 +23,7 @@ class SamplingParams:
     seed: int = 0
     capture_routing: bool = True
     ignore_eos: bool = False  # never sample </s>: every response is max_new_tokens long (benchmarks)
+    synced: bool = False  # distributed ranks decode in lock step until all are done (FSDP2 forwards)
 
 
 @dataclass

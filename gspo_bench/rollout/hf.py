@@ -78,6 +78,7 @@ class HFEngine:
                         temperature=1.0, top_k=0, top_p=1.0, logits_processor=processors,
                         max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
                         min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
+                        synced_gpus=params.synced,
                         eos_token_id=self.eos_id,
                     )
         finally:

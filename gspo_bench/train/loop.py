@@ -27,6 +27,15 @@ import yaml
 
 from gspo_bench.compute import StepCompute, active_parameters
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
+from gspo_bench.distributed import (
+    World,
+    device_for,
+    gather_rows,
+    shard,
+    to_float,
+    with_local_grad,
+    world_from_env,
+)
 from gspo_bench.models.forward import response_forward
 from gspo_bench.models.tokenizer import EOS_ID
 from gspo_bench.moe import RoutingCapture, routing_drift
@@ -71,7 +80,6 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     from transformers import AutoModelForCausalLM
 
     suite, entry, seed = spec.suite, spec.entry, spec.seed
-    out = RunDir(spec.run_dir)
     train_cfg, rollout_cfg = suite.train, suite.rollout
 
     # ------------------------------------------------------------------ setup
@@ -80,6 +88,11 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     device = torch.device(train_cfg.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"train.device is {train_cfg.device} but this machine has no CUDA device")
+    world = world_from_env(device)  # one process, or this rank of a torchrun job (FSDP2)
+    device = device_for(world, device)
+    out = RunDir(spec.run_dir, writable=world.is_main)  # only rank 0 writes
+    if world.distributed:
+        check_distributed(suite, world)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[train_cfg.dtype]
     from transformers import AutoTokenizer
 
@@ -87,6 +100,9 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
     tokenizer = AutoTokenizer.from_pretrained(weights, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True, dtype=dtype).to(device)
+    n_active = active_parameters(model)
+    if world.distributed:
+        shard(model)
     model.train()
     reference = None
     if train_cfg.kl_coef > 0:  # frozen copy of the starting weights
@@ -94,7 +110,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
         reference = reference.to(device).eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(  # fused: one kernel for all parameters (4x faster than the default on CPU)
         model.parameters(), lr=entry.lr or train_cfg.lr, betas=train_cfg.betas, weight_decay=train_cfg.weight_decay,
-        fused=device.type in ("cpu", "cuda"),
+        fused=device.type in ("cpu", "cuda") and not world.distributed,
     )
     task = make_task(suite.task.name, **suite.task.params)
     eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
@@ -102,7 +118,6 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     engine = make_engine(rollout_cfg.engine, pad_id=pad_id, eos_id=eos_id)
     objective = get_objective(entry.objective)
     objective_kwargs = {**entry.clip_range(), **entry.kwargs}
-    n_active = active_parameters(model)
     group = rollout_cfg.group_size
     measure = train_cfg.measure
     rollout_replay = entry.use_replay and entry.replay_source == "rollout"  # R3
@@ -113,7 +128,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     eval_rows: list[dict] = []
     if checkpoint is not None:
         state = torch.load(checkpoint / "state.pt", map_location=device, weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(model, optimizer, state["optimizer"], world)
         step, cum_tokens, cum_flops = state["step"], state["cum_tokens"], state["cum_flops"]
         bad_steps, peak_reward = state["bad_steps"], state["peak_reward"]
         rows = [r for r in out.read_rows("metrics.parquet") if r["step"] <= step]  # drop rows past the checkpoint
@@ -142,7 +157,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             params = SamplingParams(
                 group_size=group, max_new_tokens=rollout_cfg.max_new_tokens, temperature=rollout_cfg.temperature,
                 top_p=rollout_cfg.top_p, seed=step_seed(seed, step, 1), capture_routing=measure or rollout_replay,
-                ignore_eos=rollout_cfg.ignore_eos,
+                ignore_eos=rollout_cfg.ignore_eos, synced=world.distributed,
             )
             engine.sync_weights(model)
             try:
@@ -161,12 +176,17 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             rollout_routing = None  # [L, B, L_seq, k] experts chosen while generating
             if rollout.routing is not None:
                 rollout_routing = routing_for_training(rollout.routing, ids.shape[1]).to(device)
+            all_rows = torch.arange(ids.shape[0], device=ids.device)
+            mine = world.rows(all_rows)  # this rank's rows (all of them in one process)
             with torch.no_grad(), capturing(model, measure or entry.use_replay,
-                                            replay=rollout_routing if rollout_replay else None) as old_capture:
+                                            replay=rollout_routing[:, mine] if rollout_replay else None) as old_capture:
                 old_logp, entropy = response_forward(
-                    model, ids, attention, n_response, rollout_cfg.temperature, with_entropy=True
+                    model, ids[mine], attention[mine], n_response, rollout_cfg.temperature, with_entropy=True
                 )  # [B, T] each
-            old_routing = old_capture.routing if old_capture is not None else None  # [L, B, L_seq, k] the model's choice
+            old_logp, entropy = gather_rows(world, old_logp, all_rows), gather_rows(world, entropy, all_rows)
+            old_routing = None  # [L, B, L_seq, k] the model's choice
+            if old_capture is not None:
+                old_routing = gather_rows(world, old_capture.routing, all_rows, dim=1)
             mismatch = logprob_mismatch(old_logp, rollout.sampling_logp, response_mask) if measure else {}
             if measure and rollout_routing is not None:  # routing gap rollout -> training (what R3 removes)
                 gap = routing_drift(rollout_routing, old_routing, attention)
@@ -188,9 +208,13 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             losses, grad_norms, nonfinite = [], [], 0
             for j, idx in enumerate(order.chunk(train_cfg.minibatches)):
                 idx = idx.to(device)
-                replay = replayed[:, idx] if entry.use_replay else None
+                local = world.rows(idx)  # this rank's rows of the minibatch
+                replay = replayed[:, local] if entry.use_replay else None
                 with capturing(model, measure or replay is not None, replay=replay) as capture:
-                    logp, _ = response_forward(model, ids[idx], attention[idx], n_response, rollout_cfg.temperature)
+                    logp, _ = response_forward(model, ids[local], attention[local], n_response, rollout_cfg.temperature)
+                # the whole minibatch's log-probs, with gradient into this rank's rows only: loss and
+                # measurements are the single-process ones, gradients sum over ranks to its gradient
+                logp = with_local_grad(world, gather_rows(world, logp, idx), logp)
                 with measurements_off(not measure):
                     loss, metrics = objective(
                         logp=logp, old_logp=old_logp[idx], advantages=advantages[idx], mask=response_mask[idx],
@@ -206,9 +230,9 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
                 if not torch.isfinite(loss):
                     nonfinite += 1
                     continue
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-                if not torch.isfinite(grad_norm):
+                (loss * world.size).backward()  # FSDP2 averages gradients over ranks: undo the 1/W
+                grad_norm = to_float(torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip))
+                if not math.isfinite(grad_norm):
                     nonfinite += 1
                     optimizer.zero_grad(set_to_none=True)
                     continue
@@ -218,17 +242,18 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
                 mask_idx = response_mask[idx]
                 measured.add(metrics, n_tokens=float(mask_idx.sum()), n_responses=float(mask_idx.any(-1).sum()))
                 if measure and j > 0:  # minibatch j ran after j updates from the old policy: its routing drifted
-                    stats = routing_drift(old_routing[:, idx], capture.routing, attention[idx])
+                    stats = routing_drift(old_routing[:, idx], gather_rows(world, capture.routing, idx, dim=1),
+                                          attention[idx])
                     drift.add({k: stats[k] for k in ("moe/drift", "moe/drift_expert")})
                     layer_drift.add({k: v for k, v in stats.items() if k.startswith("moe/drift_layer_")})
 
             after = {}
             if measure and (train_cfg.drift_after_update or train_cfg.minibatches == 1):
                 with torch.no_grad(), RoutingCapture(model) as capture:  # same positions as the old pass
-                    model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention),
-                          logits_to_keep=1)
+                    model(input_ids=ids[mine], attention_mask=attention[mine],
+                          position_ids=position_ids(attention[mine]), logits_to_keep=1)
                 compute_forward += n_seq_tokens
-                stats = routing_drift(old_routing, capture.routing, attention)
+                stats = routing_drift(old_routing, gather_rows(world, capture.routing, all_rows, dim=1), attention)
                 after = {"moe/drift_after": stats["moe/drift"], "moe/drift_expert_after": stats["moe/drift_expert"]}
                 if train_cfg.minibatches == 1:  # no minibatch 2..K: the drift of the step is the one after it
                     drift.add({"moe/drift": stats["moe/drift"], "moe/drift_expert": stats["moe/drift_expert"]})
@@ -270,14 +295,14 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             reason = None
             if bad_steps >= suite.collapse.nonfinite_patience:
                 reason = f"non-finite loss or gradients in {bad_steps} consecutive steps"
-            elif not all_finite(model):
+            elif not all_finite(model, world):
                 reason = "non-finite parameters"
             elif suite.collapse.reward_floor is not None and len(rows) >= suite.collapse.reward_window:
                 window = sum(r["reward/mean"] for r in rows[-suite.collapse.reward_window :]) / suite.collapse.reward_window
                 peak_reward = max(peak_reward, window)
                 if peak_reward >= 2 * suite.collapse.reward_floor and window <= suite.collapse.reward_floor:
                     reason = f"reward collapsed to {window:.3f} (windowed peak {peak_reward:.3f})"
-            if on_step is not None:
+            if on_step is not None and world.is_main:
                 on_step(row)
             if reason:
                 raise Collapsed(reason)
@@ -287,7 +312,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
                 eval_rows += evaluator(model, tokenizer, step=step, cum_flops=cum_flops)
                 out.write_rows("eval.parquet", eval_rows)
             if step % train_cfg.checkpoint_every == 0 or last:
-                save_checkpoint(out.path, model, tokenizer, optimizer, step=step, cum_tokens=cum_tokens,
+                save_checkpoint(out.path, model, tokenizer, optimizer, world, step=step, cum_tokens=cum_tokens,
                                 cum_flops=cum_flops, bad_steps=bad_steps, peak_reward=peak_reward)
     except Collapsed as why:
         prov["end"] = now()
@@ -306,10 +331,39 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     return {"status": "done", "message": "", "step": step}
 
 
-def all_finite(model) -> bool:
-    """Whether every parameter is finite, in one pass: per-parameter max |x| is finite exactly then."""
-    largest = torch._foreach_norm([p.detach() for p in model.parameters()], ord=float("inf"))
-    return bool(torch.isfinite(torch.stack([m.float() for m in largest])).all())
+def all_finite(model, world: World = World()) -> bool:
+    """Whether every parameter is finite, in one pass: per-parameter max |x| is finite exactly then.
+    Under FSDP2 each rank checks its shards and the ranks agree on the answer."""
+    shards = [p.detach().to_local() if hasattr(p, "to_local") else p.detach() for p in model.parameters()]
+    largest = torch._foreach_norm([t for t in shards if t.numel()], ord=float("inf"))
+    finite = torch.isfinite(torch.stack([m.float() for m in largest])).all().float()
+    if world.distributed:
+        torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+    return bool(finite)
+
+
+def check_distributed(suite: SuiteConfig, world: World) -> None:
+    """What a torchrun run cannot do (yet), refused before any work."""
+    if suite.eval.tasks:
+        raise ValueError("eval: is not supported under torchrun; evaluate checkpoints afterwards with "
+                         "`gspo-bench eval RUN_DIR`")
+    if suite.rollout.engine != "hf":
+        raise ValueError(f"rollout.engine {suite.rollout.engine} under torchrun: only hf is supported so far")
+    per_minibatch = suite.rollout.prompts_per_step * suite.rollout.group_size // suite.train.minibatches
+    if per_minibatch < world.size:
+        raise ValueError(f"a minibatch has {per_minibatch} responses, fewer than the {world.size} ranks")
+    if suite.train.kl_coef > 0:
+        raise ValueError("kl_coef > 0 under torchrun is not supported yet (the reference model is not sharded)")
+
+
+def load_optimizer_state(model, optimizer, state: dict, world: World) -> None:
+    """Optimizer state from a checkpoint: as saved in one process, or a full state dict sharded under FSDP2."""
+    if not world.distributed:
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
 def routing_for_training(routing: torch.Tensor, length: int) -> torch.Tensor:
@@ -381,15 +435,29 @@ def find_checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, **scalars) -> None:
+def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = World(), **scalars) -> None:
     """Write `run_dir/checkpoint/` (model/ in Hugging Face format + state.pt) by building it aside
-    and swapping it in, so a crash never leaves a half-written checkpoint as the latest one."""
+    and swapping it in, so a crash never leaves a half-written checkpoint as the latest one.
+    Under FSDP2 every rank takes part in gathering full state dicts; rank 0 writes them."""
+    model_state, optim_state = None, optimizer.state_dict() if not world.distributed else None
+    if world.distributed:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_state = get_model_state_dict(model, options=options)
+        optim_state = get_optimizer_state_dict(model, optimizer, options=options)
+        if not world.is_main:
+            return
     run_dir = Path(run_dir)
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-new-", dir=run_dir))
     try:
-        model.save_pretrained(tmp / "model")
+        model.save_pretrained(tmp / "model", state_dict=model_state)
         tokenizer.save_pretrained(tmp / "model")
-        torch.save({"optimizer": optimizer.state_dict(), **scalars}, tmp / "state.pt")
+        torch.save({"optimizer": optim_state, **scalars}, tmp / "state.pt")
         final, old = run_dir / "checkpoint", run_dir / ".checkpoint-old"
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():

@@ -1,0 +1,93 @@
+"""FSDP2 data-parallel training under torchrun: 2 CPU ranks (gloo) give the metrics of one process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from gspo_bench.distributed import World, gather_rows, with_local_grad
+from gspo_bench.results import RunDir
+
+SUITE = {
+    "name": "dist",
+    "model": {"num_layers": 2, "hidden_size": 32, "expert_hidden": 32, "num_experts": 4, "top_k": 2},
+    "task": {"name": "sort", "params": {"max_len": 3}},
+    "warm_start": {"band": [0.1, 1.0], "eval_every": 20, "eval_examples": 32},
+    "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8},
+    "train": {"lr": 1.0e-3, "minibatches": 2, "threads": 1, "drift_after_update": True},
+    "budget": {"kind": "steps", "value": 2},
+    "objectives": [{"name": "grpo_rr"}, {"name": "grpo_r3"}, {"name": "gspo"}],
+    "seeds": [0],
+}
+TIME_COLUMNS = ["time/rollout_s", "time/update_s", "time/step_s"]
+
+
+def _run(args: list[str], env: dict) -> None:
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_two_cpu_ranks_give_the_single_process_metrics(tmp_path):
+    suite = {**SUITE, "warm_start": {**SUITE["warm_start"], "cache_dir": str(tmp_path / "cache")}}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("WORLD_SIZE", None)
+    _run([sys.executable, "-m", "gspo_bench.cli", "run", str(path), "--out", str(tmp_path / "one")], env)
+    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+          "-m", "gspo_bench.cli", "run", str(path), "--out", str(tmp_path / "two")], env)
+    for run in ("grpo_rr-s0", "grpo_r3-s0", "gspo-s0"):
+        one = pd.read_parquet(tmp_path / "one" / "dist" / run / "metrics.parquet").drop(columns=TIME_COLUMNS)
+        two = pd.read_parquet(tmp_path / "two" / "dist" / run / "metrics.parquet").drop(columns=TIME_COLUMNS)
+        assert list(one.columns) == list(two.columns) and len(one) == len(two) == 2
+        numeric = one.select_dtypes("number").columns
+        pd.testing.assert_frame_equal(one[numeric], two[numeric], rtol=1e-4, atol=1e-6)
+        assert one["grad/norm"].gt(0).any()  # a real update happened
+        layers_one = pd.read_parquet(tmp_path / "one" / "dist" / run / "layers.parquet")
+        layers_two = pd.read_parquet(tmp_path / "two" / "dist" / run / "layers.parquet")
+        pd.testing.assert_frame_equal(layers_one, layers_two, rtol=1e-4, atol=1e-6)
+        assert RunDir(tmp_path / "two" / "dist" / run).read_status()["status"] == "done"
+        checkpoint = tmp_path / "two" / "dist" / run / "checkpoint"
+        assert (checkpoint / "model" / "config.json").is_file() and (checkpoint / "state.pt").is_file()
+
+
+def test_gather_rows_and_local_grad_in_one_process_are_identities():
+    world = World()
+    x = torch.randn(5, 3, requires_grad=True)
+    assert torch.equal(gather_rows(world, x, torch.arange(5)), x.detach())
+    assert with_local_grad(world, x.detach(), x) is x
+    assert World(rank=1, size=2).rows(torch.arange(7)).tolist() == [1, 3, 5]
+
+
+def test_non_writing_rundir_writes_nothing(tmp_path):
+    silent = RunDir(tmp_path / "run", writable=False)
+    silent.write_status("running")
+    silent.write_rows("metrics.parquet", [{"step": 1}])
+    silent.write_json("provenance.json", {})
+    silent.write_text("config.yaml", "x")
+    assert not (tmp_path / "run").exists()
+
+
+def test_torchrun_refuses_what_it_cannot_do(tmp_path):
+    from gspo_bench.config import parse_suite
+    from gspo_bench.train.loop import check_distributed
+
+    check_distributed(parse_suite(SUITE), World(rank=0, size=2))
+    with pytest.raises(ValueError, match="eval"):
+        check_distributed(parse_suite({**SUITE, "eval": {"tasks": ["sort"]}}), World(rank=0, size=2))
+    with pytest.raises(ValueError, match="fewer than"):
+        check_distributed(parse_suite(SUITE), World(rank=0, size=8))
+
+
+def test_world_from_env_is_one_process_without_torchrun(monkeypatch):
+    from gspo_bench.distributed import world_from_env
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert world_from_env(torch.device("cpu")) == World()
