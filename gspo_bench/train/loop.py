@@ -357,10 +357,8 @@ def check_distributed(suite: SuiteConfig, world: World) -> None:
 
 
 def load_optimizer_state(model, optimizer, state: dict, world: World) -> None:
-    """Optimizer state from a checkpoint: as saved in one process, or a full state dict sharded under FSDP2."""
-    if not world.distributed:
-        optimizer.load_state_dict(state)
-        return
+    """Optimizer state from a checkpoint's full state dict (keyed by parameter name), sharded as the
+    model is (one process or FSDP2)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
@@ -438,20 +436,19 @@ def find_checkpoint(run_dir: Path) -> Path | None:
 def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = World(), **scalars) -> None:
     """Write `run_dir/checkpoint/` (model/ in Hugging Face format + state.pt) by building it aside
     and swapping it in, so a crash never leaves a half-written checkpoint as the latest one.
-    Under FSDP2 every rank takes part in gathering full state dicts; rank 0 writes them."""
-    model_state, optim_state = None, optimizer.state_dict() if not world.distributed else None
-    if world.distributed:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
+    The optimizer state is a full state dict keyed by parameter name, the same whether one process
+    or FSDP2 ranks wrote it; under FSDP2 every rank takes part in gathering it and rank 0 writes."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
 
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        model_state = get_model_state_dict(model, options=options)
-        optim_state = get_optimizer_state_dict(model, optimizer, options=options)
-        if not world.is_main:
-            return
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    optim_state = get_optimizer_state_dict(model, optimizer, options=options)
+    model_state = get_model_state_dict(model, options=options) if world.distributed else None
+    if not world.is_main:
+        return
     run_dir = Path(run_dir)
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-new-", dir=run_dir))
     try:
