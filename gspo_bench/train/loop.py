@@ -323,6 +323,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
         prov["end"] = now()
         out.write_json("provenance.json", prov)
         tail = "".join(traceback.format_exception_only(type(err), err)).strip()
+        out.write_text("error.log", traceback.format_exc())  # the whole traceback, next to status.json
         out.write_status("failed", tail, step=step)
         raise
     prov["end"] = now()
@@ -445,8 +446,9 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = W
     )
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    optim_state = get_optimizer_state_dict(model, optimizer, options=options)
+    # the model state first: under FSDP2 the optimizer state dict needs what gathering it sets up
     model_state = get_model_state_dict(model, options=options) if world.distributed else None
+    optim_state = get_optimizer_state_dict(model, optimizer, options=options)
     if not world.is_main:
         return
     run_dir = Path(run_dir)
