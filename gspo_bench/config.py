@@ -105,6 +105,8 @@ class RolloutConfig(Strict):
     max_new_tokens: int = Field(32, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    engine_options: dict[str, Any] = Field(default_factory=dict, description="engine keyword arguments "
+                                           "(vllm: tensor_parallel_size, gpu_memory_utilization, ...)")
     ignore_eos: bool = Field(False, description="never sample </s>, so every response has max_new_tokens "
                              "tokens (for benchmarks that need a fixed length)")
 

@@ -219,6 +219,7 @@ class _ShiftedRoutingEngine:
     a rollout engine whose routing disagrees with the trainer's, as a different kernel would."""
 
     name = "shifted_routing"
+    returns_routing = True
 
     def __init__(self, pad_id, eos_id, **_):
         from gspo_bench.rollout.hf import HFEngine

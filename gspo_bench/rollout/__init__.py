@@ -1,6 +1,6 @@
 """Rollout engines (hf by default; vllm as an optional extra) and the batching they share."""
 
-from gspo_bench.rollout import hf  # noqa: F401  (registers "hf")
+from gspo_bench.rollout import hf, vllm_engine  # noqa: F401  (register "hf" and "vllm"; vLLM is imported on use)
 from gspo_bench.rollout.batching import left_pad, mask_after_eos, position_ids
 from gspo_bench.rollout.engine import (
     Rollout,

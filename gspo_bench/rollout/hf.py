@@ -43,6 +43,7 @@ class _RecordSamplingLogprobs(LogitsProcessor):
 
 class HFEngine:
     name = "hf"
+    returns_routing = True  # with SamplingParams.capture_routing
 
     def __init__(self, pad_id: int, eos_id: int):
         self.pad_id = pad_id

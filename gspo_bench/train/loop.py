@@ -115,12 +115,16 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     task = make_task(suite.task.name, **suite.task.params)
     eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
-    engine = make_engine(rollout_cfg.engine, pad_id=pad_id, eos_id=eos_id)
+    engine = make_engine(rollout_cfg.engine, pad_id=pad_id, eos_id=eos_id, model_path=weights,
+                         dtype=train_cfg.dtype, device=str(device), **rollout_cfg.engine_options)
     objective = get_objective(entry.objective)
     objective_kwargs = {**entry.clip_range(), **entry.kwargs}
     group = rollout_cfg.group_size
     measure = train_cfg.measure
     rollout_replay = entry.use_replay and entry.replay_source == "rollout"  # R3
+    if rollout_replay and not getattr(engine, "returns_routing", False):
+        raise ValueError(f"{entry.run_label}: rollout routing replay (R3) needs an engine that returns routed "
+                         f"experts; rollout.engine {rollout_cfg.engine} does not (hf does)")
 
     step, cum_tokens, cum_flops, bad_steps, peak_reward = 0, 0.0, 0.0, 0, -math.inf
     rows: list[dict] = []

