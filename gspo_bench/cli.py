@@ -85,12 +85,6 @@ def suite_world(suite):
     return world
 
 
-def barrier(world) -> None:
-    from gspo_bench.distributed import barrier as dist_barrier
-
-    dist_barrier(world)
-
-
 def print_plan(suite_path: Path) -> None:
     from gspo_bench.config import SuiteError, load_suite
     from gspo_bench.plan import PlanError, plan_suite
@@ -137,6 +131,7 @@ def run(
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
     from gspo_bench.config import SuiteError, load_suite
+    from gspo_bench.distributed import barrier
     from gspo_bench.progress import SuiteProgress
     from gspo_bench.suite import check_outputs, plan_runs, starting_weights, write_suite_file
     from gspo_bench.train.loop import RunSpec, train_run
