@@ -109,7 +109,6 @@ def barrier(world: World) -> None:
         dist.barrier()
 
 
-def to_float(value: torch.Tensor) -> float:
-    """A 0-d tensor (or DTensor, as clip_grad_norm_ returns under FSDP2) as a float."""
-    full = value.full_tensor() if hasattr(value, "full_tensor") else value
-    return float(full)
+def local_tensor(value: torch.Tensor) -> torch.Tensor:
+    """A plain tensor of a result that may be a DTensor (clip_grad_norm_ returns one under FSDP2)."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value

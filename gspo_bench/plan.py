@@ -35,7 +35,7 @@ class SuitePlan:
     flops_per_step: float
     steps_per_run: int
     runs: int
-    state_bytes: int  # weights + gradients + AdamW moments (+ frozen reference) of one run
+    state_bytes: int  # fp32 weights + gradients + AdamW moments (+ frozen reference) of one run
 
     @property
     def flops_total(self) -> float:
@@ -88,10 +88,11 @@ def plan_suite(suite: SuiteConfig) -> SuitePlan:
     budget = suite.budget
     per_step = {"steps": 1.0, "tokens": float(compute.tokens), "flops": flops}[budget.kind]
     steps = min(budget.max_steps, math.ceil(budget.value / per_step))
-    width = BYTES[train.dtype]
-    state = n_total * (width * 2 + width * 2)  # weights, gradients, AdamW exp_avg and exp_avg_sq (param dtype)
+    # fp32 master weights, gradients and both AdamW moments, whatever the compute dtype (bf16 runs
+    # compute under autocast), plus a frozen reference in the compute dtype for a KL penalty
+    state = n_total * 4 * 4
     if train.kl_coef > 0:
-        state += n_total * width  # frozen reference copy
+        state += n_total * BYTES[train.dtype]
     runs = len(suite.objectives) * len(suite.seeds)
     return SuitePlan(model_source=source, params_total=n_total, params_active=n_active, sequences_per_step=sequences,
                      response_tokens_per_step=tokens, flops_per_step=flops, steps_per_run=steps, runs=runs,

@@ -77,7 +77,7 @@ def test_non_writing_rundir_writes_nothing(tmp_path):
 
 def test_torchrun_refuses_what_it_cannot_do(tmp_path):
     from gspo_bench.config import parse_suite
-    from gspo_bench.train.loop import check_distributed
+    from gspo_bench.train.setup import check_distributed
 
     check_distributed(parse_suite(SUITE), World(rank=0, size=2))
     with pytest.raises(ValueError, match="eval"):

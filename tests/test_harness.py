@@ -43,6 +43,16 @@ def tiny_suite(cache: Path, **changes) -> dict:
     return suite
 
 
+def signal_suite(cache: Path, steps: int = 1, **changes) -> dict:
+    """`tiny_suite`, warm-started further and with 16 responses a step, so that every step has rewards
+    that differ within groups (non-zero advantages: every update is a real one)."""
+    base = tiny_suite(cache, warm_start={"band": [0.4, 0.9]}, rollout={"prompts_per_step": 4},
+                      budget={"kind": "steps", "value": steps})
+    for key, value in changes.items():
+        base[key] = {**base[key], **value} if isinstance(value, dict) and key in base else value
+    return base
+
+
 def run_suite(data: dict, out: Path, resume: bool = False, on_step=None) -> dict[str, dict]:
     suite = parse_suite(data)
     weights = starting_weights(suite, suite.seeds[0], log=lambda m: None)

@@ -1,4 +1,4 @@
-"""Accumulating a step's measurements over minibatches, and switching them off."""
+"""Accumulating a step's measurements over minibatches on the device, one host copy, switching them off."""
 
 from __future__ import annotations
 
@@ -8,32 +8,61 @@ import torch
 
 from gspo_bench.objectives import get_objective
 from gspo_bench.objectives.metrics import measurements_off
-from gspo_bench.train.measurements import MeanOf, StepMeasurements, as_floats
+from gspo_bench.train.measurements import MeanOf, StepMeasurements, to_host
+
+KEPT, SKIPPED = torch.tensor(True), torch.tensor(False)
+
+
+def t(x):
+    return torch.tensor(float(x))
 
 
 def test_step_measurements_weight_means_and_combine_extremes_and_counts():
     acc = StepMeasurements()
-    acc.add({"clip/frac": torch.tensor(0.5), "ratio/seq_var": torch.tensor(2.0), "ratio/token_max": torch.tensor(3.0),
-             "ratio/token_min": 0.5, "count/tokens_len4-7": torch.tensor(10.0)}, n_tokens=10, n_responses=2)
-    acc.add({"clip/frac": torch.tensor(0.0), "ratio/seq_var": torch.tensor(5.0), "ratio/token_max": torch.tensor(2.0),
-             "ratio/token_min": 0.25, "count/tokens_len4-7": torch.tensor(30.0)}, n_tokens=30, n_responses=1)
-    out = acc.result()
+    acc.add({"clip/frac": t(0.5), "ratio/seq_var": t(2.0), "ratio/token_max": t(3.0), "ratio/token_min": t(0.5),
+             "count/tokens_len4-7": t(10.0)}, n_tokens=t(10), n_responses=t(2), kept=KEPT)
+    acc.add({"clip/frac": t(0.0), "ratio/seq_var": t(5.0), "ratio/token_max": t(2.0), "ratio/token_min": t(0.25),
+             "count/tokens_len4-7": t(30.0)}, n_tokens=t(30), n_responses=t(1), kept=KEPT)
+    out = to_host(acc.result())
     assert out["clip/frac"] == 0.5 * 10 / 40  # token-weighted
     assert out["ratio/seq_var"] == (2.0 * 2 + 5.0 * 1) / 3  # response-weighted
     assert out["ratio/token_max"] == 3.0 and out["ratio/token_min"] == 0.25
     assert out["count/tokens_len4-7"] == 40.0  # counts add up
 
 
-def test_empty_minibatches_give_nan_not_a_crash():
+def test_a_skipped_minibatch_counts_for_nothing_even_with_nan_values():
     acc = StepMeasurements()
-    acc.add({"clip/frac": torch.tensor(0.0)}, n_tokens=0, n_responses=0)
-    assert math.isnan(acc.result()["clip/frac"])
+    acc.add({"clip/frac": t(0.25), "ratio/token_max": t(2.0), "count/tokens_len4-7": t(7)},
+            n_tokens=t(8), n_responses=t(2), kept=KEPT)
+    acc.add({"clip/frac": t("nan"), "ratio/token_max": t("nan"), "count/tokens_len4-7": t(9)},
+            n_tokens=t(8), n_responses=t(2), kept=SKIPPED)
+    out = to_host(acc.result())
+    assert out == {"clip/frac": 0.25, "ratio/token_max": 2.0, "count/tokens_len4-7": 7.0}
+
+
+def test_empty_or_all_skipped_minibatches_give_nan_not_a_crash():
+    acc = StepMeasurements()
+    acc.add({"clip/frac": t(0.0), "ratio/token_min": t(1.0)}, n_tokens=t(0), n_responses=t(0), kept=KEPT)
+    assert math.isnan(to_host(acc.result())["clip/frac"])
+    skipped = StepMeasurements()
+    skipped.add({"ratio/token_min": t(1.0)}, n_tokens=t(3), n_responses=t(1), kept=SKIPPED)
+    assert math.isnan(to_host(skipped.result())["ratio/token_min"])
     assert MeanOf().result() == {}
 
 
-def test_as_floats_keeps_order_of_mixed_values():
-    assert as_floats([torch.tensor(1.5), 2, torch.tensor(3, dtype=torch.int64), 4.25]) == [1.5, 2.0, 3.0, 4.25]
-    assert as_floats([]) == []
+def test_to_host_keeps_names_shapes_and_plain_numbers():
+    out = to_host({"a": torch.tensor(1.5), "n": 2, "layers": torch.tensor([0.25, 0.5]), "i": torch.tensor(3)})
+    assert out == {"a": 1.5, "n": 2.0, "layers": [0.25, 0.5], "i": 3.0}
+    assert to_host({}) == {}
+
+
+def test_mean_of_averages_tensors_of_any_shape():
+    mean = MeanOf()
+    mean.add({"moe/drift": t(0.2), "moe/drift_layer": torch.tensor([0.0, 0.4])})
+    mean.add({"moe/drift": t(0.4), "moe/drift_layer": torch.tensor([0.2, 0.6])})
+    out = to_host(mean.result())
+    assert math.isclose(out["moe/drift"], 0.3, rel_tol=1e-7)  # float32 sums
+    assert [round(x, 6) for x in out["moe/drift_layer"]] == [0.1, 0.5]
 
 
 def test_measurements_off_skips_metrics_but_not_the_loss():

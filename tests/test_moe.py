@@ -127,12 +127,11 @@ def test_drift_identical_disjoint_and_exact_small_case():
     stats = routing_drift(old, new)
     assert stats["moe/drift"] == pytest.approx(2 / 4)
     assert stats["moe/drift_expert"] == pytest.approx((1 + 2) / (4 * 2))
-    assert stats["moe/drift_layer_0"] == pytest.approx(1 / 2)
-    assert stats["moe/drift_layer_1"] == pytest.approx(1 / 2)
+    assert stats["moe/drift_layer"].tolist() == pytest.approx([1 / 2, 1 / 2])
     # masking token 1 away leaves only layer 0's change
     stats = routing_drift(old, new, mask=torch.tensor([[1, 0]]))
     assert stats["moe/drift"] == pytest.approx(1 / 2)
-    assert stats["moe/drift_layer_1"] == 0.0
+    assert stats["moe/drift_layer"][1] == 0.0
 
 
 def test_drift_ignores_left_padding():

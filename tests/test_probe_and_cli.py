@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 from typer.testing import CliRunner
 
@@ -43,11 +41,6 @@ def test_cli_unknown_objective_is_a_usage_error():
     assert "unknown objective" in result.output
 
 
-def test_analysis_never_imports_torch():
-    code = "import sys, analysis; assert 'torch' not in sys.modules, 'analysis imported torch'"
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
 # ---------------------------------------------------------------------------- dry run / GPU suites
 EXPERIMENTS = __import__("pathlib").Path(__file__).resolve().parent.parent / "experiments"
 
@@ -63,8 +56,8 @@ def test_dry_run_plans_the_paper_suite_without_gpu_or_weights():
     assert plan.sequences_per_step == 64 * 8 and plan.response_tokens_per_step == 64 * 8 * 8192
     # generation + old-policy pass at 2 N_active per token, one trained pass at 6 N_active
     assert plan.flops_per_step == (2 * 2 + 6) * plan.params_active * plan.response_tokens_per_step
-    assert plan.state_bytes == 8 * plan.params_total  # bf16 weights, grads, two AdamW moments
-    assert plan.gpus_needed() >= 4
+    assert plan.state_bytes == 16 * plan.params_total  # fp32 master weights, grads, two AdamW moments
+    assert plan.gpus_needed() >= 8
     olmoe = plan_suite(load_suite(EXPERIMENTS / "olmoe_1b_7b.yaml"))
     assert 6.5e9 < olmoe.params_total < 7.2e9 and 1.0e9 < olmoe.params_active < 1.5e9  # "7B total, 1B active"
 

@@ -1,19 +1,25 @@
 """Models: tiny MoE language models built from transformers configs, an offline character
-tokenizer, and loading of local Hugging Face MoE checkpoints."""
+tokenizer, and loading of local Hugging Face MoE checkpoints.
 
-from gspo_bench.models.families import SUPPORTED_FAMILIES, UnsupportedModelError, family_of
-from gspo_bench.models.loading import load_moe, save_model
-from gspo_bench.models.tiny import TinyMoESpec, build_tiny_moe
-from gspo_bench.models.tokenizer import DEFAULT_ALPHABET, build_char_tokenizer
+Names are imported on first use (PEP 562), so `gspo_bench.models.families` (needed by the routing
+code) can be imported without importing transformers.
+"""
 
-__all__ = [
-    "DEFAULT_ALPHABET",
-    "SUPPORTED_FAMILIES",
-    "TinyMoESpec",
-    "UnsupportedModelError",
-    "build_char_tokenizer",
-    "build_tiny_moe",
-    "family_of",
-    "load_moe",
-    "save_model",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "SUPPORTED_FAMILIES": "families", "UnsupportedModelError": "families", "family_of": "families",
+    "load_moe": "loading", "save_model": "loading",
+    "TinyMoESpec": "tiny", "build_tiny_moe": "tiny",
+    "DEFAULT_ALPHABET": "tokenizer", "build_char_tokenizer": "tokenizer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -6,8 +6,9 @@
 - `clip/frac*`: token-weighted fraction of valid tokens whose term the clip cut (paper Figure 2);
 - `count/tokens_len{lo}-{hi}`, `count/clipped_len{lo}-{hi}`: valid and clipped tokens of responses
   whose length |y_i| is in [lo, hi] for power-of-two buckets 1-1, 2-3, 4-7, 8-15, ... up to the
-  longest response (clipping by response length: GSPO's length-bias critique).
-All values are detached 0-d tensors; variances are population variances (0 for a single element).
+  batch's width T (clipping by response length: GSPO's length-bias critique).
+All values are detached 0-d tensors, computed without copying anything to the host; variances
+are population variances (0 for a single element).
 `count/*` values are counts, to be summed (not averaged) across minibatches and steps.
 
 `measurements_off()` makes both functions return {} (the performance benchmark uses it to measure
@@ -23,6 +24,7 @@ from contextvars import ContextVar
 import torch
 
 from gspo_bench.objectives.inputs import PolicyBatch, safe_exp
+from gspo_bench.objectives.kl import k3
 
 _ENABLED: ContextVar[bool] = ContextVar("gspo_bench_measurements", default=True)
 
@@ -50,11 +52,10 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _masked_extreme(x: torch.Tensor, mask: torch.Tensor, largest: bool) -> torch.Tensor:
-    if not bool(mask.any()):
-        return x.new_zeros(())
-    fill = x.new_tensor(float("-inf") if largest else float("inf"))
-    filled = torch.where(mask, x, fill)
-    return filled.max() if largest else filled.min()
+    """Max (or min) of `x` where `mask`; 0 when nothing is selected. Decided on the device: no host sync."""
+    filled = torch.where(mask, x, float("-inf") if largest else float("inf"))
+    extreme = filled.max() if largest else filled.min()
+    return torch.where(mask.any(), extreme, 0.0)
 
 
 @torch.no_grad()
@@ -65,8 +66,6 @@ def ratio_metrics(batch: PolicyBatch) -> dict[str, torch.Tensor]:
     log_w = batch.log_ratio.detach()  # [B, T]
     w = safe_exp(log_w)  # [B, T]
     s = safe_exp(batch.seq_log_ratio().detach())  # [B]
-    clamped = log_w.clamp(-20.0, 20.0)
-    k3 = w - 1.0 - clamped  # [B, T], >= 0
     return {
         "ratio/token_mean": masked_mean(w, batch.mask),
         "ratio/token_var": masked_var(w, batch.mask),
@@ -75,7 +74,7 @@ def ratio_metrics(batch: PolicyBatch) -> dict[str, torch.Tensor]:
         "ratio/seq_mean": masked_mean(s, batch.has_tokens),
         "ratio/seq_var": masked_var(s, batch.has_tokens),
         "logratio/token_var": masked_var(log_w, batch.mask),
-        "kl/old_new": masked_mean(k3, batch.mask),
+        "kl/old_new": masked_mean(k3(log_w), batch.mask),
     }
 
 
@@ -98,14 +97,14 @@ def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBat
 
 
 def length_bucket_counts(clipped: torch.Tensor, batch: PolicyBatch) -> dict[str, torch.Tensor]:
-    """Valid and clipped token counts per power-of-two response-length bucket (padding-invariant)."""
-    if not bool(batch.has_tokens.any()):
-        return {}
+    """Valid and clipped token counts per power-of-two response-length bucket, for every bucket a
+    response of the batch's width T could fall in (so the columns depend on T only, not on the data,
+    and no count is copied to the host to decide them)."""
     bucket = torch.log2(batch.lengths.clamp(min=1.0)).floor()  # [B] 0 for length 1, 1 for 2-3, ...
     out = {}
-    for b in range(int(bucket[batch.has_tokens].max()) + 1):
+    for b in range(max(batch.mask.shape[1], 1).bit_length()):  # buckets 1-1, 2-3, ... up to T
         rows = (bucket == b) & batch.has_tokens  # [B]
         name = f"len{2**b}-{2 ** (b + 1) - 1}"
-        out[f"count/tokens_{name}"] = batch.mask[rows].sum().float()
-        out[f"count/clipped_{name}"] = clipped[rows].sum().float()
+        out[f"count/tokens_{name}"] = (batch.mask & rows[:, None]).sum().float()
+        out[f"count/clipped_{name}"] = (clipped & rows[:, None]).sum().float()
     return out

@@ -33,6 +33,7 @@ class Rollout:
     response_mask: torch.Tensor  # [B, T] bool, response tokens up to and including </s>
     sampling_logp: torch.Tensor  # [B, T] fp32 log-prob of each token under the sampling distribution
     routing: torch.Tensor | None  # [L_moe, B, L - 1, k] experts chosen during generation, if captured
+    finite: torch.Tensor | None = None  # 0-d bool: every sampling distribution was finite (None: not checked)
 
     @property
     def prompt_width(self) -> int:

@@ -17,20 +17,24 @@ from gspo_bench.rollout.batching import left_pad, mask_after_eos
 from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
 
 
-class NonFiniteLogitsError(FloatingPointError):
-    """Sampling met NaN/inf logits: the policy has diverged."""
-
-
 class _RecordSamplingLogprobs(LogitsProcessor):
-    """Last in the chain: remembers log softmax of the final scores, gathers at the next sampled token."""
+    """Last in the chain: remembers log softmax of the final scores, gathers at the next sampled token.
+
+    A row of NaN or +inf scores (a diverged policy) is sampled uniformly instead, and `finite`
+    (a 0-d bool tensor, never copied to the host here) turns False: the training loop reads it with
+    the rest of its step and marks the run collapsed.
+    """
 
     def __init__(self):
         self.pending: torch.Tensor | None = None  # [B, V]
         self.gathered: list[torch.Tensor] = []  # per step [B]
+        self.finite: torch.Tensor | None = None  # 0-d bool
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if torch.isnan(scores).any() or torch.isposinf(scores).any():
-            raise NonFiniteLogitsError("the policy produced NaN or +inf logits while sampling")
+        bad = (torch.isnan(scores) | torch.isposinf(scores)).any(-1, keepdim=True)  # [B, 1]
+        scores = torch.where(bad, 0.0, scores)
+        finite = ~bad.any()
+        self.finite = finite if self.finite is None else self.finite & finite
         if self.pending is not None:
             self.collect(input_ids[:, -1])
         self.pending = torch.log_softmax(scores.float(), dim=-1)
@@ -98,6 +102,7 @@ class HFEngine:
             response_mask=response_mask,
             sampling_logp=sampling_logp,
             routing=capture.routing if capture is not None else None,
+            finite=recorder.finite,
         )
 
 

@@ -1,61 +1,81 @@
-"""Accumulating a step's measurements over every minibatch (not just the last one)."""
+"""A step's measurements, accumulated over every minibatch (not just the last one) as device
+tensors, and copied to the host once, when the step's row is built."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-# Metrics whose natural unit is the token or the response: weight minibatches accordingly.
+# Metrics whose natural unit is the response (weighted by responses); the rest are token-weighted.
 _RESPONSE_WEIGHTED = ("ratio/seq_",)
 
 
-def as_floats(values) -> list[float]:
-    """Python floats of 0-d tensors and numbers, with one device->host copy for all the tensors."""
-    values = list(values)
-    tensors = [v.detach().float().reshape(()) for v in values if isinstance(v, torch.Tensor)]
-    host = iter(torch.stack(tensors).tolist()) if tensors else iter(())
-    return [next(host) if isinstance(v, torch.Tensor) else float(v) for v in values]
+def to_host(values: dict[str, torch.Tensor | float | int]) -> dict[str, float | list[float]]:
+    """Every tensor of `values` in one device->host copy: 0-d tensors become floats, others flat
+    lists of floats; plain numbers pass through as floats."""
+    tensors = {k: v.detach().reshape(-1) for k, v in values.items() if isinstance(v, torch.Tensor)}
+    out: dict[str, float | list[float]] = {k: float(v) for k, v in values.items() if k not in tensors}
+    if not tensors:
+        return out
+    device = next((t.device for t in tensors.values() if t.device.type != "cpu"), torch.device("cpu"))
+    flat = torch.cat([t.to(device=device, dtype=torch.float64) for t in tensors.values()]).tolist()
+    start = 0
+    for key, tensor in tensors.items():
+        part = flat[start : start + tensor.numel()]
+        start += tensor.numel()
+        out[key] = part[0] if values[key].dim() == 0 else part
+    return out
 
 
 class StepMeasurements:
-    """Weighted means over minibatches; extremes (`*_min`, `*_max`) combine as min / max, counts
-    (`count/*`) add up."""
+    """Weighted means over the minibatches whose update was applied (`kept`); extremes (`*_min`,
+    `*_max`) combine as min / max, counts (`count/*`) add up. Nothing leaves the device."""
 
     def __init__(self):
-        self.sums: dict[str, float] = {}
-        self.weights: dict[str, float] = {}
-        self.extremes: dict[str, float] = {}
+        self.sums: dict[str, torch.Tensor] = {}
+        self.weights: dict[str, torch.Tensor] = {}
+        self.extremes: dict[str, torch.Tensor] = {}
+        self.seen: dict[str, torch.Tensor] = {}  # minibatches kept, per extreme
 
-    def add(self, metrics: dict, n_tokens: float, n_responses: float) -> None:
-        for key, value in zip(metrics, as_floats(metrics.values()), strict=True):
+    def add(self, metrics: dict[str, torch.Tensor], n_tokens: torch.Tensor, n_responses: torch.Tensor,
+            kept: torch.Tensor) -> None:
+        for key, value in metrics.items():
+            value = torch.as_tensor(value, dtype=torch.float64, device=kept.device)
             if key.startswith("count/"):
-                self.extremes[key] = self.extremes.get(key, 0.0) + value
-                continue
-            if key.endswith("_min") or key.endswith("_max"):
-                pick = min if key.endswith("_min") else max
-                self.extremes[key] = value if key not in self.extremes else pick(self.extremes[key], value)
-                continue
-            weight = n_responses if key.startswith(_RESPONSE_WEIGHTED) else n_tokens
-            self.sums[key] = self.sums.get(key, 0.0) + weight * value
-            self.weights[key] = self.weights.get(key, 0.0) + weight
+                self.extremes[key] = self.extremes.get(key, 0.0) + torch.where(kept, value, 0.0)
+            elif key.endswith("_min") or key.endswith("_max"):
+                self._extreme(key, value, kept)
+            else:
+                weight = torch.where(kept, n_responses if key.startswith(_RESPONSE_WEIGHTED) else n_tokens, 0.0)
+                self.sums[key] = self.sums.get(key, 0.0) + torch.where(kept, weight * value, 0.0)
+                self.weights[key] = self.weights.get(key, 0.0) + weight
 
-    def result(self) -> dict[str, float]:
-        out = {k: (self.sums[k] / self.weights[k] if self.weights[k] > 0 else math.nan) for k in self.sums}
-        return {**out, **self.extremes}
+    def _extreme(self, key: str, value: torch.Tensor, kept: torch.Tensor) -> None:
+        largest = key.endswith("_max")
+        value = torch.where(kept, value, float("-inf") if largest else float("inf"))
+        if key in self.extremes:
+            value = torch.maximum(self.extremes[key], value) if largest else torch.minimum(self.extremes[key], value)
+        self.extremes[key] = value
+        self.seen[key] = self.seen.get(key, False) | kept
+
+    def result(self) -> dict[str, torch.Tensor]:
+        """Weighted means (NaN where no minibatch was kept), extremes and counts, as 0-d tensors."""
+        out = {k: self.sums[k] / self.weights[k] for k in self.sums}  # 0 / 0 = NaN
+        for key, value in self.extremes.items():
+            out[key] = torch.where(self.seen[key], value, float("nan")) if key in self.seen else value
+        return out
 
 
 class MeanOf:
-    """Plain mean of dicts of floats (e.g. drift over minibatches 2..K)."""
+    """Plain mean of dicts of tensors (e.g. drift over minibatches 2..K); {} when nothing was added."""
 
     def __init__(self):
-        self.sums: dict[str, float] = {}
+        self.sums: dict[str, torch.Tensor] = {}
         self.count = 0
 
-    def add(self, values: dict[str, float]) -> None:
+    def add(self, values: dict[str, torch.Tensor]) -> None:
         self.count += 1
         for key, value in values.items():
             self.sums[key] = self.sums.get(key, 0.0) + value
 
-    def result(self) -> dict[str, float]:
+    def result(self) -> dict[str, torch.Tensor]:
         return {k: v / self.count for k, v in self.sums.items()} if self.count else {}

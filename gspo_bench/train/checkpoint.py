@@ -1,0 +1,65 @@
+"""Checkpoints of a run: the model in Hugging Face format and the optimizer and loop state, written
+aside and swapped in, so a crash never leaves a half-written checkpoint as the latest one."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from gspo_bench.distributed import World
+
+
+def find_checkpoint(run_dir: Path) -> Path | None:
+    """The latest complete checkpoint of a run (also one left mid-swap by a crash), or None."""
+    for name in ("checkpoint", ".checkpoint-old"):
+        path = Path(run_dir) / name
+        if (path / "state.pt").is_file() and (path / "model" / "config.json").is_file():
+            return path
+    return None
+
+
+def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = World(), **scalars) -> None:
+    """Write `run_dir/checkpoint/` (model/ in Hugging Face format + state.pt) by building it aside
+    and swapping it in. The optimizer state is a full state dict keyed by parameter name, the same
+    whether one process or FSDP2 ranks wrote it; under FSDP2 every rank takes part in gathering it
+    and rank 0 writes."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    # the model state first: under FSDP2 the optimizer state dict needs what gathering it sets up
+    model_state = get_model_state_dict(model, options=options) if world.distributed else None
+    optim_state = get_optimizer_state_dict(model, optimizer, options=options)
+    if not world.is_main:
+        return
+    run_dir = Path(run_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-new-", dir=run_dir))
+    try:
+        model.save_pretrained(tmp / "model", state_dict=model_state)
+        tokenizer.save_pretrained(tmp / "model")
+        torch.save({"optimizer": optim_state, **scalars}, tmp / "state.pt")
+        final, old = run_dir / "checkpoint", run_dir / ".checkpoint-old"
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_checkpoint_state(checkpoint: Path, model, optimizer, device: torch.device) -> dict:
+    """Restore the optimizer state (sharded as the model is, in one process or under FSDP2) from a
+    checkpoint; returns the loop's saved scalars (step, cumulative compute, collapse state)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    state = torch.load(checkpoint / "state.pt", map_location=device, weights_only=False)
+    set_optimizer_state_dict(model, optimizer, state.pop("optimizer"), options=StateDictOptions(full_state_dict=True))
+    return state

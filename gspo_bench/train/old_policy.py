@@ -1,0 +1,76 @@
+"""Phase 2 of a step: the old-policy pass (no gradient) over the whole rollout batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from gspo_bench.distributed import gather_rows
+from gspo_bench.models.forward import response_forward
+from gspo_bench.moe import routing_drift
+from gspo_bench.rollout.mismatch import logprob_mismatch
+from gspo_bench.train.policy import Policy, capturing
+from gspo_bench.train.rollout import RolloutBatch
+
+ReplaySource = Literal["old_pass", "rollout"]
+
+
+@dataclass(frozen=True)
+class OldPolicy:
+    logp: torch.Tensor  # [B, T] pi_old of every response token, as the objective uses it
+    entropy: torch.Tensor  # [B, T] entropy of pi_old's predictive distributions
+    routing: torch.Tensor | None  # [L_moe, B, L, k] experts the model chose (drift is measured against it)
+    replay: torch.Tensor | None  # [L_moe, B, L, k] experts the update forwards must use (replay runs), else None
+    ref_logp: torch.Tensor | None = None  # [B, T] under the frozen reference, when a KL penalty is on
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # engine mismatch, rollout routing gap
+
+
+def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, replay: ReplaySource | None = None,
+                    record_routing: bool = True, logp_source: str = "recompute", measure: bool = True) -> OldPolicy:
+    """pi_old's log-probs and entropies of the batch at the sampling temperature, the experts it
+    routed each token to and, for replay runs, the routing the update forwards will replay:
+    the old pass's own (Routing Replay) or the engine's (R3, which this pass replays too).
+    `logp_source="rollout"` takes pi_old from the engine's log-probs (the paper's section 5.4)."""
+    world, model = policy.world, policy.model
+    rows = torch.arange(len(batch), device=batch.input_ids.device)
+    mine = world.rows(rows)  # this rank's rows (all of them in one process)
+    if replay == "rollout" and batch.routing is None:
+        raise ValueError("rollout routing replay (R3) needs the engine's routing; this rollout has none")
+    forced = batch.routing[:, mine] if replay == "rollout" else None
+    with torch.no_grad(), policy.precision.autocast(), \
+            capturing(model, record_routing or replay is not None, replay=forced) as capture:
+        logp, entropy = response_forward(model, batch.input_ids[mine], batch.attention_mask[mine],
+                                         batch.n_response, temperature, with_entropy=True)  # [B, T] each
+    logp, entropy = gather_rows(world, logp, rows), gather_rows(world, entropy, rows)
+    routing = gather_rows(world, capture.routing, rows, dim=1) if capture is not None else None
+    metrics = engine_gap(logp, routing, batch) if measure else {}
+    if logp_source == "rollout":
+        logp = batch.sampling_logp.to(logp.device)
+    replayed = {"old_pass": routing, "rollout": batch.routing, None: None}[replay]
+    return OldPolicy(logp=logp, entropy=entropy, routing=routing, replay=replayed,
+                     ref_logp=reference_logp(policy, batch, temperature), metrics=metrics)
+
+
+def engine_gap(train_logp: torch.Tensor, train_routing: torch.Tensor | None, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+    """How far training is from the rollout engine: log-prob mismatch and, where both routings are
+    known, the routing gap (what R3 removes). The gap leaves out the batch's last position: generation
+    never routes it (see `routing_for_training`), and no log-prob depends on it."""
+    metrics = logprob_mismatch(train_logp, batch.sampling_logp, batch.response_mask)
+    if batch.routing is not None and train_routing is not None:
+        routed = batch.attention_mask.clone()
+        routed[:, -1] = 0
+        gap = routing_drift(batch.routing, train_routing, routed)
+        metrics |= {"moe/rollout_gap": gap["moe/drift"], "moe/rollout_gap_expert": gap["moe/drift_expert"]}
+    return metrics
+
+
+def reference_logp(policy: Policy, batch: RolloutBatch, temperature: float) -> torch.Tensor | None:
+    """[B, T] log-probs under the frozen reference model, or None without one."""
+    if policy.reference is None:
+        return None
+    with torch.no_grad(), policy.precision.autocast():
+        logp, _ = response_forward(policy.reference, batch.input_ids, batch.attention_mask, batch.n_response,
+                                   temperature)
+    return logp

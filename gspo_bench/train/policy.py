@@ -1,0 +1,30 @@
+"""What the phases of a step act on: the trained model with its optimizer, precision and world."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from gspo_bench.distributed import World
+from gspo_bench.moe import RoutingCapture
+from gspo_bench.train.precision import Precision
+
+
+@dataclass
+class Policy:
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer | None = None  # None: the policy is only evaluated
+    precision: Precision = Precision()
+    world: World = World()  # one process, or this rank of a torchrun job (FSDP2)
+    reference: torch.nn.Module | None = None  # frozen starting weights, for a KL-to-reference penalty
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def capturing(model: torch.nn.Module, enabled: bool, replay: torch.Tensor | None = None):
+    """A RoutingCapture (recording, and replaying `replay`), or a block yielding None when not `enabled`."""
+    return RoutingCapture(model, replay=replay) if enabled or replay is not None else nullcontext()

@@ -1,0 +1,83 @@
+"""Phase 1 of a step: sample G responses for P prompts, score them, group advantages."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from gspo_bench.objectives import group_advantages
+from gspo_bench.rollout import Rollout, RolloutEngine, SamplingParams
+from gspo_bench.tasks import Example, Task
+from gspo_bench.train.policy import Policy
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """B = P x G scored responses (rows of a group consecutive), on the training device."""
+
+    input_ids: torch.Tensor  # [B, L] left-padded prompt, then response
+    attention_mask: torch.Tensor  # [B, L]
+    response_mask: torch.Tensor  # [B, T] bool, valid response tokens
+    sampling_logp: torch.Tensor  # [B, T] the engine's log-probs of the sampled tokens
+    routing: torch.Tensor | None  # [L_moe, B, L, k] the engine's experts (for R3 and the routing gap), or None
+    rewards: torch.Tensor  # [B] fp32, on the host (computed from decoded text)
+    advantages: torch.Tensor  # [B] (or [B, T] for per-token credit) on the training device
+    finite: torch.Tensor  # 0-d bool: the engine's sampling distributions were finite
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def n_response(self) -> int:
+        return self.response_mask.shape[1]
+
+    @classmethod
+    def scored(cls, rollout: Rollout, rewards: torch.Tensor, group_size: int, advantage_scale: str = "std",
+               device: torch.device | str = "cpu") -> RolloutBatch:
+        """A batch from an engine's rollout and its rewards [B]: group advantages (eq. 3)."""
+        routing = None
+        if rollout.routing is not None:
+            routing = routing_for_training(rollout.routing, rollout.input_ids.shape[1]).to(device)
+        finite = rollout.finite if rollout.finite is not None else torch.tensor(True)
+        return cls(
+            input_ids=rollout.input_ids.to(device), attention_mask=rollout.attention_mask.to(device),
+            response_mask=rollout.response_mask.to(device), sampling_logp=rollout.sampling_logp.to(device),
+            routing=routing, rewards=rewards.float(), finite=finite.to(device),
+            advantages=group_advantages(rewards, group_size, scale=advantage_scale).to(device),
+        )
+
+
+def draw_examples(task: Task, n: int, seed: int) -> list[Example]:
+    """The step's n training problems, drawn from a generator seeded for this step alone."""
+    rng = random.Random(seed)
+    return [task.train_example(rng) for _ in range(n)]
+
+
+def collect_rollout(policy: Policy, engine: RolloutEngine, tokenizer, task: Task, examples: list[Example],
+                    params: SamplingParams, advantage_scale: str = "std") -> RolloutBatch:
+    """Sample G responses per example from the policy's current weights (in the training precision),
+    decode and score them with the task's verifier."""
+    engine.sync_weights(policy.model)
+    with policy.precision.autocast():
+        rollout = engine.generate(policy.model, [tokenizer.encode(ex.prompt) for ex in examples], params)
+    texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)  # the one host copy of tokens
+    group = params.group_size
+    rewards = torch.tensor([task.reward(text, examples[i // group]) for i, text in enumerate(texts)])
+    return RolloutBatch.scored(rollout, rewards, group, advantage_scale, device=policy.device)
+
+
+def routing_for_training(routing: torch.Tensor, length: int) -> torch.Tensor:
+    """Rollout routing [L, B, L_seq - 1, k] extended to the training forward's L_seq positions.
+
+    Generation never routes its last sampled token (nothing is sampled after it); that position
+    only predicts beyond the response, so no log-prob depends on it: it gets the experts of the
+    position before it.
+    """
+    missing = length - routing.shape[2]
+    if missing < 0 or routing.shape[2] == 0:
+        raise ValueError(f"rollout routing covers {routing.shape[2]} positions, the batch has {length}")
+    if missing == 0:
+        return routing
+    return torch.cat([routing, routing[:, :, -1:].expand(-1, -1, missing, -1)], dim=2)

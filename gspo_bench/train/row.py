@@ -1,0 +1,55 @@
+"""Phase 4 of a step: its row of metrics (and per-layer drift rows), from one host copy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gspo_bench.compute import StepCompute
+from gspo_bench.objectives.metrics import masked_mean
+from gspo_bench.train.measurements import to_host
+from gspo_bench.train.old_policy import OldPolicy
+from gspo_bench.train.rollout import RolloutBatch
+from gspo_bench.train.update import UpdateResult
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    row: dict  # one row of metrics.parquet
+    layer_rows: list[dict]  # rows of layers.parquet: drift per MoE layer
+    compute: StepCompute  # tokens forwarded and trained in this step
+    rollout_finite: bool  # the engine's sampling distributions were finite
+    params_finite: bool  # every parameter is finite after the step
+
+
+def step_values(batch: RolloutBatch, old: OldPolicy, update: UpdateResult, after: dict[str, torch.Tensor],
+                tokens_forward: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The step's measurements by column name, still on the device."""
+    lengths = batch.response_mask.sum(-1).double()  # [B]
+    rewards = batch.rewards.double()
+    entropy = masked_mean(old.entropy.double(), batch.response_mask)
+    return {
+        "reward/mean": rewards.mean(), "reward/std": rewards.std(), "reward/accuracy": (rewards >= 1.0).double().mean(),
+        "response/len_mean": lengths.mean(), "response/len_max": lengths.max(),
+        **update.metrics,
+        "entropy/mean": torch.where(batch.response_mask.any(), entropy, float("nan")),
+        **{k: v for k, v in after.items() if k != "moe/drift_layer"}, **old.metrics,
+        "compute/tokens_forward": tokens_forward, "compute/tokens_trained": update.tokens_trained,
+    }
+
+
+def build_row(identity: dict, values: dict[str, torch.Tensor], drift_layers: torch.Tensor | None,
+              health: dict[str, torch.Tensor]) -> StepOutcome:
+    """Copy `values`, the per-layer drift and the health flags to the host at once; the row starts
+    with `identity` (step, label, ...); times and cumulative compute are the caller's to add."""
+    layers = {} if drift_layers is None else {"_drift_layer": drift_layers}
+    host = to_host({**values, **layers, **{f"_{k}": v for k, v in health.items()}})
+    for key in ("compute/tokens_forward", "compute/tokens_trained", "response/len_max", "nonfinite/minibatches"):
+        host[key] = int(host[key])
+    compute = StepCompute(tokens_forward=host["compute/tokens_forward"], tokens_trained=host["compute/tokens_trained"])
+    per_layer = host.pop("_drift_layer", [])
+    rollout_finite, params_finite = bool(host.pop("_rollout_finite")), bool(host.pop("_params_finite"))
+    layer_rows = [{"step": identity["step"], "label": identity["label"], "seed": identity["seed"], "layer": i,
+                   "moe/drift": value} for i, value in enumerate(per_layer)]
+    return StepOutcome({**identity, **host}, layer_rows, compute, rollout_finite, params_finite)

@@ -1,0 +1,153 @@
+"""Setting up one run: the policy (fp32 master weights) and its optimizer, engine, task, objective,
+results folder and loop state, fresh or from the run's last checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+import yaml
+
+from gspo_bench.compute import active_parameters
+from gspo_bench.config import ObjectiveEntry, SuiteConfig
+from gspo_bench.distributed import World, device_for, shard, world_from_env
+from gspo_bench.evaluation import Evaluator
+from gspo_bench.objectives import get_objective
+from gspo_bench.results import RunDir, now, provenance
+from gspo_bench.rollout import RolloutEngine, make_engine
+from gspo_bench.tasks import Task, make_task
+from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state
+from gspo_bench.train.optim import make_optimizer
+from gspo_bench.train.policy import Policy
+from gspo_bench.train.precision import DTYPES, Precision
+from gspo_bench.train.state import RunState
+from gspo_bench.train.update import Objective
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    suite: SuiteConfig
+    entry: ObjectiveEntry
+    seed: int
+    run_dir: Path
+    init_weights: Path  # directory of the (warm-started) weights every objective of this seed starts from
+
+
+@dataclass
+class Run:
+    """Everything a step needs, set up once per run."""
+
+    spec: RunSpec
+    out: RunDir
+    policy: Policy
+    tokenizer: object
+    engine: RolloutEngine
+    task: Task
+    objective: Objective
+    n_active: int  # active parameters per token (FLOP accounting)
+    provenance: dict
+    evaluator: Evaluator | None
+
+    @property
+    def suite(self) -> SuiteConfig:
+        return self.spec.suite
+
+    @property
+    def world(self) -> World:
+        return self.policy.world
+
+
+def open_run(spec: RunSpec, resume: bool) -> tuple[Run, RunState]:
+    """The run of `spec`, and its state: fresh, or at its last checkpoint with `resume`. Writes the
+    resolved config, provenance and a `running` status (rank 0 only under torchrun)."""
+    suite, train = spec.suite, spec.suite.train
+    if train.threads:
+        torch.set_num_threads(train.threads)
+    device = torch.device(train.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"train.device is {train.device} but this machine has no CUDA device")
+    world = world_from_env(device)
+    device = device_for(world, device)
+    out = RunDir(spec.run_dir, writable=world.is_main)  # only rank 0 writes
+    if world.distributed:
+        check_distributed(suite, world)
+    checkpoint = find_checkpoint(out.path) if resume else None
+    weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
+    policy, tokenizer, n_active = load_policy(spec, weights, device, world)
+    state, prov = RunState(), provenance(str(device))
+    if checkpoint is not None:
+        scalars = load_checkpoint_state(checkpoint, policy.model, policy.optimizer, device)
+        state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
+                                  out.read_rows("eval.parquet"))
+        prov = out.read_json("provenance.json") or prov
+        prov.setdefault("resumed", []).append({"at_step": state.step, "time": now()})
+    engine = make_run_engine(suite, tokenizer, weights, device)
+    if spec.entry.use_replay and spec.entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
+        raise ValueError(f"{spec.entry.run_label}: rollout routing replay (R3) needs an engine that returns routed "
+                         f"experts; rollout.engine {suite.rollout.engine} does not (hf does)")
+    objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
+    evaluator = None
+    if suite.eval.tasks:
+        evaluator = Evaluator(suite.eval, out.path / "eval_tasks", suite.task.name, suite.task.params,
+                              suite.rollout.max_new_tokens, suite.rollout.temperature)
+    out.write_text("config.yaml", resolved_config(suite, spec.entry, spec.seed, lr=policy.optimizer.param_groups[0]["lr"]))
+    out.write_json("provenance.json", prov)
+    out.write_status("running", step=state.step)
+    run = Run(spec, out, policy, tokenizer, engine, make_task(suite.task.name, **suite.task.params), objective,
+              n_active, prov, evaluator)
+    return run, state
+
+
+def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World) -> tuple[Policy, object, int]:
+    """The model from `weights` in fp32 (master weights; bf16 runs compute under autocast), sharded
+    under torchrun, its AdamW, the frozen reference for a KL penalty; the tokenizer; active parameters."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    train = spec.suite.train
+    tokenizer = AutoTokenizer.from_pretrained(weights, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True, dtype=torch.float32).to(device)
+    n_active = active_parameters(model)
+    if world.distributed:
+        shard(model)
+    model.train()
+    reference = None
+    if train.kl_coef > 0:  # frozen copy of the starting weights, in the compute dtype (it is never updated)
+        reference = AutoModelForCausalLM.from_pretrained(spec.init_weights, local_files_only=True,
+                                                         dtype=DTYPES[train.dtype])
+        reference = reference.to(device).eval().requires_grad_(False)
+    optimizer = make_optimizer(model, train, lr=spec.entry.lr or train.lr, distributed=world.distributed)
+    precision = Precision.named(train.dtype, device)
+    return Policy(model, optimizer, precision, world, reference), tokenizer, n_active
+
+
+def make_run_engine(suite: SuiteConfig, tokenizer, weights: Path, device: torch.device) -> RolloutEngine:
+    from gspo_bench.models.tokenizer import EOS_ID
+
+    eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+    return make_engine(suite.rollout.engine, pad_id=pad_id, eos_id=eos_id, model_path=weights,
+                       dtype=suite.train.dtype, device=str(device), **suite.rollout.engine_options)
+
+
+def check_distributed(suite: SuiteConfig, world: World) -> None:
+    """What a torchrun run cannot do (yet), refused before any work."""
+    if suite.eval.tasks:
+        raise ValueError("eval: is not supported under torchrun; evaluate checkpoints afterwards with "
+                         "`gspo-bench eval RUN_DIR`")
+    if suite.rollout.engine != "hf":
+        raise ValueError(f"rollout.engine {suite.rollout.engine} under torchrun: only hf is supported so far")
+    per_minibatch = suite.rollout.prompts_per_step * suite.rollout.group_size // suite.train.minibatches
+    if per_minibatch < world.size:
+        raise ValueError(f"a minibatch has {per_minibatch} responses, fewer than the {world.size} ranks")
+    if suite.train.kl_coef > 0:
+        raise ValueError("kl_coef > 0 under torchrun is not supported yet (the reference model is not sharded)")
+
+
+def resolved_config(suite: SuiteConfig, entry: ObjectiveEntry, seed: int, lr: float) -> str:
+    """The suite plus everything this run resolved: objective, replay, clip range, lr, seed."""
+    run = {"label": entry.run_label, "objective": entry.objective, "replay": entry.use_replay,
+           "replay_from": entry.replay_source if entry.use_replay else None, "seed": seed,
+           "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs}
+    return yaml.safe_dump({"run": run, "suite": suite.model_dump(mode="json")}, sort_keys=False)

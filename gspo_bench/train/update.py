@@ -1,0 +1,133 @@
+"""Phase 3 of a step: K minibatch updates of the policy (and the drift they cause)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from gspo_bench.distributed import gather_rows, local_tensor, with_local_grad
+from gspo_bench.models.forward import response_forward
+from gspo_bench.moe import RoutingCapture, routing_drift
+from gspo_bench.objectives.kl import k3
+from gspo_bench.objectives.metrics import masked_mean, measurements_off
+from gspo_bench.rollout import position_ids
+from gspo_bench.train.measurements import MeanOf, StepMeasurements
+from gspo_bench.train.old_policy import OldPolicy
+from gspo_bench.train.optim import guarded_step
+from gspo_bench.train.policy import Policy, capturing
+from gspo_bench.train.rollout import RolloutBatch
+
+Objective = Callable[..., tuple[torch.Tensor, dict]]  # objective(logp=, old_logp=, advantages=, mask=)
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    temperature: float = 1.0  # the rollout's: log-probs of the distribution the tokens were sampled from
+    grad_clip: float = 1.0
+    kl_coef: float = 0.0  # k3 KL(pi_theta || pi_ref) penalty
+    measure: bool = True  # objective measurements and routing drift
+
+
+@dataclass(frozen=True)
+class MinibatchResult:
+    loss: torch.Tensor  # 0-d, detached
+    grad_norm: torch.Tensor  # 0-d, before clipping
+    applied: torch.Tensor  # 0-d bool: loss and gradients finite, so the optimizer stepped
+    metrics: dict[str, torch.Tensor]  # the objective's measurements (and kl/ref)
+    drift: dict[str, torch.Tensor] | None  # routing of this forward vs the old policy's, when measured
+    n_tokens: torch.Tensor  # valid response tokens of the minibatch
+    n_responses: torch.Tensor  # non-empty responses of the minibatch
+    tokens_trained: torch.Tensor  # tokens forwarded and back-propagated (prompt + response)
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    metrics: dict[str, torch.Tensor]  # loss, grad/norm, objective measurements, moe/drift*, nonfinite count
+    drift_layers: torch.Tensor | None  # [L] drift per MoE layer, mean over minibatches 2..K
+    tokens_trained: torch.Tensor  # 0-d
+
+
+def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch: RolloutBatch, rows: torch.Tensor,
+                kl_coef: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The objective on minibatch `rows` (log-probs `logp` [b, T] of those rows, in that order), plus
+    kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference is given."""
+    mask = batch.response_mask[rows]  # [b, T]
+    loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=batch.advantages[rows], mask=mask)
+    if old.ref_logp is not None and kl_coef > 0:
+        kl_ref = masked_mean(k3(old.ref_logp[rows].float() - logp.float()), mask)
+        loss = loss + kl_coef * kl_ref
+        metrics = {**metrics, "kl/ref": kl_ref.detach()}
+    return loss, metrics
+
+
+def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor,
+                     settings: UpdateSettings, measure_drift: bool = False) -> MinibatchResult:
+    """One update on minibatch `rows`: forward (replaying `old.replay` where set), loss, backward,
+    gradient clipping, an optimizer step that skips itself on a non-finite loss or gradient."""
+    world, model = policy.world, policy.model
+    local = world.rows(rows)  # this rank's rows of the minibatch
+    replay = old.replay[:, local] if old.replay is not None else None
+    with policy.precision.autocast(), capturing(model, measure_drift, replay=replay) as capture:
+        logp, _ = response_forward(model, batch.input_ids[local], batch.attention_mask[local], batch.n_response,
+                                   settings.temperature)  # [b, T]
+    # the whole minibatch's log-probs with gradient into this rank's rows only: loss and measurements
+    # are the single-process ones, and the gradients summed over ranks are its gradient
+    logp = with_local_grad(world, gather_rows(world, logp, rows), logp)
+    with measurements_off(not settings.measure):
+        loss, metrics = policy_loss(objective, logp, old, batch, rows, settings.kl_coef)
+    policy.optimizer.zero_grad(set_to_none=True)
+    (loss * world.size).backward()  # FSDP2 averages gradients over ranks: undo the 1/W
+    grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip))
+    applied = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
+    guarded_step(policy.optimizer, applied)
+    drift = None
+    if measure_drift and old.routing is not None:  # this forward ran after the earlier updates
+        new_routing = gather_rows(world, capture.routing, rows, dim=1)
+        drift = routing_drift(old.routing[:, rows], new_routing, batch.attention_mask[rows])
+    mask = batch.response_mask[rows]
+    return MinibatchResult(loss=loss.detach(), grad_norm=grad_norm, applied=applied, metrics=metrics, drift=drift,
+                           n_tokens=mask.sum(), n_responses=mask.any(-1).sum(),
+                           tokens_trained=batch.attention_mask[rows].sum())
+
+
+def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old: OldPolicy, order: torch.Tensor,
+                  minibatches: int, settings: UpdateSettings) -> UpdateResult:
+    """K = `minibatches` updates over the rows of `batch` in `order`; the step's update measurements:
+    loss and grad norm (means over applied updates), the objective's measurements (token- or
+    response-weighted over applied updates) and the drift of minibatches 2..K from the old policy."""
+    measured, drift = StepMeasurements(), MeanOf()
+    losses, grad_norms, skipped = [], [], 0
+    tokens_trained = 0
+    for j, rows in enumerate(order.to(batch.input_ids.device).chunk(minibatches)):
+        # minibatch j > 0 runs after j updates from the old policy: its forward measures their drift
+        result = update_minibatch(policy, objective, batch, old, rows, settings,
+                                  measure_drift=settings.measure and j > 0)
+        measured.add(result.metrics, result.n_tokens, result.n_responses, result.applied)
+        losses.append(torch.where(result.applied, result.loss.double(), float("nan")))
+        grad_norms.append(torch.where(result.applied, result.grad_norm.double(), float("nan")))
+        skipped = skipped + (~result.applied).long()
+        tokens_trained = tokens_trained + result.tokens_trained
+        if result.drift is not None:
+            drift.add(result.drift)
+    means = drift.result()
+    metrics = {"loss": torch.stack(losses).nanmean(), "grad/norm": torch.stack(grad_norms).nanmean(),
+               **measured.result(), "nonfinite/minibatches": skipped}
+    metrics |= {k: v for k, v in means.items() if k != "moe/drift_layer"}
+    return UpdateResult(metrics=metrics, drift_layers=means.get("moe/drift_layer"), tokens_trained=tokens_trained)
+
+
+def drift_after_update(policy: Policy, batch: RolloutBatch, old: OldPolicy) -> dict[str, torch.Tensor]:
+    """Routing of the whole batch after the step's last update against the old policy's (one extra
+    no-grad pass, at the old pass's positions): `moe/drift_after`, `moe/drift_expert_after` and
+    the per-layer vector `moe/drift_layer`."""
+    world = policy.world
+    rows = torch.arange(len(batch), device=batch.input_ids.device)
+    mine = world.rows(rows)
+    ids, attention = batch.input_ids[mine], batch.attention_mask[mine]
+    with torch.no_grad(), policy.precision.autocast(), RoutingCapture(policy.model) as capture:
+        policy.model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention), logits_to_keep=1)
+    stats = routing_drift(old.routing, gather_rows(world, capture.routing, rows, dim=1), batch.attention_mask)
+    return {"moe/drift_after": stats["moe/drift"], "moe/drift_expert_after": stats["moe/drift_expert"],
+            "moe/drift_layer": stats["moe/drift_layer"]}

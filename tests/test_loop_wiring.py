@@ -1,0 +1,111 @@
+"""The loop's wiring, end to end on tiny runs: each test fails when one connection between the phases
+breaks (replay not passed to the updates, drift against the wrong routing, FLOPs from total
+parameters, the KL penalty's sign, the sampling temperature), and bf16 runs train at RL learning rates."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness import _register_shifted_engine, metrics, run_suite  # noqa: E402
+from test_harness import signal_suite as suite  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("warmstart-cache")
+
+
+def one_step(cache, out, **changes):
+    run_suite(suite(cache, **changes), out)
+    for run in (out / "tiny").iterdir():
+        assert metrics(out, "tiny", run.name)["reward/std"].iloc[0] > 0, "no learning signal in step 1"
+
+
+def test_routing_replay_runs_replay_in_their_update_forwards(tmp_path, cache):
+    """Same seed, same first update: GRPO and GRPO + RR differ only where minibatch 2's routing has
+    drifted from the old policy's and replay forces the old experts back."""
+    one_step(cache, tmp_path, train={"lr": 3e-3, "minibatches": 2}, objectives=[{"name": "grpo"}, {"name": "grpo_rr"}])
+    grpo, rr = metrics(tmp_path, "tiny", "grpo-s0").iloc[0], metrics(tmp_path, "tiny", "grpo_rr-s0").iloc[0]
+    assert grpo["reward/mean"] == rr["reward/mean"] and grpo["moe/drift"] > 0
+    assert grpo["ratio/token_var"] != rr["ratio/token_var"] and grpo["loss"] != rr["loss"]
+
+
+def test_r3_replays_the_engines_routing_in_the_update_forwards(tmp_path, cache):
+    """With an engine that routes otherwise, R3's old pass and update forwards both use the engine's
+    experts: the only update (K = 1) is then exactly on-policy. GRPO's old pass and update agree too,
+    each under the trainer's own routing."""
+    _register_shifted_engine()
+    one_step(cache, tmp_path, rollout={"engine": "shifted_routing"}, train={"minibatches": 1},
+             objectives=[{"name": "grpo_r3"}, {"name": "grpo"}])
+    for run in ("grpo_r3-s0", "grpo-s0"):
+        row = metrics(tmp_path, "tiny", run).iloc[0]
+        assert row["ratio/token_var"] < 1e-10 and abs(row["ratio/token_mean"] - 1) < 1e-6, run
+    assert metrics(tmp_path, "tiny", "grpo-s0")["moe/rollout_gap"].iloc[0] == 1.0  # every position routed otherwise
+
+
+def test_drift_is_measured_against_the_old_policy(tmp_path, cache):
+    """An update too small to move any routing: every minibatch (2..K) routes as the old policy did,
+    so drift is exactly 0, whichever rows each minibatch holds."""
+    run_suite(suite(cache, steps=2, train={"lr": 1e-12, "minibatches": 4}, objectives=[{"name": "grpo"}]), tmp_path)
+    frame = metrics(tmp_path, "tiny", "grpo-s0")
+    assert (frame["moe/drift"] == 0).all() and (frame["moe/drift_expert"] == 0).all()
+
+
+def test_flops_count_active_parameters(tmp_path, cache):
+    """2 N_active per token forwarded without gradient, 6 N_active per trained token, with N_active
+    counted by hand from the tiny model's shapes (routed experts at k / E, embeddings excluded)."""
+    one_step(cache, tmp_path, objectives=[{"name": "grpo"}])
+    row = metrics(tmp_path, "tiny", "grpo-s0").iloc[0]
+    h, m, layers, experts, k, heads, kv_heads, vocab = 32, 32, 2, 4, 2, 4, 2, 57
+    head_dim = h // heads
+    attention = 2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 2 * head_dim  # q, o, k, v, q/k norms
+    per_layer = attention + 2 * h + experts * h + k * 3 * m * h  # + norms, router, k active experts
+    n_active = layers * per_layer + h + vocab * h  # + final norm, lm_head
+    assert n_active == 20704
+    # K = 2: generation and the old pass forward every token once each, the updates train each once
+    assert row["compute/tokens_forward"] == 2 * row["compute/tokens_trained"] > 0
+    assert row["compute/flops"] == 2 * n_active * row["compute/tokens_forward"] + 6 * n_active * row["compute/tokens_trained"]
+    assert row["compute/cum_flops"] == row["compute/flops"]
+
+
+def test_kl_penalty_enters_the_loss_with_its_coefficient(tmp_path, cache):
+    """Two runs that differ only in kl_coef share step 1 up to its second minibatch (at the first,
+    policy = reference: KL 0, no gradient from it); there the penalty adds coef x KL to the loss:
+    the stronger penalty gives the higher loss, by an amount proportional to the KL it reports."""
+    def step_one(coef, out):
+        run_suite(suite(cache, train={"lr": 3e-3, "kl_coef": coef, "minibatches": 2}, objectives=[{"name": "grpo"}]), out)
+        return metrics(out, "tiny", "grpo-s0").iloc[0]
+
+    weak, strong = step_one(1e-6, tmp_path / "weak"), step_one(4.0, tmp_path / "strong")
+    assert weak["kl/ref"] == strong["kl/ref"] > 0  # the same KL, measured on the same weights
+    raised = strong["loss"] - weak["loss"]  # = (4 - 1e-6) * KL_2 / 2, KL_2 the second minibatch's
+    assert 0.5 * (4.0 - 1e-6) * strong["kl/ref"] < raised < 4.0 * strong["kl/ref"] * 4
+
+
+def test_updates_use_the_rollout_temperature(tmp_path, cache):
+    """At temperature 0.7 the old pass equals the engine's log-probs and the only update (K = 1) is
+    on-policy: no mismatch, every ratio 1."""
+    one_step(cache, tmp_path, rollout={"temperature": 0.7}, train={"minibatches": 1}, objectives=[{"name": "grpo"}])
+    row = metrics(tmp_path, "tiny", "grpo-s0").iloc[0]
+    assert row["mismatch/max_abs"] < 1e-4
+    assert row["ratio/token_var"] < 1e-10 and row["kl/old_new"] < 1e-10
+
+
+def test_a_bf16_run_at_an_rl_learning_rate_changes_the_weights(tmp_path, cache):
+    """fp32 master weights: at lr 1e-6 a bf16 run's weights move, and are saved in fp32."""
+    one_step(cache, tmp_path, train={"dtype": "bfloat16", "lr": 1e-6}, objectives=[{"name": "gspo"}])
+    from gspo_bench.config import parse_suite
+    from gspo_bench.suite import starting_weights
+
+    start = load_file(starting_weights(parse_suite(suite(cache)), 0, log=lambda m: None) / "model.safetensors")
+    end = load_file(tmp_path / "tiny" / "gspo-s0" / "checkpoint" / "model" / "model.safetensors")
+    assert all(t.dtype == torch.float32 for t in end.values())
+    moved = [name for name in start if not torch.equal(start[name], end[name])]
+    assert len(moved) > len(start) // 2
+    assert max((start[n] - end[n]).abs().max().item() for n in moved) < 1e-5  # steps of ~lr
