@@ -12,39 +12,37 @@ from __future__ import annotations
 
 import argparse
 import copy
+from functools import partial
 
 import pandas as pd
 import torch
 
+from gspo_bench.config import TrainConfig
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
-from gspo_bench.models.forward import response_forward
-from gspo_bench.moe import RoutingCapture, routing_drift
-from gspo_bench.objectives import get_objective, group_advantages
-from gspo_bench.probe import ProbeConfig, digit_share_reward, sample_rollouts
+from gspo_bench.objectives import get_objective
+from gspo_bench.probe import ProbeConfig, probe_batch
+from gspo_bench.train.measurements import to_host
+from gspo_bench.train.optim import make_optimizer
+from gspo_bench.train.policy import Policy
+from gspo_bench.train.update import UpdateSettings, drift_after_update, update_policy
 
 
 def drift_after_one_step(family: str, lr: float, layers: int, seed: int) -> dict:
+    """One AdamW step (K = 1, the whole batch) on the GRPO loss through the training loop's own
+    update phase, then the routing of the same tokens against the old policy's."""
     tokenizer = build_char_tokenizer()
     base = build_tiny_moe(family, seed=seed, vocab_size=len(tokenizer), num_layers=layers)
     cfg = ProbeConfig(family=family, num_layers=layers, prompts=8, group_size=8, max_new_tokens=24, seed=seed)
-    rollout = sample_rollouts(base, tokenizer, cfg)
-    seqs, attention_mask, response_mask = rollout.input_ids, rollout.attention_mask, rollout.response_mask
-    n = response_mask.shape[1]
-    texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
-    advantages = group_advantages(digit_share_reward(texts), cfg.group_size)
+    batch, old = probe_batch(base, tokenizer, cfg)
     model = copy.deepcopy(base).train()
-    with RoutingCapture(model) as old:
-        logp, _ = response_forward(model, seqs, attention_mask, n)
-    loss, _ = get_objective("grpo")(logp=logp, old_logp=logp.detach(), advantages=advantages, mask=response_mask)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    loss.backward()
-    optimizer.step()
-    with RoutingCapture(model) as new, torch.no_grad():
-        model(input_ids=seqs, attention_mask=attention_mask)
-    stats = routing_drift(old.routing, new.routing, attention_mask)
+    policy = Policy(model, make_optimizer(model, TrainConfig(), lr=lr))
+    update_policy(policy, partial(get_objective("grpo")), batch, old, torch.arange(len(batch)), 1,
+                  UpdateSettings(grad_clip=float("inf"), measure=False))
+    stats = to_host(drift_after_update(policy, batch, old))
+    per_layer = stats["moe/drift_layer"]
     return {"family": family, "layers": layers, "lr": lr, "seed": seed,
-            "moe/drift": stats["moe/drift"], "moe/drift_expert": stats["moe/drift_expert"],
-            "drift_first_layer": stats["moe/drift_layer_0"], "drift_last_layer": stats[f"moe/drift_layer_{layers - 1}"]}
+            "moe/drift": stats["moe/drift_after"], "moe/drift_expert": stats["moe/drift_expert_after"],
+            "drift_first_layer": per_layer[0], "drift_last_layer": per_layer[-1]}
 
 
 def main() -> None:

@@ -16,9 +16,16 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console()
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # weight loading/saving bars drown the run's own
 if not console.is_terminal:  # logs and pipes: wide enough that tables do not wrap
     console = Console(width=140)
+
+
+@app.callback()
+def entry_point() -> None:
+    """Process-wide settings of the command line (the library sets none): no weight loading/saving
+    progress bars from Hugging Face libraries (they drown the run's own), figures drawn headless."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -109,9 +116,9 @@ def print_plan(suite_path: Path) -> None:
                    f"(cap {suite.budget.max_steps:,})"),
         ("runs", f"{plan.runs}: " + ", ".join(run.name for run in runs)),
         ("FLOPs, whole suite", f"{plan.flops_total:.3g}"),
-        ("training state per run", f"{plan.state_bytes / 2**30:,.1f} GiB ({t.dtype} weights + grads + AdamW"
-                                   f"{' + reference' if t.kl_coef > 0 else ''}); activations, KV cache and "
-                                   "rollout engine come on top"),
+        ("training state per run", f"{plan.state_bytes / 2**30:,.1f} GiB (fp32 master weights + grads + AdamW"
+                                   f"{f' + {t.dtype} reference' if t.kl_coef > 0 else ''}; {t.dtype} compute); "
+                                   "activations, KV cache and rollout engine come on top"),
         ("GPUs (80 GB)", f">= {plan.gpus_needed()} with FSDP2 (state sharded over 80% of each); device {t.device}"),
     ]
     for key, value in rows:
@@ -131,10 +138,8 @@ def run(
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
     from gspo_bench.config import SuiteError, load_suite
-    from gspo_bench.distributed import barrier
     from gspo_bench.progress import SuiteProgress
-    from gspo_bench.suite import check_outputs, plan_runs, starting_weights, write_suite_file
-    from gspo_bench.train.loop import RunSpec, train_run
+    from gspo_bench.suite import check_outputs, plan_runs, run_suite
 
     if dry_run:
         return print_plan(suite_path)
@@ -151,32 +156,10 @@ def run(
     if not todo:
         out_console.print("nothing to do: every planned run is finished")
         return
-    if world.is_main:
-        write_suite_file(suite, root)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
     log = lambda msg: out_console.print(msg, markup=False, highlight=False)  # noqa: E731
-    weights = {}
-    for seed in sorted({r.seed for r in todo}):  # rank 0 trains (or finds) the warm start, the others reuse it
-        if world.is_main:
-            weights[seed] = starting_weights(suite, seed, log=log)
-        barrier(world)
-        if not world.is_main:
-            weights[seed] = starting_weights(suite, seed, log=log)
-    outcomes = []
     with SuiteProgress(suite, out_console) as progress:
-        for planned in todo:
-            progress.start_run(planned.name)
-            spec = RunSpec(suite=suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
-                           init_weights=weights[planned.seed])
-            try:
-                status = train_run(spec, resume=resume, on_step=progress.step)
-            except Exception as err:  # recorded as failed in the run's status.json; the suite goes on
-                status = {"status": "failed", "message": f"{type(err).__name__}: {err}", "step": -1}
-            progress.end_run(status)
-            outcomes.append((planned, status))
-    table = Table(title=f"suite {suite.name} -> {root / suite.name}")
+        outcomes = run_suite(suite, todo, root, resume=resume, world=world, log=log, observer=progress)
+    table = Table(title=escape(f"suite {suite.name} -> {root / suite.name}"))
     for col in ("run", "status", "steps", "message"):
         table.add_column(col)
     for planned, status in outcomes:
@@ -312,9 +295,11 @@ def eval_policy(
     import json
 
     import yaml
+    from pydantic import ValidationError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from gspo_bench.evaluation import evaluate, resolve_tasks, write_task_files
+    from gspo_bench.config import EvalConfig
+    from gspo_bench.evaluation import Evaluator
 
     suite_task, suite_params = None, {}
     if (path / "config.yaml").is_file():  # a run directory
@@ -327,23 +312,22 @@ def eval_policy(
         model_dir = path
     else:
         raise fail(f"{path} is neither a run directory nor a Hugging Face model directory")
-    if greedy and samples > 1:
-        raise fail("--greedy gives one response per prompt: use --samples 1")
+    try:
+        cfg = EvalConfig(tasks=[t.strip() for t in tasks.split(",") if t.strip()], samples=samples, limit=limit,
+                         greedy=greedy, max_new_tokens=max_new_tokens, temperature=temperature)
+    except ValidationError as err:
+        raise fail("; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())) from None
     out = out or path / "eval"
-    names = []
-    for name, params in resolve_tasks([t.strip() for t in tasks.split(",") if t.strip()], suite_task, suite_params):
-        names.append(name if params is None else write_task_files(
-            out / "tasks", name, params, limit=limit, samples=samples, max_new_tokens=max_new_tokens,
-            temperature=temperature, greedy=greedy))
+    evaluator = Evaluator(cfg, out / "tasks", suite_task, suite_params)
     model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    scores = evaluate(model, tokenizer, names, out / "tasks", seed=seed)
+    scores = evaluator(model, tokenizer, seed=seed)
     (out / "scores.json").write_text(json.dumps(scores, indent=1))
-    table = Table(title=f"lm-eval scores of {model_dir}")
+    table = Table(title=escape(f"lm-eval scores of {model_dir}"))
     for col in ("task", "score", "stderr", "metric"):
         table.add_column(col)
     for name, s in scores.items():
-        table.add_row(name, f"{s['score']:.4f}", f"{s['stderr']:.4f}", s["metric"])
+        table.add_row(escape(name), f"{s['score']:.4f}", f"{s['stderr']:.4f}", escape(s["metric"]))
     console.print(table)
 
 

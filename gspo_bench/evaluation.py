@@ -125,7 +125,7 @@ def evaluate(model, tokenizer, tasks: list[str], include_path: Path | None, *, b
     return scores
 
 
-def resolve_tasks(names: list[str], suite_task: str, suite_params: dict) -> list[tuple[str, dict | None]]:
+def resolve_tasks(names: list[str], suite_task: str | None, suite_params: dict) -> list[tuple[str, dict | None]]:
     """(name, params) per requested task: ours get params (the suite's for the suite's task, else the
     defaults); other names are lm-eval tasks (params None)."""
     ours = set(list_tasks()) - {"jsonl"}
@@ -138,3 +138,28 @@ def resolve_tasks(names: list[str], suite_task: str, suite_params: dict) -> list
         else:
             out.append((name, None))
     return out
+
+
+class Evaluator:
+    """Held-out evaluation of a policy as an `eval:` section describes it (`EvalConfig`): the task
+    files are written once under `include`, then every call scores a model on all the tasks. The
+    training loop (at chosen steps) and `gspo-bench eval` (on a saved policy) both use it.
+
+    `suite_task`/`suite_params`: the suite's task, evaluated with the suite's own params.
+    `max_new_tokens`/`temperature`: used where the config leaves them unset (the rollout's).
+    """
+
+    def __init__(self, cfg, include: Path, suite_task: str | None = None, suite_params: dict | None = None,
+                 max_new_tokens: int = 32, temperature: float = 1.0):
+        self.cfg, self.include = cfg, Path(include)
+        self.names = []
+        for name, params in resolve_tasks(cfg.tasks, suite_task, suite_params or {}):
+            self.names.append(name if params is None else write_task_files(
+                self.include, name, params, limit=cfg.limit, samples=cfg.samples,
+                max_new_tokens=cfg.max_new_tokens or max_new_tokens, temperature=cfg.temperature or temperature,
+                greedy=cfg.greedy,
+            ))
+
+    def __call__(self, model, tokenizer, seed: int = 0) -> dict[str, dict]:
+        """{lm-eval task name: {score, stderr, metric}} of `model` now."""
+        return evaluate(model, tokenizer, self.names, self.include, batch_size=self.cfg.batch_size, seed=seed)

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig, dump_config
+from gspo_bench.distributed import World, barrier
 from gspo_bench.results import RunDir
 
 
@@ -108,3 +109,45 @@ def write_suite_file(suite: SuiteConfig, out: Path) -> None:
     from gspo_bench.results import atomic_write_text
 
     atomic_write_text(out / suite.name / "suite.yaml", dump_config(suite))
+
+
+class RunObserver:
+    """What `run_suite` reports to (a progress display): no-ops by default."""
+
+    def start_run(self, name: str) -> None: ...
+
+    def step(self, row: dict) -> None: ...
+
+    def end_run(self, status: dict) -> None: ...
+
+
+def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume: bool = False, world: World = World(),
+              log: Callable[[str], None] = print, observer: RunObserver | None = None) -> list[tuple[PlannedRun, dict]]:
+    """Train the planned runs one after another; returns (run, final status) pairs. The starting
+    weights of each seed are prepared first (under torchrun rank 0 trains or finds them, then the
+    others reuse them). A run that fails is recorded as failed and the suite goes on."""
+    from gspo_bench.train.loop import RunSpec, train_run
+
+    observer = observer or RunObserver()
+    if world.is_main:
+        write_suite_file(suite, root)
+    weights = {}
+    for seed in sorted({r.seed for r in todo}):
+        if world.is_main:
+            weights[seed] = starting_weights(suite, seed, log=log)
+        barrier(world)
+        if not world.is_main:
+            weights[seed] = starting_weights(suite, seed, log=log)
+    outcomes = []
+    for planned in todo:
+        observer.start_run(planned.name)
+        spec = RunSpec(suite=suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
+                       init_weights=weights[planned.seed])
+        try:
+            status = train_run(spec, resume=resume, on_step=observer.step)
+        except Exception as err:  # recorded as failed in the run's status.json; the suite goes on
+            recorded = RunDir(planned.run_dir).read_status() or {}
+            status = {"status": "failed", "message": f"{type(err).__name__}: {err}", "step": recorded.get("step", 0)}
+        observer.end_run(status)
+        outcomes.append((planned, status))
+    return outcomes
