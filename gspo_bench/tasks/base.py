@@ -70,3 +70,24 @@ def unique_test_set(make: Callable[[random.Random], Example], n: int, seed: int)
 
 def exact_match(response: str, example: Example) -> float:
     return 1.0 if response.strip() == example.answer else 0.0
+
+
+@dataclass(frozen=True)
+class GeneratedTask:
+    """A task whose problems come from a generator: train and test splits by prompt hash (disjoint
+    whatever the seed), a fixed test set per `seed`, and a verifier as the reward. Generated tasks
+    differ by their generator and verifier, not by subclassing."""
+
+    name: str
+    make: Callable[[random.Random], Example]  # one problem from a generator's draws
+    verify: Callable[[str, Example], float]  # reward of a response, in [0, 1]
+    seed: int = 0  # of the test set
+
+    def train_example(self, rng: random.Random) -> Example:
+        return sample_split(self.make, rng, test=False)
+
+    def test_examples(self, n: int) -> list[Example]:
+        return unique_test_set(self.make, n, self.seed)
+
+    def reward(self, response: str, example: Example) -> float:
+        return self.verify(response, example)

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
-from gspo_bench.tasks.base import Example, sample_split, unique_test_set
+from gspo_bench.tasks.base import Example, GeneratedTask
 from gspo_bench.tasks.registry import register_task
 from gspo_bench.tasks.safe_eval import InvalidExpression, evaluate
 
@@ -58,18 +58,16 @@ def check_expression(response: str, numbers: list[int], target: int) -> bool:
 
 
 @dataclass(frozen=True)
-class Countdown:
+class CountdownProblems:
     count: int = 3  # numbers given
     max_number: int = 9
     max_target: int = 99
-    seed: int = 0
-    name: str = "countdown"
 
     def __post_init__(self):
         if self.count < 2 or self.max_number < 1 or self.max_target < 1:
             raise ValueError("countdown: need count >= 2, max_number >= 1, max_target >= 1")
 
-    def _make(self, rng: random.Random) -> Example:
+    def __call__(self, rng: random.Random) -> Example:
         while True:
             numbers = [rng.randint(1, self.max_number) for _ in range(self.count)]
             order = rng.sample(numbers, rng.randint(2, self.count))
@@ -84,20 +82,16 @@ class Countdown:
                 prompt = f"{current}:{','.join(map(str, numbers))}="
                 return Example(prompt=prompt, answer=",".join(steps), meta={"target": current, "numbers": numbers})
 
-    def train_example(self, rng: random.Random) -> Example:
-        return sample_split(self._make, rng, test=False)
 
-    def test_examples(self, n: int) -> list[Example]:
-        return unique_test_set(self._make, n, self.seed)
 
-    def reward(self, response: str, example: Example) -> float:
-        """1 if the steps (or a bare expression) reach the target using each given number at most once."""
-        numbers, target = example.meta["numbers"], example.meta["target"]
-        text = response.strip()
-        ok = check_steps(text, numbers, target) if "=" in text else check_expression(text, numbers, target)
-        return 1.0 if ok else 0.0
+def countdown_reward(response: str, example: Example) -> float:
+    """1 if the steps (or a bare expression) reach the target using each given number at most once."""
+    numbers, target = example.meta["numbers"], example.meta["target"]
+    text = response.strip()
+    ok = check_steps(text, numbers, target) if "=" in text else check_expression(text, numbers, target)
+    return 1.0 if ok else 0.0
 
 
 @register_task("countdown", "reach a target from given numbers with + - * /, step by step; safe evaluator")
-def make_countdown(count: int = 3, max_number: int = 9, max_target: int = 99, seed: int = 0) -> Countdown:
-    return Countdown(count=count, max_number=max_number, max_target=max_target, seed=seed)
+def make_countdown(count: int = 3, max_number: int = 9, max_target: int = 99, seed: int = 0) -> GeneratedTask:
+    return GeneratedTask("countdown", CountdownProblems(count, max_number, max_target), countdown_reward, seed)
