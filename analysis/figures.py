@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import re
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")  # headless: figures are written to files, never shown
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from analysis.stats import bootstrap_ci, ema, mean  # noqa: E402
+from analysis.stats import bootstrap_ci, ema
 
 COMPUTE = "compute/cum_flops"
 
@@ -52,11 +49,7 @@ def curve_with_band(metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth
             y = ema(r[column].to_numpy(), smooth) if smooth else r[column].to_numpy()
             ys.append(np.interp(grid, r[x].to_numpy(), y))
         ys = np.array(ys)  # [seeds, points]
-        if len(ys) > 1:  # bootstrap the mean over seeds at every grid point at once
-            resampled = ys[rng.integers(0, len(ys), size=(500, len(ys)))].mean(axis=1)  # [reps, points]
-            low, high = np.quantile(resampled, 0.025, axis=0), np.quantile(resampled, 0.975, axis=0)
-        else:
-            low = high = ys[0]
+        low, high = bootstrap_ci(ys, rng, reps=500)  # the mean over seeds at every grid point at once
         rows += [{"label": label, "x": g, "mean": m, "low": lo, "high": hi}
                  for g, m, lo, hi in zip(grid, ys.mean(axis=0), low, high)]
     return pd.DataFrame(rows)
@@ -119,7 +112,7 @@ def fig2_clip_fraction(metrics: pd.DataFrame, ax=None):
     for label in labels:
         per_seed = metrics[metrics["label"] == label].groupby("seed")["clip/frac"].mean().to_numpy()
         m = per_seed.mean()
-        low, high = bootstrap_ci(per_seed, mean, rng, reps=1000)
+        low, high = bootstrap_ci(per_seed, rng, reps=1000)
         values.append(m)
         errs.append((m - low, high - m))
     floor = min([v for v in values if v > 0], default=1e-6) / 10

@@ -1,12 +1,14 @@
 """CI regression: compare fresh results of experiments/ci.yaml with a committed baseline.
 
-Per objective label and metric, a declared tolerance (experiments/regress_tolerances.yaml: an
-absolute band or a factor); plus invariants that must hold on any platform. Never imports torch.
+Per objective label and metric, a declared statistic over a run's steps (its final value, mean or
+median) and tolerance (experiments/regress_tolerances.yaml: an absolute band or a factor); plus
+invariants that must hold on any platform. Never imports torch.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import yaml
 
 from analysis.load import Results, find_run_dirs, load_results
 from analysis.report import MATCH_TOLERANCE, UnmatchedComputeError, check_matched
+from analysis.stats import final_value, first_value
 
 RUN_FILES = ("metrics.parquet", "layers.parquet", "eval.parquet", "config.yaml", "provenance.json", "status.json")
 
@@ -30,17 +33,27 @@ class Check:
     ok: bool
 
 
-def summarise(results: Results) -> pd.DataFrame:
-    """Per label (mean over seeds): final reward (last 25% of steps) and means over steps."""
+STATISTICS: dict[str, Callable[[pd.DataFrame, str], float]] = {
+    "final": final_value,  # the report's "final" value (last FINAL_FRACTION of steps)
+    "mean": lambda frame, column: float(frame[column].mean()),
+    "median": lambda frame, column: float(frame[column].median()),  # robust to a few outlying steps
+}
+
+
+def summarise(results: Results, rules: dict[str, dict]) -> pd.DataFrame:
+    """Per label (mean over seeds), each checked metric reduced over a run's steps by its rule's
+    `statistic`; columns are named "<statistic> <metric>"."""
     rows = []
     for (label, seed), frame in results.metrics.groupby(["label", "seed"], sort=False):
-        frame = frame.sort_values("step")
-        tail = frame.tail(max(1, int(np.ceil(0.25 * len(frame)))))
-        row = {"label": label, "seed": seed, "final_reward": tail["reward/mean"].mean()}
-        for col in ("clip/frac", "ratio/token_var", "ratio/seq_var", "kl/old_new", "moe/drift"):
-            row[col] = frame[col].mean()
+        row = {"label": label, "seed": seed}
+        for metric, rule in rules.items():
+            row[check_name(metric, rule)] = STATISTICS[rule["statistic"]](frame, metric) if metric in frame else np.nan
         rows.append(row)
     return pd.DataFrame(rows).groupby("label", sort=False).mean(numeric_only=True).drop(columns="seed")
+
+
+def check_name(metric: str, rule: dict) -> str:
+    return f"{rule['statistic']} {metric}"
 
 
 def within(baseline: float, current: float, rule: dict, floor: float) -> bool:
@@ -56,26 +69,32 @@ def within(baseline: float, current: float, rule: dict, floor: float) -> bool:
 
 def compare(current: Results, baseline: Results, tolerances: dict) -> list[Check]:
     floor = float(tolerances.get("floor", 0.0))
-    cur, base = summarise(current), summarise(baseline)
+    rules = tolerances["metrics"]
+    cur, base = summarise(current, rules), summarise(baseline, rules)
     checks = []
     for label in base.index:
         if label not in cur.index:
             checks.append(Check(label, "run present", None, None, "must exist", False))
             continue
-        for metric, rule in tolerances["metrics"].items():
-            b, c = float(base.loc[label, metric]), float(cur.loc[label, metric])
+        for metric, rule in rules.items():
+            name = check_name(metric, rule)
+            b, c = float(base.loc[label, name]), float(cur.loc[label, name])
             text = f"±{rule['absolute']:g}" if "absolute" in rule else f"x{rule['factor']:g}"
-            checks.append(Check(label, metric, b, c, text, within(b, c, rule, floor)))
-    checks += invariants(current, baseline)
+            checks.append(Check(label, name, b, c, text, within(b, c, rule, floor)))
+    checks += invariants(current, baseline, float(tolerances.get("min_reward_gain", 0.0)))
     return checks
 
 
-def invariants(current: Results, baseline: Results) -> list[Check]:
+def invariants(current: Results, baseline: Results, min_reward_gain: float = 0.0) -> list[Check]:
     runs, metrics = current.runs, current.metrics
     out = []
     done = set(runs.loc[runs["status"] == "done", "label"])
     for label in dict.fromkeys(baseline.runs["label"]):
         out.append(Check(label, "invariant: run finished", None, None, "status done", label in done))
+    for (label, _seed), frame in metrics.groupby(["label", "seed"], sort=False):
+        first, final = first_value(frame, "reward/mean"), final_value(frame, "reward/mean")
+        out.append(Check(label, "invariant: reward rises", first, final, f"final - first > {min_reward_gain:g}",
+                         bool(final - first > min_reward_gain)))
     by_objective = metrics.groupby(["objective", "replay"])["clip/frac"].mean()
     if ("gspo", False) in by_objective and ("grpo", False) in by_objective:
         g, r = by_objective[("gspo", False)], by_objective[("grpo", False)]
@@ -94,10 +113,12 @@ def invariants(current: Results, baseline: Results) -> list[Check]:
 def load_tolerances(path: Path) -> dict:
     data = yaml.safe_load(Path(path).read_text())
     if not isinstance(data, dict) or "metrics" not in data:
-        raise ValueError(f"{path}: expected a `metrics:` mapping of metric -> {{absolute|factor}}")
+        raise ValueError(f"{path}: expected a `metrics:` mapping of metric -> {{statistic, absolute|factor}}")
     for metric, rule in data["metrics"].items():
         if not isinstance(rule, dict) or len(set(rule) & {"absolute", "factor"}) != 1:
             raise ValueError(f"{path}: metrics.{metric}: give exactly one of `absolute` or `factor`")
+        if rule.get("statistic") not in STATISTICS:
+            raise ValueError(f"{path}: metrics.{metric}.statistic: one of {', '.join(STATISTICS)}")
     return data
 
 

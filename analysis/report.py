@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis import figures as F
 from analysis.load import Results
-from analysis.stats import auc, bootstrap_ci, final_value, iqm, mean, per_run
+from analysis.stats import FINAL_FRACTION, auc, bootstrap_ci, final_value, iqm, mean, per_run
 
 MATCH_TOLERANCE = 0.02  # relative spread of spent compute allowed between runs
 
@@ -71,7 +71,7 @@ def summary_table(results: Results, seed: int = 0) -> pd.DataFrame:
     for label in results.objectives:
         runs = results.runs[results.runs["label"] == label]
         m = metrics[metrics["label"] == label]
-        low, high = bootstrap_ci(final[label], mean, rng) if len(final[label]) > 1 else (np.nan, np.nan)
+        low, high = bootstrap_ci(final[label], rng) if len(final[label]) > 1 else (np.nan, np.nan)
         collapsed = runs[runs["status"] == "collapsed"]
         rows.append({
             "objective": label,
@@ -159,62 +159,66 @@ def eval_table(results: Results) -> pd.DataFrame | str:
     return pd.DataFrame(rows)
 
 
-def write_report(results: Results, out: Path, allow_unmatched: bool = False) -> dict[str, Path]:
-    """Write report.md, report.html and figures/ under `out`; returns the paths written."""
-    spread = check_matched(results, allow_unmatched)
-    out = Path(out)
-    figures = make_figures(results)
-    save_figures(figures, out / "figures")
-    runs = results.runs
-    summary = summary_table(results)
-    compute = compute_table(results)
-    suites = ", ".join(sorted(runs["suite"].unique()))
-    provenance = runs[["label", "seed", "commit", "dirty", "torch", "device", "start", "end"]]
+def clip_by_length_section(results: Results) -> pd.DataFrame | str:
     clip_len = F.clip_by_length_table(results.metrics)
     if clip_len.empty:
-        clip_len_wide = "These results carry no length-bucket counts."
-    else:
-        clip_len_wide = clip_len.pivot_table(index="bucket", columns="label", values="clip_frac", sort=False)
-        clip_len_wide.columns.name = None
-        clip_len_wide = clip_len_wide.reset_index().rename(columns={"bucket": "response length (tokens)"})
-    intro = (
-        f"Suite(s) **{suites}**: {runs['label'].nunique()} objectives x {runs['seed'].nunique()} seed(s), "
-        f"{len(runs)} runs ({(runs['status'] == 'done').sum()} done, {(runs['status'] == 'collapsed').sum()} "
-        f"collapsed, {(runs['status'] == 'failed').sum()} failed). Budget: {runs['budget_kind'].iloc[0]} = "
-        f"{runs['budget_value'].iloc[0]:.4g}; spent compute spread between finished runs: "
-        + ("n/a" if spread != spread else f"{spread:.2%}") + (" (**unmatched, allowed by flag**)" if allow_unmatched and spread > MATCH_TOLERANCE else "")
-        + ". Final reward: mean of the last 10% of steps, 95% bootstrap CI over seeds (none with one seed); "
-        "AUC: mean reward over compute; other columns: means over all steps."
+        return "These results carry no length-bucket counts."
+    wide = clip_len.pivot_table(index="bucket", columns="label", values="clip_frac", sort=False)
+    wide.columns.name = None
+    return wide.reset_index().rename(columns={"bucket": "response length (tokens)"})
+
+
+def suite_summary(results: Results, spread: float, allow_unmatched: bool) -> str:
+    runs = results.runs
+    unmatched = " (**unmatched, allowed by flag**)" if allow_unmatched and spread > MATCH_TOLERANCE else ""
+    return (
+        f"Suite(s) **{', '.join(sorted(runs['suite'].unique()))}**: {runs['label'].nunique()} objectives x "
+        f"{runs['seed'].nunique()} seed(s), {len(runs)} runs ({(runs['status'] == 'done').sum()} done, "
+        f"{(runs['status'] == 'collapsed').sum()} collapsed, {(runs['status'] == 'failed').sum()} failed). "
+        f"Budget: {runs['budget_kind'].iloc[0]} = {runs['budget_value'].iloc[0]:.4g}; spent compute spread between "
+        f"finished runs: {'n/a' if spread != spread else f'{spread:.2%}'}{unmatched}. Final reward: mean of the "
+        f"last {FINAL_FRACTION:.0%} of steps, 95% bootstrap CI over seeds (none with one seed); AUC: mean reward "
+        "over compute; other columns: means over all steps."
     )
-    sections = [
-        ("Suite summary", intro),
-        ("Compute matching", compute),
-        ("Summary per objective", summary),
+
+
+def report_sections(results: Results, spread: float, allow_unmatched: bool) -> list[tuple[str, pd.DataFrame | str]]:
+    """(title, table or paragraph) of every report section, in order."""
+    provenance = results.runs[["label", "seed", "commit", "dirty", "torch", "device", "start", "end"]]
+    return [
+        ("Suite summary", suite_summary(results, spread, allow_unmatched)),
+        ("Compute matching", compute_table(results)),
+        ("Summary per objective", summary_table(results)),
         ("Held-out evaluation (lm-eval)", eval_table(results)),
-        ("Clip fraction by response length", clip_len_wide),
+        ("Clip fraction by response length", clip_by_length_section(results)),
         ("Provenance", provenance),
     ]
+
+
+def render_markdown(sections: list, figures: list[Figure]) -> str:
     md = ["# gspo-bench report", ""]
     for title, body in sections:
-        md += [f"## {title}", ""]
-        md.append(body if isinstance(body, str) else _fmt(body).to_markdown(index=False))
-        md.append("")
+        md += [f"## {title}", "", body if isinstance(body, str) else _fmt(body).to_markdown(index=False), ""]
     md += ["## Figures", ""]
     for f in figures:
         md += [f"### {f.title}", "", f"![{f.title}](figures/{f.name}.png)", ""]
-    (out / "report.md").write_text("\n".join(md))
+    return "\n".join(md)
 
-    css = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-           "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-           "text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}"
-           "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{font-weight:600}")
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>gspo-bench report: {html.escape(suites)}"
-             f"</title><style>{css}</style></head><body><h1>gspo-bench report</h1>"]
-    for title, body in sections:
-        parts.append(f"<h2>{html.escape(title)}</h2>")
+
+_CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}"
+        "img{max-width:100%;border:1px solid #eee}figure{margin:1.5em 0}figcaption{font-weight:600}")
+
+
+def render_html(sections: list, figures: list[Figure], title: str) -> str:
+    """A self-contained page: tables and the figures embedded as PNG data."""
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>gspo-bench report: {html.escape(title)}"
+             f"</title><style>{_CSS}</style></head><body><h1>gspo-bench report</h1>"]
+    for heading, body in sections:
+        parts.append(f"<h2>{html.escape(heading)}</h2>")
         if isinstance(body, str):
-            text = html.escape(body).replace("**", "")
-            parts.append(f"<p>{text}</p>")
+            parts.append(f"<p>{html.escape(body).replace('**', '')}</p>")
         else:
             parts.append(_fmt(body).to_html(index=False, border=0, escape=True))
     parts.append("<h2>Figures</h2>")
@@ -222,9 +226,22 @@ def write_report(results: Results, out: Path, allow_unmatched: bool = False) -> 
         parts.append(f"<figure><figcaption>{html.escape(f.title)}</figcaption>"
                      f"<img alt='{html.escape(f.title)}' src='data:image/png;base64,{_png_base64(f.fig)}'></figure>")
     parts.append("</body></html>")
-    (out / "report.html").write_text("\n".join(parts))
-    for f in figures:
-        plt.close(f.fig)
+    return "\n".join(parts)
+
+
+def write_report(results: Results, out: Path, allow_unmatched: bool = False) -> dict[str, Path]:
+    """Write report.md, report.html and figures/ under `out`; returns the paths written."""
+    spread = check_matched(results, allow_unmatched)
+    out = Path(out)
+    figures = make_figures(results)
+    try:
+        save_figures(figures, out / "figures")
+        sections = report_sections(results, spread, allow_unmatched)
+        (out / "report.md").write_text(render_markdown(sections, figures))
+        (out / "report.html").write_text(render_html(sections, figures, ", ".join(sorted(results.runs["suite"].unique()))))
+    finally:
+        for f in figures:
+            plt.close(f.fig)
     return {"md": out / "report.md", "html": out / "report.html", "figures": out / "figures"}
 
 

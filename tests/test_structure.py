@@ -1,0 +1,65 @@
+"""What the code base promises about its own shape: import boundaries, and functions short enough
+to read whole (the loop's `train_run` in well under 100 lines)."""
+
+from __future__ import annotations
+
+import ast
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import analysis
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def imported_after(code: str) -> set[str]:
+    """Top-level module names loaded in a fresh interpreter after running `code`."""
+    probe = f"{code}\nimport sys\nprint(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    return set(done.stdout.split())
+
+
+def test_every_analysis_module_imports_without_torch():
+    modules = sorted(f"analysis.{m.name}" for m in pkgutil.iter_modules(analysis.__path__))
+    assert {"analysis.load", "analysis.regress", "analysis.report", "analysis.figures", "analysis.stats"} <= set(modules)
+    loaded = imported_after("\n".join(f"import {m}" for m in modules))
+    assert "torch" not in loaded and "transformers" not in loaded
+
+
+def test_objectives_and_routing_import_without_transformers():
+    loaded = imported_after("import gspo_bench.objectives, gspo_bench.moe, gspo_bench.objectives.kl")
+    assert "transformers" not in loaded and "matplotlib" not in loaded
+
+
+def test_importing_the_package_sets_no_process_state():
+    code = ("import os; before = dict(os.environ)\n"
+            "import gspo_bench.train.loop, gspo_bench.suite, gspo_bench.evaluation, gspo_bench.cli, analysis.report\n"
+            "import matplotlib\n"
+            "changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}\n"
+            "assert not changed, changed\n"
+            "assert matplotlib.rcParams._get_backend_or_none() is None, 'a matplotlib backend was chosen'\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "MPLBACKEND"}
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
+
+
+def function_lengths(*packages: str) -> dict[str, int]:
+    lengths = {}
+    for package in packages:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lengths[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = node.end_lineno - node.lineno + 1
+    return lengths
+
+
+def test_no_function_of_the_package_is_longer_than_60_lines():
+    long = {name: n for name, n in function_lengths("gspo_bench", "analysis").items() if n > 60}
+    assert not long, long
+
+
+def test_train_run_reads_in_well_under_100_lines():
+    lengths = function_lengths("gspo_bench/train")
+    (train_run,) = [n for name, n in lengths.items() if name.endswith(" train_run")]
+    assert train_run < 60
