@@ -135,9 +135,15 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="continue unfinished runs from their checkpoints"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and print the planned compute and memory; "
                                  "runs nothing, needs no GPU and no weights"),
+    parallel: int = typer.Option(1, "--parallel", min=0, help="runs at once as local processes (0: as many as "
+                                 "the cores allow at train.threads each)"),
+    ray: bool = typer.Option(False, "--ray", help="each run as a Ray task (a local Ray cluster, or --ray-address)"),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="an existing Ray cluster (e.g. auto, "
+                                           "ray://host:10001); implies --ray"),
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
     from gspo_bench.config import SuiteError, load_suite
+    from gspo_bench.launch import default_parallel
     from gspo_bench.progress import SuiteProgress
     from gspo_bench.suite import check_outputs, plan_runs, run_suite
 
@@ -152,13 +158,18 @@ def run(
     except (SuiteError, ValueError, FileExistsError) as err:
         raise fail(str(err)) from None
     world = suite_world(suite)  # under torchrun: this rank; the ranks check outputs before any writes
+    if world.distributed and (parallel != 1 or ray or ray_address):
+        raise fail("--parallel and --ray run whole runs side by side; under torchrun every rank trains the same run")
+    if parallel == 0:
+        parallel = default_parallel(suite.train.threads)
     out_console = console if world.is_main else Console(quiet=True)
     if not todo:
         out_console.print("nothing to do: every planned run is finished")
         return
     log = lambda msg: out_console.print(msg, markup=False, highlight=False)  # noqa: E731
     with SuiteProgress(suite, out_console) as progress:
-        outcomes = run_suite(suite, todo, root, resume=resume, world=world, log=log, observer=progress)
+        outcomes = run_suite(suite, todo, root, resume=resume, world=world, log=log, observer=progress,
+                             parallel=parallel, ray_address=ray_address if (ray or ray_address) else False)
     table = Table(title=escape(f"suite {suite.name} -> {root / suite.name}"))
     for col in ("run", "status", "steps", "message"):
         table.add_column(col)

@@ -12,11 +12,13 @@ import torch
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig, dump_config
 from gspo_bench.distributed import World, barrier
+from gspo_bench.launch import Observer, run_local_processes, run_on_ray, run_sequential
 from gspo_bench.results import RunDir
 
 
 @dataclass(frozen=True)
 class PlannedRun:
+    suite: SuiteConfig  # the run's own suite (a sweep gives each value its own)
     entry: ObjectiveEntry
     seed: int
     run_dir: Path
@@ -35,7 +37,7 @@ def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seed
             raise ValueError(f"--only {', '.join(unknown)}: no such label in the suite; labels: {', '.join(labels)}")
         entries = [e for e in entries if e.run_label in only]
     return [
-        PlannedRun(entry=e, seed=s, run_dir=out / suite.name / f"{e.run_label}-s{s}")
+        PlannedRun(suite=suite, entry=e, seed=s, run_dir=out / suite.name / f"{e.run_label}-s{s}")
         for s in (seeds if seeds is not None else suite.seeds)
         for e in entries
     ]
@@ -111,43 +113,39 @@ def write_suite_file(suite: SuiteConfig, out: Path) -> None:
     atomic_write_text(out / suite.name / "suite.yaml", dump_config(suite))
 
 
-class RunObserver:
-    """What `run_suite` reports to (a progress display): no-ops by default."""
-
-    def start_run(self, name: str) -> None: ...
-
-    def step(self, row: dict) -> None: ...
-
-    def end_run(self, status: dict) -> None: ...
+def weights_key(planned: PlannedRun) -> tuple[int, str]:
+    """What the starting weights of a run depend on."""
+    return planned.seed, planned.suite.model_dump_json(include={"model", "task", "warm_start", "rollout"})
 
 
 def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume: bool = False, world: World = World(),
-              log: Callable[[str], None] = print, observer: RunObserver | None = None) -> list[tuple[PlannedRun, dict]]:
-    """Train the planned runs one after another; returns (run, final status) pairs. The starting
-    weights of each seed are prepared first (under torchrun rank 0 trains or finds them, then the
-    others reuse them). A run that fails is recorded as failed and the suite goes on."""
-    from gspo_bench.train.loop import RunSpec, train_run
+              log: Callable[[str], None] = print, observer: Observer | None = None, parallel: int = 1,
+              ray_address: str | None | bool = False) -> list[tuple[PlannedRun, dict]]:
+    """Train the planned runs; returns (run, final status) pairs. The starting weights of every seed
+    are prepared first (under torchrun rank 0 trains or finds them, then the others reuse them), then
+    the runs go one after another, `parallel` at a time as local processes, or as Ray tasks
+    (`ray_address`: None for a local cluster, an address for an existing one, False for no Ray).
+    A run that fails is recorded as failed and the others go on."""
+    from gspo_bench.train.loop import RunSpec
 
-    observer = observer or RunObserver()
+    observer = observer or Observer()
     if world.is_main:
         write_suite_file(suite, root)
     weights = {}
-    for seed in sorted({r.seed for r in todo}):
-        if world.is_main:
-            weights[seed] = starting_weights(suite, seed, log=log)
-        barrier(world)
-        if not world.is_main:
-            weights[seed] = starting_weights(suite, seed, log=log)
-    outcomes = []
-    for planned in todo:
-        observer.start_run(planned.name)
-        spec = RunSpec(suite=suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
-                       init_weights=weights[planned.seed])
-        try:
-            status = train_run(spec, resume=resume, on_step=observer.step)
-        except Exception as err:  # recorded as failed in the run's status.json; the suite goes on
-            recorded = RunDir(planned.run_dir).read_status() or {}
-            status = {"status": "failed", "message": f"{type(err).__name__}: {err}", "step": recorded.get("step", 0)}
-        observer.end_run(status)
-        outcomes.append((planned, status))
-    return outcomes
+    for planned in todo:  # cached on disk: the first call per (model, task, seed) trains, the others find it
+        key = weights_key(planned)
+        if key not in weights:
+            if world.is_main:
+                weights[key] = starting_weights(planned.suite, planned.seed, log=log)
+            barrier(world)
+            if not world.is_main:
+                weights[key] = starting_weights(planned.suite, planned.seed, log=log)
+    specs = [RunSpec(suite=p.suite, entry=p.entry, seed=p.seed, run_dir=p.run_dir,
+                     init_weights=weights[weights_key(p)]) for p in todo]
+    if ray_address is not False:
+        statuses = run_on_ray(specs, resume, observer, ray_address)
+    elif parallel > 1:
+        statuses = run_local_processes(specs, resume, observer, parallel)
+    else:
+        statuses = run_sequential(specs, resume, observer)
+    return list(zip(todo, statuses, strict=True))

@@ -1,0 +1,88 @@
+"""Benchmark (not a test): the quickstart's four runs one after another, side by side as local
+processes (`--parallel 2`) and as Ray tasks on a local 2-CPU cluster (`--ray`), on this machine.
+
+    python experiments/perf/parallel.py [--out results/perf] [--suite experiments/quickstart.yaml]
+
+Every mode runs the same suite with `train.threads: 1` (so results are identical across modes:
+the thread count changes the order of float sums) through the `gspo-bench` command line, into a
+fresh results folder, after the warm start has been computed once (it is shared and not timed).
+The quickstart as shipped (2 threads, one run after another) is timed too, for reference. Writes
+`parallel.csv` (wall seconds per mode) and `parallel.md` (ratios to sequential), and checks that
+every mode's metrics equal the sequential run's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import typer
+import yaml
+
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+ROOT = Path(__file__).resolve().parents[2]
+TIME_COLUMNS = ["time/rollout_s", "time/update_s", "time/step_s"]
+
+
+def timed(cmd: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
+def same_metrics(a: Path, b: Path) -> bool:
+    for run in sorted(p.name for p in a.iterdir() if p.is_dir()):
+        left = pd.read_parquet(a / run / "metrics.parquet").drop(columns=TIME_COLUMNS)
+        right = pd.read_parquet(b / run / "metrics.parquet").drop(columns=TIME_COLUMNS)
+        if not left.equals(right):
+            return False
+    return True
+
+
+@app.command()
+def main(out: Path = Path("results/perf"), suite: Path = ROOT / "experiments" / "quickstart.yaml") -> None:
+    work = Path(tempfile.mkdtemp(prefix="gspo-parallel-"))
+    data = yaml.safe_load(suite.read_text())
+    name = data["name"]
+    one_thread = {**data, "train": {**data["train"], "threads": 1}}
+    (work / "one-thread.yaml").write_text(yaml.safe_dump(one_thread))
+    env = {**os.environ, "GSPO_BENCH_CACHE": str(work / "cache"), "OMP_NUM_THREADS": "1"}
+    cli = [sys.executable, "-m", "gspo_bench.cli", "run"]
+    # the warm start, once (not timed): a run of no objective is not possible, so --only one run
+    timed(cli + [str(work / "one-thread.yaml"), "--out", str(work / "warm"), "--only", data["objectives"][0]["name"]],
+          env)
+    modes = {
+        "sequential (1 thread per run)": [str(work / "one-thread.yaml"), "--out", str(work / "seq")],
+        "--parallel 2 (1 thread per run)": [str(work / "one-thread.yaml"), "--out", str(work / "par"), "--parallel", "2"],
+        "--ray, local 2-CPU cluster (1 CPU per run)": [str(work / "one-thread.yaml"), "--out", str(work / "ray"), "--ray"],
+        "quickstart as shipped: sequential, 2 threads": [str(suite), "--out", str(work / "shipped")],
+    }
+    rows = []
+    for mode, args in modes.items():
+        seconds = timed(cli + args, {**env, "OMP_NUM_THREADS": "2"} if "shipped" in mode else env)
+        rows.append({"mode": mode, "wall_s": round(seconds, 1)})
+        print(f"{mode}: {seconds:.1f} s", flush=True)
+    frame = pd.DataFrame(rows)
+    base = frame["wall_s"].iloc[0]
+    frame["ratio to sequential"] = (frame["wall_s"] / base).round(3)
+    identical = {m: same_metrics(work / "seq" / name, work / d / name) for m, d in (("par", "par"), ("ray", "ray"))}
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "parallel.csv", index=False)
+    (out / "parallel.md").write_text(
+        f"# Runs side by side: {name}, {len(data['objectives'])} runs, {os.cpu_count()} CPU cores\n\n"
+        f"`python experiments/perf/parallel.py` (warm start shared and not timed)\n\n"
+        + frame.to_markdown(index=False)
+        + f"\n\nMetrics (every non-time column) equal to the sequential run's: --parallel {identical['par']}, "
+          f"--ray {identical['ray']}.\n")
+    print((out / "parallel.md").read_text())
+
+
+if __name__ == "__main__":
+    app()

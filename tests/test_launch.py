@@ -1,0 +1,92 @@
+"""Runs side by side (`--parallel`, local processes) and as Ray tasks (`--ray`) write exactly what
+one-after-another runs write; `--resume` works the same under them."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from gspo_bench.cli import app
+from gspo_bench.results import RunDir
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness import signal_suite  # noqa: E402
+
+RUNS = ("grpo_rr-s0", "gspo-s0", "grpo_rr-s1")
+TIME_COLUMNS = ["time/rollout_s", "time/update_s", "time/step_s"]
+
+
+@pytest.fixture(scope="module")
+def suite_file(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("launch")
+    data = signal_suite(root / "cache", steps=3, objectives=[{"name": "grpo_rr"}, {"name": "gspo"}], seeds=[0, 1])
+    path = root / "suite.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run(suite_file: Path, out: Path, *args: str) -> str:
+    result = CliRunner().invoke(app, ["run", str(suite_file), "--out", str(out), *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def assert_same_results(a: Path, b: Path) -> None:
+    for name in RUNS:
+        left, right = a / "tiny" / name, b / "tiny" / name
+        assert RunDir(right).read_status()["status"] == "done"
+        pd.testing.assert_frame_equal(pd.read_parquet(left / "metrics.parquet").drop(columns=TIME_COLUMNS),
+                                      pd.read_parquet(right / "metrics.parquet").drop(columns=TIME_COLUMNS))
+        pd.testing.assert_frame_equal(pd.read_parquet(left / "layers.parquet"), pd.read_parquet(right / "layers.parquet"))
+        weights_a = load_file(left / "checkpoint" / "model" / "model.safetensors")
+        weights_b = load_file(right / "checkpoint" / "model" / "model.safetensors")
+        assert weights_a.keys() == weights_b.keys()
+        assert all((weights_a[k] == weights_b[k]).all() for k in weights_a), name
+
+
+@pytest.fixture(scope="module")
+def sequential(suite_file, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sequential")
+    run(suite_file, out)
+    return out
+
+
+@pytest.mark.slow
+def test_parallel_local_processes_write_what_sequential_runs_write(suite_file, sequential, tmp_path):
+    output = run(suite_file, tmp_path, "--parallel", "2")
+    assert all(f"[{name}] done" in output for name in RUNS)  # every run's progress reached the console
+    assert_same_results(sequential, tmp_path)
+
+
+@pytest.mark.slow
+def test_resume_under_parallel_finishes_only_what_is_unfinished(suite_file, sequential, tmp_path):
+    run(suite_file, tmp_path, "--only", "gspo", "--seeds", "0")
+    status = RunDir(tmp_path / "tiny" / "gspo-s0").read_status()
+    output = run(suite_file, tmp_path, "--parallel", "2", "--resume")
+    assert "[gspo-s0]" not in output  # finished: not run again
+    assert RunDir(tmp_path / "tiny" / "gspo-s0").read_status()["updated"] == status["updated"]
+    assert_same_results(sequential, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install -e '.[ray]')")
+def test_ray_tasks_write_what_sequential_runs_write(suite_file, sequential, tmp_path):
+    output = run(suite_file, tmp_path, "--ray")
+    assert all(f"[{name}] done" in output for name in RUNS)
+    assert_same_results(sequential, tmp_path)
+
+
+def test_parallel_is_refused_with_a_message_under_torchrun(suite_file, monkeypatch):
+    from gspo_bench import cli
+    from gspo_bench.distributed import World
+
+    monkeypatch.setattr(cli, "suite_world", lambda suite: World(rank=0, size=2))
+    result = CliRunner().invoke(app, ["run", str(suite_file), "--out", "/nonexistent/x", "--parallel", "2"])
+    assert result.exit_code == 2 and "torchrun" in result.output
