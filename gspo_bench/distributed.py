@@ -2,9 +2,11 @@
 
     torchrun --nproc_per_node=2 -m gspo_bench.cli run SUITE      # CPU (gloo) or one GPU per rank (nccl)
 
-How a step is split (see `train_run`):
-- every rank generates the same rollout batch (same weights, same seed; `synced_gpus` keeps the
-  ranks' decode loops in step), so rewards and advantages need no communication;
+How a step is split (see `gspo_bench.train`):
+- each rank generates its share of the rollout batch (rows r, r + W, ...; every row samples with its
+  own key, so its tokens do not depend on the world size; `synced_gpus` keeps the ranks' decode
+  loops, whose forwards are collective under FSDP2, in step), then the rows are all-gathered and
+  every rank scores the whole batch;
 - the old-policy pass and every minibatch forward/backward run on the rank's own rows
   (rows r, r + W, r + 2W, ... of the batch or minibatch);
 - per-row results (old log-probs, entropies, routing, new log-probs) are all-gathered, and the
@@ -112,3 +114,24 @@ def barrier(world: World) -> None:
 def local_tensor(value: torch.Tensor) -> torch.Tensor:
     """A plain tensor of a result that may be a DTensor (clip_grad_norm_ returns one under FSDP2)."""
     return value.full_tensor() if hasattr(value, "full_tensor") else value
+
+
+def gather_rollout(world: World, local, n_rows: int, pad_id: int):
+    """The whole rollout batch of `n_rows` rows on every rank, from each rank's rows r, r + W, ...
+    (`local`): padded to the widest prompt and response of any rank, then all-gathered."""
+    from gspo_bench.rollout.batching import pad_rollout
+    from gspo_bench.rollout.engine import Rollout
+
+    device = local.input_ids.device
+    widths = torch.tensor([local.prompt_width, local.response_mask.shape[1]], device=device)
+    dist.all_reduce(widths, op=dist.ReduceOp.MAX)
+    padded = pad_rollout(local, int(widths[0]), int(widths[1]), pad_id)
+    rows = torch.arange(n_rows, device=device)
+    finite = (padded.finite if padded.finite is not None else torch.tensor(True)).to(device).float()
+    dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    routing = None if padded.routing is None else gather_rows(world, padded.routing, rows, dim=1)
+    return Rollout(input_ids=gather_rows(world, padded.input_ids, rows),
+                   attention_mask=gather_rows(world, padded.attention_mask, rows),
+                   response_mask=gather_rows(world, padded.response_mask.long(), rows).bool(),
+                   sampling_logp=gather_rows(world, padded.sampling_logp, rows),
+                   routing=routing, finite=finite.bool())

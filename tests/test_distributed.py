@@ -1,4 +1,5 @@
-"""FSDP2 data-parallel training under torchrun: 2 CPU ranks (gloo) give the metrics of one process."""
+"""FSDP2 data-parallel training under torchrun: 2 CPU ranks (gloo), each generating half the rollout,
+give the metrics of one process."""
 
 from __future__ import annotations
 
@@ -46,6 +47,12 @@ def test_two_cpu_ranks_give_the_single_process_metrics(tmp_path):
     for run in ("grpo_rr-s0", "grpo_r3-s0", "gspo-s0"):
         one = pd.read_parquet(tmp_path / "one" / "dist" / run / "metrics.parquet").drop(columns=TIME_COLUMNS)
         two = pd.read_parquet(tmp_path / "two" / "dist" / run / "metrics.parquet").drop(columns=TIME_COLUMNS)
+        # each rank generated half the rows (sharded generation): the sampled tokens are the same (keyed
+        # by row), but a batch of another shape routes in other float sums, and a near-tie between two
+        # experts can flip during generation: the engine-vs-trainer routing gap may differ by such a pair
+        gap = ["moe/rollout_gap", "moe/rollout_gap_expert"]
+        assert (two[gap] - one[gap]).abs().max().max() <= 0.02
+        one, two = one.drop(columns=gap), two.drop(columns=gap)
         assert list(one.columns) == list(two.columns) and len(one) == len(two) == 2
         numeric = one.select_dtypes("number").columns
         pd.testing.assert_frame_equal(one[numeric], two[numeric], rtol=1e-4, atol=1e-6)

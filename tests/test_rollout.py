@@ -108,3 +108,35 @@ def test_hf_engine_has_no_mismatch_at_top_p_one(setup):
         logp, _ = response_forward(model, r.input_ids, r.attention_mask, r.response_mask.shape[1])
     stats = logprob_mismatch(logp, r.sampling_logp, r.response_mask)
     assert stats["mismatch/max_abs"] < 1e-4 and stats["mismatch/frac_gt_ln2"] == 0.0
+
+
+def test_gumbel_max_with_hashed_noise_samples_from_the_softmax():
+    from gspo_bench.rollout.sampling import GumbelNoise, uniform
+
+    u = uniform(7, torch.arange(4000), position=3, vocab=50)
+    assert 0 < float(u.min()) and float(u.max()) < 1
+    assert abs(float(u.mean()) - 0.5) < 0.005 and abs(float(u.var()) - 1 / 12) < 0.002
+    assert abs(float(torch.corrcoef(torch.stack([u[:, 0], u[:, 1]]))[0, 1])) < 0.05  # tokens independent
+    scores = torch.tensor([[2.0, 1.0, 0.0, -1.0, float("-inf")]]).expand(40000, 5)
+    noise = GumbelNoise(seed=3, keys=torch.arange(40000), prompt_width=2)
+    picks = noise(torch.zeros(40000, 2, dtype=torch.long), scores).argmax(-1)
+    frequencies = torch.bincount(picks, minlength=5).double() / 40000
+    expected = torch.softmax(scores[0].double(), -1)
+    assert (frequencies - expected).abs().max() < 0.01 and frequencies[4] == 0  # -inf (top-p cut) never drawn
+    again = noise(torch.zeros(40000, 3, dtype=torch.long), scores).argmax(-1)  # the next position: new draws
+    assert (again != picks).float().mean() > 0.3
+
+
+def test_a_row_samples_the_same_tokens_alone_or_in_any_batch(setup):
+    tok, model, prompts = setup
+    engine = make_engine("hf", pad_id=0, eos_id=2)
+    full = engine.generate(model, prompts, SamplingParams(group_size=2, max_new_tokens=6, seed=11))
+    rows = [p for p in prompts for _ in range(2)]
+    for keys in ([3], [5, 0], [4, 1, 2]):  # any subset of rows, in any order, with their keys
+        part = engine.generate(model, [rows[k] for k in keys],
+                               SamplingParams(group_size=1, max_new_tokens=6, seed=11, row_keys=tuple(keys)))
+        for i, key in enumerate(keys):
+            n = int(full.response_mask[key].sum())
+            assert int(part.response_mask[i].sum()) == n
+            assert torch.equal(part.response_ids[i, :n], full.response_ids[key, :n])
+            assert_close(part.sampling_logp[i, :n], full.sampling_logp[key, :n], rtol=1e-5, atol=1e-5)

@@ -341,3 +341,25 @@ def test_sampling_log_probs_are_recorded_without_a_host_copy_per_token():
         recorder(torch.zeros(3, 2, dtype=torch.long), scores)
         recorder(torch.ones(3, 3, dtype=torch.long), torch.randn(3, 11))
     assert len(recorder.gathered) == 1 and not bool(recorder.finite)
+
+
+def test_under_torchrun_each_rank_generates_its_own_rows_with_their_global_keys(parts, monkeypatch):
+    """Rank 1 of 2 samples rows 1, 3, 5, 7 (keyed by their global index), then the ranks exchange rows."""
+    from gspo_bench.distributed import World
+    from gspo_bench.train import rollout as phase
+
+    seen = {}
+
+    class Recording:
+        pad_id = 0
+
+        def generate(self, model, prompts, params):
+            seen.update(prompts=prompts, keys=params.row_keys, group=params.group_size)
+            return "local rollout"
+
+    monkeypatch.setattr(phase, "gather_rollout", lambda world, local, n_rows, pad_id: (world.rank, local, n_rows))
+    prompts = [[5, 6], [7], [8, 9, 10], [11]]
+    policy = Policy(parts[1], world=World(rank=1, size=2))
+    result = phase.generate(policy, Recording(), prompts, SamplingParams(group_size=2, max_new_tokens=4))
+    assert result == (1, "local rollout", 8)
+    assert seen == {"prompts": [[5, 6], [7], [8, 9, 10], [11]], "keys": (1, 3, 5, 7), "group": 1}

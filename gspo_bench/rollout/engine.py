@@ -24,6 +24,7 @@ class SamplingParams:
     capture_routing: bool = True
     ignore_eos: bool = False  # never sample </s>: every response is max_new_tokens long (benchmarks)
     synced: bool = False  # distributed ranks decode in lock step until all are done (FSDP2 forwards)
+    row_keys: tuple[int, ...] | None = None  # each row's sampling key (hf engine); None: 0..B-1 in order
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The `hf` rollout engine: batched `model.generate` sampling, CPU or GPU, deterministic for a seed.
+"""The `hf` rollout engine: batched `model.generate` sampling, CPU or GPU. Every row's tokens are a
+function of (seed, the row's key) alone (`gspo_bench.rollout.sampling`), whatever batch it is in.
 
 Sampling log-probs come from a logits processor placed after temperature and top-p, so they are
 the log-probs of the distribution each token was actually drawn from; it keeps one [B, V] tensor,
@@ -15,6 +16,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogits
 from gspo_bench.moe import RoutingCapture
 from gspo_bench.rollout.batching import left_pad, mask_after_eos
 from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
+from gspo_bench.rollout.sampling import GumbelNoise
 
 
 class _RecordSamplingLogprobs(LogitsProcessor):
@@ -70,22 +72,23 @@ class HFEngine:
             processors.append(TemperatureLogitsWarper(params.temperature))
         if params.top_p < 1.0:
             processors.append(TopPLogitsWarper(params.top_p))
-        processors.append(recorder)
+        keys = torch.tensor(params.row_keys if params.row_keys is not None else range(len(rows)))
+        if len(keys) != len(rows):
+            raise ValueError(f"hf engine: {len(keys)} row keys for {len(rows)} rows")
+        processors.append(recorder)  # the sampling distribution, before the noise that samples from it
+        processors.append(GumbelNoise(params.seed, keys, prompt_ids.shape[1]))
         was_training = model.training
         model.eval()
         try:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-                torch.manual_seed(params.seed)
-                capture = RoutingCapture(model) if params.capture_routing else None
-                with capture if capture is not None else nullcontext():
-                    seqs = model.generate(
-                        input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True,
-                        temperature=1.0, top_k=0, top_p=1.0, logits_processor=processors,
-                        max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
-                        min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
-                        synced_gpus=params.synced,
-                        eos_token_id=self.eos_id,
-                    )
+            capture = RoutingCapture(model) if params.capture_routing else None
+            with capture if capture is not None else nullcontext():
+                seqs = model.generate(  # greedy over scores + Gumbel noise: a sample from softmax(scores)
+                    input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=False, logits_processor=processors,
+                    max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
+                    min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
+                    synced_gpus=params.synced, eos_token_id=self.eos_id,
+                    temperature=None, top_k=None, top_p=None,
+                )
         finally:
             model.train(was_training)
         width = prompt_ids.shape[1]
@@ -101,7 +104,9 @@ class HFEngine:
             attention_mask=attention_mask,
             response_mask=response_mask,
             sampling_logp=sampling_logp,
-            routing=capture.routing if capture is not None else None,
+            # [L, B, L - 1, k]: under synced_gpus a rank that has finished keeps stepping (its
+            # forwards are collective) and those dummy positions are routed too: cut them off
+            routing=capture.routing[:, :, : seqs.shape[1] - 1] if capture is not None else None,
             finite=recorder.finite,
         )
 

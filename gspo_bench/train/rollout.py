@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
 import torch
 
+from gspo_bench.distributed import gather_rollout
 from gspo_bench.objectives import group_advantages
 from gspo_bench.rollout import Rollout, RolloutEngine, SamplingParams
 from gspo_bench.tasks import Example, Task
@@ -61,11 +63,25 @@ def collect_rollout(policy: Policy, engine: RolloutEngine, tokenizer, task: Task
     decode and score them with the task's verifier."""
     engine.sync_weights(policy.model)
     with policy.precision.autocast():
-        rollout = engine.generate(policy.model, [tokenizer.encode(ex.prompt) for ex in examples], params)
+        rollout = generate(policy, engine, [tokenizer.encode(ex.prompt) for ex in examples], params)
     texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)  # the one host copy of tokens
     group = params.group_size
     rewards = torch.tensor([task.reward(text, examples[i // group]) for i, text in enumerate(texts)])
     return RolloutBatch.scored(rollout, rewards, group, advantage_scale, device=policy.device)
+
+
+def generate(policy: Policy, engine: RolloutEngine, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+    """G responses to each prompt. Under torchrun each rank generates rows r, r + W, ... of the batch
+    (each row sampling with its own key, its global index) and the ranks exchange them, so the
+    rollout equals one process's whatever the world size."""
+    world = policy.world
+    if not world.distributed:
+        return engine.generate(policy.model, prompts, params)
+    rows = [p for p in prompts for _ in range(params.group_size)]
+    mine = list(range(world.rank, len(rows), world.size))
+    local = engine.generate(policy.model, [rows[i] for i in mine],
+                            dataclasses.replace(params, group_size=1, row_keys=tuple(mine)))
+    return gather_rollout(world, local, len(rows), engine.pad_id)
 
 
 def routing_for_training(routing: torch.Tensor, length: int) -> torch.Tensor:

@@ -1,0 +1,53 @@
+"""Sampling that depends on a row's own key, not on the batch it is generated in.
+
+A token is drawn from softmax(scores) as argmax(scores + Gumbel noise) (the Gumbel-max trick), with
+the noise of row r, decode position t and token v a hash of (seed, key_r, t, v): a counter-based
+random number, as JAX's and Philox's are. A row with the same key draws the same tokens whether it
+is generated alone, in one batch of 64 or split across ranks, so rollouts do not depend on the world
+size under torchrun. The hash is murmur3's 32-bit finaliser, computed in int64 without overflow.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import LogitsProcessor
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mul32(h: torch.Tensor, constant: int) -> torch.Tensor:
+    """(h * constant) mod 2^32 for h in [0, 2^32), from 16-bit halves (every product < 2^48)."""
+    low, high = constant & 0xFFFF, constant >> 16
+    return (h * low + (((h * high) & 0xFFFF) << 16)) & _MASK32
+
+
+def fmix32(h: torch.Tensor) -> torch.Tensor:
+    """murmur3's finaliser: a bijection of [0, 2^32) that mixes every input bit into every output bit."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def uniform(seed: int, keys: torch.Tensor, position: int, vocab: int) -> torch.Tensor:
+    """[B, V] numbers in (0, 1), a function of (seed, keys[b], position, v) only."""
+    base = fmix32(torch.tensor((seed * 0x9E3779B1 + position * 0x85EBCA77) & _MASK32, dtype=torch.int64))
+    rows = fmix32((keys.to(torch.int64) * 0xC2B2AE3D + base) & _MASK32)  # [B]
+    tokens = torch.arange(vocab, dtype=torch.int64, device=keys.device)  # [V]
+    h = fmix32(rows[:, None] ^ fmix32((tokens * 0x27D4EB2F + 0x165667B1) & _MASK32)[None, :])  # [B, V]
+    return ((h >> 8).double() + 0.5) / 2**24  # 24 bits, never 0 or 1
+
+
+class GumbelNoise(LogitsProcessor):
+    """Last in the chain: adds each row's Gumbel noise, so that greedy selection samples exactly from
+    softmax(scores) (after temperature and top-p, whose -inf entries stay -inf)."""
+
+    def __init__(self, seed: int, keys: torch.Tensor, prompt_width: int):
+        self.seed, self.keys, self.prompt_width = seed, keys, prompt_width
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        position = input_ids.shape[1] - self.prompt_width  # tokens generated so far
+        u = uniform(self.seed, self.keys.to(scores.device), position, scores.shape[-1])
+        gumbel = -torch.log(-torch.log(u))
+        return (scores.double() + gumbel).to(scores.dtype)
