@@ -105,3 +105,72 @@ def test_suite_runs_with_the_vllm_engine_and_records_the_mismatch(tmp_path, tiny
     with pytest.raises(ValueError, match="R3"):
         train_run(RunSpec(suite=suite, entry=suite.objectives[1], seed=0, run_dir=tmp_path / "r3", init_weights=path))
     assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+
+
+class _FakeLLM:
+    def __init__(self):
+        self.reloads = 0
+
+    def collective_rpc(self, method, kwargs):
+        assert method == "reload_weights" and kwargs["is_checkpoint_format"]
+        self.reloads += 1
+
+
+def _engine_with(gaps: list[float]):
+    from gspo_bench.rollout.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(pad_id=0, eos_id=2, model_path="/nowhere", dtype="float32")
+    engine.llm = _FakeLLM()
+    engine.rebuilds = 0
+    engine.parity_gap = lambda model: gaps.pop(0)
+    engine.rebuild = lambda model: setattr(engine, "rebuilds", engine.rebuilds + 1)
+    return engine
+
+
+def test_in_place_sync_is_kept_while_the_parity_check_passes():
+    import warnings
+
+    engine = _engine_with([1e-6, 2e-4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        engine.sync_weights(torch.nn.Linear(1, 1))
+        engine.sync_weights(torch.nn.Linear(1, 1))
+    assert engine.llm.reloads == 2 and engine.rebuilds == 0 and engine.in_place
+    assert engine.last_parity_gap == 2e-4
+
+
+def test_a_failed_parity_check_rebuilds_with_one_warning_and_stops_reloading_in_place():
+    engine = _engine_with([0.55])
+    with pytest.warns(RuntimeWarning, match="rebuilt from saved weights"):
+        engine.sync_weights(torch.nn.Linear(1, 1))
+    assert engine.rebuilds == 1 and not engine.in_place
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        engine.sync_weights(torch.nn.Linear(1, 1))
+    assert engine.llm.reloads == 1 and engine.rebuilds == 2
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_weight_sync_reaches_parity_with_the_trainer_in_place_or_by_rebuild(tiny_checkpoint):
+    import copy
+    import warnings
+
+    model, _, path = tiny_checkpoint
+    engine = make_engine("vllm", pad_id=0, eos_id=2, model_path=path, dtype="float32")
+    engine.sync_weights(model)
+    assert engine.parity_gap(model) < 1e-3  # built from the checkpoint the model came from
+    updated = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in updated.parameters():
+            p.mul_(1.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine.sync_weights(updated)
+        engine.sync_weights(updated)
+    assert engine.last_parity_gap < engine.tolerance  # whichever way the weights got there
+    assert len([w for w in caught if "rebuilt" in str(w.message)]) == (0 if engine.in_place else 1)
+    assert engine.parity_gap(model) > 0.05  # the probe does see a change of weights
+    engine.close()

