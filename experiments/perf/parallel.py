@@ -1,14 +1,16 @@
 """Benchmark (not a test): the quickstart's four runs one after another, side by side as local
 processes (`--parallel 2`) and as Ray tasks on a local 2-CPU cluster (`--ray`), on this machine.
 
-    python experiments/perf/parallel.py [--out results/perf] [--suite experiments/quickstart.yaml]
+    python experiments/perf/parallel.py [--out results/perf] [--repeats 2] [--suite experiments/quickstart.yaml]
 
 Every mode runs the same suite with `train.threads: 1` (so results are identical across modes:
 the thread count changes the order of float sums) through the `gspo-bench` command line, into a
 fresh results folder, after the warm start has been computed once (it is shared and not timed).
-The quickstart as shipped (2 threads, one run after another) is timed too, for reference. Writes
-`parallel.csv` (wall seconds per mode) and `parallel.md` (ratios to sequential), and checks that
-every mode's metrics equal the sequential run's.
+The quickstart as shipped (2 threads, one run after another) is timed too, for reference. With
+`--repeats`, the modes run in turn, in reversed order every other repeat, and medians are
+reported (a mode's wall time moves by up to 30% between repeats on a shared 2-core machine).
+Writes `parallel.csv` (wall seconds per mode and repeat) and `parallel.md` (median ratios to
+sequential), and checks that every mode's metrics equal the sequential run's.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def same_metrics(a: Path, b: Path) -> bool:
 
 
 @app.command()
-def main(out: Path = Path("results/perf"), suite: Path = ROOT / "experiments" / "quickstart.yaml") -> None:
+def main(out: Path = Path("results/perf"), suite: Path = ROOT / "experiments" / "quickstart.yaml",
+         repeats: int = typer.Option(1, min=1)) -> None:
     work = Path(tempfile.mkdtemp(prefix="gspo-parallel-"))
     data = yaml.safe_load(suite.read_text())
     name = data["name"]
@@ -65,19 +68,24 @@ def main(out: Path = Path("results/perf"), suite: Path = ROOT / "experiments" / 
         "quickstart as shipped: sequential, 2 threads": [str(suite), "--out", str(work / "shipped")],
     }
     rows = []
-    for mode, args in modes.items():
-        seconds = timed(cli + args, {**env, "OMP_NUM_THREADS": "2"} if "shipped" in mode else env)
-        rows.append({"mode": mode, "wall_s": round(seconds, 1)})
-        print(f"{mode}: {seconds:.1f} s", flush=True)
-    frame = pd.DataFrame(rows)
-    base = frame["wall_s"].iloc[0]
-    frame["ratio to sequential"] = (frame["wall_s"] / base).round(3)
+    for repeat in range(repeats):
+        for mode, args in (list(modes.items()) if repeat % 2 == 0 else list(modes.items())[::-1]):
+            target = Path(args[args.index("--out") + 1])
+            subprocess.run(["rm", "-rf", str(target)], check=True)
+            seconds = timed(cli + args, {**env, "OMP_NUM_THREADS": "2"} if "shipped" in mode else env)
+            rows.append({"mode": mode, "repeat": repeat, "wall_s": round(seconds, 1)})
+            print(f"{mode} (repeat {repeat}): {seconds:.1f} s", flush=True)
+    raw = pd.DataFrame(rows)
+    frame = raw.groupby("mode", sort=False)["wall_s"].agg(["median", "min", "max"]).reset_index()
+    frame.columns = ["mode", "median wall_s", "min", "max"]
+    base = frame["median wall_s"].iloc[0]
+    frame["ratio to sequential (medians)"] = (frame["median wall_s"] / base).round(3)
     identical = {m: same_metrics(work / "seq" / name, work / d / name) for m, d in (("par", "par"), ("ray", "ray"))}
     out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "parallel.csv", index=False)
+    raw.to_csv(out / "parallel.csv", index=False)
     (out / "parallel.md").write_text(
         f"# Runs side by side: {name}, {len(data['objectives'])} runs, {os.cpu_count()} CPU cores\n\n"
-        f"`python experiments/perf/parallel.py` (warm start shared and not timed)\n\n"
+        f"`python experiments/perf/parallel.py --repeats {repeats}` (warm start shared and not timed)\n\n"
         + frame.to_markdown(index=False)
         + f"\n\nMetrics (every non-time column) equal to the sequential run's: --parallel {identical['par']}, "
           f"--ray {identical['ray']}.\n")
