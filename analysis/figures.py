@@ -102,6 +102,26 @@ def fig1_reward_vs_compute(metrics: pd.DataFrame, ax=None, evals: pd.DataFrame |
     return ax
 
 
+def reward_by_facet(metrics: pd.DataFrame, axes=None):
+    """Training reward vs compute, one panel per sweep point (facet), one line per algorithm with a
+    95% CI band over seeds. Returns the axes, one per facet."""
+    facets = list(dict.fromkeys(metrics["facet"]))
+    if axes is None:
+        cols = min(3, len(facets))
+        rows = -(-len(facets) // cols)
+        _, grid = plt.subplots(rows, cols, figsize=(5.0 * cols, 3.6 * rows), layout="constrained", squeeze=False,
+                               sharey=True)
+        axes = list(grid.ravel())
+    for ax in axes[len(facets):]:
+        ax.set_visible(False)
+    for facet, ax in zip(facets, axes):
+        frame = metrics[metrics["facet"] == facet].assign(label=lambda f: f["algorithm"])
+        plot_curves(frame, "reward/mean", ax=ax, ylabel="training reward")
+        ax.set_title(facet or "(no sweep)", fontsize=9)
+        ax.legend(fontsize=7)
+    return axes
+
+
 def fig2_clip_fraction(metrics: pd.DataFrame, ax=None):
     """Figure 2: fraction of clipped tokens per objective (mean over steps, then seeds), log scale."""
     ax = _ax(ax)

@@ -5,6 +5,8 @@
     results.layers    # one row per (run, step, layer): per-layer expert drift
     results.evals     # one row per (run, eval step, task): held-out scores (lm-eval), if any
     results.runs      # one row per run: status, steps, spent compute, budget, provenance
+Every table carries `label` (objective@sweep point), `algorithm` (the label without the point) and
+`facet` (the sweep point, e.g. "lr=0.0003,num_experts=64"; "" without a sweep).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Results:
     layers: pd.DataFrame
     runs: pd.DataFrame
     evals: pd.DataFrame
+    unreadable: tuple[str, ...] = ()  # "PATH: why" of run folders whose files could not be read
 
     @property
     def objectives(self) -> list[str]:
@@ -63,19 +66,23 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
     prov_file = run_dir / "provenance.json"
     prov = json.loads(prov_file.read_text()) if prov_file.is_file() else {}
     metrics = pd.read_parquet(run_dir / "metrics.parquet")
-    missing = [c for c in REQUIRED_COLUMNS if c not in metrics.columns]
-    if missing and len(metrics):
-        raise SchemaVersionError(f"{run_dir}/metrics.parquet lacks required columns {missing}")
+    # columns a run did not measure (train.measure off, results of an older release) read as NaN
+    metrics = metrics.reindex(columns=list(dict.fromkeys([*REQUIRED_COLUMNS, *metrics.columns])))
     layers = pd.read_parquet(run_dir / "layers.parquet") if (run_dir / "layers.parquet").is_file() else pd.DataFrame()
     evals = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").is_file() else pd.DataFrame()
     run_cfg, suite_cfg = config.get("run", {}), config.get("suite", {})
     budget = suite_cfg.get("budget", {})
     last = metrics.iloc[-1] if len(metrics) else {}
+    label = run_cfg.get("label", run_dir.name.rsplit("-s", 1)[0])
     meta = {
         "suite": suite_cfg.get("name", run_dir.parent.name),
-        "label": run_cfg.get("label", run_dir.name.rsplit("-s", 1)[0]),
+        "label": label,
+        "algorithm": run_cfg.get("algorithm") or label,  # the label without the sweep point
+        "facet": ",".join(f"{k}={format(v, 'g') if isinstance(v, float) else v}"
+                          for k, v in (run_cfg.get("sweep") or {}).items()),  # the sweep point ("" without)
         "objective": run_cfg.get("objective"),
         "replay": bool(run_cfg.get("replay", False)),
+        "replay_from": run_cfg.get("replay_from") or ("old_pass" if run_cfg.get("replay") else None),
         "seed": int(run_cfg.get("seed", 0)),
         "status": status.get("status"),
         "message": status.get("message", ""),
@@ -95,7 +102,7 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
         "end": prov.get("end"),
         "path": str(run_dir),
     }
-    for key in ("suite", "label", "objective", "replay", "seed"):
+    for key in ("suite", "label", "algorithm", "facet", "objective", "replay", "seed"):
         for frame in (metrics, layers, evals):
             if len(frame):
                 frame[key] = meta[key]
@@ -106,7 +113,7 @@ def load_results(*paths: str | Path) -> Results:
     """Load every run under `paths` into one `Results`; NotResultsError for a path without results."""
     if not paths:
         raise NotResultsError("no results directory given")
-    metas, metric_frames, layer_frames, eval_frames = [], [], [], []
+    metas, metric_frames, layer_frames, eval_frames, unreadable = [], [], [], [], []
     for raw in paths:
         path = Path(raw)
         if not path.exists():
@@ -118,17 +125,25 @@ def load_results(*paths: str | Path) -> Results:
                 "metrics.parquet (a run dir, a suite dir OUT/<suite>, or a root OUT)"
             )
         for run_dir in run_dirs:
-            meta, metrics, layers, evals = _read_run(run_dir)
+            try:
+                meta, metrics, layers, evals = _read_run(run_dir)
+            except SchemaVersionError:
+                raise
+            except Exception as err:  # a truncated parquet, a broken status.json, ...: skip, say so
+                unreadable.append(f"{run_dir}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+                continue
             metas.append(meta)
             metric_frames.append(metrics)
             if len(layers):
                 layer_frames.append(layers)
             if len(evals):
                 eval_frames.append(evals)
+    if not metas:
+        raise NotResultsError("no readable run among the results: " + "; ".join(f"unreadable: {u}" for u in unreadable))
     runs = pd.DataFrame(metas)
     metrics = pd.concat(metric_frames, ignore_index=True)
     layers = pd.concat(layer_frames, ignore_index=True) if layer_frames else pd.DataFrame(
         columns=["suite", "label", "seed", "step", "layer", "moe/drift"])
     evals = pd.concat(eval_frames, ignore_index=True) if eval_frames else pd.DataFrame(
         columns=["suite", "label", "seed", "step", "task", "score", "compute/cum_flops"])
-    return Results(metrics=metrics, layers=layers, runs=runs, evals=evals)
+    return Results(metrics=metrics, layers=layers, runs=runs, evals=evals, unreadable=tuple(unreadable))

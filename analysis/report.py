@@ -39,26 +39,45 @@ def compute_table(results: Results) -> pd.DataFrame:
 
 
 def check_matched(results: Results, allow_unmatched: bool = False) -> float:
-    """Relative spread (max - min) / min of spent compute over finished runs; raises above 2%."""
-    runs = results.runs
-    finished = runs[runs["status"] == "done"]
-    if finished.empty:
-        return 0.0
-    if finished["budget_kind"].nunique() > 1:
-        if not allow_unmatched:
-            raise UnmatchedComputeError("runs have different budget kinds; pass --allow-unmatched to compare anyway")
-        return float("nan")
-    values = spent(finished)
-    spread = float((values.max() - values.min()) / max(values.min(), 1e-12))
-    if spread > MATCH_TOLERANCE and not allow_unmatched:
-        worst = finished.assign(spent=values).sort_values("spent")
-        raise UnmatchedComputeError(
-            f"spent compute differs by {spread:.1%} between runs (> {MATCH_TOLERANCE:.0%}): "
-            f"{worst.iloc[0]['label']}-s{worst.iloc[0]['seed']} spent {worst.iloc[0]['spent']:.4g}, "
-            f"{worst.iloc[-1]['label']}-s{worst.iloc[-1]['seed']} {worst.iloc[-1]['spent']:.4g}; "
-            "pass --allow-unmatched to compare anyway"
-        )
-    return spread
+    """The largest relative spread (max - min) / min of spent compute between the finished runs of one
+    sweep point (facet; the whole suite without a sweep); raises above 2% unless allowed."""
+    finished = results.runs[results.runs["status"] == "done"]
+    worst = 0.0
+    for facet, runs in finished.groupby("facet", sort=False):
+        where = f" (sweep point {facet})" if facet else ""
+        if runs["budget_kind"].nunique() > 1:
+            if not allow_unmatched:
+                raise UnmatchedComputeError(f"runs{where} have different budget kinds")
+            return float("nan")
+        values = spent(runs)
+        spread = float((values.max() - values.min()) / max(values.min(), 1e-12))
+        if spread > MATCH_TOLERANCE and not allow_unmatched:
+            ordered = runs.assign(spent=values).sort_values("spent")
+            low, high = ordered.iloc[0], ordered.iloc[-1]
+            raise UnmatchedComputeError(
+                f"spent compute differs by {spread:.1%} between runs{where} (> {MATCH_TOLERANCE:.0%}): "
+                f"{low['label']}-s{low['seed']} spent {low['spent']:.4g}, {high['label']}-s{high['seed']} "
+                f"{high['spent']:.4g}")
+        worst = max(worst, spread)
+    return worst
+
+
+def final_reward_by_facet(results: Results, seed: int = 0) -> pd.DataFrame | None:
+    """Final reward of each algorithm (rows) at each sweep point (columns), "mean [CI low, CI high]"
+    over seeds; None without a sweep."""
+    if not results.runs["facet"].astype(bool).any():
+        return None
+    rng = np.random.default_rng(seed)
+    final = results.metrics.groupby(["algorithm", "facet", "seed"], sort=False).apply(
+        lambda frame: final_value(frame, "reward/mean"), include_groups=False)
+    cells = {}
+    for (algorithm, facet), values in final.groupby(level=["algorithm", "facet"], sort=False):
+        low, high = bootstrap_ci(values.to_numpy(), rng)
+        cells[(algorithm, facet)] = f"{values.mean():.3f} [{low:.3f}, {high:.3f}]" if len(values) > 1 else \
+            f"{values.mean():.3f}"
+    table = pd.Series(cells).unstack()
+    table.index.name, table.columns.name = "algorithm", None
+    return table.reset_index()
 
 
 def summary_table(results: Results, seed: int = 0) -> pd.DataFrame:
@@ -72,7 +91,7 @@ def summary_table(results: Results, seed: int = 0) -> pd.DataFrame:
         runs = results.runs[results.runs["label"] == label]
         m = metrics[metrics["label"] == label]
         low, high = bootstrap_ci(final[label], rng) if len(final[label]) > 1 else (np.nan, np.nan)
-        collapsed = runs[runs["status"] == "collapsed"]
+        collapsed = runs[runs["status"].isin(["collapsed", "failed"])]
         rows.append({
             "objective": label,
             "seeds": len(runs),
@@ -86,7 +105,8 @@ def summary_table(results: Results, seed: int = 0) -> pd.DataFrame:
             "ratio/seq_var": m["ratio/seq_var"].mean(),
             "moe/drift": m["moe/drift"].mean(),
             "moe/drift_expert": m["moe/drift_expert"].mean(),
-            "collapsed": "; ".join(f"s{r.seed} at step {r.steps}: {r.message}" for r in collapsed.itertuples()) or "-",
+            "collapsed / failed": "; ".join(f"s{r.seed} {r.status} at step {r.steps}: {r.message}"
+                                            for r in collapsed.itertuples()) or "-",
         })
     return pd.DataFrame(rows)
 
@@ -103,6 +123,8 @@ def make_figures(results: Results) -> list[Figure]:
     figures = [
         Figure("fig1_reward_vs_compute", "Figure 1: training reward (and held-out scores) vs compute",
                F.fig1_reward_vs_compute(m, evals=results.evals).figure),
+        *([Figure("reward_by_sweep_point", "Training reward vs compute at each sweep point",
+                  F.reward_by_facet(m)[0].figure)] if m["facet"].astype(bool).any() else []),
         Figure("fig2_clip_fraction", "Figure 2: clipped token fraction", F.fig2_clip_fraction(m).figure),
         Figure("fig3_routing_replay", "Figure 3: GRPO with / without Routing Replay", F.fig3_replay(m).figure),
         Figure("ratio_variance", "Importance-ratio variance", F.ratio_variance(m).figure),
@@ -182,16 +204,39 @@ def suite_summary(results: Results, spread: float, allow_unmatched: bool) -> str
     )
 
 
+def paper_tables(results: Results) -> list[tuple[str, pd.DataFrame]]:
+    """The "Paper vs this run" table, one per sweep point, where the results have GRPO and GSPO runs."""
+    from analysis.paper import paper_vs_run
+
+    sections = []
+    for facet in dict.fromkeys(results.runs["facet"]):
+        labels = set(results.runs.loc[results.runs["facet"] == facet, "label"])
+        subset = Results(metrics=results.metrics[results.metrics["label"].isin(labels)],
+                         layers=results.layers[results.layers["label"].isin(labels)],
+                         runs=results.runs[results.runs["label"].isin(labels)], evals=results.evals)
+        table = paper_vs_run(subset)
+        if table is not None:
+            title = "Paper vs this run (mean [95% bootstrap CI] over seeds)" + (f": {facet}" if facet else "")
+            sections.append((title, table))
+    return sections
+
+
 def report_sections(results: Results, spread: float, allow_unmatched: bool) -> list[tuple[str, pd.DataFrame | str]]:
     """(title, table or paragraph) of every report section, in order."""
     provenance = results.runs[["label", "seed", "commit", "dirty", "torch", "device", "start", "end"]]
+    by_facet = final_reward_by_facet(results)
+    paper = paper_tables(results)
     return [
         ("Suite summary", suite_summary(results, spread, allow_unmatched)),
         ("Compute matching", compute_table(results)),
         ("Summary per objective", summary_table(results)),
+        *paper,
+        *([("Final reward per sweep point (mean [95% CI] over seeds)", by_facet)] if by_facet is not None else []),
         ("Held-out evaluation (lm-eval)", eval_table(results)),
         ("Clip fraction by response length", clip_by_length_section(results)),
         ("Provenance", provenance),
+        *([("Unreadable runs (left out)", "\n".join(f"unreadable: {u}" for u in results.unreadable))]
+          if results.unreadable else []),
     ]
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
 from pathlib import Path
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -14,26 +17,74 @@ app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
 console = Console()
 if not console.is_terminal:  # logs and pipes: wide enough that tables do not wrap
     console = Console(width=140)
+_DEBUG = {"on": False}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so runs in progress record how they ended."""
+
+
+def _terminate(signum, frame):
+    raise Terminated("terminated by SIGTERM")
 
 
 @app.callback()
-def entry_point() -> None:
+def entry_point(debug: bool = typer.Option(False, "--debug", help="show the traceback of an error")) -> None:
     """Process-wide settings of the command line (the library sets none): no weight loading/saving
-    progress bars from Hugging Face libraries (they drown the run's own), figures drawn headless."""
+    progress bars from Hugging Face libraries (they drown the run's own), figures drawn headless,
+    SIGTERM ends runs the way Ctrl-C does (recorded as failed, resumable)."""
+    _DEBUG["on"] = debug
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("MPLBACKEND", "Agg")
+    signal.signal(signal.SIGTERM, _terminate)
+
+
+def say(text: str, out: Console | None = None) -> None:
+    """Plain text (paths may hold [brackets]: no markup is interpreted)."""
+    (out or console).print(text, markup=False, highlight=False)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print one error line and return the exit to raise (code 2: a user error)."""
     console.print(f"[red]error:[/red] {escape(message)}")
     return typer.Exit(code)
 
 
+# typer vendors click: its usage errors are not the installed click's classes
+_USAGE_ERRORS = tuple({next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"),
+                       click.exceptions.ClickException})
+
+
+def guarded(command):
+    """Every error a command meets becomes one line and exit code 2 (the traceback with --debug)."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort, *_USAGE_ERRORS):  # typer's own: it prints them
+            raise
+        except Terminated as err:
+            raise fail(f"{err}: runs in progress are marked failed and keep their checkpoints; continue "
+                       "them with --resume", 143) from None
+        except KeyboardInterrupt:
+            raise fail("interrupted: runs in progress are marked failed and keep their checkpoints; continue "
+                       "them with --resume", 130) from None
+        except Exception as err:
+            if _DEBUG["on"]:
+                raise
+            what = str(err).splitlines()[0] if str(err) else ""
+            raise fail(f"{type(err).__name__}: {what} (run with --debug for the traceback)") from None
+
+    return wrapper
+
+
 @app.command("ls")
+@guarded
 def list_registered() -> None:
     """List the registered objectives, algorithms, tasks and rollout engines."""
     from gspo_bench.config import ALGORITHMS
@@ -66,19 +117,34 @@ def list_registered() -> None:
 
 
 @app.command()
+@guarded
 def validate(suite_path: Path = typer.Argument(..., help="suite YAML file")) -> None:
-    """Check a suite file without running it; print the planned runs."""
-    from gspo_bench.config import SuiteError, load_suite
+    """Check a suite file as `run` would before any compute (models, tasks, objectives, devices,
+    engines, eval tasks, the sweep); print the planned runs."""
+    from gspo_bench.config import SuiteError, check_runnable, load_suite
     from gspo_bench.suite import plan_runs
 
     try:
         suite = load_suite(suite_path)
+        check_runnable(suite, str(suite_path))
     except SuiteError as err:
         raise fail(str(err)) from None
     runs = plan_runs(suite, Path(suite.output_dir))
-    console.print(f"{suite_path}: valid suite {suite.name!r}: {len(runs)} runs, budget {suite.budget.kind}={suite.budget.value:g}")
+    say(f"{suite_path}: valid suite {suite.name!r}: {len(runs)} runs, budget {suite.budget.kind}={suite.budget.value:g}")
     for run in runs:
-        console.print(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}", highlight=False)
+        say(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}")
+
+
+def parse_seeds(seeds: str | None) -> list[int] | None:
+    if seeds is None:
+        return None
+    try:
+        values = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {seeds!r}", param_hint="--seeds") from None
+    if len(set(values)) != len(values) or not values:
+        raise typer.BadParameter(f"expected distinct seeds, got {seeds!r}", param_hint="--seeds")
+    return values
 
 
 def suite_world(suite):
@@ -104,7 +170,7 @@ def print_plan(suite_path: Path) -> None:
         raise fail(str(err)) from None
     runs = plan_runs(suite, Path(suite.output_dir))
     r, t = suite.rollout, suite.train
-    table = Table(title=f"dry run: suite {suite.name!r} ({suite_path})", show_header=False)
+    table = Table(title=escape(f"dry run: suite {suite.name!r} ({suite_path})"), show_header=False)
     rows = [
         ("model", plan.model_source),
         ("parameters", f"{plan.params_total / 1e9:.3g} B total, {plan.params_active / 1e9:.3g} B active per token"),
@@ -127,6 +193,7 @@ def print_plan(suite_path: Path) -> None:
 
 
 @app.command()
+@guarded
 def run(
     suite_path: Path = typer.Argument(..., help="suite YAML file"),
     out: Path | None = typer.Option(None, "--out", help="results root (default: the suite's output_dir)"),
@@ -140,47 +207,60 @@ def run(
     ray: bool = typer.Option(False, "--ray", help="each run as a Ray task (a local Ray cluster, or --ray-address)"),
     ray_address: str | None = typer.Option(None, "--ray-address", help="an existing Ray cluster (e.g. auto, "
                                            "ray://host:10001); implies --ray"),
+    allow_changed: bool = typer.Option(False, "--allow-changed", help="with --resume: continue runs whose suite "
+                                       "was edited since they started (the change is recorded in provenance)"),
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
-    from gspo_bench.config import SuiteError, load_suite
+    from gspo_bench.config import SuiteError, check_runnable, load_suite
     from gspo_bench.launch import default_parallel
+    from gspo_bench.lock import RunBusyError
     from gspo_bench.progress import SuiteProgress
     from gspo_bench.suite import check_outputs, plan_runs, run_suite
 
     if dry_run:
         return print_plan(suite_path)
+    seed_list = parse_seeds(seeds)
     try:
         suite = load_suite(suite_path)
-        seed_list = [int(s) for s in seeds.split(",")] if seeds else None
+        check_runnable(suite, str(suite_path))
         root = out if out is not None else Path(suite.output_dir)
         runs = plan_runs(suite, root, only=only, seeds=seed_list)
-        todo = check_outputs(runs, resume)
-    except (SuiteError, ValueError, FileExistsError) as err:
+        todo = check_outputs(runs, resume, allow_changed=allow_changed)
+    except (SuiteError, ValueError, FileExistsError, RunBusyError) as err:
         raise fail(str(err)) from None
     world = suite_world(suite)  # under torchrun: this rank; the ranks check outputs before any writes
     if world.distributed and (parallel != 1 or ray or ray_address):
         raise fail("--parallel and --ray run whole runs side by side; under torchrun every rank trains the same run")
-    if parallel == 0:
-        parallel = default_parallel(suite.train.threads)
     out_console = console if world.is_main else Console(quiet=True)
     if not todo:
-        out_console.print("nothing to do: every planned run is finished")
+        say("nothing to do: every planned run is finished", out_console)
         return
-    log = lambda msg: out_console.print(msg, markup=False, highlight=False)  # noqa: E731
-    with SuiteProgress(suite, out_console) as progress:
-        outcomes = run_suite(suite, todo, root, resume=resume, world=world, log=log, observer=progress,
-                             parallel=parallel, ray_address=ray_address if (ray or ray_address) else False)
-    table = Table(title=escape(f"suite {suite.name} -> {root / suite.name}"))
-    for col in ("run", "status", "steps", "message"):
-        table.add_column(col)
-    for planned, status in outcomes:
-        table.add_row(planned.name, status["status"], str(status["step"]), escape(status.get("message", "")))
-    out_console.print(table)
+    try:
+        with SuiteProgress(suite, out_console) as progress:
+            outcomes = run_suite(suite, todo, root, resume=resume, allow_changed=allow_changed, world=world,
+                                 log=lambda msg: say(msg, out_console), observer=progress,
+                                 parallel=parallel or default_parallel(suite.train.threads),
+                                 ray_address=ray_address if (ray or ray_address) else False)
+    except OSError as err:
+        raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
+    print_outcomes(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
+    if any(status["status"] == "refused" for _, status in outcomes):
+        raise typer.Exit(2)
     if any(status["status"] == "failed" for _, status in outcomes):
         raise typer.Exit(1)
 
 
+def print_outcomes(outcomes: list, title: str, out: Console) -> None:
+    table = Table(title=escape(title))
+    for col in ("run", "status", "steps", "message"):
+        table.add_column(col)
+    for planned, status in outcomes:
+        table.add_row(escape(planned.name), status["status"], str(status["step"]), escape(status.get("message", "")))
+    out.print(table)
+
+
 @app.command()
+@guarded
 def probe(
     objectives: str = typer.Option(
         "grpo,gspo,gspo_token,dapo,dr_grpo,gmpo,sapo,cispo", help="comma-separated objective names"
@@ -223,6 +303,7 @@ def probe(
 
 
 @app.command()
+@guarded
 def report(
     results: list[Path] = typer.Argument(..., help="results directories (a suite dir, a root of suites, or runs)"),
     out: Path | None = typer.Option(None, "--out", help="output directory (default: RESULTS/report)"),
@@ -235,12 +316,17 @@ def report(
     try:
         loaded = load_results(*results)
         paths = write_report(loaded, out or results[0] / "report", allow_unmatched=allow_unmatched)
-    except (NotResultsError, SchemaVersionError, UnmatchedComputeError) as err:
+    except UnmatchedComputeError as err:
+        raise fail(f"{err}; pass --allow-unmatched to compare anyway") from None
+    except (NotResultsError, SchemaVersionError) as err:
         raise fail(str(err)) from None
-    console.print(f"wrote {paths['md']}, {paths['html']} and {paths['figures']}/", highlight=False)
+    for unreadable in loaded.unreadable:
+        say(f"unreadable: {unreadable} (left out of the report)")
+    say(f"wrote {paths['md']}, {paths['html']} and {paths['figures']}/")
 
 
 @app.command()
+@guarded
 def figures(
     results: list[Path] = typer.Argument(..., help="results directories"),
     out: Path | None = typer.Option(None, "--out", help="output directory (default: RESULTS/figures)"),
@@ -253,10 +339,11 @@ def figures(
         paths = write_figures(load_results(*results), out or results[0] / "figures")
     except (NotResultsError, SchemaVersionError) as err:
         raise fail(str(err)) from None
-    console.print(f"wrote {len(paths)} files to {paths[0].parent}/", highlight=False)
+    say(f"wrote {len(paths)} files to {paths[0].parent}/")
 
 
 @app.command()
+@guarded
 def regress(
     results: Path = typer.Argument(..., help="fresh results of experiments/ci.yaml (OUT/ci)"),
     baseline: Path = typer.Option(Path("results/ci-baseline"), "--baseline", help="committed baseline results"),
@@ -270,27 +357,28 @@ def regress(
     try:
         if update:
             written = update_baseline(results, baseline)
-            console.print(f"baseline updated: {baseline} now holds {len(written)} files from {results}", highlight=False)
+            say(f"baseline updated: {baseline} now holds {len(written)} files from {results}")
             return
         checks = compare(load_results(results), load_results(baseline), load_tolerances(tolerances))
     except (NotResultsError, SchemaVersionError, ValueError, FileNotFoundError) as err:
         raise fail(str(err)) from None
-    table = Table(title=f"regress {results} against {baseline}")
+    table = Table(title=escape(f"regress {results} against {baseline}"))
     for col in ("objective", "metric", "baseline", "current", "tolerance", "result"):
         table.add_column(col)
     fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
     for c in checks:
-        table.add_row(c.label, c.metric, fmt(c.baseline), fmt(c.current), escape(c.tolerance),
+        table.add_row(escape(c.label), escape(c.metric), fmt(c.baseline), fmt(c.current), escape(c.tolerance),
                       "ok" if c.ok else "[red]REGRESSION[/red]")
     console.print(table)
     failed = [c for c in checks if not c.ok]
     if failed:
-        console.print(f"[red]{len(failed)} regression(s):[/red] " + ", ".join(f"{c.label} {c.metric}" for c in failed))
+        console.print(f"[red]{len(failed)} regression(s):[/red] " + escape(", ".join(f"{c.label} {c.metric}" for c in failed)))
         raise typer.Exit(1)
     console.print(f"no regression ({len(checks)} checks)")
 
 
 @app.command("eval")
+@guarded
 def eval_policy(
     path: Path = typer.Argument(..., help="a run directory (its latest checkpoint) or a Hugging Face model directory"),
     tasks: str = typer.Option(..., "--tasks", help="comma-separated: our task names or lm-eval task names"),
@@ -310,7 +398,7 @@ def eval_policy(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from gspo_bench.config import EvalConfig
-    from gspo_bench.evaluation import Evaluator
+    from gspo_bench.evaluation import Evaluator, unknown_eval_tasks
 
     suite_task, suite_params = None, {}
     if (path / "config.yaml").is_file():  # a run directory
@@ -328,6 +416,9 @@ def eval_policy(
                          greedy=greedy, max_new_tokens=max_new_tokens, temperature=temperature)
     except ValidationError as err:
         raise fail("; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())) from None
+    unknown = unknown_eval_tasks(cfg.tasks, suite_task)
+    if unknown:
+        raise fail(f"--tasks: unknown task(s) {unknown}: neither a gspo-bench task (gspo-bench ls) nor an lm-eval task")
     out = out or path / "eval"
     evaluator = Evaluator(cfg, out / "tasks", suite_task, suite_params)
     model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)

@@ -49,6 +49,10 @@ class ModelConfig(Strict):
     num_kv_heads: int = Field(2, ge=1)
     expert_hidden: int = Field(64, ge=1, description="intermediate size of one routed expert")
     aux_loss: bool = Field(False, description="add the load-balancing loss (off as in the paper's setup)")
+    norm_topk_prob: bool | None = Field(None, description="renormalise the top-k gate weights to sum to 1 "
+                                        "(default: the family's choice: qwen3_moe yes, qwen2_moe/olmoe no)")
+    shared_expert_hidden: int | None = Field(None, ge=1, description="width of the shared expert every token "
+                                             "also passes (qwen2_moe only; default: expert_hidden)")
 
     @field_validator("family")
     @classmethod
@@ -59,8 +63,15 @@ class ModelConfig(Strict):
 
     @model_validator(mode="after")
     def _sizes(self):
-        if self.top_k > self.num_experts:
-            raise ValueError(f"top_k ({self.top_k}) must be <= num_experts ({self.num_experts})")
+        if self.path is not None:
+            return self
+        from gspo_bench.models.tiny import TinyMoESpec, tiny_config
+
+        sizes = self.model_dump(exclude={"path", "architecture"})
+        try:
+            tiny_config(TinyMoESpec(**sizes))  # the tiny model's own checks: divisibility, top-k, experts
+        except ValueError as err:
+            raise ValueError(str(err)) from None
         return self
 
 
@@ -78,6 +89,17 @@ class TaskConfig(Strict):
         if unknown:
             raise ValueError(f"task {self.name!r} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
         return self
+
+    def instance(self):
+        """The task itself (a JSONL task reads its file here): errors as ValueError naming the task."""
+        from gspo_bench.tasks import make_task
+
+        try:
+            task = make_task(self.name, **self.params)
+            task.test_examples(1)  # the test split exists (a generated task's problem space may be too small)
+        except (ValueError, TypeError, OSError) as err:
+            raise ValueError(f"task {self.name!r} with params {self.params}: {err}") from None
+        return task
 
 
 class WarmStartConfig(Strict):
@@ -100,6 +122,16 @@ class WarmStartConfig(Strict):
 
 class RolloutConfig(Strict):
     engine: str = Field("hf", description="rollout engine: hf (default) or vllm (extra)")
+
+    @field_validator("engine")
+    @classmethod
+    def _engine(cls, v: str) -> str:
+        from gspo_bench.rollout import list_engines
+
+        if v not in list_engines():
+            raise ValueError(f"unknown rollout engine {v!r}; expected one of {', '.join(list_engines())}")
+        return v
+
     prompts_per_step: int = Field(8, ge=1, description="P prompts per RL step")
     group_size: int = Field(8, ge=2, description="G responses per prompt")
     max_new_tokens: int = Field(32, ge=1)
@@ -109,6 +141,9 @@ class RolloutConfig(Strict):
                                            "(vllm: tensor_parallel_size, gpu_memory_utilization, ...)")
     ignore_eos: bool = Field(False, description="never sample </s>, so every response has max_new_tokens "
                              "tokens (for benchmarks that need a fixed length)")
+    dtype: Literal["float32", "bfloat16"] | None = Field(
+        None, description="precision the rollout is generated in (default: train.dtype). bfloat16 with fp32 "
+        "training is a training-inference mismatch as inference engines make it (mismatch/*, moe/rollout_gap)")
 
 
 class TrainConfig(Strict):
@@ -119,7 +154,7 @@ class TrainConfig(Strict):
     minibatches: int = Field(4, ge=1, description="K updates per rollout batch (the paper uses 4)")
     grad_clip: float = Field(1.0, gt=0)
     dtype: Literal["float32", "bfloat16"] = "float32"
-    device: str = Field("cpu", description="cpu, cuda, cuda:N")
+    device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:N")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference penalty (k3); off as in the paper")
     advantage_scale: Literal["std", "none"] = "std"
@@ -129,8 +164,8 @@ class TrainConfig(Strict):
         "engine's (rollout, the paper's section 5.4 option)")
     checkpoint_every: int = Field(1, ge=1, description="steps between checkpoints (resume granularity)")
     measure: bool = Field(True, description="ratio statistics, clip fractions, routing capture and drift, "
-                          "engine mismatch. Off only to measure their cost (experiments/perf): such runs lack "
-                          "those columns and `gspo-bench report` refuses them")
+                          "engine mismatch. Off only to measure their cost (experiments/perf): such runs leave "
+                          "those columns empty (NaN)")
 
 
 class BudgetConfig(Strict):
@@ -177,6 +212,11 @@ class ObjectiveEntry(Strict):
         "default) or the rollout engine's (R3; needs an engine that returns routed experts)")
     lr: float | None = Field(None, gt=0, description="override train.lr for this entry")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="extra objective keyword arguments")
+    credit: Literal["response", "step"] = Field(
+        "response", description="advantages per response (A_i, eq. 3) or per token from the task's verdict on "
+        "each step (A_i - step_penalty on a wrong step's tokens; objectives that take per-token advantages, "
+        "tasks that check steps: countdown)")
+    step_penalty: float = Field(0.5, gt=0, description="how much lower a wrong step's tokens' advantage is")
 
     @model_validator(mode="after")
     def _known(self):
@@ -185,6 +225,8 @@ class ObjectiveEntry(Strict):
             raise ValueError(f"unknown objective {self.name!r}; expected one of {', '.join(valid)}")
         if self.replay is False and self.replay_from is not None:
             raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
+        if self.credit == "step" and objective_spec(self.objective).advantages != "token":
+            raise ValueError(f"credit: step gives per-token advantages; {self.objective} takes one per response")
         return self
 
     @property
@@ -224,15 +266,61 @@ class SuiteConfig(Strict):
     budget: BudgetConfig
     objectives: list[ObjectiveEntry] = Field(min_length=1)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"seeds must be distinct (a seed names one run folder per objective), got {v}")
+        return v
     output_dir: str = Field("runs", description="results go to OUTPUT_DIR/<name>/<label>-s<seed>/")
     collapse: CollapseConfig = CollapseConfig()
     eval: EvalConfig = EvalConfig()
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description="suite fields by dotted path -> values "
+                                        "to cross (e.g. train.lr: [1e-4, 3e-4]); every objective x seed runs at "
+                                        "every combination, labelled objective@name=value,...")
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"sweep.{key}: expected a non-empty list of values")
+            paths = [p.strip() for p in key.split(",")]
+            if len(paths) > 1 and any(not isinstance(x, list) or len(x) != len(paths) for x in values):
+                raise ValueError(f"sweep.{key}: {len(paths)} paths move together: each value must be a list of "
+                                 f"{len(paths)} (one per path)")
+            for path in paths:
+                if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir"):
+                    raise ValueError(f"sweep.{path}: {path.split('.')[0]} cannot be swept (seeds and objectives "
+                                     "already cross every sweep point)")
+        return v
 
     @model_validator(mode="after")
     def _warm_start_is_for_tiny_models(self):
         if self.model.path is not None and self.warm_start.enabled:
             raise ValueError("warm_start is for tiny models built from a config; with model.path set "
                              "(a real checkpoint, already fine-tuned) set warm_start.enabled: false")
+        return self
+
+    @model_validator(mode="after")
+    def _minibatches_fit_the_batch(self):
+        responses = self.rollout.prompts_per_step * self.rollout.group_size
+        if self.train.minibatches > responses:
+            raise ValueError(f"train.minibatches ({self.train.minibatches}) is more than the {responses} responses "
+                             "of a step (prompts_per_step x group_size): every minibatch needs a response")
+        return self
+
+    @model_validator(mode="after")
+    def _step_credit_needs_a_task_that_checks_steps(self):
+        if any(o.credit == "step" for o in self.objectives):
+            try:
+                task = self.task.instance()
+            except ValueError:
+                return self  # check_runnable reports a task that does not build
+            if getattr(task, "steps", None) is None:
+                raise ValueError(f"credit: step needs a task that checks steps; task {self.task.name} does not "
+                                 "(countdown does)")
         return self
 
     @model_validator(mode="after")
@@ -262,17 +350,46 @@ def _format_errors(path: str, err: ValidationError) -> str:
 
 
 def parse_suite(data: Any, source: str = "<suite>") -> SuiteConfig:
+    """Validate suite data; with a sweep, every sweep point is validated as a suite too."""
     if not isinstance(data, dict):
         raise SuiteError(f"{source}: expected a mapping of suite fields at the top level")
     try:
-        return SuiteConfig.model_validate(data)
+        suite = SuiteConfig.model_validate(data)
     except ValidationError as err:
         raise SuiteError(_format_errors(source, err)) from None
+    sweep_points(suite, source)
+    return suite
+
+
+def sweep_points(suite: SuiteConfig, source: str = "<suite>") -> list[tuple[dict[str, Any], SuiteConfig]]:
+    """(point {path: value}, the suite at that point) for every sweep point; [({}, suite)] without a sweep.
+    SuiteError naming the file and the swept field for a path that does not exist or a value that
+    does not validate."""
+    from gspo_bench import sweep
+
+    if not suite.sweep:
+        return [({}, suite)]
+    dumped = suite.model_dump(mode="json")
+    for path in (p for key in suite.sweep for p in sweep.axis_paths(key)):
+        try:
+            sweep.field_of(dumped, path)
+        except KeyError as err:
+            raise SuiteError(f"{source}: 1 problem(s)\n  sweep.{path}: {err.args[0]}") from None
+    expanded = []
+    for point in sweep.points(suite.sweep):
+        try:
+            expanded.append((point, SuiteConfig.model_validate(sweep.apply(suite, point))))
+        except ValidationError as err:
+            at = ", ".join(f"{p}={sweep.format_value(v)}" for p, v in point.items())
+            raise SuiteError(_format_errors(f"{source} (sweep point {at})", err)) from None
+    return expanded
 
 
 def load_suite(path: str | Path) -> SuiteConfig:
     """Read and validate a suite YAML file."""
     path = Path(path)
+    if path.is_dir():
+        raise SuiteError(f"{path}: is a directory; give the suite's YAML file")
     if not path.is_file():
         raise SuiteError(f"{path}: no such file")
     try:
@@ -284,3 +401,77 @@ def load_suite(path: str | Path) -> SuiteConfig:
 
 def dump_config(config: BaseModel) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
+    """What `run` needs beyond a valid suite, checked before any compute (and not by parsing, so that
+    a suite for another machine can still be planned with --dry-run): the task builds with its params
+    (a JSONL file is read), the device exists, a model.path is a supported checkpoint, every
+    objective accepts its clip range and kwargs, every eval task is known. SuiteError naming the file
+    and the field."""
+    problems = [p for check in (_check_task, _check_device, _check_model_path, _check_objectives, _check_eval_tasks)
+                for p in check(suite)]
+    if problems:
+        raise SuiteError("\n".join([f"{source}: {len(problems)} problem(s)", *(f"  {p}" for p in problems)]))
+
+
+def _check_task(suite: SuiteConfig) -> list[str]:
+    try:
+        suite.task.instance()
+    except ValueError as err:
+        return [f"task: {err}"]
+    return []
+
+
+def _check_device(suite: SuiteConfig) -> list[str]:
+    if suite.train.device.startswith("cuda"):
+        import torch
+
+        index = int(suite.train.device.partition(":")[2] or 0)
+        if not torch.cuda.is_available():
+            return [f"train.device: {suite.train.device}, but this machine has no CUDA device"]
+        if index >= torch.cuda.device_count():
+            return [f"train.device: {suite.train.device}, but this machine has {torch.cuda.device_count()} GPU(s)"]
+    return []
+
+
+def _check_model_path(suite: SuiteConfig) -> list[str]:
+    path = suite.model.path
+    if path is None:
+        return []
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return [f"model.path: {path} is not a Hugging Face checkpoint directory (no config.json)"]
+    import json
+
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except json.JSONDecodeError as err:
+        return [f"model.path: {config} is not valid JSON ({err.msg})"]
+    if model_type not in SUPPORTED_FAMILIES:
+        return [f"model.path: model_type {model_type!r} is not a supported MoE family ({', '.join(SUPPORTED_FAMILIES)})"]
+    return []
+
+
+def _check_objectives(suite: SuiteConfig) -> list[str]:
+    """Each objective once on a tiny batch with its resolved clip range and kwargs."""
+    import torch
+
+    from gspo_bench.objectives import get_objective
+
+    logp = torch.zeros(2, 3)
+    problems = []
+    for i, entry in enumerate(suite.objectives):
+        try:
+            get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=torch.tensor([1.0, -1.0]),
+                                           mask=torch.ones(2, 3, dtype=torch.bool), **entry.clip_range(), **entry.kwargs)
+        except (TypeError, ValueError) as err:
+            problems.append(f"objectives.{i} ({entry.run_label}): {err}")
+    return problems
+
+
+def _check_eval_tasks(suite: SuiteConfig) -> list[str]:
+    from gspo_bench.evaluation import unknown_eval_tasks
+
+    unknown = unknown_eval_tasks(suite.eval.tasks, suite.task.name)
+    return [f"eval.tasks: unknown task(s) {unknown}: neither a gspo-bench task nor an lm-eval task"] if unknown else []

@@ -163,3 +163,16 @@ class Evaluator:
     def __call__(self, model, tokenizer, seed: int = 0) -> dict[str, dict]:
         """{lm-eval task name: {score, stderr, metric}} of `model` now."""
         return evaluate(model, tokenizer, self.names, self.include, batch_size=self.cfg.batch_size, seed=seed)
+
+
+def unknown_eval_tasks(names: list[str], suite_task: str | None = None) -> list[str]:
+    """The names that are neither one of our tasks (or the suite's) nor a task lm-eval's registry knows."""
+    ours = (set(list_tasks()) - {"jsonl"}) | ({suite_task} if suite_task else set())
+    others = [n for n in names if n not in ours]
+    if not others:
+        return []
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    from lm_eval.tasks import TaskManager
+
+    known = set(TaskManager().all_tasks)
+    return [n for n in others if n not in known]

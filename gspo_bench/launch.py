@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -30,9 +31,11 @@ class Observer:
     def end_run(self, name: str, status: dict) -> None: ...
 
 
-def run_one(spec, resume: bool, report: Callable[[str, str, dict], None] | None = None) -> dict:
-    """Train one run to its budget; returns its final status. A crash comes back as a `failed`
-    status (the run's folder has its traceback) so the other runs go on."""
+def run_one(spec, mode: dict, report: Callable[[str, str, dict], None] | None = None) -> dict:
+    """Train one run to its budget (`mode`: train_run's resume and allow_changed); returns its final
+    status. A crash comes back as a `failed` status (the run's folder has its traceback) and a run
+    folder another process holds as `refused`, so the other runs go on."""
+    from gspo_bench.lock import RunBusyError
     from gspo_bench.train.loop import train_run
 
     name = spec.run_dir.name
@@ -41,18 +44,20 @@ def run_one(spec, resume: bool, report: Callable[[str, str, dict], None] | None 
         report("start", name, {})
         on_step = lambda row: report("step", name, {k: row.get(k) for k in PROGRESS_COLUMNS})  # noqa: E731
     try:
-        return train_run(spec, resume=resume, on_step=on_step)
+        return train_run(spec, on_step=on_step, **mode)
+    except RunBusyError as err:
+        return {"status": "refused", "message": str(err), "step": None}
     except Exception as err:
         recorded = RunDir(spec.run_dir).read_status() or {}
         return {"status": "failed", "message": f"{type(err).__name__}: {err}", "step": recorded.get("step", 0)}
 
 
-def run_sequential(specs: Sequence, resume: bool, observer: Observer) -> list[dict]:
+def run_sequential(specs: Sequence, mode: dict, observer: Observer) -> list[dict]:
     statuses = []
     for spec in specs:
         name = spec.run_dir.name
         observer.start_run(name)
-        status = run_one(spec, resume, report=lambda kind, n, row: observer.step(n, row) if kind == "step" else None)
+        status = run_one(spec, mode, report=lambda kind, n, row: observer.step(n, row) if kind == "step" else None)
         observer.end_run(name, status)
         statuses.append(status)
     return statuses
@@ -63,17 +68,30 @@ def default_parallel(threads: int | None) -> int:
     return max(1, (os.cpu_count() or 1) // (threads or 1))
 
 
-def run_local_processes(specs: Sequence, resume: bool, observer: Observer, workers: int) -> list[dict]:
+def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers: int) -> list[dict]:
     """Up to `workers` runs at once, each in its own (spawned) process; progress of every active run
     comes back through a queue."""
     context = multiprocessing.get_context("spawn")  # no forked torch/OpenMP state in the workers
     with context.Manager() as manager, ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         messages = manager.Queue()
-        futures = {pool.submit(run_one, spec, resume, _QueueReport(messages)): i for i, spec in enumerate(specs)}
+        futures = {pool.submit(_run_in_worker, spec, mode, _QueueReport(messages)): i for i, spec in enumerate(specs)}
         return _collect(futures, specs, messages, observer)
 
 
 _EMPTY = (queue.Empty, EOFError, BrokenPipeError)
+
+
+def _run_in_worker(spec, mode: dict, report) -> dict:
+    """`run_one` in a worker process: SIGTERM ends the run as Ctrl-C would (recorded as failed)."""
+    try:
+        signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread (some Ray workers): the engine's own handling applies
+        pass
+    return run_one(spec, mode, report)
+
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt("terminated by SIGTERM")
 
 
 class _QueueReport:
@@ -114,7 +132,7 @@ def _relay(messages, observer: Observer, empty: tuple[type, ...]) -> None:
             observer.step(name, row)
 
 
-def run_on_ray(specs: Sequence, resume: bool, observer: Observer, address: str | None) -> list[dict]:
+def run_on_ray(specs: Sequence, mode: dict, observer: Observer, address: str | None) -> list[dict]:
     """Each run as a Ray task with the resources its suite asks for (`train.threads` CPUs, one GPU
     on cuda) on the cluster at `address` (None: start a local one with this machine's CPUs). On a
     cluster of several machines the results root and the warm-start cache must be on a shared
@@ -134,8 +152,8 @@ def run_on_ray(specs: Sequence, resume: bool, observer: Observer, address: str |
         for i, spec in enumerate(specs):
             train = spec.suite.train
             task = ray.remote(num_cpus=train.threads or 1, num_gpus=1 if train.device.startswith("cuda") else 0,
-                              max_retries=0)(run_one)
-            tasks[task.remote(spec, resume, _QueueReport(messages))] = i
+                              max_retries=0)(_run_in_worker)
+            tasks[task.remote(spec, mode, _QueueReport(messages))] = i
         statuses: list[dict | None] = [None] * len(specs)
         pending = list(tasks)
         while pending:

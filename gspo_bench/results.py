@@ -24,12 +24,18 @@ import pandas as pd
 
 SCHEMA_VERSION = 1
 
+# Every metrics.parquet has these columns, however far its run got (NaN where a step measured
+# nothing, e.g. the drift of a run that collapsed in its first update); runs add sweep/*, count/*,
+# kl/ref and the rollout routing gap where they apply.
 REQUIRED_COLUMNS = [
-    "step", "objective", "label", "seed", "reward/mean", "reward/std", "reward/accuracy",
-    "response/len_mean", "ratio/token_mean", "ratio/token_var", "ratio/seq_mean", "ratio/seq_var",
-    "logratio/token_var", "clip/frac", "clip/frac_low", "clip/frac_high", "kl/old_new", "entropy/mean",
-    "grad/norm", "moe/drift", "moe/drift_expert", "time/rollout_s", "time/update_s", "time/step_s",
-    "compute/tokens", "compute/flops", "compute/cum_flops",
+    "step", "objective", "label", "seed", "replay", "reward/mean", "reward/std", "reward/accuracy",
+    "response/len_mean", "response/len_max", "loss", "grad/norm", "ratio/token_mean", "ratio/token_var",
+    "ratio/token_min", "ratio/token_max", "ratio/seq_mean", "ratio/seq_var", "logratio/token_var", "clip/frac",
+    "clip/frac_low", "clip/frac_high", "clip/seq_frac", "kl/old_new", "entropy/mean", "moe/drift",
+    "moe/drift_expert", "moe/rerouted_token_frac", "ratio/token_var_rerouted", "ratio/token_var_stable",
+    "mismatch/k3_kl", "mismatch/max_abs", "mismatch/frac_gt_ln2", "nonfinite/minibatches", "time/rollout_s",
+    "time/update_s", "time/step_s", "compute/tokens_forward", "compute/tokens_trained", "compute/tokens",
+    "compute/cum_tokens", "compute/flops", "compute/cum_flops", "lr",
 ]
 STATUSES = ("running", "done", "collapsed", "failed")
 
@@ -38,16 +44,26 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def _atomic(path: Path, write) -> None:
+    """`write(tmp)` to a temporary file beside `path`, then rename it over `path`: readers see the
+    old file or the new one, never half of one. The file gets the usual permissions (0666 less the
+    umask), not mkstemp's 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    _atomic(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -55,15 +71,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def git_state(repo: Path) -> dict:
@@ -144,7 +152,11 @@ class RunDir:
         f = self.path / name
         return pd.read_parquet(f).to_dict("records") if f.is_file() else []
 
-    def write_rows(self, name: str, rows: list[dict]) -> None:
+    def write_rows(self, name: str, rows: list[dict], columns: list[str] | None = None) -> None:
+        """The table of `rows`; `columns` come first and are present (NaN) even where no row has them."""
         if not self.writable:
             return
-        atomic_write_parquet(self.path / name, pd.DataFrame(rows))
+        frame = pd.DataFrame(rows)
+        if columns:
+            frame = frame.reindex(columns=list(dict.fromkeys([*columns, *frame.columns])))
+        atomic_write_parquet(self.path / name, frame)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from gspo_bench.config import ObjectiveEntry, SuiteConfig, dump_config
+from gspo_bench.config import ObjectiveEntry, SuiteConfig, dump_config, sweep_points
 from gspo_bench.distributed import World, barrier
 from gspo_bench.launch import Observer, run_local_processes, run_on_ray, run_sequential
 from gspo_bench.results import RunDir
@@ -18,10 +19,12 @@ from gspo_bench.results import RunDir
 
 @dataclass(frozen=True)
 class PlannedRun:
-    suite: SuiteConfig  # the run's own suite (a sweep gives each value its own)
-    entry: ObjectiveEntry
+    suite: SuiteConfig  # the run's own suite (a sweep gives each point its own)
+    entry: ObjectiveEntry  # labelled objective@point with a sweep
     seed: int
     run_dir: Path
+    sweep: dict[str, Any] = field(default_factory=dict)  # swept values by short name ({} without a sweep)
+    algorithm: str = ""  # the entry's label before the sweep point was added
 
     @property
     def name(self) -> str:
@@ -29,6 +32,10 @@ class PlannedRun:
 
 
 def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seeds: list[int] | None = None) -> list[PlannedRun]:
+    """Every objective x seed at every sweep point, each with its own results folder. `only` keeps
+    the entries of those labels (the labels before a sweep point is added)."""
+    from gspo_bench import sweep
+
     entries = suite.objectives
     if only:
         labels = [e.run_label for e in entries]
@@ -36,11 +43,16 @@ def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seed
         if unknown:
             raise ValueError(f"--only {', '.join(unknown)}: no such label in the suite; labels: {', '.join(labels)}")
         entries = [e for e in entries if e.run_label in only]
-    return [
-        PlannedRun(suite=suite, entry=e, seed=s, run_dir=out / suite.name / f"{e.run_label}-s{s}")
-        for s in (seeds if seeds is not None else suite.seeds)
-        for e in entries
-    ]
+    runs = []
+    for point, point_suite in sweep_points(suite):
+        names = sweep.short_names(list(point))
+        for s in seeds if seeds is not None else suite.seeds:
+            for e in entries:
+                entry = e.model_copy(update={"label": f"{e.run_label}@{sweep.facet(point)}"}) if point else e
+                runs.append(PlannedRun(suite=point_suite, entry=entry, seed=s, algorithm=e.run_label,
+                                       run_dir=out / suite.name / f"{entry.run_label}-s{s}",
+                                       sweep={names[p]: v for p, v in point.items()}))
+    return runs
 
 
 def default_cache_dir() -> Path:
@@ -90,10 +102,16 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     return Path(info["path"])
 
 
-def check_outputs(runs: list[PlannedRun], resume: bool) -> list[PlannedRun]:
-    """Runs to execute. Without --resume, existing results are never overwritten."""
+def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = False) -> list[PlannedRun]:
+    """Runs to execute. Without --resume, existing results are never overwritten; a run folder held by
+    a live process is refused (RunBusyError); with --resume, a run whose suite was edited since it
+    started is refused unless `allow_changed` (ValueError listing the changes)."""
+    from gspo_bench.lock import check_free
+    from gspo_bench.train.setup import config_changes
+
     todo = []
     for run in runs:
+        check_free(run.run_dir)
         status = RunDir(run.run_dir).read_status()
         if status is None:
             todo.append(run)
@@ -103,6 +121,10 @@ def check_outputs(runs: list[PlannedRun], resume: bool) -> list[PlannedRun]:
                 "runs, or --out to write elsewhere"
             )
         elif status["status"] in ("running", "failed"):
+            changes = config_changes(run.run_dir, run)
+            if changes and not allow_changed:
+                raise ValueError(f"{run.run_dir}: the suite changed since this run started ({'; '.join(changes)}); "
+                                 "resume it unchanged, or pass --allow-changed to continue with the new settings")
             todo.append(run)
     return todo
 
@@ -118,7 +140,8 @@ def weights_key(planned: PlannedRun) -> tuple[int, str]:
     return planned.seed, planned.suite.model_dump_json(include={"model", "task", "warm_start", "rollout"})
 
 
-def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume: bool = False, world: World = World(),
+def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume: bool = False,
+              allow_changed: bool = False, world: World = World(),
               log: Callable[[str], None] = print, observer: Observer | None = None, parallel: int = 1,
               ray_address: str | None | bool = False) -> list[tuple[PlannedRun, dict]]:
     """Train the planned runs; returns (run, final status) pairs. The starting weights of every seed
@@ -140,12 +163,13 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
             barrier(world)
             if not world.is_main:
                 weights[key] = starting_weights(planned.suite, planned.seed, log=log)
-    specs = [RunSpec(suite=p.suite, entry=p.entry, seed=p.seed, run_dir=p.run_dir,
-                     init_weights=weights[weights_key(p)]) for p in todo]
+    specs = [RunSpec(suite=p.suite, entry=p.entry, seed=p.seed, run_dir=p.run_dir, init_weights=weights[weights_key(p)],
+                     sweep=p.sweep, algorithm=p.algorithm) for p in todo]
+    mode = {"resume": resume, "allow_changed": allow_changed}
     if ray_address is not False:
-        statuses = run_on_ray(specs, resume, observer, ray_address)
+        statuses = run_on_ray(specs, mode, observer, ray_address)
     elif parallel > 1:
-        statuses = run_local_processes(specs, resume, observer, parallel)
+        statuses = run_local_processes(specs, mode, observer, parallel)
     else:
-        statuses = run_sequential(specs, resume, observer)
+        statuses = run_sequential(specs, mode, observer)
     return list(zip(todo, statuses, strict=True))

@@ -168,7 +168,7 @@ def test_collapsed_runs_are_reported_with_step_and_reason(tmp_path):
     make_run(tmp_path, "gspo", 0, steps=20)
     make_run(tmp_path, "grpo_rr", 0, steps=7, status="collapsed", message="reward collapsed to 0.01")
     md = write_report(load_results(tmp_path / "synth"), tmp_path / "r")["md"].read_text()
-    assert "s0 at step 7: reward collapsed to 0.01" in md
+    assert "s0 collapsed at step 7: reward collapsed to 0.01" in md
 
 
 def test_cli_figures_and_not_results(results_dir, tmp_path):

@@ -178,7 +178,7 @@ def test_on_policy_gradients_agree(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_gspo_gradient_eq_10(seed):
     logp, old, adv, mask = random_batch(seed, scale=0.05)
-    _, g, m = grad_of("gspo", logp, old, adv, mask, clip_low=10.0, clip_high=10.0)  # nothing clipped
+    _, g, m = grad_of("gspo", logp, old, adv, mask, clip_low=1.0, clip_high=10.0)  # nothing clipped
     assert float(m["clip/frac"]) == 0.0
     lengths = mask.sum(-1).float()
     s = torch.exp(((logp - old) * mask).sum(-1) / lengths)
@@ -193,7 +193,7 @@ def test_gspo_gradient_eq_10(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_grpo_gradient_eq_12(seed):
     logp, old, adv, mask = random_batch(seed, scale=0.05)
-    _, g, m = grad_of("grpo", logp, old, adv, mask, clip_low=10.0, clip_high=10.0)
+    _, g, m = grad_of("grpo", logp, old, adv, mask, clip_low=1.0, clip_high=10.0)
     assert float(m["clip/frac"]) == 0.0
     lengths = mask.sum(-1, keepdim=True).float()
     w = torch.exp(logp - old)
@@ -327,6 +327,7 @@ def test_sequence_objectives_refuse_token_advantages():
         (dict(mask=torch.full((6, 9), 2.0)), "only 0 and 1"),
         (dict(logp=torch.ones(6)), "must be \\[B, T\\]"),
         (dict(clip_low=-0.1), "must be >= 0"),
+        (dict(clip_low=1.5), "below 0"),
     ],
 )
 def test_bad_inputs_raise_clear_errors(bad, match):

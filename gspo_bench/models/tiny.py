@@ -31,6 +31,8 @@ class TinyMoESpec:
     expert_hidden: int = 64  # intermediate size of each routed expert
     max_positions: int = 512
     aux_loss: bool = False  # load-balancing loss; off unless asked for (it is silently added to `loss`)
+    norm_topk_prob: bool | None = None  # renormalise the top-k gate weights (None: the family's own choice)
+    shared_expert_hidden: int | None = None  # shared expert width (qwen2_moe only; None: expert_hidden)
 
 
 def tiny_config(spec: TinyMoESpec) -> PretrainedConfig:
@@ -41,6 +43,10 @@ def tiny_config(spec: TinyMoESpec) -> PretrainedConfig:
         raise ValueError(f"top_k must be in [1, num_experts={spec.num_experts}], got {spec.top_k}")
     if spec.hidden_size % spec.num_heads or spec.num_heads % spec.num_kv_heads:
         raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
+    if spec.shared_expert_hidden is not None and spec.family != "qwen2_moe":
+        raise ValueError(f"shared experts: of the tiny families only qwen2_moe has one, not {spec.family}")
+    if spec.norm_topk_prob is False and spec.family == "mixtral":
+        raise ValueError("mixtral always renormalises its top-k weights (top-k, then softmax)")
     common = dict(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
@@ -59,21 +65,27 @@ def tiny_config(spec: TinyMoESpec) -> PretrainedConfig:
         return Qwen3MoeConfig(
             **common, num_experts=spec.num_experts, intermediate_size=spec.expert_hidden * 2,
             moe_intermediate_size=spec.expert_hidden, head_dim=spec.hidden_size // spec.num_heads,
-            decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True,
+            decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=_choose(spec.norm_topk_prob, True),
         )
     if spec.family == "qwen2_moe":  # a gated shared expert beside the routed ones, no renormalisation
         return Qwen2MoeConfig(
             **common, num_experts=spec.num_experts, intermediate_size=spec.expert_hidden * 2,
-            moe_intermediate_size=spec.expert_hidden, shared_expert_intermediate_size=spec.expert_hidden,
-            decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=False,
+            moe_intermediate_size=spec.expert_hidden,
+            shared_expert_intermediate_size=_choose(spec.shared_expert_hidden, spec.expert_hidden),
+            decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=_choose(spec.norm_topk_prob, False),
         )
     if spec.family == "olmoe":  # no renormalisation, as OLMoE-1B-7B
         return OlmoeConfig(
-            **common, num_experts=spec.num_experts, intermediate_size=spec.expert_hidden, norm_topk_prob=False
+            **common, num_experts=spec.num_experts, intermediate_size=spec.expert_hidden,
+            norm_topk_prob=_choose(spec.norm_topk_prob, False),
         )
     return MixtralConfig(  # mixtral: always renormalises its top-k weights
         **common, num_local_experts=spec.num_experts, intermediate_size=spec.expert_hidden, router_jitter_noise=0.0
     )
+
+
+def _choose(value, default):
+    return default if value is None else value
 
 
 def build_tiny_moe(family: str = "qwen3_moe", *, seed: int = 0, dtype: torch.dtype = torch.float32, **sizes):

@@ -36,3 +36,8 @@ def experts_lost(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     """[L, B, T]: how many of the experts in `old` [L, B, T, k] are not in `new` (a set difference)."""
     kept = (old.unsqueeze(-1) == new.unsqueeze(-2)).any(-1)  # [L, B, T, k]: old expert still chosen
     return (~kept).sum(-1)
+
+
+def rerouted_positions(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: positions whose top-k expert set changed in at least one layer."""
+    return (experts_lost(old, new) > 0).any(0)

@@ -33,7 +33,7 @@ def gmpo_loss(
     only the upper bound binds, for A < 0 only the lower one; a clipped token gets no gradient and
     counts in `clip/frac`.
     """
-    check_clip_range("gmpo", clip_low, clip_high)
+    check_clip_range("gmpo", clip_low, clip_high, ratio_space=False)  # log space: any width
     batch = prepare(logp, old_logp, advantages, mask, per_response_advantages=True, objective="gmpo")
     adv = batch.response_advantages()  # [B]
     sign = torch.sign(adv)[:, None]  # [B, 1]

@@ -4,6 +4,7 @@
 - `ratio/seq_*`: length-normalised sequence ratio s_i over non-empty responses (also for GRPO);
 - `logratio/token_var`: variance of log w_it; `kl/old_new`: k3 estimate of KL(pi_old || pi_theta);
 - `clip/frac*`: token-weighted fraction of valid tokens whose term the clip cut (paper Figure 2);
+  `clip/seq_frac`: the fraction of responses with at least one clipped token (the unit some peers report);
 - `count/tokens_len{lo}-{hi}`, `count/clipped_len{lo}-{hi}`: valid and clipped tokens of responses
   whose length |y_i| is in [lo, hi] for power-of-two buckets 1-1, 2-3, 4-7, 8-15, ... up to the
   batch's width T (clipping by response length: GSPO's length-bias critique).
@@ -91,6 +92,8 @@ def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBat
         "clip/frac": clipped.sum() / n,
         "clip/frac_low": low.sum() / n,
         "clip/frac_high": high.sum() / n,
+        # the same clipping counted in responses: the share of responses with any clipped token
+        "clip/seq_frac": (clipped.any(-1) & batch.has_tokens).sum() / batch.n_responses.clamp(min=1),
     }
     out.update(length_bucket_counts(clipped, batch))
     return out

@@ -5,9 +5,14 @@ from __future__ import annotations
 import torch
 
 
-def check_clip_range(objective: str, clip_low: float, clip_high: float) -> None:
+def check_clip_range(objective: str, clip_low: float, clip_high: float, ratio_space: bool = True) -> None:
+    """clip_low, clip_high >= 0; in ratio space (the range [1 - clip_low, 1 + clip_high]) clip_low <= 1,
+    else the lower bound is a negative ratio: the range is inverted."""
     if not (clip_low >= 0 and clip_high >= 0):
         raise ValueError(f"{objective}: clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
+    if ratio_space and clip_low > 1:
+        raise ValueError(f"{objective}: clip_low {clip_low} > 1 puts the range's lower end 1 - clip_low below 0 "
+                         "(ratios are positive); clip_low is a distance below 1")
 
 
 def clipped_surrogate(

@@ -38,6 +38,8 @@ class Task(Protocol):
 
     def reward(self, response: str, example: Example) -> float: ...
 
+    # optional: `steps(response, example) -> [(start, end, right), ...]` for step-level credit
+
 
 def stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
@@ -82,6 +84,8 @@ class GeneratedTask:
     make: Callable[[random.Random], Example]  # one problem from a generator's draws
     verify: Callable[[str, Example], float]  # reward of a response, in [0, 1]
     seed: int = 0  # of the test set
+    # (start, end, right) character spans of a response's steps, for tasks that can check steps
+    steps: Callable[[str, Example], list[tuple[int, int, bool]]] | None = None
 
     def train_example(self, rng: random.Random) -> Example:
         return sample_split(self.make, rng, test=False)

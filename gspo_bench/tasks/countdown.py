@@ -49,6 +49,34 @@ def check_steps(response: str, numbers: list[int], target: int) -> bool:
     return result == Fraction(target)
 
 
+def step_verdicts(response: str, example: Example) -> list[tuple[int, int, bool]]:
+    """(start, end, right) character spans of the steps of `response`, each step with the "," after it.
+
+    A step is right when it parses, combines two numbers still available (given ones, each once, or
+    earlier results) and states its exact value; a wrong step's stated value still becomes available,
+    so later steps are judged on their own. A bare expression is one step: right iff it is the answer.
+    """
+    numbers, target = example.meta["numbers"], example.meta["target"]
+    if "=" not in response:
+        return [(0, len(response), check_expression(response.strip(), numbers, target))]
+    pool, spans, start = Counter(Fraction(n) for n in numbers), [], 0
+    for piece in response.split(","):
+        end = min(start + len(piece) + 1, len(response))
+        left, _, right = piece.partition("=")
+        try:
+            value, used = evaluate(left)
+            stated, stated_used = evaluate(right)
+            ok = len(used) == 2 and len(stated_used) == 1 and value == stated
+            operands = Counter(Fraction(n) for n in used)
+            ok = ok and not (operands - pool)
+            pool = pool - operands + Counter([stated])
+        except InvalidExpression:
+            ok = False
+        spans.append((start, end, ok))
+        start = end
+    return spans
+
+
 def check_expression(response: str, numbers: list[int], target: int) -> bool:
     try:
         value, used = evaluate(response)
@@ -94,4 +122,5 @@ def countdown_reward(response: str, example: Example) -> float:
 
 @register_task("countdown", "reach a target from given numbers with + - * /, step by step; safe evaluator")
 def make_countdown(count: int = 3, max_number: int = 9, max_target: int = 99, seed: int = 0) -> GeneratedTask:
-    return GeneratedTask("countdown", CountdownProblems(count, max_number, max_target), countdown_reward, seed)
+    return GeneratedTask("countdown", CountdownProblems(count, max_number, max_target), countdown_reward, seed,
+                         steps=step_verdicts)

@@ -13,6 +13,7 @@ replays exactly what an uninterrupted one would have done.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from gspo_bench.distributed import World
-from gspo_bench.results import now
+from gspo_bench.results import REQUIRED_COLUMNS, now
 from gspo_bench.rollout import SamplingParams
 from gspo_bench.train.checkpoint import save_checkpoint
 from gspo_bench.train.old_policy import old_policy_pass
@@ -38,11 +39,12 @@ def step_seed(seed: int, step: int, stream: int) -> int:
     return (seed * 1_000_003 + step * 7_919 + stream * 104_729) % (2**31 - 1)
 
 
-def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], None] | None = None) -> dict:
+def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], None] | None = None,
+              allow_changed: bool = False) -> dict:
     """Run one objective x seed to its budget; returns the final status dict. Never raises for a
     collapsed run; a crash is recorded as `failed` (traceback in error.log) and re-raised."""
     # ------------------------------------------------------------------ setup
-    run, state = open_run(spec, resume)
+    run, state = open_run(spec, resume, allow_changed)
     suite, out = run.suite, run.out
     try:
         if run.evaluator is not None and state.step == 0:  # the starting point of every eval curve
@@ -53,7 +55,8 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             outcome = run_step(run, state.step)
             state.rows.append(outcome.row | compute_columns(state, outcome, run.n_active))
             state.layer_rows += outcome.layer_rows
-            out.write_rows("metrics.parquet", state.rows)
+            out.write_rows("metrics.parquet", state.rows, columns=REQUIRED_COLUMNS)
+            out.write_status("running", step=state.step)
             out.write_rows("layers.parquet", state.layer_rows)
             if on_step is not None and run.world.is_main:
                 on_step(state.rows[-1])
@@ -71,10 +74,18 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
     except Collapsed as why:
         return finish(run, state, "collapsed", str(why))
     except BaseException as err:
-        out.write_text("error.log", traceback.format_exc())  # the whole traceback, next to status.json
-        finish(run, state, "failed", "".join(traceback.format_exception_only(type(err), err)).strip())
+        with contextlib.suppress(OSError):  # a full disk may refuse these too: the error itself still comes
+            out.write_text("error.log", traceback.format_exc())  # the whole traceback, next to status.json
+        with contextlib.suppress(OSError):
+            finish(run, state, "failed", failure_message(err, out.path))
         raise
-    return finish(run, state, "done", "", cum_flops=state.cum_flops, cum_tokens=state.cum_tokens)
+    else:
+        if run.world.is_main:  # a resumed run that ends well keeps no old traceback
+            (out.path / "error.log").unlink(missing_ok=True)
+        return finish(run, state, "done", "", cum_flops=state.cum_flops, cum_tokens=state.cum_tokens)
+    finally:
+        if run.lock is not None:
+            run.lock.release()
 
 
 def run_step(run: Run, step: int) -> StepOutcome:
@@ -87,7 +98,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
     replay = entry.replay_source if entry.use_replay else None
     batch = collect_rollout(policy, run.engine, run.tokenizer, run.task, examples,
                             sampling_params(suite, seed, step, policy.world, routing=train.measure or replay == "rollout"),
-                            train.advantage_scale)
+                            train.advantage_scale, step_penalty=entry.step_penalty if entry.credit == "step" else None)
     t_rollout = time.perf_counter() - start
     # ------------------------------------------------------------------ old-policy pass (no grad)
     old = old_policy_pass(policy, batch, temperature=rollout_cfg.temperature, replay=replay,
@@ -108,7 +119,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
         values |= {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"]}
         layers = after["moe/drift_layer"]
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
-                "replay": entry.use_replay}
+                "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()}}
     outcome = build_row(identity, values, layers, {"rollout_finite": batch.finite,
                                                    "params_finite": all_finite(policy.model, policy.world)})
     outcome.row.update({"time/rollout_s": t_rollout, "time/update_s": time.perf_counter() - start - t_rollout,
@@ -142,6 +153,21 @@ def evaluate(run: Run, state: RunState) -> None:
                          "samples": run.suite.eval.samples, "compute/cum_flops": state.cum_flops,
                          "time/eval_s": elapsed} for task, s in scores.items()]
     run.out.write_rows("eval.parquet", state.eval_rows)
+
+
+def failure_message(err: BaseException, run_dir) -> str:
+    """One line on why a run failed; a full disk is named as such (torch's own message for it,
+    "unexpected pos", does not say it)."""
+    import shutil
+
+    text = "".join(traceback.format_exception_only(type(err), err)).strip().splitlines()[-1]
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        return text
+    if free < 16 * 2**20 or getattr(err, "errno", None) == 28:
+        return f"no space left on the device of {run_dir} ({free / 2**20:.0f} MiB free): {text}"
+    return text
 
 
 def finish(run: Run, state: RunState, status: str, message: str, **extra) -> dict:

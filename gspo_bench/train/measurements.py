@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 # Metrics whose natural unit is the response (weighted by responses); the rest are token-weighted.
-_RESPONSE_WEIGHTED = ("ratio/seq_",)
+_RESPONSE_WEIGHTED = ("ratio/seq_", "clip/seq_frac")
 
 
 def to_host(values: dict[str, torch.Tensor | float | int]) -> dict[str, float | list[float]]:
@@ -79,3 +79,31 @@ class MeanOf:
 
     def result(self) -> dict[str, torch.Tensor]:
         return {k: v / self.count for k, v in self.sums.items()} if self.count else {}
+
+
+class RatioByRouting:
+    """Token importance ratios of minibatches 2..K split by whether the token was rerouted (its
+    predicting position routed to another expert set in any layer than under the old policy):
+    pooled variances over the step, and the rerouted share, without leaving the device."""
+
+    def __init__(self):
+        self.sums: dict[str, torch.Tensor] = {}
+
+    def add(self, log_ratio: torch.Tensor, valid: torch.Tensor, rerouted: torch.Tensor) -> None:
+        """`log_ratio`, `valid`, `rerouted`: [b, T] of one minibatch's response tokens."""
+        w = torch.exp(log_ratio.detach().double().clamp(-20, 20))
+        for name, part in (("rerouted", valid & rerouted), ("stable", valid & ~rerouted)):
+            for power in (0, 1, 2):
+                key = f"{name}{power}"
+                self.sums[key] = self.sums.get(key, 0.0) + torch.where(part, w**power, 0.0).sum()
+
+    def result(self) -> dict[str, torch.Tensor]:
+        if not self.sums:
+            return {}
+        out = {}
+        for name in ("rerouted", "stable"):
+            n, s1, s2 = (self.sums[f"{name}{p}"] for p in (0, 1, 2))
+            mean = s1 / n  # NaN where no token of this kind
+            out[f"ratio/token_var_{name}"] = (s2 / n - mean**2).clamp(min=0.0)
+        out["moe/rerouted_token_frac"] = self.sums["rerouted0"] / (self.sums["rerouted0"] + self.sums["stable0"])
+        return out

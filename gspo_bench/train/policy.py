@@ -16,9 +16,10 @@ from gspo_bench.train.precision import Precision
 class Policy:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer | None = None  # None: the policy is only evaluated
-    precision: Precision = Precision()
+    precision: Precision = Precision()  # of every training forward (old pass, updates)
     world: World = World()  # one process, or this rank of a torchrun job (FSDP2)
     reference: torch.nn.Module | None = None  # frozen starting weights, for a KL-to-reference penalty
+    rollout_precision: Precision | None = None  # of generation (rollout.dtype); None: `precision`
 
     @property
     def device(self) -> torch.device:

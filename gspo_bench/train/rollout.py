@@ -12,6 +12,7 @@ from gspo_bench.distributed import gather_rollout
 from gspo_bench.objectives import group_advantages
 from gspo_bench.rollout import Rollout, RolloutEngine, SamplingParams
 from gspo_bench.tasks import Example, Task
+from gspo_bench.train.credit import step_advantages
 from gspo_bench.train.policy import Policy
 
 
@@ -25,8 +26,9 @@ class RolloutBatch:
     sampling_logp: torch.Tensor  # [B, T] the engine's log-probs of the sampled tokens
     routing: torch.Tensor | None  # [L_moe, B, L, k] the engine's experts (for R3 and the routing gap), or None
     rewards: torch.Tensor  # [B] fp32, on the host (computed from decoded text)
-    advantages: torch.Tensor  # [B] (or [B, T] for per-token credit) on the training device
+    advantages: torch.Tensor  # [B] group advantages A_i, on the training device
     finite: torch.Tensor  # 0-d bool: the engine's sampling distributions were finite
+    token_advantages: torch.Tensor | None = None  # [B, T] step-level credit A_it (see train.credit), or None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -58,16 +60,22 @@ def draw_examples(task: Task, n: int, seed: int) -> list[Example]:
 
 
 def collect_rollout(policy: Policy, engine: RolloutEngine, tokenizer, task: Task, examples: list[Example],
-                    params: SamplingParams, advantage_scale: str = "std") -> RolloutBatch:
-    """Sample G responses per example from the policy's current weights (in the training precision),
-    decode and score them with the task's verifier."""
+                    params: SamplingParams, advantage_scale: str = "std", step_penalty: float | None = None) -> RolloutBatch:
+    """Sample G responses per example from the policy's current weights (in the rollout precision:
+    the training one unless rollout.dtype differs), decode and score them with the task's verifier."""
     engine.sync_weights(policy.model)
-    with policy.precision.autocast():
+    with (policy.rollout_precision or policy.precision).autocast():
         rollout = generate(policy, engine, [tokenizer.encode(ex.prompt) for ex in examples], params)
     texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)  # the one host copy of tokens
     group = params.group_size
-    rewards = torch.tensor([task.reward(text, examples[i // group]) for i, text in enumerate(texts)])
-    return RolloutBatch.scored(rollout, rewards, group, advantage_scale, device=policy.device)
+    rows = [examples[i // group] for i in range(len(texts))]
+    rewards = torch.tensor([task.reward(text, example) for text, example in zip(texts, rows, strict=True)])
+    batch = RolloutBatch.scored(rollout, rewards, group, advantage_scale, device=policy.device)
+    if step_penalty is None:
+        return batch
+    credit = step_advantages(batch.advantages, rollout.response_ids, rollout.response_mask, texts, rows, task.steps,
+                             tokenizer, step_penalty)
+    return dataclasses.replace(batch, token_advantages=credit)
 
 
 def generate(policy: Policy, engine: RolloutEngine, prompts: list[list[int]], params: SamplingParams) -> Rollout:

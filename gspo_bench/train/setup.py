@@ -3,7 +3,8 @@ results folder and loop state, fresh or from the run's last checkpoint."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -14,10 +15,11 @@ from gspo_bench.compute import active_parameters
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
 from gspo_bench.distributed import World, device_for, shard, world_from_env
 from gspo_bench.evaluation import Evaluator
+from gspo_bench.lock import RunBusyError, RunLock
 from gspo_bench.objectives import get_objective
 from gspo_bench.results import RunDir, now, provenance
 from gspo_bench.rollout import RolloutEngine, make_engine
-from gspo_bench.tasks import Task, make_task
+from gspo_bench.tasks import Task
 from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state
 from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
@@ -33,6 +35,8 @@ class RunSpec:
     seed: int
     run_dir: Path
     init_weights: Path  # directory of the (warm-started) weights every objective of this seed starts from
+    sweep: dict = field(default_factory=dict)  # swept values of this run's sweep point, by short name
+    algorithm: str = ""  # the entry's label without the sweep point (default: the label)
 
 
 @dataclass
@@ -49,6 +53,7 @@ class Run:
     n_active: int  # active parameters per token (FLOP accounting)
     provenance: dict
     evaluator: Evaluator | None
+    lock: RunLock | None = None  # this process's hold on the run folder (rank 0)
 
     @property
     def suite(self) -> SuiteConfig:
@@ -59,9 +64,11 @@ class Run:
         return self.policy.world
 
 
-def open_run(spec: RunSpec, resume: bool) -> tuple[Run, RunState]:
-    """The run of `spec`, and its state: fresh, or at its last checkpoint with `resume`. Writes the
-    resolved config, provenance and a `running` status (rank 0 only under torchrun)."""
+def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[Run, RunState]:
+    """The run of `spec`, and its state: fresh, or at its last checkpoint with `resume` (refused if
+    the suite changed since, unless `allow_changed`). Takes the run folder's lock (RunBusyError if
+    another process holds it) and writes the resolved config, provenance and a `running` status
+    (rank 0 only under torchrun). The caller releases `run.lock` when the run ends."""
     suite, train = spec.suite, spec.suite.train
     if train.threads:
         torch.set_num_threads(train.threads)
@@ -71,33 +78,59 @@ def open_run(spec: RunSpec, resume: bool) -> tuple[Run, RunState]:
     world = world_from_env(device)
     device = device_for(world, device)
     out = RunDir(spec.run_dir, writable=world.is_main)  # only rank 0 writes
-    if world.distributed:
-        check_distributed(suite, world)
-    checkpoint = find_checkpoint(out.path) if resume else None
-    weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
-    policy, tokenizer, n_active = load_policy(spec, weights, device, world)
-    state, prov = RunState(), provenance(str(device))
-    if checkpoint is not None:
-        scalars = load_checkpoint_state(checkpoint, policy.model, policy.optimizer, device)
-        state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
-                                  out.read_rows("eval.parquet"))
-        prov = out.read_json("provenance.json") or prov
-        prov.setdefault("resumed", []).append({"at_step": state.step, "time": now()})
-    engine = make_run_engine(suite, tokenizer, weights, device)
-    if spec.entry.use_replay and spec.entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
-        raise ValueError(f"{spec.entry.run_label}: rollout routing replay (R3) needs an engine that returns routed "
-                         f"experts; rollout.engine {suite.rollout.engine} does not (hf does)")
+    lock = RunLock(out.path).acquire() if world.is_main else None
+    try:
+        status = out.read_status() if lock is not None else None  # under the lock: another process may
+        if status is not None and (not resume or status["status"] in ("done", "collapsed")):  # have run it since
+            raise RunBusyError(f"{out.path} already holds a run ({status['status']}, written meanwhile by another "
+                               "process); use --resume to continue an unfinished run, or --out to write elsewhere")
+        if world.distributed:
+            check_distributed(suite, world)
+        checkpoint = find_checkpoint(out.path) if resume else None
+        weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
+        policy, tokenizer, n_active = load_policy(spec, weights, device, world)
+        state, prov = RunState(), provenance(str(device))
+        if checkpoint is not None:
+            state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
+        engine = make_run_engine(suite, tokenizer, weights, device)
+        if spec.entry.use_replay and spec.entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
+            raise ValueError(f"{spec.entry.run_label}: rollout routing replay (R3) needs an engine that returns "
+                             f"routed experts; rollout.engine {suite.rollout.engine} does not (hf does)")
+        evaluator = None
+        if suite.eval.tasks:
+            evaluator = Evaluator(suite.eval, out.path / "eval_tasks", suite.task.name, suite.task.params,
+                                  suite.rollout.max_new_tokens, suite.rollout.temperature)
+        out.write_text("config.yaml", resolved_config(spec, lr=policy.optimizer.param_groups[0]["lr"]))
+        out.write_json("provenance.json", prov)
+        out.write_status("running", step=state.step)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
-    evaluator = None
-    if suite.eval.tasks:
-        evaluator = Evaluator(suite.eval, out.path / "eval_tasks", suite.task.name, suite.task.params,
-                              suite.rollout.max_new_tokens, suite.rollout.temperature)
-    out.write_text("config.yaml", resolved_config(suite, spec.entry, spec.seed, lr=policy.optimizer.param_groups[0]["lr"]))
-    out.write_json("provenance.json", prov)
-    out.write_status("running", step=state.step)
-    run = Run(spec, out, policy, tokenizer, engine, make_task(suite.task.name, **suite.task.params), objective,
-              n_active, prov, evaluator)
-    return run, state
+    return Run(spec, out, policy, tokenizer, engine, suite.task.instance(), objective, n_active, prov, evaluator,
+               lock), state
+
+
+def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device: torch.device,
+            allow_changed: bool) -> tuple[RunState, dict]:
+    """The loop state and provenance at `checkpoint`, the optimizer restored. A suite edited since the
+    run started is refused unless `allow_changed`; then its settings (the lr too, which the restored
+    optimizer state would otherwise bring back) apply, and the change is recorded in provenance."""
+    changes = config_changes(out.path, spec)
+    if changes and not allow_changed:
+        raise ValueError(f"{out.path}: the suite changed since this run started ({'; '.join(changes)}); resume it "
+                         "unchanged, or pass --allow-changed to continue with the new settings")
+    scalars = load_checkpoint_state(checkpoint, policy.model, policy.optimizer, device)
+    for group in policy.optimizer.param_groups:
+        group["lr"] = spec.entry.lr or spec.suite.train.lr
+    state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
+                              out.read_rows("eval.parquet"))
+    prov = out.read_json("provenance.json") or provenance(str(device))
+    prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes})
+    for stale in out.path.glob(".checkpoint-new-*"):  # checkpoints a crash left half-written
+        shutil.rmtree(stale, ignore_errors=True)
+    return state, prov
 
 
 def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World) -> tuple[Policy, object, int]:
@@ -119,7 +152,8 @@ def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World
         reference = reference.to(device).eval().requires_grad_(False)
     optimizer = make_optimizer(model, train, lr=spec.entry.lr or train.lr, distributed=world.distributed)
     precision = Precision.named(train.dtype, device)
-    return Policy(model, optimizer, precision, world, reference), tokenizer, n_active
+    rollout_precision = Precision.named(spec.suite.rollout.dtype or train.dtype, device)
+    return Policy(model, optimizer, precision, world, reference, rollout_precision), tokenizer, n_active
 
 
 def make_run_engine(suite: SuiteConfig, tokenizer, weights: Path, device: torch.device) -> RolloutEngine:
@@ -128,7 +162,7 @@ def make_run_engine(suite: SuiteConfig, tokenizer, weights: Path, device: torch.
     eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
     return make_engine(suite.rollout.engine, pad_id=pad_id, eos_id=eos_id, model_path=weights,
-                       dtype=suite.train.dtype, device=str(device), **suite.rollout.engine_options)
+                       dtype=suite.rollout.dtype or suite.train.dtype, device=str(device), **suite.rollout.engine_options)
 
 
 def check_distributed(suite: SuiteConfig, world: World) -> None:
@@ -145,9 +179,33 @@ def check_distributed(suite: SuiteConfig, world: World) -> None:
         raise ValueError("kl_coef > 0 under torchrun is not supported yet (the reference model is not sharded)")
 
 
-def resolved_config(suite: SuiteConfig, entry: ObjectiveEntry, seed: int, lr: float) -> str:
-    """The suite plus everything this run resolved: objective, replay, clip range, lr, seed."""
-    run = {"label": entry.run_label, "objective": entry.objective, "replay": entry.use_replay,
-           "replay_from": entry.replay_source if entry.use_replay else None, "seed": seed,
-           "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs}
-    return yaml.safe_dump({"run": run, "suite": suite.model_dump(mode="json")}, sort_keys=False)
+def resolved_config(spec, lr: float) -> str:
+    """The run's suite plus everything this run resolved: objective, replay, clip range, lr, seed,
+    and the sweep point it belongs to (`spec`: a RunSpec, or a planned run with the same fields)."""
+    entry = spec.entry
+    run = {"label": entry.run_label, "algorithm": spec.algorithm or entry.run_label, "objective": entry.objective,
+           "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
+           "seed": spec.seed, "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs, "sweep": spec.sweep}
+    return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
+
+
+# fields of config.yaml that do not change what a run computes
+_NOT_COMPARED = ("suite.description", "suite.output_dir")
+
+
+def _flatten(data, prefix: str = "") -> dict:
+    if isinstance(data, dict):
+        return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: data}
+
+
+def config_changes(run_dir: Path, spec) -> list[str]:
+    """"field: recorded -> now" for every field where the run's recorded config.yaml and the config
+    it would resolve to now differ ([] for a run that recorded none)."""
+    recorded = Path(run_dir) / "config.yaml"
+    if not recorded.is_file():
+        return []
+    old = _flatten(yaml.safe_load(recorded.read_text()) or {})
+    new = _flatten(yaml.safe_load(resolved_config(spec, lr=spec.entry.lr or spec.suite.train.lr)))
+    keys = sorted((set(old) | set(new)) - set(_NOT_COMPARED))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]

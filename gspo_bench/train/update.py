@@ -9,11 +9,11 @@ import torch
 
 from gspo_bench.distributed import gather_rows, local_tensor, with_local_grad
 from gspo_bench.models.forward import response_forward
-from gspo_bench.moe import RoutingCapture, routing_drift
+from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
 from gspo_bench.objectives.kl import k3
 from gspo_bench.objectives.metrics import masked_mean, measurements_off
 from gspo_bench.rollout import position_ids
-from gspo_bench.train.measurements import MeanOf, StepMeasurements
+from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.optim import guarded_step
 from gspo_bench.train.policy import Policy, capturing
@@ -37,6 +37,8 @@ class MinibatchResult:
     applied: torch.Tensor  # 0-d bool: loss and gradients finite, so the optimizer stepped
     metrics: dict[str, torch.Tensor]  # the objective's measurements (and kl/ref)
     drift: dict[str, torch.Tensor] | None  # routing of this forward vs the old policy's, when measured
+    rerouted: torch.Tensor | None  # [b, T] response tokens whose predicting position was rerouted, when measured
+    log_ratio: torch.Tensor  # [b, T] log pi_theta - log pi_old of the response tokens, detached
     n_tokens: torch.Tensor  # valid response tokens of the minibatch
     n_responses: torch.Tensor  # non-empty responses of the minibatch
     tokens_trained: torch.Tensor  # tokens forwarded and back-propagated (prompt + response)
@@ -54,7 +56,8 @@ def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch:
     """The objective on minibatch `rows` (log-probs `logp` [b, T] of those rows, in that order), plus
     kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference is given."""
     mask = batch.response_mask[rows]  # [b, T]
-    loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=batch.advantages[rows], mask=mask)
+    advantages = batch.token_advantages if batch.token_advantages is not None else batch.advantages  # [B, T] or [B]
+    loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=advantages[rows], mask=mask)
     if old.ref_logp is not None and kl_coef > 0:
         kl_ref = masked_mean(k3(old.ref_logp[rows].float() - logp.float()), mask)
         loss = loss + kl_coef * kl_ref
@@ -82,12 +85,15 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
     grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip))
     applied = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
     guarded_step(policy.optimizer, applied)
-    drift = None
+    drift = rerouted = None
     if measure_drift and old.routing is not None:  # this forward ran after the earlier updates
         new_routing = gather_rows(world, capture.routing, rows, dim=1)
         drift = routing_drift(old.routing[:, rows], new_routing, batch.attention_mask[rows])
+        length, n = batch.input_ids.shape[1], batch.n_response  # response token t is predicted at L - T - 1 + t
+        rerouted = rerouted_positions(old.routing[:, rows], new_routing)[:, length - n - 1 : length - 1]
     mask = batch.response_mask[rows]
     return MinibatchResult(loss=loss.detach(), grad_norm=grad_norm, applied=applied, metrics=metrics, drift=drift,
+                           rerouted=rerouted, log_ratio=(logp.detach().float() - old.logp[rows].float()),
                            n_tokens=mask.sum(), n_responses=mask.any(-1).sum(),
                            tokens_trained=batch.attention_mask[rows].sum())
 
@@ -97,7 +103,7 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
     """K = `minibatches` updates over the rows of `batch` in `order`; the step's update measurements:
     loss and grad norm (means over applied updates), the objective's measurements (token- or
     response-weighted over applied updates) and the drift of minibatches 2..K from the old policy."""
-    measured, drift = StepMeasurements(), MeanOf()
+    measured, drift, by_routing = StepMeasurements(), MeanOf(), RatioByRouting()
     losses, grad_norms, skipped = [], [], 0
     tokens_trained = 0
     for j, rows in enumerate(order.to(batch.input_ids.device).chunk(minibatches)):
@@ -111,10 +117,12 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
         tokens_trained = tokens_trained + result.tokens_trained
         if result.drift is not None:
             drift.add(result.drift)
+        if result.rerouted is not None and settings.measure:
+            by_routing.add(result.log_ratio, batch.response_mask[rows], result.rerouted)
     means = drift.result()
     metrics = {"loss": torch.stack(losses).nanmean(), "grad/norm": torch.stack(grad_norms).nanmean(),
                **measured.result(), "nonfinite/minibatches": skipped}
-    metrics |= {k: v for k, v in means.items() if k != "moe/drift_layer"}
+    metrics |= {k: v for k, v in means.items() if k != "moe/drift_layer"} | by_routing.result()
     return UpdateResult(metrics=metrics, drift_layers=means.get("moe/drift_layer"), tokens_trained=tokens_trained)
 
 

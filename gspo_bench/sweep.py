@@ -1,0 +1,90 @@
+"""Sweeps: a suite's `sweep:` section crosses lists of values of any suite fields, by dotted path.
+
+    sweep:
+      train.lr: [1.0e-4, 3.0e-4]
+      model.num_experts: [8, 64]
+
+expands to 4 sweep points; every objective x seed runs at each point, labelled e.g.
+`grpo@lr=0.0001,num_experts=64` (a path's last name, or the whole path where two would clash).
+Paths joined by commas move together (zipped, not crossed), each value a list of one per path:
+
+      model.num_experts,model.top_k: [[8, 2], [64, 8]]
+
+Each point is a complete suite, validated like one; compute is matched within a point (a facet).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from pydantic import BaseModel
+
+
+def split_path(path: str) -> list[str]:
+    return path.split(".")
+
+
+def field_of(data: Any, path: str) -> Any:
+    """The value at dotted `path` of a dumped suite; KeyError naming the first missing part."""
+    node = data
+    for i, part in enumerate(split_path(path)):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            where = ".".join(split_path(path)[:i]) or "the suite"
+            keys = sorted(node) if isinstance(node, dict) else f"indices 0..{len(node) - 1}" if isinstance(node, list) else []
+            raise KeyError(f"{where} has no field {part!r} (it has: {keys})")
+    return node
+
+
+def set_field(data: dict, path: str, value: Any) -> None:
+    *parents, last = split_path(path)
+    node = data
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def short_names(paths: list[str]) -> dict[str, str]:
+    """Each path's last name, or the whole path where two paths end alike."""
+    last = [split_path(p)[-1] for p in paths]
+    return {p: (name if last.count(name) == 1 else p) for p, name in zip(paths, last, strict=True)}
+
+
+def format_value(value: Any) -> str:
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def axis_paths(key: str) -> list[str]:
+    """The paths of a sweep key: one, or several joined by commas (zipped)."""
+    return [p.strip() for p in key.split(",")]
+
+
+def points(sweep: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the swept values, {path: value}, in the order the sweep lists them."""
+    axes = []
+    for key, values in sweep.items():
+        paths = axis_paths(key)
+        axes.append([dict(zip(paths, value if len(paths) > 1 else [value], strict=True)) for value in values])
+    return [{k: v for part in combination for k, v in part.items()} for combination in itertools.product(*axes)]
+
+
+def facet(point: dict[str, Any]) -> str:
+    """A point's name: `lr=0.0003,num_experts=64` ("" without a sweep)."""
+    names = short_names(list(point))
+    return ",".join(f"{names[p]}={format_value(v)}" for p, v in point.items())
+
+
+def apply(suite: BaseModel, point: dict[str, Any]) -> dict:
+    """The suite's data with the point's values set and no sweep left (validate it as a suite)."""
+    data = suite.model_dump(mode="json")
+    data["sweep"] = {}
+    for path, value in point.items():
+        set_field(data, path, value)
+    return data
