@@ -26,7 +26,7 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 
 ## the main job on the embedded default (a tiny MoE on CPU)
 quickstart: $(VENV)/.installed
-	$(BIN)/gspo-bench run experiments/quickstart.yaml --out runs --resume
+	$(BIN)/gspo-bench run experiments/quickstart.yaml --out runs --resume --parallel 2
 
 ## the tests
 test: $(VENV)/.installed-dev

@@ -190,6 +190,26 @@ def clip_by_length_section(results: Results) -> pd.DataFrame | str:
     return wide.reset_index().rename(columns={"bucket": "response length (tokens)"})
 
 
+MECHANISM_COLUMNS = ("moe/rerouted_token_frac", "ratio/token_var_rerouted", "ratio/token_var_stable")
+
+
+def mechanism_table(results: Results) -> pd.DataFrame | str:
+    """Where the token-ratio variance comes from, per objective (means over steps and seeds): the
+    fraction of tokens whose routed experts changed in some layer since the old policy, the ratio
+    variance of those tokens and of the others, and the rerouted tokens' share of the within-group
+    variance, f v_r / (f v_r + (1 - f) v_s)."""
+    m = results.metrics
+    if not set(MECHANISM_COLUMNS) <= set(m.columns) or m[list(MECHANISM_COLUMNS)].isna().all().all():
+        return "These results carry no per-routing ratio statistics."
+    means = m.groupby("label", sort=False)[list(MECHANISM_COLUMNS)].mean()
+    f, v_r, v_s = (means[c] for c in MECHANISM_COLUMNS)
+    return pd.DataFrame({
+        "objective": means.index, "rerouted tokens": f.to_numpy(), "ratio var, rerouted": v_r.to_numpy(),
+        "ratio var, stable": v_s.to_numpy(), "rerouted / stable": (v_r / v_s).to_numpy(),
+        "rerouted share of variance": (f * v_r / (f * v_r + (1 - f) * v_s)).to_numpy(),
+    })
+
+
 def suite_summary(results: Results, spread: float, allow_unmatched: bool) -> str:
     runs = results.runs
     unmatched = " (**unmatched, allowed by flag**)" if allow_unmatched and spread > MATCH_TOLERANCE else ""
@@ -234,6 +254,8 @@ def report_sections(results: Results, spread: float, allow_unmatched: bool) -> l
         *([("Final reward per sweep point (mean [95% CI] over seeds)", by_facet)] if by_facet is not None else []),
         ("Held-out evaluation (lm-eval)", eval_table(results)),
         ("Clip fraction by response length", clip_by_length_section(results)),
+        ("Token-ratio variance by routing: rerouted vs stable tokens (means over steps and seeds)",
+         mechanism_table(results)),
         ("Provenance", provenance),
         *([("Unreadable runs (left out)", "\n".join(f"unreadable: {u}" for u in results.unreadable))]
           if results.unreadable else []),

@@ -75,6 +75,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
         if not (Path(suite.model.path) / "config.json").is_file():
             raise FileNotFoundError(f"model.path {suite.model.path} is not a Hugging Face checkpoint directory")
         return Path(suite.model.path)
+    seed = init_seed(suite, seed)
     tokenizer = build_char_tokenizer()
     sizes = suite.model.model_dump(exclude={"family", "path", "architecture"})
 
@@ -137,7 +138,12 @@ def write_suite_file(suite: SuiteConfig, out: Path) -> None:
 
 def weights_key(planned: PlannedRun) -> tuple[int, str]:
     """What the starting weights of a run depend on."""
-    return planned.seed, planned.suite.model_dump_json(include={"model", "task", "warm_start", "rollout"})
+    return init_seed(planned.suite, planned.seed), planned.suite.model_dump_json(include={"model", "task", "warm_start", "rollout"})
+
+
+def init_seed(suite: SuiteConfig, seed: int) -> int:
+    """The seed a run's starting model is built and warm-started with."""
+    return seed if suite.warm_start.seed is None else suite.warm_start.seed
 
 
 def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume: bool = False,

@@ -188,3 +188,16 @@ def test_reward_curve_band_uses_every_seed(results_dir):
     assert len(gspo) == 5 and (gspo["low"] <= gspo["mean"]).all() and (gspo["mean"] <= gspo["high"]).all()
     assert gspo["mean"].iloc[-1] == pytest.approx(0.2 + 0.01 * 20 + 0.1)
     assert isinstance(band, pd.DataFrame)
+
+
+def test_mechanism_table_splits_ratio_variance_by_rerouting(tmp_path):
+    """Exact small case: 25% rerouted tokens with 9x the stable tokens' variance hold 75% of it."""
+    run = make_run(tmp_path, "grpo", 0, steps=4)
+    frame = pd.read_parquet(run.path / "metrics.parquet")
+    frame["moe/rerouted_token_frac"], frame["ratio/token_var_rerouted"], frame["ratio/token_var_stable"] = 0.25, 9e-3, 1e-3
+    frame.to_parquet(run.path / "metrics.parquet")
+    from analysis.report import mechanism_table
+
+    table = mechanism_table(load_results(tmp_path / "synth")).set_index("objective")
+    assert table.loc["grpo", "rerouted / stable"] == pytest.approx(9.0)
+    assert table.loc["grpo", "rerouted share of variance"] == pytest.approx(0.75)  # .25*9 / (.25*9 + .75*1)

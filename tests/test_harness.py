@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from gspo_bench.cli import app
 from gspo_bench.config import parse_suite
 from gspo_bench.results import REQUIRED_COLUMNS, RunDir
-from gspo_bench.suite import plan_runs, starting_weights
+from gspo_bench.suite import plan_runs, starting_weights, weights_key
 from gspo_bench.train.loop import RunSpec, train_run
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
@@ -216,6 +216,17 @@ def test_warm_start_is_cached_and_reused(tmp_path):
     assert first == second and any("reused" in m for m in logs)
     other = starting_weights(parse_suite({**data, "task": {"name": "sort", "params": {"max_len": 4}}}), 0, log=logs.append)
     assert other != first  # a different task is a different warm start
+
+
+def test_a_fixed_warm_start_seed_starts_every_seed_from_one_model(tmp_path):
+    data = tiny_suite(tmp_path / "cache", warm_start={"enabled": False}, seeds=[0, 1])
+    per_seed = parse_suite(data)
+    assert starting_weights(per_seed, 0, log=print) != starting_weights(per_seed, 1, log=print)
+    shared = parse_suite({**data, "warm_start": {**data["warm_start"], "seed": 0}})
+    assert starting_weights(shared, 1, log=print) == starting_weights(shared, 0, log=print) == \
+        starting_weights(per_seed, 0, log=print)
+    runs = plan_runs(shared, tmp_path / "out")
+    assert len({weights_key(r) for r in runs}) == 1 and {r.seed for r in runs} == {0, 1}
 
 
 def test_measurements_off_changes_no_training_result(tmp_path, cache):
