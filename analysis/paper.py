@@ -10,7 +10,8 @@ seeds (rliable style: per-seed values, then a CI of their mean).
 | reward at equal compute (Figure 1) | GSPO above GRPO | final reward, difference |
 
 "agrees" says whether the CI of the run's difference lies on the paper's side of 0 ("yes"),
-straddles it ("not distinguishable") or lies on the other side ("no").
+straddles it ("not distinguishable") or lies on the other side ("no"); with fewer than 3 seeds
+there is no CI and no verdict.
 """
 
 from __future__ import annotations
@@ -26,13 +27,16 @@ def _per_seed(metrics: pd.DataFrame, fn) -> pd.Series:
     return metrics.groupby("seed").apply(fn, include_groups=False) if len(metrics) else pd.Series(dtype=float)
 
 
+MIN_CI_SEEDS = 3  # a bootstrap over two values is only their range: no CI and no verdict below this
+
+
 def _fmt(values: np.ndarray, rng: np.random.Generator, spec: str = ".3g") -> str:
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values)]
     if not len(values):
         return "-"
-    if len(values) == 1:
-        return f"{values[0]:{spec}} (1 seed)"
+    if len(values) < MIN_CI_SEEDS:
+        return f"{values.mean():{spec}} ({len(values)} seed{'s' if len(values) > 1 else ''}, no CI)"
     low, high = bootstrap_ci(values, rng)
     return f"{values.mean():{spec}} [{low:{spec}}, {high:{spec}}]"
 
@@ -41,8 +45,8 @@ def _agrees(difference: np.ndarray, rng: np.random.Generator, paper_sign: int) -
     """Whether the CI of a per-seed difference lies on the paper's side of 0."""
     difference = np.asarray(difference, dtype=float)
     difference = difference[np.isfinite(difference)]
-    if len(difference) < 2:
-        return "one seed: no CI"
+    if len(difference) < MIN_CI_SEEDS:
+        return f"{len(difference)} seed(s): too few to tell"
     low, high = bootstrap_ci(difference, rng)
     if low * paper_sign > 0 and high * paper_sign > 0:
         return "yes"

@@ -201,3 +201,33 @@ def test_mechanism_table_splits_ratio_variance_by_rerouting(tmp_path):
     table = mechanism_table(load_results(tmp_path / "synth")).set_index("objective")
     assert table.loc["grpo", "rerouted / stable"] == pytest.approx(9.0)
     assert table.loc["grpo", "rerouted share of variance"] == pytest.approx(0.75)  # .25*9 / (.25*9 + .75*1)
+
+
+def test_paper_vs_run_verdicts_on_a_known_case(results_dir):
+    """Synthetic runs: GSPO clips 0.15 vs GRPO 0.0013 and ends 0.1 higher; GRPO with and without replay
+    have the same rewards; drift per layer grows with depth (0.01 per layer)."""
+    from analysis.paper import paper_vs_run
+
+    table = paper_vs_run(load_results(results_dir)).set_index("quantity")
+    agrees = table["agrees"]
+    assert agrees["clipped-token fraction, GRPO (Figure 2)"] == "yes (GSPO clips more)"
+    assert agrees["final reward at equal compute, GSPO minus GRPO (Figure 1)"] == "yes"
+    assert table.loc["final reward at equal compute, GSPO minus GRPO (Figure 1)", "this run"].startswith("0.1 [")
+    assert agrees["final reward, GRPO with Routing Replay minus without (Figure 3)"] == "not distinguishable"
+    assert agrees["drift of the last MoE layer minus the first, GRPO (moe/drift)"] == "yes"
+    assert table.loc["drift of the last MoE layer minus the first, GRPO (moe/drift)", "this run"].startswith("0.03 [")
+
+
+def test_paper_vs_run_gives_no_verdict_below_three_seeds(tmp_path):
+    for label in ("grpo", "gspo"):
+        for seed in range(2):
+            make_run(tmp_path, label, seed)
+    table = paper_vs_run_table(tmp_path / "synth")
+    assert table.loc["final reward at equal compute, GSPO minus GRPO (Figure 1)", "agrees"] == "2 seed(s): too few to tell"
+    assert table.loc["clipped-token fraction, GSPO (Figure 2)", "this run"] == "0.15 (2 seeds, no CI)"
+
+
+def paper_vs_run_table(root):
+    from analysis.paper import paper_vs_run
+
+    return paper_vs_run(load_results(root)).set_index("quantity")
