@@ -90,3 +90,11 @@ def test_parallel_is_refused_with_a_message_under_torchrun(suite_file, monkeypat
     monkeypatch.setattr(cli, "suite_world", lambda suite: World(rank=0, size=2))
     result = CliRunner().invoke(app, ["run", str(suite_file), "--out", "/nonexistent/x", "--parallel", "2"])
     assert result.exit_code == 2 and "torchrun" in result.output
+
+
+def test_parallel_zero_fits_the_cores_at_the_suite_threads(monkeypatch):
+    from gspo_bench import launch
+
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 16)
+    assert launch.default_parallel(2) == 8 and launch.default_parallel(None) == 16
+    assert launch.default_parallel(32) == 1  # never fewer than one run
