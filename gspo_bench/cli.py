@@ -377,6 +377,20 @@ def regress(
     console.print(f"no regression ({len(checks)} checks)")
 
 
+def eval_target(path: Path) -> tuple[Path, dict]:
+    """The model directory to evaluate and the suite it was trained by ({} for a bare model directory)."""
+    import yaml
+
+    if (path / "config.yaml").is_file():  # a run directory
+        model_dir = path / "checkpoint" / "model"
+        if not (model_dir / "config.json").is_file():
+            raise fail(f"{path} is a run directory without a checkpoint (checkpoint/model/)")
+        return model_dir, yaml.safe_load((path / "config.yaml").read_text())["suite"]
+    if (path / "config.json").is_file():
+        return path, {}
+    raise fail(f"{path} is neither a run directory nor a Hugging Face model directory")
+
+
 @app.command("eval")
 @guarded
 def eval_policy(
@@ -389,28 +403,23 @@ def eval_policy(
     temperature: float = typer.Option(1.0, min=0.0),
     seed: int = 0,
     out: Path | None = typer.Option(None, "--out", help="where task files and scores go (default: PATH/eval)"),
+    chat_template: bool | None = typer.Option(None, "--chat-template/--no-chat-template", help="render prompts with "
+                                              "the tokenizer's chat template (default: as the run did; for a model "
+                                              "directory, when its tokenizer has one)"),
 ) -> None:
     """Evaluate a saved policy with lm-eval on held-out task splits, standalone."""
     import json
 
-    import yaml
     from pydantic import ValidationError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from gspo_bench.config import EvalConfig
     from gspo_bench.evaluation import Evaluator, unknown_eval_tasks
+    from gspo_bench.models.chat import resolve_prompt_format
 
-    suite_task, suite_params = None, {}
-    if (path / "config.yaml").is_file():  # a run directory
-        config = yaml.safe_load((path / "config.yaml").read_text())
-        suite_task, suite_params = config["suite"]["task"]["name"], config["suite"]["task"].get("params", {})
-        model_dir = path / "checkpoint" / "model"
-        if not (model_dir / "config.json").is_file():
-            raise fail(f"{path} is a run directory without a checkpoint (checkpoint/model/)")
-    elif (path / "config.json").is_file():
-        model_dir = path
-    else:
-        raise fail(f"{path} is neither a run directory nor a Hugging Face model directory")
+    model_dir, suite = eval_target(path)
+    suite_task, suite_params = suite.get("task", {}).get("name"), suite.get("task", {}).get("params", {})
+    rollout, tiny = suite.get("rollout", {}), bool(suite) and suite["model"].get("path") is None
     try:
         cfg = EvalConfig(tasks=[t.strip() for t in tasks.split(",") if t.strip()], samples=samples, limit=limit,
                          greedy=greedy, max_new_tokens=max_new_tokens, temperature=temperature)
@@ -420,9 +429,15 @@ def eval_policy(
     if unknown:
         raise fail(f"--tasks: unknown task(s) {unknown}: neither a gspo-bench task (gspo-bench ls) nor an lm-eval task")
     out = out or path / "eval"
-    evaluator = Evaluator(cfg, out / "tasks", suite_task, suite_params)
     model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    try:
+        chat = rollout.get("chat_template") if chat_template is None else chat_template
+        prompt_format = resolve_prompt_format(chat, rollout.get("system_prompt"), tokenizer, tiny=tiny,
+                                              source=str(model_dir))
+    except ValueError as err:
+        raise fail(str(err)) from None
+    evaluator = Evaluator(cfg, out / "tasks", suite_task, suite_params, prompt_format=prompt_format)
     scores = evaluator(model, tokenizer, seed=seed)
     (out / "scores.json").write_text(json.dumps(scores, indent=1))
     table = Table(title=escape(f"lm-eval scores of {model_dir}"))

@@ -147,6 +147,17 @@ class RolloutConfig(Strict):
     dtype: Literal["float32", "bfloat16"] | None = Field(
         None, description="precision the rollout is generated in (default: train.dtype). bfloat16 with fp32 "
         "training is a training-inference mismatch as inference engines make it (mismatch/*, moe/rollout_gap)")
+    chat_template: bool | None = Field(
+        None, description="render prompts with the tokenizer's chat template (add_generation_prompt), in rollout, "
+        "warm start and evaluation. Default: on when the tokenizer has one and the model is not a tiny built-in; "
+        "true on a tiny model gives its character tokenizer a small template")
+    system_prompt: str | None = Field(None, description="system message before each prompt (chat template only)")
+
+    @model_validator(mode="after")
+    def _system_prompt_needs_chat(self):
+        if self.system_prompt and self.chat_template is False:
+            raise ValueError("system_prompt needs the chat template; chat_template is false")
+        return self
 
 
 class TrainConfig(Strict):
@@ -180,6 +191,11 @@ class BudgetConfig(Strict):
 class EvalConfig(Strict):
     tasks: list[str] = Field(default_factory=list, description="our tasks by name (the suite's task uses its "
                              "params) or lm-eval task names with local data; empty: no evaluation")
+    lm_eval_tasks: list[str] = Field(default_factory=list, description="standard lm-eval tasks by registry name "
+                                     "(gsm8k, minerva_math, ...), run with lm-eval's own prompts, metrics and chat "
+                                     "template handling; their datasets must be reachable or in the local cache")
+    lm_eval_include: str | None = Field(None, description="a directory of extra lm-eval task YAMLs, searched "
+                                        "for lm_eval_tasks (lm-eval's include_path)")
     every: int | None = Field(None, ge=1, description="steps between evaluations (also at step 0 and at the end)")
     samples: int = Field(1, ge=1, description="samples per prompt: the score is the average Pass@1")
     limit: int = Field(64, ge=1, description="test documents per task")
@@ -188,11 +204,27 @@ class EvalConfig(Strict):
     max_new_tokens: int | None = Field(None, ge=1, description="default: the rollout's")
     batch_size: int = Field(64, ge=1)
 
+    @property
+    def enabled(self) -> bool:
+        return bool(self.tasks or self.lm_eval_tasks)
+
     @model_validator(mode="after")
     def _greedy(self):
         if self.greedy and self.samples > 1:
             raise ValueError("greedy decoding gives one response per prompt: set samples: 1")
         return self
+
+
+class WandbConfig(Strict):
+    project: str = Field(description="W&B project")
+    entity: str | None = Field(None, description="W&B entity (team or user); default: the logged-in user's")
+    mode: Literal["offline", "online"] = Field("offline", description="offline writes <run>/wandb/ (sync later "
+                                               "with `wandb sync`); online needs a login and a network")
+
+
+class TrackingConfig(Strict):
+    tensorboard: bool = Field(False, description="TensorBoard events under <run>/tensorboard/ (extra: tracking)")
+    wandb: WandbConfig | None = Field(None, description="Weights & Biases run per run folder (extra: tracking)")
 
 
 class CollapseConfig(Strict):
@@ -279,6 +311,7 @@ class SuiteConfig(Strict):
     output_dir: str = Field("runs", description="results go to OUTPUT_DIR/<name>/<label>-s<seed>/")
     collapse: CollapseConfig = CollapseConfig()
     eval: EvalConfig = EvalConfig()
+    tracking: TrackingConfig = TrackingConfig()
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="suite fields by dotted path -> values "
                                         "to cross (e.g. train.lr: [1e-4, 3e-4]); every objective x seed runs at "
                                         "every combination, labelled objective@name=value,...")
@@ -412,8 +445,8 @@ def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
     (a JSONL file is read), the device exists, a model.path is a supported checkpoint, every
     objective accepts its clip range and kwargs, every eval task is known. SuiteError naming the file
     and the field."""
-    problems = [p for check in (_check_task, _check_device, _check_model_path, _check_objectives, _check_eval_tasks)
-                for p in check(suite)]
+    problems = [p for check in (_check_task, _check_device, _check_model_path, _check_objectives, _check_eval_tasks,
+                                _check_tracking) for p in check(suite)]
     if problems:
         raise SuiteError("\n".join([f"{source}: {len(problems)} problem(s)", *(f"  {p}" for p in problems)]))
 
@@ -473,8 +506,23 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
     return problems
 
 
+def _check_tracking(suite: SuiteConfig) -> list[str]:
+    from gspo_bench.tracking import check_available
+
+    return [f"tracking: {p}" for p in check_available(suite.tracking)]
+
+
 def _check_eval_tasks(suite: SuiteConfig) -> list[str]:
     from gspo_bench.evaluation import unknown_eval_tasks
 
+    if suite.eval.lm_eval_include and not Path(suite.eval.lm_eval_include).is_dir():
+        return [f"eval.lm_eval_include: {suite.eval.lm_eval_include} is not a directory"]
+    problems = []
     unknown = unknown_eval_tasks(suite.eval.tasks, suite.task.name)
-    return [f"eval.tasks: unknown task(s) {unknown}: neither a gspo-bench task nor an lm-eval task"] if unknown else []
+    if unknown:
+        problems.append(f"eval.tasks: unknown task(s) {unknown}: neither a gspo-bench task nor an lm-eval task")
+    unknown = unknown_eval_tasks(suite.eval.lm_eval_tasks, None, suite.eval.lm_eval_include)
+    if unknown:
+        problems.append(f"eval.lm_eval_tasks: {unknown} not in lm-eval's task registry"
+                        + (f" nor in {suite.eval.lm_eval_include}" if suite.eval.lm_eval_include else ""))
+    return problems

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from gspo_bench.tasks import list_tasks, make_task
+from gspo_bench.models.chat import PromptFormat
+from gspo_bench.tasks import generated_tasks, make_task
 
 PREFIX = "gspo_"
 
@@ -87,15 +88,18 @@ def write_task_files(out_dir: Path, task: str, params: dict, *, limit: int, samp
     return name
 
 
-def evaluate(model, tokenizer, tasks: list[str], include_path: Path | None, *, batch_size: int = 64,
-             seed: int = 0, limit: int | None = None) -> dict[str, dict]:
+def evaluate(model, tokenizer, tasks: list[str], include_path: Path | list[Path] | None, *, batch_size: int = 64,
+             seed: int = 0, limit: int | None = None, prompt_format: PromptFormat = PromptFormat()) -> dict[str, dict]:
     """Evaluate `model` with lm-eval on `tasks` (lm-eval names); returns {task: {score, stderr, metric}}.
 
-    Tasks written by `write_task_files` are found under `include_path`; any other name is looked up
-    among lm-eval's own tasks (their data must already be in the local datasets cache: offline).
+    Tasks written by `write_task_files` are found under `include_path` (with any other task
+    directories listed there); any other name is looked up in lm-eval's own registry (its data must
+    be reachable or already in the local datasets cache). With a chat `prompt_format`, lm-eval
+    renders every prompt with the tokenizer's chat template (and the system prompt).
     """
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    if os.environ.get("HF_HUB_OFFLINE") is None:  # a connected machine may set 0 to fetch a standard task's data
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
     # lm-eval warns on every in-memory model ("pretrained is not a str"): expected here, so quiet it
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     from lm_eval import simple_evaluate
@@ -103,7 +107,8 @@ def evaluate(model, tokenizer, tasks: list[str], include_path: Path | None, *, b
     from lm_eval.tasks import TaskManager
 
     ours_only = all(t.startswith(PREFIX) for t in tasks)
-    manager = TaskManager(include_path=str(include_path) if include_path else None, include_defaults=not ours_only)
+    paths = [include_path] if isinstance(include_path, str | Path) else list(include_path or [])
+    manager = TaskManager(include_path=[str(p) for p in paths] or None, include_defaults=not ours_only)
     was_training = model.training
     model.eval()
     try:
@@ -111,7 +116,7 @@ def evaluate(model, tokenizer, tasks: list[str], include_path: Path | None, *, b
                   max_length=getattr(model.config, "max_position_embeddings", 2048))
         output = simple_evaluate(
             model=lm, tasks=list(tasks), task_manager=manager, limit=limit, log_samples=False, verbosity="ERROR",
-            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+            apply_chat_template=prompt_format.chat, system_instruction=prompt_format.system_prompt, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
         )
     finally:
         model.train(was_training)
@@ -128,7 +133,7 @@ def evaluate(model, tokenizer, tasks: list[str], include_path: Path | None, *, b
 def resolve_tasks(names: list[str], suite_task: str | None, suite_params: dict) -> list[tuple[str, dict | None]]:
     """(name, params) per requested task: ours get params (the suite's for the suite's task, else the
     defaults); other names are lm-eval tasks (params None)."""
-    ours = set(list_tasks()) - {"jsonl"}
+    ours = set(generated_tasks())
     out = []
     for name in names:
         if name == suite_task:
@@ -147,11 +152,14 @@ class Evaluator:
 
     `suite_task`/`suite_params`: the suite's task, evaluated with the suite's own params.
     `max_new_tokens`/`temperature`: used where the config leaves them unset (the rollout's).
+    `prompt_format`: the run's (chat template or raw), so evaluation prompts look like the rollout's.
+    `cfg.lm_eval_tasks` go to lm-eval's registry by name (with `cfg.lm_eval_include` searched too).
     """
 
     def __init__(self, cfg, include: Path, suite_task: str | None = None, suite_params: dict | None = None,
-                 max_new_tokens: int = 32, temperature: float = 1.0):
-        self.cfg, self.include = cfg, Path(include)
+                 max_new_tokens: int = 32, temperature: float = 1.0, prompt_format: PromptFormat = PromptFormat()):
+        self.cfg, self.include, self.prompt_format = cfg, Path(include), prompt_format
+        self.include_paths = [self.include] + ([Path(cfg.lm_eval_include)] if cfg.lm_eval_include else [])
         self.names = []
         for name, params in resolve_tasks(cfg.tasks, suite_task, suite_params or {}):
             self.names.append(name if params is None else write_task_files(
@@ -159,20 +167,24 @@ class Evaluator:
                 max_new_tokens=cfg.max_new_tokens or max_new_tokens, temperature=cfg.temperature or temperature,
                 greedy=cfg.greedy,
             ))
+        self.names += [name for name in cfg.lm_eval_tasks if name not in self.names]
 
     def __call__(self, model, tokenizer, seed: int = 0) -> dict[str, dict]:
         """{lm-eval task name: {score, stderr, metric}} of `model` now."""
-        return evaluate(model, tokenizer, self.names, self.include, batch_size=self.cfg.batch_size, seed=seed)
+        limit = self.cfg.limit if self.cfg.lm_eval_tasks else None  # ours already hold `limit` documents
+        return evaluate(model, tokenizer, self.names, self.include_paths, batch_size=self.cfg.batch_size, seed=seed,
+                        limit=limit, prompt_format=self.prompt_format)
 
 
-def unknown_eval_tasks(names: list[str], suite_task: str | None = None) -> list[str]:
-    """The names that are neither one of our tasks (or the suite's) nor a task lm-eval's registry knows."""
-    ours = (set(list_tasks()) - {"jsonl"}) | ({suite_task} if suite_task else set())
+def unknown_eval_tasks(names: list[str], suite_task: str | None = None, include: str | None = None) -> list[str]:
+    """The names that are neither one of our tasks (or the suite's) nor a task lm-eval's registry
+    (with the task directory `include`) knows."""
+    ours = set(generated_tasks()) | ({suite_task} if suite_task else set())
     others = [n for n in names if n not in ours]
     if not others:
         return []
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     from lm_eval.tasks import TaskManager
 
-    known = set(TaskManager().all_tasks)
+    known = set(TaskManager(include_path=include).all_tasks)
     return [n for n in others if n not in known]

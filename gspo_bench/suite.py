@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     """
     from gspo_bench import __version__
     from gspo_bench.models import build_char_tokenizer, build_tiny_moe
+    from gspo_bench.models.chat import TINY_CHAT_TEMPLATE, resolve_prompt_format
     from gspo_bench.models.tokenizer import DEFAULT_ALPHABET
     from gspo_bench.tasks import make_task
     from gspo_bench.warmstart import WarmStartParams, warm_start
@@ -77,6 +78,9 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
         return Path(suite.model.path)
     seed = init_seed(suite, seed)
     tokenizer = build_char_tokenizer()
+    if suite.rollout.chat_template:  # a tiny model asked to chat: its tokenizer gets the tiny template
+        tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    prompt_format = resolve_prompt_format(suite.rollout.chat_template, suite.rollout.system_prompt, tokenizer, tiny=True)
     sizes = suite.model.model_dump(exclude={"family", "path", "architecture"})
 
     def build():
@@ -87,12 +91,13 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     key_parts = {
         "model": suite.model.model_dump(mode="json", exclude={"architecture"}), "task": suite.task.model_dump(mode="json"),
         "alphabet": DEFAULT_ALPHABET, "seed": seed, "gspo_bench": __version__, "torch": torch.__version__,
-        "enabled": ws.enabled,
+        "enabled": ws.enabled, **({"prompt_format": asdict(prompt_format)} if prompt_format.chat else {}),
     }
     params = WarmStartParams(
         lr=ws.lr, batch_size=ws.batch_size, max_steps=ws.max_steps if ws.enabled else 0, eval_every=ws.eval_every,
         eval_examples=ws.eval_examples, band=ws.band if ws.enabled else (0.0, 1.0),
         temperature=suite.rollout.temperature, max_new_tokens=suite.rollout.max_new_tokens, seed=seed,
+        prompt_format=prompt_format,
     )
     log(f"starting weights for seed {seed}: {'warm start' if ws.enabled else 'fresh init'} (cache {cache})")
     _, info = warm_start(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from gspo_bench.models.chat import PromptFormat
 from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
 from gspo_bench.rollout import SamplingParams, left_pad, make_engine, position_ids
 from gspo_bench.tasks import Example, Task
@@ -32,6 +33,7 @@ class WarmStartParams:
     temperature: float = 1.0
     max_new_tokens: int = 32
     seed: int = 0
+    prompt_format: PromptFormat = PromptFormat()  # raw prompts, or rendered with the chat template
 
 
 class WarmStartError(RuntimeError):
@@ -43,12 +45,14 @@ def cache_key(parts: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def sft_batch(tokenizer, examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-padded prompt+answer+</s> ids [B, L], attention mask [B, L] and loss mask [B, L - 1]."""
+def sft_batch(tokenizer, examples: list[Example], prompt_format: PromptFormat = PromptFormat()
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded prompt+answer+</s> ids [B, L], attention mask [B, L] and loss mask [B, L - 1];
+    prompts as the rollout renders them (`prompt_format`)."""
     rows, answer_lens = [], []
     for ex in examples:
         answer = tokenizer.encode(ex.answer) + [EOS_ID]
-        rows.append(tokenizer.encode(ex.prompt) + answer)
+        rows.append(prompt_format.encode(tokenizer, ex.prompt) + answer)
         answer_lens.append(len(answer))
     ids, mask = left_pad(rows, PAD_ID)
     targets_mask = torch.zeros(ids.shape[0], ids.shape[1] - 1, dtype=torch.bool)
@@ -61,7 +65,7 @@ def sampled_accuracy(model, tokenizer, task: Task, examples: list[Example], para
     """Mean reward of one sampled response per test example (the rollout distribution)."""
     engine = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID)
     rollout = engine.generate(
-        model, [tokenizer.encode(ex.prompt) for ex in examples],
+        model, [params.prompt_format.encode(tokenizer, ex.prompt) for ex in examples],
         SamplingParams(group_size=1, max_new_tokens=params.max_new_tokens, temperature=params.temperature,
                        seed=seed, capture_routing=False),
     )
@@ -102,7 +106,8 @@ def finetune(model, tokenizer, task: Task, params: WarmStartParams,
         if step == params.max_steps:
             break
         model.train()
-        ids, mask, target_mask = sft_batch(tokenizer, [task.train_example(rng) for _ in range(params.batch_size)])
+        ids, mask, target_mask = sft_batch(tokenizer, [task.train_example(rng) for _ in range(params.batch_size)],
+                                             params.prompt_format)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
         optimizer.zero_grad(set_to_none=True)

@@ -62,15 +62,20 @@ class JsonlTask:
         return self._test[:n]
 
     def reward(self, response: str, example: Example) -> float:
-        from math_verify import parse, verify
-
-        try:
-            return 1.0 if verify(parse(example.answer), parse(response)) else 0.0
-        except Exception:  # math-verify raises on unparsable model text: that is a wrong answer
-            return 0.0
+        return math_reward(response, example)
 
 
-@register_task("jsonl", "a JSONL file of prompt/answer records; reward via math-verify")
+def math_reward(response: str, example: Example) -> float:
+    """1 when math-verify finds the response's answer equal to the example's, else 0."""
+    from math_verify import parse, verify
+
+    try:
+        return 1.0 if verify(parse(example.answer), parse(response)) else 0.0
+    except Exception:  # math-verify raises on unparsable model text: that is a wrong answer
+        return 0.0
+
+
+@register_task("jsonl", "a JSONL file of prompt/answer records; reward via math-verify", needs_params=True)
 def make_jsonl(path: str = "", prompt_field: str = "prompt", answer_field: str = "answer",
                test_share: float = 0.1) -> JsonlTask:
     if not path:

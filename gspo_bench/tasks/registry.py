@@ -14,16 +14,17 @@ class TaskSpec:
     name: str
     factory: Callable[..., Task]
     description: str
+    needs_params: bool = False  # built from the user's data (a file, a dataset): no default instance
 
 
 _TASKS: dict[str, TaskSpec] = {}
 
 
-def register_task(name: str, description: str) -> Callable:
+def register_task(name: str, description: str, needs_params: bool = False) -> Callable:
     def decorate(factory: Callable[..., Task]) -> Callable[..., Task]:
         if name in _TASKS:
             raise ValueError(f"task {name!r} is already registered")
-        _TASKS[name] = TaskSpec(name, factory, description)
+        _TASKS[name] = TaskSpec(name, factory, description, needs_params)
         return factory
 
     return decorate
@@ -31,6 +32,11 @@ def register_task(name: str, description: str) -> Callable:
 
 def list_tasks() -> list[str]:
     return sorted(_TASKS)
+
+
+def generated_tasks() -> list[str]:
+    """Tasks that build with their default params (not from the user's data)."""
+    return [name for name in list_tasks() if not _TASKS[name].needs_params]
 
 
 def task_spec(name: str) -> TaskSpec:

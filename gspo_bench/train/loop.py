@@ -60,6 +60,8 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             out.write_rows("layers.parquet", state.layer_rows)
             if on_step is not None and run.world.is_main:
                 on_step(state.rows[-1])
+            if run.tracker is not None:
+                run.tracker.log_row(state.rows[-1])
             reason = collapse_reason(suite.collapse, state, rollout_finite=outcome.rollout_finite,
                                      params_finite=outcome.params_finite)
             if reason:
@@ -98,7 +100,8 @@ def run_step(run: Run, step: int) -> StepOutcome:
     replay = entry.replay_source if entry.use_replay else None
     batch = collect_rollout(policy, run.engine, run.tokenizer, run.task, examples,
                             sampling_params(suite, seed, step, policy.world, routing=train.measure or replay == "rollout"),
-                            train.advantage_scale, step_penalty=entry.step_penalty if entry.credit == "step" else None)
+                            train.advantage_scale, step_penalty=entry.step_penalty if entry.credit == "step" else None,
+                            prompt_format=run.prompt_format)
     t_rollout = time.perf_counter() - start
     # ------------------------------------------------------------------ old-policy pass (no grad)
     old = old_policy_pass(policy, batch, temperature=rollout_cfg.temperature, replay=replay,
@@ -153,6 +156,8 @@ def evaluate(run: Run, state: RunState) -> None:
                          "samples": run.suite.eval.samples, "compute/cum_flops": state.cum_flops,
                          "time/eval_s": elapsed} for task, s in scores.items()]
     run.out.write_rows("eval.parquet", state.eval_rows)
+    if run.tracker is not None:
+        run.tracker.log_eval(state.step, scores)
 
 
 def failure_message(err: BaseException, run_dir) -> str:
@@ -174,6 +179,8 @@ def finish(run: Run, state: RunState, status: str, message: str, **extra) -> dic
     run.provenance["end"] = now()
     run.out.write_json("provenance.json", run.provenance)
     run.out.write_status(status, message, step=state.step, **extra)
+    if run.tracker is not None:
+        run.tracker.close(status)
     return {"status": status, "message": message, "step": state.step}
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from gspo_bench.distributed import gather_rollout
+from gspo_bench.models.chat import PromptFormat
 from gspo_bench.objectives import group_advantages
 from gspo_bench.rollout import Rollout, RolloutEngine, SamplingParams
 from gspo_bench.tasks import Example, Task
@@ -60,12 +61,14 @@ def draw_examples(task: Task, n: int, seed: int) -> list[Example]:
 
 
 def collect_rollout(policy: Policy, engine: RolloutEngine, tokenizer, task: Task, examples: list[Example],
-                    params: SamplingParams, advantage_scale: str = "std", step_penalty: float | None = None) -> RolloutBatch:
+                    params: SamplingParams, advantage_scale: str = "std", step_penalty: float | None = None,
+                    prompt_format: PromptFormat = PromptFormat()) -> RolloutBatch:
     """Sample G responses per example from the policy's current weights (in the rollout precision:
-    the training one unless rollout.dtype differs), decode and score them with the task's verifier."""
+    the training one unless rollout.dtype differs), decode and score them with the task's verifier.
+    Prompts are rendered by `prompt_format` (raw, or with the chat template)."""
     engine.sync_weights(policy.model)
     with (policy.rollout_precision or policy.precision).autocast():
-        rollout = generate(policy, engine, [tokenizer.encode(ex.prompt) for ex in examples], params)
+        rollout = generate(policy, engine, [prompt_format.encode(tokenizer, ex.prompt) for ex in examples], params)
     texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)  # the one host copy of tokens
     group = params.group_size
     rows = [examples[i // group] for i in range(len(texts))]

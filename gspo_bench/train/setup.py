@@ -16,10 +16,12 @@ from gspo_bench.config import ObjectiveEntry, SuiteConfig
 from gspo_bench.distributed import World, device_for, shard, world_from_env
 from gspo_bench.evaluation import Evaluator
 from gspo_bench.lock import RunBusyError, RunLock
+from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.objectives import get_objective
 from gspo_bench.results import RunDir, now, provenance
 from gspo_bench.rollout import RolloutEngine, make_engine
 from gspo_bench.tasks import Task
+from gspo_bench.tracking import Tracker, open_tracker
 from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state
 from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
@@ -54,6 +56,8 @@ class Run:
     provenance: dict
     evaluator: Evaluator | None
     lock: RunLock | None = None  # this process's hold on the run folder (rank 0)
+    prompt_format: PromptFormat = PromptFormat()  # raw prompts, or rendered with the chat template
+    tracker: Tracker | None = None  # TensorBoard / W&B views of the rows (rank 0, when configured)
 
     @property
     def suite(self) -> SuiteConfig:
@@ -92,24 +96,33 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         state, prov = RunState(), provenance(str(device))
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
+        prompt_format = run_prompt_format(suite, tokenizer)
         engine = make_run_engine(suite, tokenizer, weights, device)
         if spec.entry.use_replay and spec.entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
             raise ValueError(f"{spec.entry.run_label}: rollout routing replay (R3) needs an engine that returns "
                              f"routed experts; rollout.engine {suite.rollout.engine} does not (hf does)")
         evaluator = None
-        if suite.eval.tasks:
+        if suite.eval.enabled:
             evaluator = Evaluator(suite.eval, out.path / "eval_tasks", suite.task.name, suite.task.params,
-                                  suite.rollout.max_new_tokens, suite.rollout.temperature)
-        out.write_text("config.yaml", resolved_config(spec, lr=policy.optimizer.param_groups[0]["lr"]))
+                                  suite.rollout.max_new_tokens, suite.rollout.temperature, prompt_format)
+        config = resolved_config(spec, lr=policy.optimizer.param_groups[0]["lr"])
+        out.write_text("config.yaml", config)
         out.write_json("provenance.json", prov)
         out.write_status("running", step=state.step)
+        tracker = open_tracker(suite.tracking, out.path, suite.name, yaml.safe_load(config), state.step, world.is_main)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
     objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
     return Run(spec, out, policy, tokenizer, engine, suite.task.instance(), objective, n_active, prov, evaluator,
-               lock), state
+               lock, prompt_format, tracker), state
+
+
+def run_prompt_format(suite: SuiteConfig, tokenizer) -> PromptFormat:
+    """How the run renders prompts (rollout.chat_template resolved against the run's tokenizer)."""
+    return resolve_prompt_format(suite.rollout.chat_template, suite.rollout.system_prompt, tokenizer,
+                                 tiny=suite.model.path is None, source=suite.model.path or "the tiny model")
 
 
 def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device: torch.device,
@@ -167,7 +180,7 @@ def make_run_engine(suite: SuiteConfig, tokenizer, weights: Path, device: torch.
 
 def check_distributed(suite: SuiteConfig, world: World) -> None:
     """What a torchrun run cannot do (yet), refused before any work."""
-    if suite.eval.tasks:
+    if suite.eval.enabled:
         raise ValueError("eval: is not supported under torchrun; evaluate checkpoints afterwards with "
                          "`gspo-bench eval RUN_DIR`")
     if suite.rollout.engine != "hf":
@@ -189,7 +202,7 @@ def resolved_config(spec, lr: float) -> str:
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
 
 
-# fields of config.yaml that do not change what a run computes
+# fields of config.yaml that do not change what a run computes (nor do suite.tracking.*)
 _NOT_COMPARED = ("suite.description", "suite.output_dir")
 
 
@@ -207,5 +220,5 @@ def config_changes(run_dir: Path, spec) -> list[str]:
         return []
     old = _flatten(yaml.safe_load(recorded.read_text()) or {})
     new = _flatten(yaml.safe_load(resolved_config(spec, lr=spec.entry.lr or spec.suite.train.lr)))
-    keys = sorted((set(old) | set(new)) - set(_NOT_COMPARED))
+    keys = sorted(k for k in set(old) | set(new) if k not in _NOT_COMPARED and not k.startswith("suite.tracking."))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]

@@ -1,0 +1,158 @@
+"""A Hugging Face dataset of question/answer records, loaded with `datasets.load_dataset`; reward by
+math-verify (as the `jsonl` task).
+
+`path` is what `load_dataset` takes: a hub id (on a connected machine, or one in the local datasets
+cache), a local dataset directory, or a data file (`.parquet`, `.json`, `.jsonl`, `.csv`, loaded with
+the matching builder). The usual math sets:
+
+    | dataset                            | prompt_field | answer_field | answer_pattern  | splits      |
+    |------------------------------------|--------------|--------------|-----------------|-------------|
+    | openai/gsm8k (name: main)          | question     | answer       | '#### (.+)$'    | train, test |
+    | EleutherAI/hendrycks_math (name: algebra, ...) | problem | solution | (none: math-verify reads the \\boxed{}) | train, test |
+    | BytedTsinghua-SIA/DAPO-Math-17k    | prompt (a chat list: use the jsonl task) | reward_model.ground_truth | - | train |
+    | HuggingFaceH4/MATH-500             | problem      | answer       | -               | test        |
+
+A dataset with no test split (`test_split: null`) is split by a hash of the prompt (`test_share`).
+Errors name the dataset and the split or field that is missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gspo_bench.tasks.base import Example, in_test_split
+from gspo_bench.tasks.jsonl import math_reward
+from gspo_bench.tasks.registry import register_task
+
+FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
+
+
+def load_split(path: str, name: str | None, split: str) -> Any:
+    """`datasets.load_dataset(path, name, split=split)` (a data file with its builder); errors name
+    the dataset and, for a missing split, the splits it has."""
+    import datasets
+
+    what = f"hf_dataset {path!r}" + (f" (name {name!r})" if name else "")
+    builder, files = path, None
+    suffix = Path(path).suffix.lower()
+    if suffix in FILE_BUILDERS:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{what}: no such file")
+        builder, files = FILE_BUILDERS[suffix], {"train": path}
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    try:
+        splits = datasets.load_dataset(builder, name, data_files=files)
+    except (FileNotFoundError, ValueError, ConnectionError, OSError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{what} cannot be loaded: {reason}") from None
+    if split not in splits:
+        raise ValueError(f"{what} has no split {split!r}; its splits: {', '.join(splits)}")
+    return splits[split]
+
+
+def field_value(record: dict, dotted: str) -> Any:
+    """record['a']['b'] for 'a.b' (nested fields such as DAPO's reward_model.ground_truth); KeyError if absent."""
+    value: Any = record
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(dotted)
+        value = value[part]
+    return value
+
+
+def read_examples(rows, what: str, prompt_field: str, answer_field: str, answer_pattern: str | None) -> list[Example]:
+    """Examples of a loaded split; errors name the dataset, the split and the field."""
+    columns = list(rows.column_names)
+    for wanted in (prompt_field, answer_field):
+        if wanted.split(".")[0] not in columns:
+            raise ValueError(f"{what} has no field {wanted!r}; its fields: {', '.join(columns)}")
+    pattern = re.compile(answer_pattern, re.MULTILINE | re.DOTALL) if answer_pattern else None
+    examples = []
+    for index, record in enumerate(rows):
+        try:
+            prompt, answer = field_value(record, prompt_field), field_value(record, answer_field)
+        except KeyError as err:
+            raise ValueError(f"{what}, record {index}: no field {err.args[0]!r}") from None
+        for key, value in ((prompt_field, prompt), (answer_field, answer)):
+            if not isinstance(value, str | int | float) or isinstance(value, bool):
+                raise ValueError(f"{what}, record {index}: field {key!r} is {type(value).__name__}, "
+                                 "not a string or number")
+        answer = str(answer)
+        if pattern is not None:
+            match = pattern.search(answer)
+            if match is None:
+                raise ValueError(f"{what}, record {index}: answer_pattern {answer_pattern!r} does not match "
+                                 f"field {answer_field!r} ({answer[:60]!r})")
+            answer = match.group(1) if pattern.groups else match.group(0)
+        examples.append(Example(prompt=str(prompt), answer=answer.strip()))
+    if not examples:
+        raise ValueError(f"{what} has no records")
+    return examples
+
+
+@functools.lru_cache(maxsize=8)
+def split_examples(path: str, name: str | None, split: str, prompt_field: str, answer_field: str,
+                   answer_pattern: str | None) -> tuple[Example, ...]:
+    """The examples of one split, read once per process (a suite builds its task several times)."""
+    what = f"hf_dataset {path!r}" + (f" (name {name!r})" if name else "") + f" split {split!r}"
+    return tuple(read_examples(load_split(path, name, split), what, prompt_field, answer_field, answer_pattern))
+
+
+@dataclass(frozen=True)
+class HFDatasetTask:
+    path: str
+    config_name: str | None = None  # the dataset's configuration (load_dataset's `name`)
+    split: str = "train"
+    test_split: str | None = "test"
+    prompt_field: str = "question"
+    answer_field: str = "answer"
+    answer_pattern: str | None = None
+    test_share: float = 0.1
+    name: str = "hf_dataset"
+    _train: list[Example] = field(default_factory=list, repr=False)
+    _test: list[Example] = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        label = f"hf_dataset {self.path!r}" + (f" (name {self.config_name!r})" if self.config_name else "")
+        fields = (self.prompt_field, self.answer_field, self.answer_pattern)
+        train = split_examples(self.path, self.config_name, self.split, *fields)
+        if self.test_split is None:  # one split: held-out problems by a hash of the prompt
+            for example in train:
+                (self._test if in_test_split(example.prompt, self.test_share) else self._train).append(example)
+        else:
+            self._train.extend(train)
+            self._test.extend(split_examples(self.path, self.config_name, self.test_split, *fields))
+        if not self._train or not self._test:
+            raise ValueError(f"{label}: {len(self._train)} train / {len(self._test)} test records; both need one "
+                             "(change test_share or test_split)")
+
+    def train_example(self, rng: random.Random) -> Example:
+        return rng.choice(self._train)
+
+    def test_examples(self, n: int) -> list[Example]:
+        return self._test[:n]
+
+    def reward(self, response: str, example: Example) -> float:
+        return math_reward(response, example)
+
+
+@register_task("hf_dataset", "a Hugging Face dataset (hub id, local directory or data file) of question/answer "
+               "records; reward via math-verify", needs_params=True)
+def make_hf_dataset(path: str = "", name: str | None = None, split: str = "train", test_split: str | None = "test",
+                    prompt_field: str = "question", answer_field: str = "answer", answer_pattern: str | None = None,
+                    test_share: float = 0.1) -> HFDatasetTask:
+    if not path:
+        raise ValueError("hf_dataset task needs params.path (a hub id, a local directory or a data file)")
+    if answer_pattern is not None:
+        try:
+            re.compile(answer_pattern)
+        except re.error as err:
+            raise ValueError(f"hf_dataset {path!r}: answer_pattern {answer_pattern!r} is not a regex ({err})") from None
+    return HFDatasetTask(path=path, config_name=name, split=split, test_split=test_split, prompt_field=prompt_field,
+                         answer_field=answer_field, answer_pattern=answer_pattern, test_share=test_share)
