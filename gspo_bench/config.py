@@ -252,6 +252,25 @@ class ObjectiveEntry(Strict):
         "each step (A_i - step_penalty on a wrong step's tokens; objectives that take per-token advantages, "
         "tasks that check steps: countdown)")
     step_penalty: float = Field(0.5, gt=0, description="how much lower a wrong step's tokens' advantage is")
+    correction: dict[str, Any] | None = Field(
+        None, description="training-inference mismatch correction composed with the objective: {kind: tis|mis|"
+        "icepop|opsm, ...its params} (e.g. {kind: icepop, low: 0.5, high: 5.0}); see `gspo-bench ls`")
+
+    @field_validator("correction")
+    @classmethod
+    def _correction(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        from gspo_bench.objectives.corrections import correction_spec, list_corrections
+
+        kind = v.get("kind")
+        if kind not in list_corrections():
+            raise ValueError(f"correction.kind must be one of {', '.join(list_corrections())}, got {kind!r}")
+        valid = correction_spec(kind).params()
+        unknown = sorted(set(v) - {"kind"} - set(valid))
+        if unknown:
+            raise ValueError(f"correction {kind} has no params {unknown}; valid: {sorted(valid)}")
+        return v
 
     @model_validator(mode="after")
     def _known(self):
@@ -282,6 +301,17 @@ class ObjectiveEntry(Strict):
     @property
     def run_label(self) -> str:
         return self.label or self.name
+
+    def correction_fn(self):
+        """The correction with this entry's params bound (None without one)."""
+        if self.correction is None:
+            return None
+        from functools import partial
+
+        from gspo_bench.objectives.corrections import get_correction
+
+        params = {k: v for k, v in self.correction.items() if k != "kind"}
+        return partial(get_correction(self.correction["kind"]), **params)
 
     def clip_range(self) -> dict[str, float]:
         spec = objective_spec(self.objective)
@@ -496,11 +526,15 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
     from gspo_bench.objectives import get_objective
 
     logp = torch.zeros(2, 3)
+    advantages, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
     problems = []
     for i, entry in enumerate(suite.objectives):
         try:
-            get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=torch.tensor([1.0, -1.0]),
-                                           mask=torch.ones(2, 3, dtype=torch.bool), **entry.clip_range(), **entry.kwargs)
+            correction = entry.correction_fn()
+            if correction is not None:
+                correction(old_logp=logp, sampling_logp=logp, logp=logp, advantages=advantages, mask=mask)
+            get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=advantages, mask=mask,
+                                           **entry.clip_range(), **entry.kwargs)
         except (TypeError, ValueError) as err:
             problems.append(f"objectives.{i} ({entry.run_label}): {err}")
     return problems

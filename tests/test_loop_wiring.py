@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -109,3 +110,15 @@ def test_a_bf16_run_at_an_rl_learning_rate_changes_the_weights(tmp_path, cache):
     moved = [name for name in start if not torch.equal(start[name], end[name])]
     assert len(moved) > len(start) // 2
     assert max((start[n] - end[n]).abs().max().item() for n in moved) < 1e-5  # steps of ~lr
+
+
+def test_a_correction_weights_the_updates_of_its_run(tmp_path, cache):
+    """Same seed, same bf16 rollout (a real engine mismatch): GRPO with a tight IcePop band rejects
+    tokens (its weights reach the row) and its loss differs from plain GRPO's; nothing else does."""
+    icepop = {"name": "grpo", "label": "icepop", "correction": {"kind": "icepop", "low": 0.999, "high": 1.001}}
+    one_step(cache, tmp_path, rollout={"dtype": "bfloat16"}, objectives=[{"name": "grpo"}, icepop])
+    plain, corrected = metrics(tmp_path, "tiny", "grpo-s0").iloc[0], metrics(tmp_path, "tiny", "icepop-s0").iloc[0]
+    assert plain["reward/mean"] == corrected["reward/mean"] and plain["mismatch/max_abs"] > 1e-3
+    assert 0 < corrected["correction/masked_frac"] < 1 and corrected["correction/ess"] < 1
+    assert "correction/masked_frac" not in plain or pd.isna(plain["correction/masked_frac"])
+    assert plain["loss"] != corrected["loss"]

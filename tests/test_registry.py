@@ -40,7 +40,7 @@ def test_unknown_name_lists_valid_ones():
 def test_duplicate_name_is_refused(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
-    def fn(logp, old_logp, advantages, mask):
+    def fn(logp, old_logp, advantages, mask, weights=None):
         return torch.zeros(()), {}
 
     with pytest.raises(ValueError, match="already registered"):

@@ -24,6 +24,7 @@ def cispo_loss(
     mask: torch.Tensor,
     clip_low: float = 1.0,
     clip_high: float = 0.28,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """CISPO: J = sum_i sum_t sg[clip(w_it, 1-eps_low, 1+eps_high)] A_it log pi_theta(y_it) / sum_i |y_i|.
 
@@ -32,7 +33,7 @@ def cispo_loss(
     `clip/frac` here is the fraction of tokens whose IS weight was truncated, whatever the sign of A.
     """
     check_clip_range("cispo", clip_low, clip_high)
-    batch = prepare(logp, old_logp, advantages, mask, objective="cispo")
+    batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="cispo")
     w = safe_exp(batch.log_ratio).detach()  # [B, T]
     weight = w.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B, T] sg[clip(w)]
     terms = weight * batch.advantages * batch.logp  # [B, T]

@@ -20,10 +20,12 @@ def dapo_loss(
     mask: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """DAPO: J = sum_i sum_t min(w_it A_it, clip(w_it, 1-eps_low, 1+eps_high) A_it) / sum_i |y_i|.
 
     Every token weighs the same, whatever the length of its response (token-level policy gradient
     loss); eps_high > eps_low ("clip-higher"). Dynamic sampling is a rollout choice, not part of the loss.
     """
-    return token_clip_objective("dapo", logp, old_logp, advantages, mask, clip_low, clip_high, "token_mean")
+    return token_clip_objective("dapo", logp, old_logp, advantages, mask, clip_low, clip_high, "token_mean",
+                                weights=weights)

@@ -23,6 +23,7 @@ def dr_grpo_loss(
     clip_high: float = 0.2,
     *,
     max_tokens: int | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """Dr. GRPO: J = 1/(B T_max) sum_i sum_t min(w_it A_i, clip(w_it) A_i).
 
@@ -32,5 +33,5 @@ def dr_grpo_loss(
     """
     return token_clip_objective(
         "dr_grpo", logp, old_logp, advantages, mask, clip_low, clip_high,
-        "seq_mean_token_sum_norm", max_tokens=max_tokens,
+        "seq_mean_token_sum_norm", max_tokens=max_tokens, weights=weights,
     )

@@ -25,6 +25,7 @@ def gmpo_loss(
     mask: torch.Tensor,
     clip_low: float = 0.4,
     clip_high: float = 0.4,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GMPO: J = 1/B sum_i A_i * exp(1/|y_i| sum_t c_it), with the token log-ratio clipped sign-aware:
     c_it = sgn(A_i) * min(sgn(A_i) log w_it, sgn(A_i) clip(log w_it, -eps_low, eps_high)).
@@ -34,7 +35,7 @@ def gmpo_loss(
     counts in `clip/frac`.
     """
     check_clip_range("gmpo", clip_low, clip_high, ratio_space=False)  # log space: any width
-    batch = prepare(logp, old_logp, advantages, mask, per_response_advantages=True, objective="gmpo")
+    batch = prepare(logp, old_logp, advantages, mask, per_response_advantages=True, weights=weights, objective="gmpo")
     adv = batch.response_advantages()  # [B]
     sign = torch.sign(adv)[:, None]  # [B, 1]
     log_w = batch.log_ratio  # [B, T]

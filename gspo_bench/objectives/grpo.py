@@ -25,10 +25,11 @@ def token_clip_objective(
     clip_high: float,
     reduction: Reduction,
     max_tokens: int | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """-J for J = reduce_t min(w_it A_it, clip(w_it) A_it): the token-ratio family (GRPO, DAPO, Dr. GRPO)."""
     check_clip_range(name, clip_low, clip_high)
-    batch = prepare(logp, old_logp, advantages, mask, objective=name)
+    batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective=name)
     w = safe_exp(batch.log_ratio)  # [B, T] w_it
     terms, cut_low, cut_high = clipped_surrogate(w, batch.advantages, clip_low, clip_high)  # [B, T]
     loss = -aggregate(terms, batch, reduction, max_tokens=max_tokens)
@@ -47,11 +48,12 @@ def grpo_loss(
     mask: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.27,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GRPO (eq. 2): J = 1/B sum_i 1/|y_i| sum_t min(w_it A_i, clip(w_it, 1-eps_low, 1+eps_high) A_i).
 
     Unclipped gradient (eq. 12): every valid token gets weight w_it A_i / (B |y_i|).
     """
     return token_clip_objective(
-        "grpo", logp, old_logp, advantages, mask, clip_low, clip_high, "seq_mean_token_mean"
+        "grpo", logp, old_logp, advantages, mask, clip_low, clip_high, "seq_mean_token_mean", weights=weights
     )

@@ -24,6 +24,7 @@ def gspo_loss(
     mask: torch.Tensor,
     clip_low: float = 3e-4,
     clip_high: float = 4e-4,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GSPO (eq. 5): J = 1/B sum_i min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i),
     s_i = exp(1/|y_i| sum_t log w_it) (eq. 7), computed in log space in fp32.
@@ -32,7 +33,7 @@ def gspo_loss(
     A clipped response counts all its tokens in `clip/frac`.
     """
     check_clip_range("gspo", clip_low, clip_high)
-    batch = prepare(logp, old_logp, advantages, mask, per_response_advantages=True, objective="gspo")
+    batch = prepare(logp, old_logp, advantages, mask, per_response_advantages=True, weights=weights, objective="gspo")
     s = safe_exp(batch.seq_log_ratio())  # [B] s_i
     seq_terms, cut_low, cut_high = clipped_surrogate(s, batch.response_advantages(), clip_low, clip_high)  # [B]
     # A per-response term repeated over its tokens: the token mean of response i is the term itself.
@@ -54,13 +55,14 @@ def gspo_token_loss(
     mask: torch.Tensor,
     clip_low: float = 3e-4,
     clip_high: float = 4e-4,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GSPO-token (eq. 13): J = 1/B sum_i 1/|y_i| sum_t min(s_it A_it, clip(s_it) A_it) with
     s_it = sg[s_i] * pi_theta(y_it) / sg[pi_theta(y_it)] (eq. 14): numerically s_i, and
     d s_it / d log pi_theta(y_it) = s_i. With A_it = A_i it equals GSPO in value, clipping and gradient.
     """
     check_clip_range("gspo_token", clip_low, clip_high)
-    batch = prepare(logp, old_logp, advantages, mask, objective="gspo_token")
+    batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="gspo_token")
     log_s = batch.seq_log_ratio().detach()  # [B] sg[log s_i]
     log_s_token = log_s[:, None] + (batch.logp - batch.logp.detach())  # [B, T], value log s_i
     s_token = safe_exp(log_s_token)  # [B, T] s_it

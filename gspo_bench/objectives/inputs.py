@@ -31,6 +31,7 @@ class PolicyBatch:
     lengths: torch.Tensor  # [B] fp32, |y_i| (valid tokens per response)
     has_tokens: torch.Tensor  # [B] bool, responses with at least one valid token
     seq_advantages: torch.Tensor | None  # [B] fp32 A_i when advantages were given per response
+    weights: torch.Tensor | None = None  # [B, T] fp32 detached per-token loss weights (an off-policy correction), 0 at padding
 
     @property
     def n_tokens(self) -> torch.Tensor:
@@ -66,12 +67,14 @@ def prepare(
     mask: torch.Tensor,
     *,
     per_response_advantages: bool = False,
+    weights: torch.Tensor | None = None,
     objective: str = "objective",
 ) -> PolicyBatch:
     """Validate shapes and build the fp32 `PolicyBatch`.
 
     `per_response_advantages=True` refuses `[B, T]` advantages (sequence-level objectives need one
-    A_i per response).
+    A_i per response). `weights` [B, T]: per-token weights of the loss terms (an off-policy
+    correction's, see `objectives.corrections`), detached; `aggregate` multiplies them in.
     """
     for arg, t in (("logp", logp), ("old_logp", old_logp), ("advantages", advantages), ("mask", mask)):
         if not isinstance(t, torch.Tensor):
@@ -108,6 +111,10 @@ def prepare(
     lengths = valid.sum(-1).float()  # [B]
     if seq_adv is not None:
         seq_adv = torch.where(lengths > 0, seq_adv, zero)  # [B]
+    if weights is not None:
+        if weights.shape != logp.shape:
+            raise ValueError(f"{objective}: weights must be [B, T] = {tuple(logp.shape)}, got {tuple(weights.shape)}")
+        weights = torch.where(valid, weights.detach().float().to(logp.device), zero)
     return PolicyBatch(
         logp=logp32,
         log_ratio=torch.where(valid, logp32 - old32, zero),
@@ -116,4 +123,5 @@ def prepare(
         lengths=lengths,
         has_tokens=lengths > 0,
         seq_advantages=seq_adv,
+        weights=weights,
     )

@@ -6,6 +6,9 @@
 - `seq_mean_token_sum_norm`: sum_it x_it / (B' * T_max)   (Dr. GRPO: no length normalisation)
 
 B' counts responses with at least one valid token, so an all-padding row changes nothing.
+Per-token weights of an off-policy correction (`PolicyBatch.weights`) multiply x_it; the
+denominators stay those of the unweighted objective (a masked token is a zero term, as in the
+IcePop, MIS and OPSM formulas).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ def aggregate(
     the longest valid response in the batch, so padding columns do not change the result.
     """
     zero = terms.new_zeros(())
+    if batch.weights is not None:  # an off-policy correction's per-token weights; denominators unchanged
+        terms = terms * batch.weights
     masked = torch.where(batch.mask, terms, zero)  # [B, T]
     n_resp = batch.n_responses.clamp(min=1)
     if reduction == "seq_mean_token_mean":

@@ -53,7 +53,7 @@ def register_objective(
                 f"{_REGISTRY[name].fn.__qualname__}); pick another name"
             )
         params = inspect.signature(fn).parameters
-        missing = {"logp", "old_logp", "advantages", "mask"} - set(params)
+        missing = {"logp", "old_logp", "advantages", "mask", "weights"} - set(params)
         if missing:
             raise TypeError(f"objective {name!r} lacks the arguments {sorted(missing)}")
 

@@ -29,6 +29,7 @@ def sapo_loss(
     *,
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """SAPO: J = 1/B sum_i 1/|y_i| sum_t f(w_it) A_it, f(w) = (4/tau) sigmoid(tau (w - 1)),
     tau = tau_pos where A > 0 else tau_neg.
@@ -41,7 +42,7 @@ def sapo_loss(
         raise ValueError("sapo has no hard clip range; set its temperatures tau_pos / tau_neg instead")
     if tau_pos <= 0 or tau_neg <= 0:
         raise ValueError(f"sapo: tau_pos and tau_neg must be > 0, got {tau_pos}, {tau_neg}")
-    batch = prepare(logp, old_logp, advantages, mask, objective="sapo")
+    batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="sapo")
     w = safe_exp(batch.log_ratio)  # [B, T]
     tau = torch.where(batch.advantages > 0, tau_pos, tau_neg)  # [B, T]
     gate_arg = torch.sigmoid(tau * (w - 1.0))  # [B, T]

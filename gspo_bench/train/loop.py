@@ -109,7 +109,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
     # ------------------------------------------------------------------ K minibatch updates
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(step_seed(seed, step, 2)))
     settings = UpdateSettings(temperature=rollout_cfg.temperature, grad_clip=train.grad_clip, kl_coef=train.kl_coef,
-                              measure=train.measure)
+                              measure=train.measure, correction=entry.correction_fn())
     update = update_policy(policy, run.objective, batch, old, order, train.minibatches, settings)
     after = {}
     if train.measure and (train.drift_after_update or train.minibatches == 1):

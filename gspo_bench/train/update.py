@@ -28,6 +28,7 @@ class UpdateSettings:
     grad_clip: float = 1.0
     kl_coef: float = 0.0  # k3 KL(pi_theta || pi_ref) penalty
     measure: bool = True  # objective measurements and routing drift
+    correction: Callable | None = None  # training-inference mismatch correction (objectives.corrections), bound
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,19 @@ class UpdateResult:
 
 
 def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch: RolloutBatch, rows: torch.Tensor,
-                kl_coef: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The objective on minibatch `rows` (log-probs `logp` [b, T] of those rows, in that order), plus
-    kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference is given."""
+                kl_coef: float = 0.0, correction: Callable | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The objective on minibatch `rows` (log-probs `logp` [b, T] of those rows, in that order), its
+    per-token terms weighted by `correction` (from pi_old, the engine's mu and pi_theta) when given,
+    plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference is given."""
     mask = batch.response_mask[rows]  # [b, T]
     advantages = batch.token_advantages if batch.token_advantages is not None else batch.advantages  # [B, T] or [B]
-    loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=advantages[rows], mask=mask)
+    weights, corrected = None, {}
+    if correction is not None:
+        weights, corrected = correction(old_logp=old.logp[rows], sampling_logp=batch.sampling_logp[rows],
+                                        logp=logp.detach(), advantages=advantages[rows], mask=mask)
+    loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=advantages[rows], mask=mask,
+                              weights=weights)
+    metrics = {**metrics, **corrected}
     if old.ref_logp is not None and kl_coef > 0:
         kl_ref = masked_mean(k3(old.ref_logp[rows].float() - logp.float()), mask)
         loss = loss + kl_coef * kl_ref
@@ -79,7 +87,7 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
     # are the single-process ones, and the gradients summed over ranks are its gradient
     logp = with_local_grad(world, gather_rows(world, logp, rows), logp)
     with measurements_off(not settings.measure):
-        loss, metrics = policy_loss(objective, logp, old, batch, rows, settings.kl_coef)
+        loss, metrics = policy_loss(objective, logp, old, batch, rows, settings.kl_coef, settings.correction)
     policy.optimizer.zero_grad(set_to_none=True)
     (loss * world.size).backward()  # FSDP2 averages gradients over ranks: undo the 1/W
     grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip))
