@@ -21,9 +21,10 @@ def test_probe_one_step_per_objective():
     for key in ("loss", "clip/frac", "ratio/token_var", "ratio/seq_var", "grad/norm"):
         assert rows["gspo"][key] == rows["gspo_token"][key], key
     # The first minibatch is on-policy, where GRPO's and GSPO's gradients are equal: both take the same
-    # first update, so the ratios measured on minibatch 2 agree; the losses there do not.
+    # first update, so the ratios measured on minibatch 2 agree (to fp32 summation order: a variance
+    # of ratios near 1 cancels digits, rel. 1.3e-5 seen with a single thread); the losses there do not.
     for key in ("ratio/token_var", "ratio/seq_var", "kl/old_new", "moe/drift"):
-        assert math.isclose(rows["grpo"][key], rows["gspo"][key], rel_tol=1e-5), key
+        assert math.isclose(rows["grpo"][key], rows["gspo"][key], rel_tol=1e-4), key
     assert rows["grpo"]["loss"] != rows["gspo"]["loss"]
 
 

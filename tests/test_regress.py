@@ -73,7 +73,7 @@ def test_broken_gspo_length_normalisation_is_caught_by_name(baseline, tolerances
     assert "gspo median ratio/seq_var" in regressions(regress(tmp_path / "tiny", base, tolerances))
 
 
-def gspo_summing_in_the_loss(logp, old_logp, advantages, mask, clip_low=3e-4, clip_high=4e-4):
+def gspo_summing_in_the_loss(logp, old_logp, advantages, mask, clip_low=3e-4, clip_high=4e-4, weights=None):
     """GSPO with the sequence log-ratio summed instead of averaged in the loss only: the logged ratio
     statistics (computed from the batch) stay right."""
     batch = prepare(logp, old_logp, advantages, mask, per_response_advantages=True, objective="gspo")

@@ -60,6 +60,21 @@ def _check_mask(mask: torch.Tensor, objective: str) -> torch.Tensor:
     return mask != 0
 
 
+def _check_shapes(objective: str, logp, old_logp, advantages, mask, weights) -> None:
+    for arg, t in (("logp", logp), ("old_logp", old_logp), ("advantages", advantages), ("mask", mask)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{objective}: {arg} must be a torch.Tensor, got {type(t).__name__}")
+    if logp.dim() != 2:
+        raise ValueError(f"{objective}: logp must be [B, T], got shape {tuple(logp.shape)}")
+    if old_logp.shape != logp.shape or mask.shape != logp.shape:
+        raise ValueError(
+            f"{objective}: logp, old_logp and mask must share one [B, T] shape, got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)} and {tuple(mask.shape)}"
+        )
+    if weights is not None and weights.shape != logp.shape:
+        raise ValueError(f"{objective}: weights must be [B, T] = {tuple(logp.shape)}, got {tuple(weights.shape)}")
+
+
 def prepare(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -76,16 +91,7 @@ def prepare(
     A_i per response). `weights` [B, T]: per-token weights of the loss terms (an off-policy
     correction's, see `objectives.corrections`), detached; `aggregate` multiplies them in.
     """
-    for arg, t in (("logp", logp), ("old_logp", old_logp), ("advantages", advantages), ("mask", mask)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{objective}: {arg} must be a torch.Tensor, got {type(t).__name__}")
-    if logp.dim() != 2:
-        raise ValueError(f"{objective}: logp must be [B, T], got shape {tuple(logp.shape)}")
-    if old_logp.shape != logp.shape or mask.shape != logp.shape:
-        raise ValueError(
-            f"{objective}: logp, old_logp and mask must share one [B, T] shape, got "
-            f"{tuple(logp.shape)}, {tuple(old_logp.shape)} and {tuple(mask.shape)}"
-        )
+    _check_shapes(objective, logp, old_logp, advantages, mask, weights)
     batch_size, _ = logp.shape
     seq_adv = None
     if advantages.dim() == 1 and advantages.shape[0] == batch_size:
@@ -112,8 +118,6 @@ def prepare(
     if seq_adv is not None:
         seq_adv = torch.where(lengths > 0, seq_adv, zero)  # [B]
     if weights is not None:
-        if weights.shape != logp.shape:
-            raise ValueError(f"{objective}: weights must be [B, T] = {tuple(logp.shape)}, got {tuple(weights.shape)}")
         weights = torch.where(valid, weights.detach().float().to(logp.device), zero)
     return PolicyBatch(
         logp=logp32,
