@@ -113,7 +113,33 @@ def list_registered() -> None:
         params = ", ".join(f"{k}={v!r}" for k, v in task_params(name).items())
         tasks.add_row(name, escape(params), escape(task_spec(name).description))
     console.print(tasks)
+    console.print(corrections_table())
+    console.print(families_table())
     console.print(f"rollout engines: {', '.join(list_engines())}")
+
+
+def corrections_table() -> Table:
+    from gspo_bench.objectives.corrections import correction_spec, list_corrections
+
+    table = Table(title="corrections (objectives[].correction: {kind: ..., params})")
+    for col in ("kind", "params (defaults)", "description"):
+        table.add_column(col)
+    for name in list_corrections():
+        spec = correction_spec(name)
+        table.add_row(name, escape(", ".join(f"{k}={v!r}" for k, v in spec.params().items())), escape(spec.description))
+    return table
+
+
+def families_table() -> Table:
+    from gspo_bench.models.families import SUPPORTED_FAMILIES
+    from gspo_bench.moe.routers import gate_rule
+
+    table = Table(title="MoE families (model.family, or a checkpoint's model_type)")
+    for col in ("model_type", "architecture", "gate rule (replay rebuilds it)"):
+        table.add_column(col)
+    for family, architecture in SUPPORTED_FAMILIES.items():
+        table.add_row(family, architecture, escape(gate_rule(family)))
+    return table
 
 
 @app.command()

@@ -17,13 +17,15 @@ from gspo_bench.moe import find_routers
 
 
 def active_parameters(model: torch.nn.Module) -> int:
-    """Parameters used per token: routed-expert weights scaled by top_k / num_experts, embeddings excluded."""
+    """Parameters used per token: routed-expert weights scaled by top_k / num_experts, embeddings excluded.
+
+    Shared experts, routers and dense (non-MoE) layers count fully: every token passes through them.
+    """
     embeddings = {id(p) for p in model.get_input_embeddings().parameters()}
     routed_fraction: dict[int, float] = {}  # routed-expert parameter -> share of tokens using it
     for router in find_routers(model):
-        experts = model.get_submodule(router.name.rsplit(".", 1)[0]).experts
-        for p in experts.parameters():
-            routed_fraction[id(p)] = router.module.top_k / router.module.num_experts
+        for p in router.experts.parameters():
+            routed_fraction[id(p)] = router.top_k / router.num_experts
     total = 0.0
     for p in model.parameters():
         if id(p) in embeddings:

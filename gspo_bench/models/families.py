@@ -1,4 +1,8 @@
-"""The MoE families gspo-bench supports, keyed by the transformers `model_type`."""
+"""The MoE families gspo-bench supports, keyed by the transformers `model_type`.
+
+Each has a tiny config builder (`tiny.py`) and a routing entry with its gate rule
+(`gspo_bench.moe.routers`, whose docstring tables the rules and the families refused).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,21 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "olmoe": "OlmoeForCausalLM",
     "mixtral": "MixtralForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+    "glm4_moe": "Glm4MoeForCausalLM",
+    "dots1": "Dots1ForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "granitemoe": "GraniteMoeForCausalLM",
+    "granitemoeshared": "GraniteMoeSharedForCausalLM",
+    "minimax": "MiniMaxForCausalLM",
+    "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
+    "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
+    "qwen3_next": "Qwen3NextForCausalLM",
+    "flex_olmo": "FlexOlmoForCausalLM",
+    "dbrx": "DbrxForCausalLM",
+    "jamba": "JambaForCausalLM",
+    "llama4_text": "Llama4ForCausalLM",
 }
 
 

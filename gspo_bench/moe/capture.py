@@ -3,20 +3,32 @@
     with RoutingCapture(model) as cap:                   # record
         model(input_ids=ids, attention_mask=am)
     routing = cap.routing                                # LongTensor [L, B, T, k] expert ids
+    cap.gate_scores                                      # [L, B, T, k] the family's gate score of them
     with RoutingCapture(model, replay=routing) as cap2:  # replay
         out = model(input_ids=ids, attention_mask=am)
     cap2.routing                                         # what the model *would* have chosen
+    with RoutingCapture(model, probe=routing) as cap3:   # read the live gate scores of other experts
+        model(input_ids=ids, attention_mask=am)
+    cap3.probe_scores                                    # [L, B, T, k] live scores at `routing`
+
+L counts MoE layers only, in layer order (dense layers and shared experts are not routed).
 
 How it works: a forward pre-hook on the model marks each call as a chunk of positions: a call with
 an empty or absent KV cache starts a new sequence at position 0, a call with a cache of length n
 continues the current one at position n (so `generate` records the prefill, then one position per
-decode step; the last sampled token is never routed). A forward hook on every router records the
-chosen expert ids (and weights) of the chunk and, when replaying, returns a replacement output:
+decode step; the last sampled token is never routed). At each MoE layer's routing site (`sites.py`:
+a forward hook on the router, or a wrapper on the MoE block's selection method) the chosen expert
+ids, their weights and gate scores are recorded and, when replaying, replaced:
 
-- replay (default): the recorded experts, with gate weights recomputed from the live router logits
-  (softmax over all experts, gathered at the replayed ids, renormalised where the family does), so
-  the router still receives gradient;
+- replay (default): the recorded experts, with the family's own gate weights rebuilt from the live
+  router logits at those experts (`gates.py`, e.g. softmax then renormalise, top-k logits then
+  softmax, unbiased sigmoid times the scaling factor), so the router still receives gradient, also
+  through a recorded expert the live router would no longer choose;
 - full replay (`replay_weights=`): the recorded experts and the recorded weights.
+
+Gate scores (`gate_scores`, `probe_scores`) are the family's normalised selection probability
+(softmax over all experts, or the sigmoid) gathered at the experts, detached fp32: never an [N, E]
+tensor kept per layer.
 
 Hooks are removed when the context exits, also on exceptions. Contexts nest: an inner capture
 records what the model chose, not what an outer replay forced. A router running twice for the same
@@ -28,12 +40,9 @@ from __future__ import annotations
 import torch
 
 from gspo_bench.moe.routers import Router, find_routers
+from gspo_bench.moe.sites import attach
 
-
-class _ReplayedOutput(tuple):
-    """A router output replaced by a replay; `.chosen` keeps the ids the router itself chose."""
-
-    chosen: torch.Tensor
+_RECORDS = ("ids", "weights", "scores", "probe")
 
 
 class RoutingCapture:
@@ -42,12 +51,13 @@ class RoutingCapture:
         model: torch.nn.Module,
         replay: torch.Tensor | None = None,
         replay_weights: torch.Tensor | None = None,
+        probe: torch.Tensor | None = None,
     ):
         self.model = model
         self.routers: list[Router] = find_routers(model)
         if replay_weights is not None and replay is None:
             raise ValueError("replay_weights (full replay) needs replay= expert ids as well")
-        for what, t in (("replay", replay), ("replay_weights", replay_weights)):
+        for what, t in (("replay", replay), ("replay_weights", replay_weights), ("probe", probe)):
             if t is not None and (t.dim() != 4 or t.shape[0] != len(self.routers)):
                 raise ValueError(
                     f"{what} must be [L, B, T, k] with L = {len(self.routers)} MoE layers, got {tuple(t.shape)}"
@@ -56,8 +66,9 @@ class RoutingCapture:
             raise ValueError(f"replay {tuple(replay.shape)} and replay_weights {tuple(replay_weights.shape)} differ")
         self.replay = replay
         self.replay_weights = replay_weights
+        self.probe = probe
         self._handles: list = []
-        self._sequences: list[dict] = []  # per sequence: {"ids": [per layer: list of [B, t, k]], ...}
+        self._sequences: list[dict] = []  # per sequence: {record: [per layer: list of [B, t, k] chunks]}
         self._chunk: tuple[int, int, int] | None = None  # (batch, offset, length) of the current call
         self._seen: set[int] = set()  # layers recorded in the current chunk
 
@@ -67,11 +78,11 @@ class RoutingCapture:
             raise RuntimeError("this RoutingCapture is already active; make a new one to nest")
         self._handles.append(self.model.register_forward_pre_hook(self._on_model_call, with_kwargs=True))
         for layer, router in enumerate(self.routers):
-            self._handles.append(router.module.register_forward_hook(self._router_hook(layer, router)))
+            self._handles.append(attach(router.site, router.module, router.block, self._on_route(layer, router)))
         return self
 
     def __exit__(self, *exc) -> None:
-        for handle in self._handles:
+        for handle in reversed(self._handles):  # reversed: method wrappers restore what they replaced
             handle.remove()
         self._handles.clear()
         self._chunk = None
@@ -86,6 +97,18 @@ class RoutingCapture:
     def weights(self) -> torch.Tensor:
         """Gate weights [L, B, T, k] the routers produced in the most recent sequence."""
         return self._stacked("weights")
+
+    @property
+    def gate_scores(self) -> torch.Tensor:
+        """The family's gate score (fp32, detached) [L, B, T, k] of the experts in `routing`."""
+        return self._stacked("scores")
+
+    @property
+    def probe_scores(self) -> torch.Tensor:
+        """The live gate scores (fp32, detached) [L, B, T, k] of the experts in `probe=`."""
+        if self.probe is None:
+            raise RuntimeError("probe_scores needs RoutingCapture(..., probe=expert ids [L, B, T, k])")
+        return self._stacked("probe")
 
     @property
     def n_sequences(self) -> int:
@@ -110,49 +133,50 @@ class RoutingCapture:
         cache = kwargs.get("past_key_values")
         offset = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
         if offset == 0:
-            n = len(self.routers)
-            self._sequences.append({"ids": [[] for _ in range(n)], "weights": [[] for _ in range(n)]})
+            self._sequences.append({key: [[] for _ in self.routers] for key in _RECORDS})
         self._chunk = (batch, offset, length)
         self._seen = set()
 
-    def _router_hook(self, layer: int, router: Router):
-        def hook(module, args, output):
+    def _on_route(self, layer: int, router: Router):
+        def on_route(logits, weights, ids):
             if self._chunk is None:
                 raise RuntimeError(
                     f"router {router.name} ran outside a call of the captured model; call the model "
                     "given to RoutingCapture, not one of its submodules"
                 )
-            batch, offset, length = self._chunk
-            logits, weights, indices = output
-            chosen = output.chosen if isinstance(output, _ReplayedOutput) else indices  # [N, k]
             if layer not in self._seen:  # a second call in the same chunk is a checkpoint recompute
                 self._seen.add(layer)
-                seq = self._sequences[-1]
-                seq["ids"][layer].append(chosen.detach().reshape(batch, length, -1).long())
-                seq["weights"][layer].append(weights.detach().reshape(batch, length, -1))
+                self._record(layer, router, logits.detach(), weights.detach(), ids.detach())
             if self.replay is None:
                 return None
-            return self._replayed(layer, router, logits, weights, chosen, batch, offset, length)
+            return self._replayed(layer, router, logits, weights, ids)
 
-        return hook
+        return on_route
 
-    def _replayed(self, layer, router, logits, weights, chosen, batch, offset, length):
-        replay = self.replay
-        if replay.shape[1] != batch or replay.shape[2] < offset + length:
+    def _record(self, layer, router, logits, weights, ids) -> None:
+        batch, _, length = self._chunk
+        seq = self._sequences[-1]
+        seq["ids"][layer].append(ids.reshape(batch, length, -1).long())
+        seq["weights"][layer].append(weights.reshape(batch, length, -1))
+        seq["scores"][layer].append(router.rule.scores(logits, ids.long()).reshape(batch, length, -1))
+        if self.probe is not None:
+            probed = self._window(self.probe, "probe", layer).to(logits.device)
+            seq["probe"][layer].append(router.rule.scores(logits, probed).reshape(batch, length, -1))
+
+    def _window(self, routing: torch.Tensor, what: str, layer: int) -> torch.Tensor:
+        """The [N, k] slice of `routing` [L, B, T, k] for `layer` and the current chunk's positions."""
+        batch, offset, length = self._chunk
+        if routing.shape[1] != batch or routing.shape[2] < offset + length:
             raise ValueError(
-                f"replay routing covers [B={replay.shape[1]}, T={replay.shape[2]}] but the model was called on "
+                f"{what} routing covers [B={routing.shape[1]}, T={routing.shape[2]}] but the model was called on "
                 f"batch {batch}, positions {offset}..{offset + length - 1}"
             )
-        ids = replay[layer, :, offset : offset + length].reshape(batch * length, -1).to(logits.device)  # [N, k]
+        return routing[layer, :, offset : offset + length].reshape(batch * length, -1)
+
+    def _replayed(self, layer, router, logits, weights, ids):
+        replay_ids = self._window(self.replay, "replay", layer).to(logits.device)
         if self.replay_weights is not None:  # full replay: recorded ids and recorded weights
-            new_weights = self.replay_weights[layer, :, offset : offset + length].reshape(batch * length, -1)
-            new_weights = new_weights.to(device=logits.device, dtype=weights.dtype)
-        else:  # gate weights from the live logits over the replayed experts: the router keeps its gradient
-            probs = torch.softmax(logits.float(), dim=-1)  # [N, E]
-            new_weights = probs.gather(-1, ids)  # [N, k]
-            if router.renormalises:
-                new_weights = new_weights / new_weights.sum(-1, keepdim=True)
-            new_weights = new_weights.to(weights.dtype)
-        out = _ReplayedOutput((logits, new_weights, ids.to(chosen.dtype)))
-        out.chosen = chosen
-        return out
+            new_weights = self._window(self.replay_weights, "replay", layer)
+        else:  # the family's gate weights from the live logits at the replayed experts: the router keeps its gradient
+            new_weights = router.rule.weights(logits, replay_ids.long())
+        return new_weights.to(device=logits.device, dtype=weights.dtype), replay_ids.to(ids.dtype)

@@ -1,0 +1,98 @@
+"""Where a family's routing decision can be read and replaced: the call that returns it, and its layout.
+
+Most families return `(logits, weights, ids)` from a router module, read by a forward hook. Some
+return them in another order or form (Granite: ids first; Llama 4: dense [N, E] scores), and some
+select in a method of the MoE block (DBRX, Jamba: `route_tokens_to_experts`), which is wrapped by a
+temporary instance attribute for the life of the capture.
+
+`attach(router, on_route)` calls `on_route(logits [N, E], weights [N, k], ids [N, k])` with the
+routing the model itself chose (also under an outer replay) and, when it returns `(weights, ids)`,
+hands those to the experts instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+OnRoute = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "tuple[torch.Tensor, torch.Tensor] | None"]
+
+
+class _Replaced(tuple):
+    """A routing output replaced by a replay; `own` keeps the (weights, ids) the model itself chose."""
+
+    own: tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Site:
+    # None: a forward hook on the router module; a name: that method of the MoE block, wrapped
+    method: str | None
+    # (hooked module, call args, output) -> (logits [N, E], weights [N, k], ids [N, k])
+    read: Callable[[torch.nn.Module, tuple, Any], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    # (logits, weights, ids) -> an output in the family's layout
+    write: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple]
+
+
+def _llama4_read(module, args, output):
+    dense_scores, logits = output  # sigmoid of the top-k logits, 0 elsewhere
+    ids = torch.topk(logits, module.top_k, dim=1).indices  # the router's own top-k, recomputed
+    return logits, dense_scores.gather(1, ids), ids
+
+
+def _llama4_write(logits, weights, ids):
+    return torch.zeros_like(logits).scatter(1, ids, weights.to(logits.dtype)), logits
+
+
+ROUTER_OUTPUT = Site(None, lambda m, a, out: (out[0], out[1], out[2]), lambda lg, w, i: (lg, w, i))
+ROUTER_OUTPUT_IDS_FIRST = Site(None, lambda m, a, out: (out[2], out[1], out[0]), lambda lg, w, i: (i, w, lg))
+ROUTER_DENSE_SCORES = Site(None, _llama4_read, _llama4_write)
+# route_tokens_to_experts(router_logits) -> (weights, ids)
+BLOCK_METHOD_WEIGHTS_IDS = Site("route_tokens_to_experts", lambda m, a, out: (a[0], out[0], out[1]), lambda lg, w, i: (w, i))
+# route_tokens_to_experts(hidden_states, router_logits) -> (ids, weights)
+BLOCK_METHOD_IDS_WEIGHTS = Site("route_tokens_to_experts", lambda m, a, out: (a[1], out[1], out[0]), lambda lg, w, i: (i, w))
+
+
+class _MethodHandle:
+    """Removes a wrapper installed as an instance attribute, restoring what was there (LIFO, as `with` nests)."""
+
+    def __init__(self, owner: torch.nn.Module, name: str):
+        self.owner, self.name = owner, name
+        self.previous = owner.__dict__.get(name)  # an outer capture's wrapper, or None
+
+    def remove(self) -> None:
+        if self.previous is None:
+            self.owner.__dict__.pop(self.name, None)
+        else:
+            self.owner.__dict__[self.name] = self.previous
+
+
+def attach(site: Site, router_module: torch.nn.Module, block: torch.nn.Module, on_route: OnRoute):
+    """Install `on_route` at `site`; returns a handle whose `remove()` undoes it."""
+
+    def routed(module, args, output):
+        logits, weights, ids = site.read(module, args, output)
+        if isinstance(output, _Replaced):  # an outer replay replaced it: report the model's own choice
+            weights, ids = output.own
+        replacement = on_route(logits, weights, ids)
+        if replacement is None:
+            return None
+        replaced = _Replaced(site.write(logits, *replacement))
+        replaced.own = (weights, ids)
+        return replaced
+
+    if site.method is None:
+        return router_module.register_forward_hook(routed)
+    handle = _MethodHandle(block, site.method)
+    inner = getattr(block, site.method)
+
+    def wrapped(*args, **kwargs):
+        output = inner(*args, **kwargs)
+        replaced = routed(block, args, output)
+        return output if replaced is None else replaced
+
+    block.__dict__[site.method] = wrapped
+    return handle
