@@ -28,9 +28,9 @@ class GateRule(Protocol):
 
 
 def softmax_at(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """softmax(logits)[ids] in fp32 without materialising the [N, E] probabilities: exp(l_i - logsumexp l)."""
-    logits = logits.float()
-    return (logits.gather(-1, ids) - logits.logsumexp(-1, keepdim=True)).exp()
+    """softmax(logits)[ids] in fp32, by the same operations as the families' routers (a softmax over
+    all experts, then a gather), so that replaying a recording reproduces the forward bit for bit."""
+    return torch.softmax(logits.float(), dim=-1).gather(-1, ids)
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,10 @@ class Softmax:
     def weights(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         weights = softmax_at(logits, ids)
         if self.renormalise:
-            norm = torch.linalg.vector_norm(weights, ord=self.norm_p, dim=-1, keepdim=True)
+            if self.norm_p == 1.0:  # the sum, as the routers compute it (bit-identical replays)
+                norm = weights.sum(-1, keepdim=True)
+            else:
+                norm = torch.linalg.vector_norm(weights, ord=self.norm_p, dim=-1, keepdim=True)
             weights = weights / norm.clamp(min=self.norm_min)
         return weights * self.scale
 
