@@ -92,13 +92,15 @@ def list_registered() -> None:
     from gspo_bench.rollout import list_engines
     from gspo_bench.tasks import list_tasks, task_params, task_spec
 
-    table = Table(title="objectives")
-    for col in ("name", "advantages", "clip_low", "clip_high", "description"):
+    table = Table(title="objectives (other params: objectives[].kwargs; inputs: passed by the loop)")
+    for col in ("name", "advantages", "clip_low", "clip_high", "other params (defaults), inputs", "description"):
         table.add_column(col)
     for name in list_objectives():
         spec = objective_spec(name)
         fmt = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
-        table.add_row(name, spec.advantages, fmt(spec.clip_low), fmt(spec.clip_high), escape(spec.description))
+        extra = ", ".join([f"{k}={v!r}" for k, v in objective_params(spec).items()] + sorted(spec.inputs))
+        table.add_row(name, spec.advantages, fmt(spec.clip_low), fmt(spec.clip_high), escape(extra),
+                      escape(spec.description))
     console.print(table)
     algorithms = Table(title="algorithms (suite entries beyond the objectives)")
     algorithms.add_column("name")
@@ -116,6 +118,14 @@ def list_registered() -> None:
     console.print(corrections_table())
     console.print(families_table())
     console.print(f"rollout engines: {', '.join(list_engines())}")
+
+
+def objective_params(spec) -> dict:
+    """An objective's keyword defaults beyond the clip range and the correction weights."""
+    import inspect
+
+    return {name: p.default for name, p in inspect.signature(spec.fn).parameters.items()
+            if p.default is not inspect.Parameter.empty and name not in ("clip_low", "clip_high", "weights")}
 
 
 def corrections_table() -> Table:

@@ -41,7 +41,7 @@ class ModelConfig(Strict):
     path: str | None = Field(None, description="local HF checkpoint directory of a real MoE (overrides the sizes)")
     architecture: str | None = Field(None, description="directory with the checkpoint's config.json, for "
                                      "`run --dry-run` where model.path is absent (experiments/models/)")
-    num_layers: int = Field(8, ge=1, description="decoder layers (all MoE)")
+    num_layers: int = Field(8, ge=1, description="decoder layers (all MoE unless first_k_dense)")
     hidden_size: int = Field(64, ge=8)
     num_experts: int = Field(8, ge=1)
     top_k: int = Field(2, ge=1)
@@ -50,9 +50,15 @@ class ModelConfig(Strict):
     expert_hidden: int = Field(64, ge=1, description="intermediate size of one routed expert")
     aux_loss: bool = Field(False, description="add the load-balancing loss (off as in the paper's setup)")
     norm_topk_prob: bool | None = Field(None, description="renormalise the top-k gate weights to sum to 1 "
-                                        "(default: the family's choice: qwen3_moe yes, qwen2_moe/olmoe no)")
+                                        "(default: the family's choice: qwen3_moe yes, qwen2_moe/olmoe no; "
+                                        "fixed in mixtral, gpt_oss, granitemoe, deepseek_v2, jamba, ...)")
     shared_expert_hidden: int | None = Field(None, ge=1, description="width of the shared expert every token "
                                              "also passes (qwen2_moe only; default: expert_hidden)")
+    first_k_dense: int = Field(0, ge=0, description="leading dense (non-MoE) decoder layers (first_k_dense_replace, "
+                               "mlp_only_layers): qwen3_moe, qwen2_moe, qwen3_next, deepseek_v2/v3, glm4_moe, dots1, "
+                               "ernie4_5_moe, llama4_text")
+    n_group: int = Field(1, ge=1, description="expert groups of group-limited top-k (deepseek_v2/v3, glm4_moe, dots1)")
+    topk_group: int = Field(1, ge=1, description="groups a token may take its experts from (with n_group)")
 
     @field_validator("family")
     @classmethod
@@ -524,6 +530,7 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
     import torch
 
     from gspo_bench.objectives import get_objective
+    from gspo_bench.objectives.registry import objective_inputs
 
     logp = torch.zeros(2, 3)
     advantages, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
@@ -533,8 +540,9 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
             correction = entry.correction_fn()
             if correction is not None:
                 correction(old_logp=logp, sampling_logp=logp, logp=logp, advantages=advantages, mask=mask)
-            get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=advantages, mask=mask,
-                                           **entry.clip_range(), **entry.kwargs)
+            fn = get_objective(entry.objective)
+            inputs = {name: torch.zeros_like(logp) for name in objective_inputs(fn)}  # mu, router shift
+            fn(logp=logp, old_logp=logp, advantages=advantages, mask=mask, **inputs, **entry.clip_range(), **entry.kwargs)
         except (TypeError, ValueError) as err:
             problems.append(f"objectives.{i} ({entry.run_label}): {err}")
     return problems

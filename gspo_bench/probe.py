@@ -65,7 +65,7 @@ def probe_batch(model, tokenizer, cfg: ProbeConfig) -> tuple[RolloutBatch, OldPo
     rollout = sample_rollouts(model, tokenizer, cfg)
     rewards = digit_share_reward(tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True))
     batch = RolloutBatch.scored(rollout, rewards, cfg.group_size)
-    return batch, old_policy_pass(Policy(model), batch, temperature=1.0)
+    return batch, old_policy_pass(Policy(model), batch, temperature=1.0, gate_scores=True)  # gate scores: rspo
 
 
 def probe_objective(base, batch: RolloutBatch, old: OldPolicy, name: str, cfg: ProbeConfig) -> dict:

@@ -122,3 +122,14 @@ def test_a_correction_weights_the_updates_of_its_run(tmp_path, cache):
     assert 0 < corrected["correction/masked_frac"] < 1 and corrected["correction/ess"] < 1
     assert "correction/masked_frac" not in plain or pd.isna(plain["correction/masked_frac"])
     assert plain["loss"] != corrected["loss"]
+
+
+def test_rspo_runs_read_the_router_shift_of_their_updates(tmp_path, cache):
+    """Same seed, same rollout: RSPO's router-shift weight is below 1 once the router has moved (minibatches
+    2..K), so its loss differs from GMPO's, which it equals without a shift."""
+    one_step(cache, tmp_path, train={"minibatches": 4}, objectives=[{"name": "gmpo"}, {"name": "rspo", "kwargs": {"gamma_min": 0.0}}])
+    gmpo, rspo = metrics(tmp_path, "tiny", "gmpo-s0").iloc[0], metrics(tmp_path, "tiny", "rspo-s0").iloc[0]
+    assert gmpo["reward/mean"] == rspo["reward/mean"]
+    assert rspo["rspo/shift_mean"] > 0 and rspo["rspo/gamma_mean"] < 1
+    assert "rspo/shift_mean" not in gmpo or pd.isna(gmpo["rspo/shift_mean"])
+    assert gmpo["loss"] != rspo["loss"]

@@ -15,7 +15,8 @@ from gspo_bench.objectives import (
 
 def test_all_objectives_registered():
     assert list_objectives() == sorted(
-        ["grpo", "gspo", "gspo_token", "dapo", "dr_grpo", "gmpo", "sapo", "cispo"]
+        ["grpo", "gspo", "gspo_token", "dapo", "dr_grpo", "gmpo", "sapo", "cispo",
+         "rspo", "m2po", "dppo_binary_tv", "luspo", "kl_cov", "clip_cov"]
     )
 
 

@@ -5,7 +5,20 @@
         logp=logp, old_logp=old_logp, advantages=adv, mask=mask, clip_low=3e-4, clip_high=4e-4)
 """
 
-from gspo_bench.objectives import cispo, dapo, dr_grpo, gmpo, grpo, gspo, sapo  # noqa: F401  (registers)
+from gspo_bench.objectives import (  # noqa: F401  (registers)
+    cispo,
+    cov,
+    dapo,
+    dppo,
+    dr_grpo,
+    gmpo,
+    grpo,
+    gspo,
+    luspo,
+    m2po,
+    rspo,
+    sapo,
+)
 from gspo_bench.objectives.advantages import group_advantages
 from gspo_bench.objectives.registry import (
     Metrics,

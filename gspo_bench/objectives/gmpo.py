@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from gspo_bench.objectives.inputs import prepare, safe_exp
+from gspo_bench.objectives.inputs import PolicyBatch, prepare, safe_exp
 from gspo_bench.objectives.metrics import clip_metrics, ratio_metrics
 from gspo_bench.objectives.reduce import aggregate
 from gspo_bench.objectives.registry import Metrics, register_objective
@@ -36,9 +36,15 @@ def gmpo_loss(
     """
     check_clip_range("gmpo", clip_low, clip_high, ratio_space=False)  # log space: any width
     batch = prepare(logp, old_logp, advantages, mask, per_response_advantages=True, weights=weights, objective="gmpo")
+    loss, cut_low, cut_high = geometric_mean_loss(batch.log_ratio, batch, clip_low, clip_high)
+    return loss, {**clip_metrics(cut_low, cut_high, batch), **ratio_metrics(batch)}
+
+
+def geometric_mean_loss(log_w: torch.Tensor, batch: PolicyBatch, clip_low: float, clip_high: float):
+    """-J of GMPO for token log-ratios `log_w` [B, T] (GMPO: log w_it; RSPO: log w_it + log gamma_it);
+    returns `(loss, cut_low, cut_high)` with the [B, T] flags of the tokens the clip cut."""
     adv = batch.response_advantages()  # [B]
     sign = torch.sign(adv)[:, None]  # [B, 1]
-    log_w = batch.log_ratio  # [B, T]
     clipped = log_w.clamp(-clip_low, clip_high)  # [B, T]
     log_w_used = sign * torch.minimum(sign * log_w, sign * clipped)  # [B, T]
     log_geo = torch.where(batch.mask, log_w_used, 0.0).sum(-1) / batch.lengths.clamp(min=1.0)  # [B]
@@ -46,4 +52,4 @@ def gmpo_loss(
     loss = -aggregate(seq_terms[:, None].expand_as(log_w), batch, "seq_mean_token_mean")
     cut_high = (sign > 0) & (log_w > clip_high)  # [B, T]
     cut_low = (sign < 0) & (log_w < -clip_low)  # [B, T]
-    return loss, {**clip_metrics(cut_low, cut_high, batch), **ratio_metrics(batch)}
+    return loss, cut_low, cut_high

@@ -7,6 +7,10 @@ An objective takes `[B, T]` tensors and returns `(loss, metrics)`:
 
 The default clip range of an objective is the default of its `clip_low` / `clip_high` keyword
 arguments, so the function signature is the one place where the paper's values live.
+
+An objective that needs more than pi_theta, pi_old and advantages names it as an argument, and the
+training loop passes it (`EXTRA_INPUTS`): `sampling_logp` (the rollout engine's mu, for objectives
+anchored at the behaviour policy) and `router_shift` (RSPO's per-token gate-score change).
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ Metrics = dict[str, torch.Tensor | float]
 ObjectiveFn = Callable[..., tuple[torch.Tensor, Metrics]]
 AdvantageLevel = Literal["response", "token"]
 
+EXTRA_INPUTS: dict[str, str] = {
+    "sampling_logp": "[B, T] log mu: the rollout engine's log-probs of the sampled tokens",
+    "router_shift": "[B, T] mean |log g_new - log g_old| of the old top-k experts' gate scores over MoE layers",
+}
+
 
 class UnknownObjectiveError(LookupError):
     """Raised for an objective name that is not registered; the message lists the valid names."""
@@ -36,6 +45,7 @@ class ObjectiveSpec:
     advantages: AdvantageLevel  # "response": needs [B] advantages; "token": [B] or [B, T]
     clip_low: float | None  # default eps_low (None: the objective has no hard clip)
     clip_high: float | None  # default eps_high
+    inputs: frozenset[str] = frozenset()  # EXTRA_INPUTS the objective takes
 
 
 _REGISTRY: dict[str, ObjectiveSpec] = {}
@@ -69,10 +79,16 @@ def register_objective(
             advantages=advantages,
             clip_low=default("clip_low"),
             clip_high=default("clip_high"),
+            inputs=objective_inputs(fn),
         )
         return fn
 
     return decorate
+
+
+def objective_inputs(fn: Callable) -> frozenset[str]:
+    """The EXTRA_INPUTS that `fn` (an objective, or a partial of one) takes as arguments."""
+    return frozenset(EXTRA_INPUTS) & set(inspect.signature(fn).parameters)
 
 
 def objective_spec(name: str) -> ObjectiveSpec:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 
 from gspo_bench.distributed import World
+from gspo_bench.objectives.registry import objective_inputs
 from gspo_bench.results import REQUIRED_COLUMNS, now
 from gspo_bench.rollout import SamplingParams
 from gspo_bench.train.checkpoint import save_checkpoint
@@ -105,9 +106,11 @@ def run_step(run: Run, step: int) -> StepOutcome:
     t_rollout = time.perf_counter() - start
     # ------------------------------------------------------------------ old-policy pass (no grad)
     old = old_policy_pass(policy, batch, temperature=rollout_cfg.temperature, replay=replay,
-                          record_routing=train.measure, logp_source=train.old_logp, measure=train.measure)
+                          record_routing=train.measure, logp_source=train.old_logp, measure=train.measure,
+                          gate_scores="router_shift" in objective_inputs(run.objective))
     # ------------------------------------------------------------------ K minibatch updates
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(step_seed(seed, step, 2)))
+    torch.manual_seed(step_seed(seed, step, 3))  # objectives that draw at random (clip_cov) repeat per run
     settings = UpdateSettings(temperature=rollout_cfg.temperature, grad_clip=train.grad_clip, kl_coef=train.kl_coef,
                               measure=train.measure, correction=entry.correction_fn())
     update = update_policy(policy, run.objective, batch, old, order, train.minibatches, settings)

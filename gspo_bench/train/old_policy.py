@@ -24,15 +24,18 @@ class OldPolicy:
     routing: torch.Tensor | None  # [L_moe, B, L, k] experts the model chose (drift is measured against it)
     replay: torch.Tensor | None  # [L_moe, B, L, k] experts the update forwards must use (replay runs), else None
     ref_logp: torch.Tensor | None = None  # [B, T] under the frozen reference, when a KL penalty is on
+    gate_scores: torch.Tensor | None = None  # [L_moe, B, L, k] gate scores of `routing`'s experts (RSPO), when asked
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # engine mismatch, rollout routing gap
 
 
 def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, replay: ReplaySource | None = None,
-                    record_routing: bool = True, logp_source: str = "recompute", measure: bool = True) -> OldPolicy:
+                    record_routing: bool = True, logp_source: str = "recompute", measure: bool = True,
+                    gate_scores: bool = False) -> OldPolicy:
     """pi_old's log-probs and entropies of the batch at the sampling temperature, the experts it
     routed each token to and, for replay runs, the routing the update forwards will replay:
     the old pass's own (Routing Replay) or the engine's (R3, which this pass replays too).
-    `logp_source="rollout"` takes pi_old from the engine's log-probs (the paper's section 5.4)."""
+    `logp_source="rollout"` takes pi_old from the engine's log-probs (the paper's section 5.4);
+    `gate_scores=True` records the gate scores of the experts pi_old routed to (RSPO's router shift)."""
     world, model = policy.world, policy.model
     rows = torch.arange(len(batch), device=batch.input_ids.device)
     mine = world.rows(rows)  # this rank's rows (all of them in one process)
@@ -40,17 +43,18 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
         raise ValueError("rollout routing replay (R3) needs the engine's routing; this rollout has none")
     forced = batch.routing[:, mine] if replay == "rollout" else None
     with torch.no_grad(), policy.precision.autocast(), \
-            capturing(model, record_routing or replay is not None, replay=forced) as capture:
+            capturing(model, record_routing or gate_scores or replay is not None, replay=forced) as capture:
         logp, entropy = response_forward(model, batch.input_ids[mine], batch.attention_mask[mine],
                                          batch.n_response, temperature, with_entropy=True)  # [B, T] each
     logp, entropy = gather_rows(world, logp, rows), gather_rows(world, entropy, rows)
     routing = gather_rows(world, capture.routing, rows, dim=1) if capture is not None else None
+    scores = gather_rows(world, capture.gate_scores, rows, dim=1) if gate_scores else None
     metrics = engine_gap(logp, routing, batch) if measure else {}
     if logp_source == "rollout":
         logp = batch.sampling_logp.to(logp.device)
     replayed = {"old_pass": routing, "rollout": batch.routing, None: None}[replay]
     return OldPolicy(logp=logp, entropy=entropy, routing=routing, replay=replayed,
-                     ref_logp=reference_logp(policy, batch, temperature), metrics=metrics)
+                     ref_logp=reference_logp(policy, batch, temperature), metrics=metrics, gate_scores=scores)
 
 
 def engine_gap(train_logp: torch.Tensor, train_routing: torch.Tensor | None, batch: RolloutBatch) -> dict[str, torch.Tensor]:

@@ -26,6 +26,10 @@ class Policy:
         return next(self.model.parameters()).device
 
 
-def capturing(model: torch.nn.Module, enabled: bool, replay: torch.Tensor | None = None):
-    """A RoutingCapture (recording, and replaying `replay`), or a block yielding None when not `enabled`."""
-    return RoutingCapture(model, replay=replay) if enabled or replay is not None else nullcontext()
+def capturing(model: torch.nn.Module, enabled: bool, replay: torch.Tensor | None = None,
+              probe: torch.Tensor | None = None):
+    """A RoutingCapture (recording, replaying `replay`, reading the live gate scores of the experts in
+    `probe`), or a block yielding None when not `enabled` and there is nothing to replay or probe."""
+    if enabled or replay is not None or probe is not None:
+        return RoutingCapture(model, replay=replay, probe=probe)
+    return nullcontext()

@@ -12,6 +12,8 @@ from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
 from gspo_bench.objectives.kl import k3
 from gspo_bench.objectives.metrics import masked_mean, measurements_off
+from gspo_bench.objectives.registry import objective_inputs
+from gspo_bench.objectives.rspo import router_shift_from_scores
 from gspo_bench.rollout import position_ids
 from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements
 from gspo_bench.train.old_policy import OldPolicy
@@ -53,18 +55,29 @@ class UpdateResult:
 
 
 def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch: RolloutBatch, rows: torch.Tensor,
-                kl_coef: float = 0.0, correction: Callable | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                kl_coef: float = 0.0, correction: Callable | None = None,
+                router_shift: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The objective on minibatch `rows` (log-probs `logp` [b, T] of those rows, in that order), its
     per-token terms weighted by `correction` (from pi_old, the engine's mu and pi_theta) when given,
-    plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference is given."""
+    plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference is given.
+    The objective's extra inputs (`objectives.registry.EXTRA_INPUTS`) come from the batch (the engine's
+    mu) and from `router_shift` [b, T] (measured by the update forward)."""
     mask = batch.response_mask[rows]  # [b, T]
     advantages = batch.token_advantages if batch.token_advantages is not None else batch.advantages  # [B, T] or [B]
     weights, corrected = None, {}
     if correction is not None:
         weights, corrected = correction(old_logp=old.logp[rows], sampling_logp=batch.sampling_logp[rows],
                                         logp=logp.detach(), advantages=advantages[rows], mask=mask)
+    inputs = {}
+    needs = objective_inputs(objective)
+    if "sampling_logp" in needs:
+        inputs["sampling_logp"] = batch.sampling_logp[rows]
+    if "router_shift" in needs:
+        if router_shift is None:
+            raise ValueError("this objective needs the router shift of the update forward (update_minibatch measures it)")
+        inputs["router_shift"] = router_shift
     loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=advantages[rows], mask=mask,
-                              weights=weights)
+                              weights=weights, **inputs)
     metrics = {**metrics, **corrected}
     if old.ref_logp is not None and kl_coef > 0:
         kl_ref = masked_mean(k3(old.ref_logp[rows].float() - logp.float()), mask)
@@ -80,14 +93,19 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
     world, model = policy.world, policy.model
     local = world.rows(rows)  # this rank's rows of the minibatch
     replay = old.replay[:, local] if old.replay is not None else None
-    with policy.precision.autocast(), capturing(model, measure_drift, replay=replay) as capture:
+    probe = old_experts_to_probe(objective, old, local)
+    with policy.precision.autocast(), capturing(model, measure_drift, replay=replay, probe=probe) as capture:
         logp, _ = response_forward(model, batch.input_ids[local], batch.attention_mask[local], batch.n_response,
                                    settings.temperature)  # [b, T]
+    shift = None
+    if probe is not None:  # RSPO: how far the gate scores of pi_old's experts moved, per response token
+        shift = response_positions(gather_rows(world, router_shift_from_scores(
+            old.gate_scores[:, local], capture.probe_scores), rows), batch)  # [b, T]
     # the whole minibatch's log-probs with gradient into this rank's rows only: loss and measurements
     # are the single-process ones, and the gradients summed over ranks are its gradient
     logp = with_local_grad(world, gather_rows(world, logp, rows), logp)
     with measurements_off(not settings.measure):
-        loss, metrics = policy_loss(objective, logp, old, batch, rows, settings.kl_coef, settings.correction)
+        loss, metrics = policy_loss(objective, logp, old, batch, rows, settings.kl_coef, settings.correction, shift)
     policy.optimizer.zero_grad(set_to_none=True)
     (loss * world.size).backward()  # FSDP2 averages gradients over ranks: undo the 1/W
     grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip))
@@ -97,13 +115,28 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
     if measure_drift and old.routing is not None:  # this forward ran after the earlier updates
         new_routing = gather_rows(world, capture.routing, rows, dim=1)
         drift = routing_drift(old.routing[:, rows], new_routing, batch.attention_mask[rows])
-        length, n = batch.input_ids.shape[1], batch.n_response  # response token t is predicted at L - T - 1 + t
-        rerouted = rerouted_positions(old.routing[:, rows], new_routing)[:, length - n - 1 : length - 1]
+        rerouted = response_positions(rerouted_positions(old.routing[:, rows], new_routing), batch)
     mask = batch.response_mask[rows]
     return MinibatchResult(loss=loss.detach(), grad_norm=grad_norm, applied=applied, metrics=metrics, drift=drift,
                            rerouted=rerouted, log_ratio=(logp.detach().float() - old.logp[rows].float()),
                            n_tokens=mask.sum(), n_responses=mask.any(-1).sum(),
                            tokens_trained=batch.attention_mask[rows].sum())
+
+
+def response_positions(per_position: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
+    """[b, L] values per input position -> [b, T] per response token: token t is predicted at L - T - 1 + t."""
+    length, n = batch.input_ids.shape[1], batch.n_response
+    return per_position[:, length - n - 1 : length - 1]
+
+
+def old_experts_to_probe(objective: Objective, old: OldPolicy, local: torch.Tensor) -> torch.Tensor | None:
+    """pi_old's experts [L, b, L, k] of this rank's rows, when the objective needs the router shift; else None."""
+    if "router_shift" not in objective_inputs(objective):
+        return None
+    if old.gate_scores is None or old.routing is None:
+        raise ValueError("this objective needs the router shift: the old-policy pass must record the gate scores "
+                         "of its experts (old_policy_pass(..., gate_scores=True))")
+    return old.routing[:, local]
 
 
 def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old: OldPolicy, order: torch.Tensor,

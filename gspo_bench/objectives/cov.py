@@ -1,0 +1,107 @@
+"""KL-Cov and Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for
+Reasoning Language Models", arXiv 2505.22617, section 4): entropy falls through the tokens whose
+log-probability covaries most with their advantage; these two objectives restrain just those tokens.
+
+The centred covariance term of token t over the batch's valid tokens:
+    Cov_t = (A_t - mean A) (log pi_theta(y_t) - mean log pi_theta)      (detached)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gspo_bench.objectives.inputs import PolicyBatch, prepare, safe_exp
+from gspo_bench.objectives.metrics import clip_metrics, masked_mean, ratio_metrics
+from gspo_bench.objectives.reduce import aggregate
+from gspo_bench.objectives.registry import Metrics, register_objective
+from gspo_bench.objectives.surrogate import check_clip_range, clipped_surrogate
+
+
+@torch.no_grad()
+def centred_covariance(batch: PolicyBatch) -> torch.Tensor:
+    """Cov_t [B, T] (0 at padding): (A_t - mean A)(log pi_t - mean log pi) over the valid tokens."""
+    adv, logp = batch.advantages, batch.logp.detach()
+    cov = (adv - masked_mean(adv, batch.mask)) * (logp - masked_mean(logp, batch.mask))
+    return torch.where(batch.mask, cov, 0.0)
+
+
+def _pick(score: torch.Tensor, eligible: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: the `k` eligible tokens with the largest `score` (ties: the earlier token)."""
+    flat = torch.where(eligible, score, float("-inf")).flatten()
+    order = torch.sort(flat, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(0, order, torch.arange(flat.numel(), device=flat.device))
+    return eligible & (rank < k).reshape(eligible.shape)
+
+
+def _budget(ratio: float, batch: PolicyBatch) -> torch.Tensor:
+    """max(1, floor(ratio * valid tokens)): how many tokens a step treats (the paper's r * N)."""
+    return torch.floor(ratio * batch.n_tokens.float()).clamp(min=1)
+
+
+@register_objective(
+    "kl_cov",
+    description="KL-Cov: unclipped r A, plus beta |log r| on the top ratio_k of tokens by Cov(log pi, A)",
+    reference="Cui et al. 2025 (arXiv 2505.22617), eq. for KL-Cov; k = 2e-4, beta = 1 as the released code",
+)
+def kl_cov_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ratio_k: float = 2e-4,
+    kl_coef: float = 1.0,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """KL-Cov: J = sum_t [r_t A_t - kl_coef |log r_t| 1(t in top-k by Cov_t)] / sum_i |y_i|, with
+    k = max(1, floor(ratio_k * N)) of the N valid tokens; no clip. `clip/frac*` stays 0 (nothing is
+    clipped); `cov/frac` is the share of tokens under the KL term."""
+    if not 0.0 < ratio_k <= 1.0 or kl_coef < 0:
+        raise ValueError(f"kl_cov: ratio_k must be in (0, 1] and kl_coef >= 0, got {ratio_k}, {kl_coef}")
+    batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="kl_cov")
+    cov = centred_covariance(batch)
+    penalised = _pick(cov, batch.mask, _budget(ratio_k, batch))  # [B, T]
+    terms = safe_exp(batch.log_ratio) * batch.advantages - kl_coef * batch.log_ratio.abs() * penalised
+    loss = -aggregate(terms, batch, "token_mean")
+    none = torch.zeros_like(batch.mask)
+    measured = {"cov/frac": masked_mean(penalised.float(), batch.mask), "cov/mean": masked_mean(cov, batch.mask)}
+    return loss, {**clip_metrics(none, none, batch), **ratio_metrics(batch), **measured}
+
+
+@register_objective(
+    "clip_cov",
+    description="Clip-Cov: PPO clip, plus ratio_k of the tokens with Cov in (cov_low, cov_high) left out of the update",
+    reference="Cui et al. 2025 (arXiv 2505.22617), Clip-Cov; clip 0.2/0.2, k = 2e-4, Cov in (1, 5) as the released code",
+)
+def clip_cov_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    ratio_k: float = 2e-4,
+    cov_low: float = 1.0,
+    cov_high: float = 5.0,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """Clip-Cov: J = sum_t min(r_t A_t, clip(r_t) A_t) (1 - 1(t in C)) / sum_i |y_i|, C a uniformly
+    random draw of k = max(1, floor(ratio_k * N)) tokens among those the clip left alone whose
+    cov_low < Cov_t < cov_high. The draw takes torch's global generator (the training loop seeds it
+    per step and seed, so runs repeat); the dropped tokens' terms count 0 in the token mean.
+    `clip/frac` counts the PPO clip and the dropped tokens (as the released code's clip fraction).
+    """
+    check_clip_range("clip_cov", clip_low, clip_high)
+    if not 0.0 < ratio_k <= 1.0 or not cov_low < cov_high:
+        raise ValueError(f"clip_cov: ratio_k must be in (0, 1] and cov_low < cov_high, got {ratio_k}, {cov_low}, {cov_high}")
+    batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="clip_cov")
+    terms, cut_low, cut_high = clipped_surrogate(safe_exp(batch.log_ratio), batch.advantages, clip_low, clip_high)
+    cov = centred_covariance(batch)
+    eligible = batch.mask & ~(cut_low | cut_high) & (cov > cov_low) & (cov < cov_high)
+    # the n-th valid token (row-major) draws the n-th number, whatever the padding around it
+    pool = torch.rand(batch.mask.numel(), device=batch.mask.device)
+    draw = pool[(batch.mask.flatten().cumsum(0) - 1).clamp(min=0)].reshape(batch.mask.shape)
+    dropped = _pick(draw, eligible, _budget(ratio_k, batch))  # [B, T]
+    loss = -aggregate(torch.where(dropped, 0.0, terms), batch, "token_mean")
+    measured = {"cov/frac": masked_mean(dropped.float(), batch.mask), "cov/mean": masked_mean(cov, batch.mask)}
+    return loss, {**clip_metrics(cut_low | (dropped & (batch.advantages < 0)), cut_high | (dropped & (batch.advantages >= 0)), batch),
+                  **ratio_metrics(batch), **measured}
