@@ -98,7 +98,7 @@ def list_registered() -> None:
     for name in list_objectives():
         spec = objective_spec(name)
         fmt = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
-        extra = ", ".join([f"{k}={v!r}" for k, v in objective_params(spec).items()] + sorted(spec.inputs))
+        extra = ", ".join([f"{k}={v!r}" for k, v in spec.params().items()] + sorted(spec.inputs))
         table.add_row(name, spec.advantages, fmt(spec.clip_low), fmt(spec.clip_high), escape(extra),
                       escape(spec.description))
     console.print(table)
@@ -118,14 +118,6 @@ def list_registered() -> None:
     console.print(corrections_table())
     console.print(families_table())
     console.print(f"rollout engines: {', '.join(list_engines())}")
-
-
-def objective_params(spec) -> dict:
-    """An objective's keyword defaults beyond the clip range and the correction weights."""
-    import inspect
-
-    return {name: p.default for name, p in inspect.signature(spec.fn).parameters.items()
-            if p.default is not inspect.Parameter.empty and name not in ("clip_low", "clip_high", "weights")}
 
 
 def corrections_table() -> Table:

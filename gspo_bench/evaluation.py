@@ -116,7 +116,8 @@ def evaluate(model, tokenizer, tasks: list[str], include_path: Path | list[Path]
                   max_length=getattr(model.config, "max_position_embeddings", 2048))
         output = simple_evaluate(
             model=lm, tasks=list(tasks), task_manager=manager, limit=limit, log_samples=False, verbosity="ERROR",
-            apply_chat_template=prompt_format.chat, system_instruction=prompt_format.system_prompt, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+            apply_chat_template=prompt_format.chat, system_instruction=prompt_format.system_prompt,
+            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
         )
     finally:
         model.train(was_training)

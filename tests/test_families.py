@@ -7,6 +7,9 @@ the live router logits at the replayed experts (also those the live router would
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,8 +22,10 @@ from gspo_bench.models.tiny import DENSE_FIRST, GROUPED, TinyMoESpec, tiny_confi
 from gspo_bench.moe import RoutingCapture, find_routers, routing_drift
 from gspo_bench.moe.routers import FAMILY_ROUTING, gate_rule
 
+sys.path.insert(0, str(Path(__file__).parent))
+from test_moe import VOCAB, batch, perturb_routers  # noqa: E402  (the same tiny batch and router perturbation)
+
 FAMILIES = list(SUPPORTED_FAMILIES)
-VOCAB = 40
 SOFTMAX_RENORMALISED_IF_CONFIGURED = {"qwen3_moe", "qwen2_moe", "olmoe", "flex_olmo", "qwen3_next"}
 SOFTMAX_RENORMALISED = {"mixtral", "minimax", "hunyuan_v1_moe"}
 TOPK_THEN_SOFTMAX = {"gpt_oss", "granitemoe", "granitemoeshared"}
@@ -38,22 +43,6 @@ def tiny(family, **kw):
             if name.endswith("e_score_correction_bias"):
                 t.copy_(0.2 * torch.randn(t.shape, generator=gen))
     return model
-
-
-def batch(b=3, t=7, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, VOCAB, (b, t), generator=gen)
-    am = torch.ones_like(ids)
-    am[0, :3] = 0  # a left-padded row
-    ids[0, :3] = 0
-    return ids, am
-
-
-def perturb_routers(model, scale=1.0, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for router in find_routers(model):
-            router.weight.add_(scale * torch.randn(router.weight.shape, generator=gen))
 
 
 def handed_to_experts(model, modules=None):

@@ -33,7 +33,7 @@ from typing import Literal
 
 import torch
 
-from gspo_bench.objectives.inputs import LOG_RATIO_CLAMP
+from gspo_bench.objectives.inputs import safe_exp
 
 Level = Literal["token", "sequence", "geometric"]
 CorrectionFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -100,10 +100,6 @@ def _level_log_rho(log_rho: torch.Tensor, mask: torch.Tensor, level: Level) -> t
     raise ValueError(f"level must be token, sequence or geometric, got {level!r}")
 
 
-def _exp(log_x: torch.Tensor) -> torch.Tensor:
-    return torch.exp(log_x.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-
-
 @torch.no_grad()
 def weight_metrics(weights: torch.Tensor, mask: torch.Tensor, per_response: bool = False) -> dict[str, torch.Tensor]:
     """Mean, std and normalised ESS of the weights over their units (tokens, or responses when
@@ -140,7 +136,7 @@ def tis(old_logp, sampling_logp, mask, *, logp=None, advantages=None, cap: float
     if level not in ("token", "sequence"):
         raise ValueError(f"tis: level must be token or sequence, got {level!r}")
     log_w = _level_log_rho(_log_rho(old_logp, sampling_logp, mask), mask, level)
-    weights = torch.where(mask.bool(), _exp(log_w).clamp(max=cap), 0.0).float()
+    weights = torch.where(mask.bool(), safe_exp(log_w).clamp(max=cap), 0.0).float()
     return weights, weight_metrics(weights, mask, per_response=level != "token")
 
 
@@ -154,7 +150,7 @@ def mis(old_logp, sampling_logp, mask, *, logp=None, advantages=None, low: float
     or its geometric mean (geometric); a rejected response's tokens all get 0."""
     _check_range("mis", low, high)
     log_w = _level_log_rho(_log_rho(old_logp, sampling_logp, mask), mask, level)
-    rho = _exp(log_w)
+    rho = safe_exp(log_w)
     keep = mask.bool() & (rho >= low) & (rho <= high)
     weights = torch.where(keep, rho, 0.0).float()
     return weights, weight_metrics(weights, mask, per_response=level != "token")

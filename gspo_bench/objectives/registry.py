@@ -47,6 +47,12 @@ class ObjectiveSpec:
     clip_high: float | None  # default eps_high
     inputs: frozenset[str] = frozenset()  # EXTRA_INPUTS the objective takes
 
+    def params(self) -> dict[str, object]:
+        """The objective's keyword defaults beyond the clip range and the correction weights (what a
+        suite entry's `kwargs` may set)."""
+        return {name: p.default for name, p in inspect.signature(self.fn).parameters.items()
+                if p.default is not inspect.Parameter.empty and name not in ("clip_low", "clip_high", "weights")}
+
 
 _REGISTRY: dict[str, ObjectiveSpec] = {}
 

@@ -19,17 +19,21 @@ Errors name the dataset and the split or field that is missing.
 from __future__ import annotations
 
 import functools
-import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gspo_bench.tasks.base import Example, in_test_split
-from gspo_bench.tasks.jsonl import math_reward
+from gspo_bench.tasks.jsonl import HeldOutMathRecords
 from gspo_bench.tasks.registry import register_task
 
 FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
+
+
+def dataset_label(path: str, name: str | None) -> str:
+    """How errors name the dataset: `hf_dataset 'openai/gsm8k' (name 'main')`."""
+    return f"hf_dataset {path!r}" + (f" (name {name!r})" if name else "")
 
 
 def load_split(path: str, name: str | None, split: str) -> Any:
@@ -37,7 +41,7 @@ def load_split(path: str, name: str | None, split: str) -> Any:
     the dataset and, for a missing split, the splits it has."""
     import datasets
 
-    what = f"hf_dataset {path!r}" + (f" (name {name!r})" if name else "")
+    what = dataset_label(path, name)
     builder, files = path, None
     suffix = Path(path).suffix.lower()
     if suffix in FILE_BUILDERS:
@@ -100,12 +104,12 @@ def read_examples(rows, what: str, prompt_field: str, answer_field: str, answer_
 def split_examples(path: str, name: str | None, split: str, prompt_field: str, answer_field: str,
                    answer_pattern: str | None) -> tuple[Example, ...]:
     """The examples of one split, read once per process (a suite builds its task several times)."""
-    what = f"hf_dataset {path!r}" + (f" (name {name!r})" if name else "") + f" split {split!r}"
+    what = f"{dataset_label(path, name)} split {split!r}"
     return tuple(read_examples(load_split(path, name, split), what, prompt_field, answer_field, answer_pattern))
 
 
 @dataclass(frozen=True)
-class HFDatasetTask:
+class HFDatasetTask(HeldOutMathRecords):
     path: str
     config_name: str | None = None  # the dataset's configuration (load_dataset's `name`)
     split: str = "train"
@@ -119,7 +123,7 @@ class HFDatasetTask:
     _test: list[Example] = field(default_factory=list, repr=False)
 
     def __post_init__(self):
-        label = f"hf_dataset {self.path!r}" + (f" (name {self.config_name!r})" if self.config_name else "")
+        label = dataset_label(self.path, self.config_name)
         fields = (self.prompt_field, self.answer_field, self.answer_pattern)
         train = split_examples(self.path, self.config_name, self.split, *fields)
         if self.test_split is None:  # one split: held-out problems by a hash of the prompt
@@ -131,15 +135,6 @@ class HFDatasetTask:
         if not self._train or not self._test:
             raise ValueError(f"{label}: {len(self._train)} train / {len(self._test)} test records; both need one "
                              "(change test_share or test_split)")
-
-    def train_example(self, rng: random.Random) -> Example:
-        return rng.choice(self._train)
-
-    def test_examples(self, n: int) -> list[Example]:
-        return self._test[:n]
-
-    def reward(self, response: str, example: Example) -> float:
-        return math_reward(response, example)
 
 
 @register_task("hf_dataset", "a Hugging Face dataset (hub id, local directory or data file) of question/answer "

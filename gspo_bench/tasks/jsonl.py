@@ -35,8 +35,24 @@ def read_jsonl(path: Path, prompt_field: str, answer_field: str) -> list[Example
     return examples
 
 
+class HeldOutMathRecords:
+    """A task of fixed train and held-out records (`_train`, `_test`), rewarded by math-verify."""
+
+    _train: list[Example]
+    _test: list[Example]
+
+    def train_example(self, rng: random.Random) -> Example:
+        return rng.choice(self._train)
+
+    def test_examples(self, n: int) -> list[Example]:
+        return self._test[:n]
+
+    def reward(self, response: str, example: Example) -> float:
+        return math_reward(response, example)
+
+
 @dataclass(frozen=True)
-class JsonlTask:
+class JsonlTask(HeldOutMathRecords):
     path: str
     prompt_field: str = "prompt"
     answer_field: str = "answer"
@@ -54,15 +70,6 @@ class JsonlTask:
                 f"{self.path}: {len(records)} records give {len(self._train)} train / {len(self._test)} test; "
                 "both splits need at least one (change test_share or add records)"
             )
-
-    def train_example(self, rng: random.Random) -> Example:
-        return rng.choice(self._train)
-
-    def test_examples(self, n: int) -> list[Example]:
-        return self._test[:n]
-
-    def reward(self, response: str, example: Example) -> float:
-        return math_reward(response, example)
 
 
 def math_reward(response: str, example: Example) -> float:
