@@ -34,6 +34,18 @@ def test_shipped_suites_validate(name):
     assert suite.train.minibatches == 4
 
 
+def test_the_moe_rl_methods_suite_builds_a_grouped_deepseek_v3_with_a_dense_first_layer():
+    from gspo_bench.models.tiny import TinyMoESpec, tiny_config
+
+    suite = load_suite(EXPERIMENTS / "moe_rl_methods.yaml")
+    assert {"grpo_icepop", "gspo", "rspo", "grpo_r3"} <= {o.run_label for o in suite.objectives}
+    assert suite.rollout.dtype == "bfloat16"
+    assert next(o for o in suite.objectives if o.run_label == "grpo_icepop").correction["kind"] == "icepop"
+    sizes = suite.model.model_dump(exclude={"path", "architecture"})
+    config = tiny_config(TinyMoESpec(**sizes))
+    assert (config.first_k_dense_replace, config.n_group, config.topk_group) == (1, 2, 1)
+
+
 def test_quickstart_is_deep_enough_for_drift():
     assert load_suite(EXPERIMENTS / "quickstart.yaml").model.num_layers >= 8
 

@@ -343,3 +343,18 @@ def test_an_unsupported_moe_family_is_refused_naming_the_supported_ones(tmp_path
         with pytest.raises(UnsupportedModelError, match="phimoe") as err:
             refuse()
         assert all(family in str(err.value) for family in SUPPORTED_FAMILIES)
+
+
+@pytest.mark.parametrize(("sizes", "message"), [
+    ({"family": "olmoe", "first_k_dense": 1}, "olmoe has no dense first layers"),
+    ({"family": "qwen3_moe", "n_group": 2}, "qwen3_moe has no expert groups"),
+    ({"family": "deepseek_v3", "n_group": 3}, "must divide into n_group=3 groups"),
+    ({"family": "deepseek_v3", "n_group": 2, "topk_group": 3}, "topk_group must be in"),
+    ({"family": "qwen3_moe", "num_layers": 2, "first_k_dense": 2}, "first_k_dense must be in"),
+    ({"family": "gpt_oss", "norm_topk_prob": False}, "gpt_oss always renormalises"),
+])
+def test_model_sizes_a_family_cannot_have_are_refused_in_the_suite(sizes, message):
+    from gspo_bench.config import ModelConfig
+
+    with pytest.raises(ValueError, match=message):
+        ModelConfig(**sizes)

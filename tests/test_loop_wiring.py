@@ -133,3 +133,16 @@ def test_rspo_runs_read_the_router_shift_of_their_updates(tmp_path, cache):
     assert rspo["rspo/shift_mean"] > 0 and rspo["rspo/gamma_mean"] < 1
     assert "rspo/shift_mean" not in gmpo or pd.isna(gmpo["rspo/shift_mean"])
     assert gmpo["loss"] != rspo["loss"]
+
+
+def test_clip_cov_draws_repeat_from_run_to_run(tmp_path, cache):
+    """Clip-Cov drops tokens at random from torch's global generator, which each step seeds from (seed,
+    step): two runs of one suite in one process drop the same tokens."""
+    wide = {"name": "clip_cov", "kwargs": {"ratio_k": 0.3, "cov_low": -100.0, "cov_high": 100.0}}
+    rows = []
+    for out in (tmp_path / "a", tmp_path / "b"):
+        torch.rand(7)  # whatever the process drew before
+        one_step(cache, out, train={"minibatches": 2}, objectives=[wide])
+        rows.append(metrics(out, "tiny", "clip_cov-s0").iloc[0])
+    assert rows[0]["cov/frac"] > 0.1
+    assert rows[0]["loss"] == rows[1]["loss"] and rows[0]["grad/norm"] == rows[1]["grad/norm"]

@@ -297,3 +297,23 @@ def test_objectives_anchored_at_the_engine_get_its_log_probs_of_their_rows(parts
     rows = torch.tensor([6, 1, 2])
     policy_loss(objective, old.logp[rows], old, batch, rows)
     assert torch.equal(seen["mu"], batch.sampling_logp[rows])
+
+
+def test_the_methods_table_shows_run_means_and_the_last_five_steps_reward(tmp_path):
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
+    from moe_rl_methods_table import table
+
+    for run, extra in (("rspo-s0", {"rspo/gamma_mean": [1.0, 0.9], "rspo/shift_mean": [0.0, 0.1]}), ("gspo-s0", {})):
+        (tmp_path / run).mkdir()
+        frame = {"reward/mean": [0.0, 1.0, 1.0, 1.0, 1.0, 0.5], "mismatch/k3_kl": [0.002, 0.004, 0, 0, 0, 0]}
+        pd.DataFrame(frame | {k: v * 3 for k, v in extra.items()}).to_parquet(tmp_path / run / "metrics.parquet")
+    lines = table(tmp_path).splitlines()
+    assert lines[0].startswith("| run | IcePop masked / ESS | RSPO gamma / shift d |")
+    gspo, rspo = lines[2].split(" | "), lines[3].split(" | ")
+    assert rspo[0] == "| rspo-s0" and rspo[2] == "0.95 / 0.05" and gspo[2] == ""
+    assert rspo[6] == "0.001" and rspo[-1] == "0.900 |"  # mean over the run; reward over the last 5 steps

@@ -9,7 +9,7 @@ from gspo_bench.probe import ProbeConfig, run_probe
 
 
 def test_probe_one_step_per_objective():
-    cfg = ProbeConfig(objectives=("grpo", "gspo", "gspo_token"), num_layers=2, prompts=2, group_size=4,
+    cfg = ProbeConfig(objectives=("grpo", "gspo", "gspo_token", "rspo"), num_layers=2, prompts=2, group_size=4,
                       max_new_tokens=8, minibatches=2)
     rows = {r["objective"]: r for r in run_probe(cfg)}
     for row in rows.values():
@@ -26,6 +26,7 @@ def test_probe_one_step_per_objective():
     for key in ("ratio/token_var", "ratio/seq_var", "kl/old_new", "moe/drift"):
         assert math.isclose(rows["grpo"][key], rows["gspo"][key], rel_tol=1e-4), key
     assert rows["grpo"]["loss"] != rows["gspo"]["loss"]
+    assert rows["rspo"]["rspo/shift_mean"] > 0  # the probe's old pass records the gate scores RSPO reads
 
 
 def test_cli_ls_lists_objectives_with_clip_ranges():
@@ -34,6 +35,20 @@ def test_cli_ls_lists_objectives_with_clip_ranges():
     for name in ("grpo", "gspo", "gspo_token", "dapo", "dr_grpo", "gmpo", "sapo", "cispo"):
         assert name in result.output
     assert "0.0003" in result.output and "0.27" in result.output
+
+
+def test_cli_ls_lists_new_objectives_with_their_params_and_inputs_corrections_and_families():
+    result = CliRunner(env={"COLUMNS": "300"}).invoke(app, ["ls"])
+    assert result.exit_code == 0
+    for name in ("rspo", "m2po", "dppo_binary_tv", "luspo", "kl_cov", "clip_cov"):
+        assert name in result.output
+    assert "gamma_min=0.7, router_shift" in result.output and "delta=0.15, sampling_logp" in result.output
+    for kind in ("tis", "mis", "icepop", "opsm"):
+        assert f"│ {kind} " in result.output
+    assert "cap=2.0, level='token'" in result.output
+    for family in ("deepseek_v3", "gpt_oss", "llama4_text", "dbrx"):
+        assert family in result.output
+    assert "top-k over the logits, softmax over the k" in result.output
 
 
 def test_cli_unknown_objective_is_a_usage_error():

@@ -190,7 +190,7 @@ def read_wandb_offline(run_file: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_suite_on_a_local_dataset_with_chat_template_logs_every_step_to_tensorboard_and_wandb(dataset, tmp_path,
-                                                                                                monkeypatch):
+                                                                                                monkeypatch, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from gspo_bench.rollout.hf import HFEngine
@@ -230,6 +230,14 @@ def test_a_suite_on_a_local_dataset_with_chat_template_logs_every_step_to_tensor
     tokenizer = chat_tokenizer()
     assert len(prompts) == 4 + 3 * 2  # warm start checks accuracy on the 4 test records, then 3 steps of 2 prompts
     assert all(tokenizer.decode(p, skip_special_tokens=True).startswith("<system>be brief<user>") for p in prompts)
+    # experiments/read_tensorboard.py reads the same events back beside metrics.parquet
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
+    from read_tensorboard import read
+
+    read(run, ["reward/mean", "eval/gspo_hf_dataset"])
+    printed = capsys.readouterr().out
+    assert "reward/mean: [(1, " in printed and "equal to metrics.parquet: True" in printed
+    assert f"eval/gspo_hf_dataset: [(0, {round(evals['score'].iloc[0], 4)})" in printed
 
 
 def test_a_configured_tracker_that_is_not_installed_is_refused_before_any_compute(tmp_path, monkeypatch):
@@ -287,6 +295,59 @@ def test_lm_eval_tasks_are_passed_by_name_to_lm_eval_with_its_own_metric(tmp_pat
     scores = Evaluator(suite.eval, tmp_path / "ours")(model, tokenizer)
     assert list(scores) == ["mini_gsm"] and scores["mini_gsm"]["metric"].startswith("exact_match")
     assert scores["mini_gsm"]["score"] == pytest.approx(0.5)
+    limited = parse_suite(tiny_suite(tmp_path, eval={"lm_eval_tasks": ["mini_gsm"], "lm_eval_include": str(include),
+                                                     "limit": 1}))
+    assert Evaluator(limited.eval, tmp_path / "ours1")(model, tokenizer)["mini_gsm"]["score"] == 1.0  # doc 0 only
     unknown = parse_suite(tiny_suite(tmp_path, eval={"lm_eval_tasks": ["no_such_task"], "lm_eval_include": str(include)}))
     with pytest.raises(SuiteError, match=r"eval.lm_eval_tasks: \['no_such_task'\] not in lm-eval's task registry"):
         check_runnable(unknown, "s.yaml")
+
+
+def test_tracking_settings_may_change_on_resume_and_nothing_else_is_ignored(tmp_path):
+    from types import SimpleNamespace
+
+    from gspo_bench.train.setup import config_changes, resolved_config
+
+    def spec(**changes):
+        suite = parse_suite(tiny_suite(tmp_path / "cache", **changes))
+        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, algorithm=None)
+
+    (tmp_path / "config.yaml").write_text(resolved_config(spec(), lr=spec().suite.train.lr))
+    assert config_changes(tmp_path, spec(tracking={"tensorboard": True})) == []
+    assert config_changes(tmp_path, spec(rollout={"max_new_tokens": 9})) == ["suite.rollout.max_new_tokens: 8 -> 9"]
+
+
+def test_the_warm_start_cache_key_holds_the_chat_format(tmp_path, monkeypatch):
+    import gspo_bench.warmstart
+    from gspo_bench.suite import starting_weights
+
+    keys = []
+
+    def fake_warm_start(build, tokenizer, task, params, key_parts, cache, on_eval):
+        keys.append(key_parts)
+        return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.0, "steps": 0}
+
+    monkeypatch.setattr(gspo_bench.warmstart, "warm_start", fake_warm_start)
+    for rollout in ({}, {"chat_template": True}, {"chat_template": True, "system_prompt": "be brief"}):
+        starting_weights(parse_suite(tiny_suite(tmp_path / "cache", rollout=rollout)), 0, log=lambda m: None)
+    assert "prompt_format" not in keys[0]  # raw prompts: the key (and the cache) of before chat templates
+    assert keys[1]["prompt_format"] == {"chat": True, "system_prompt": None}
+    assert keys[2]["prompt_format"]["system_prompt"] == "be brief"
+
+
+def test_a_resumed_run_replaces_the_tensorboard_steps_a_crash_left_after_its_checkpoint(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from gspo_bench.tracking import Tracker
+
+    cfg = TrackingConfig(tensorboard=True)
+    first = Tracker(cfg, tmp_path, "suite", {}, resume_step=0)
+    for step in (1, 2, 3):  # checkpoint at step 2, crash after step 3
+        first.log_row({"step": step, "reward/mean": float(step)})
+    first.close()
+    resumed = Tracker(cfg, tmp_path, "suite", {}, resume_step=2)
+    resumed.log_row({"step": 3, "reward/mean": 30.0})
+    resumed.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [(1, 1.0), (2, 2.0), (3, 30.0)]
