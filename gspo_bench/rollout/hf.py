@@ -1,5 +1,20 @@
-"""The `hf` rollout engine: batched `model.generate` sampling, CPU or GPU. Every row's tokens are a
+"""The `hf` rollout engine: batched sampling from the policy, CPU or GPU. Every row's tokens are a
 function of (seed, the row's key) alone (`gspo_bench.rollout.sampling`), whatever batch it is in.
+
+    rollout: {dtype: bfloat16, engine_options: {decode: static}}
+
+Weights: in fp32 the engine samples from the training model itself. In bf16 on a GPU it holds a
+bf16 copy of the policy for the whole run (`RolloutWeights`), refreshed in place (`copy_`, no
+allocation) by `sync_weights` before every rollout, i.e. after every optimizer step, and generates on
+it with autocast off: the fp32 master weights and AdamW state are untouched, and the copy is what
+the training-inference mismatch measurements compare against. Not under FSDP2 (the sharded model
+samples under autocast) and not on CPU by default (`copy_weights`), where bf16 expert matmuls are
+~30x slower than fp32 ones and autocast over the fp32 weights is faster.
+
+Decoding (`decode`): `generate` is transformers' `model.generate`; `static` is our static-cache loop
+(`rollout.static_decode`), a CUDA graph per decode step on a GPU (`graph`, on by default there),
+sampling by the same rule, routing included: the same tokens, 7-18x faster on an H100
+(`results/perf/gpu/`). Default: `static` on a GPU, `generate` on CPU and under torchrun.
 
 Sampling log-probs come from a logits processor placed after temperature and top-p, so they are
 the log-probs of the distribution each token was actually drawn from; it keeps one [B, V] tensor,
@@ -8,6 +23,7 @@ not one per step.
 
 from __future__ import annotations
 
+import copy
 from contextlib import nullcontext
 
 import torch
@@ -17,6 +33,41 @@ from gspo_bench.moe import RoutingCapture
 from gspo_bench.rollout.batching import left_pad, mask_after_eos
 from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
 from gspo_bench.rollout.sampling import GumbelNoise
+from gspo_bench.rollout.static_decode import DecodeRule, static_decode
+
+DECODES = ("generate", "static")
+
+
+class RolloutWeights:
+    """The policy's weights in the rollout dtype, one copy for the whole run, refreshed in place."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+        self.model: torch.nn.Module | None = None
+        self._targets: list[torch.Tensor] = []
+
+    @staticmethod
+    def applies(model: torch.nn.Module, dtype: torch.dtype, copy_weights: bool | None) -> bool:
+        """A copy where the rollout dtype is below fp32, the model is whole on this process and
+        `copy_weights` says so (None: on a GPU)."""
+        if dtype == torch.float32 or any(hasattr(p, "to_local") for p in model.parameters()):
+            return False
+        return copy_weights if copy_weights is not None else next(model.parameters()).device.type == "cuda"
+
+    @torch.no_grad()
+    def refresh(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The copy, equal to `model`'s parameters cast to the rollout dtype (buffers, such as rotary
+        frequencies, keep their dtype). Made on first use; later calls copy in place."""
+        sources = list(model.parameters())
+        if self.model is None:
+            self.model = copy.deepcopy(model).eval().requires_grad_(False)
+            for param in self.model.parameters():
+                param.data = param.data.to(self.dtype)
+            self._targets = list(self.model.parameters())
+        if len(sources) != len(self._targets):
+            raise RuntimeError("the policy's parameters changed since its rollout copy was made")
+        torch._foreach_copy_(self._targets, [p.detach() for p in sources])
+        return self.model
 
 
 class _RecordSamplingLogprobs(LogitsProcessor):
@@ -51,66 +102,118 @@ class HFEngine:
     name = "hf"
     returns_routing = True  # with SamplingParams.capture_routing
 
-    def __init__(self, pad_id: int, eos_id: int):
+    def __init__(self, pad_id: int, eos_id: int, dtype: str = "float32", decode: str | None = None,
+                 graph: bool | None = None, copy_weights: bool | None = None):
+        if decode is not None and decode not in DECODES:
+            raise ValueError(f"hf engine: decode must be one of {', '.join(DECODES)}, got {decode!r}")
+        if graph and decode == "generate":
+            raise ValueError("hf engine: graph: true needs decode: static")
         self.pad_id = pad_id
         self.eos_id = eos_id
+        self.decode = decode  # None: static on CUDA, generate elsewhere
+        self.graph = graph  # None: on for static decoding on CUDA
+        self.copy_weights = copy_weights  # None: a bf16 rollout copy on CUDA
+        self.weights = RolloutWeights({"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype])
 
-    def sync_weights(self, model) -> None:  # samples from the training model itself
-        return None
+    def sync_weights(self, model) -> None:
+        """Refresh the rollout copy from the policy (nothing to do in fp32: it samples from the model)."""
+        if RolloutWeights.applies(model, self.weights.dtype, self.copy_weights):
+            self.weights.refresh(model)
+
+    def sampler(self, model) -> torch.nn.Module:
+        """What generates: the rollout copy (made now if `sync_weights` was never called), or `model`."""
+        if not RolloutWeights.applies(model, self.weights.dtype, self.copy_weights):
+            return model
+        return self.weights.model if self.weights.model is not None else self.weights.refresh(model)
 
     @torch.no_grad()
     def generate(self, model, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         if params.temperature <= 0 or not 0 < params.top_p <= 1:
             raise ValueError("hf engine: temperature must be > 0 and top_p in (0, 1]")
-        device = next(model.parameters()).device
+        sampler = self.sampler(model)
+        device = next(sampler.parameters()).device
         rows = [p for p in prompts for _ in range(params.group_size)]  # groups of G consecutive rows
         prompt_ids, prompt_mask = left_pad(rows, self.pad_id)
         prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+        keys = torch.tensor(params.row_keys if params.row_keys is not None else range(len(rows)))
+        if len(keys) != len(rows):
+            raise ValueError(f"hf engine: {len(keys)} row keys for {len(rows)} rows")
+        was_training = sampler.training
+        sampler.eval()
+        # the copy is already in the rollout dtype: autocast would only add a cast check per op
+        own_precision = torch.autocast(device.type, enabled=False) if sampler is not model else nullcontext()
+        try:
+            with own_precision:
+                if self.decoding(device, params) == "static":
+                    return self._static(sampler, prompt_ids, prompt_mask, keys, params)
+                return self._generate(sampler, prompt_ids, prompt_mask, keys, params)
+        finally:
+            sampler.train(was_training)
+
+    def decoding(self, device: torch.device, params: SamplingParams) -> str:
+        if self.decode is not None:
+            return self.decode
+        return "static" if device.type == "cuda" and not params.synced else "generate"
+
+    def _static(self, model, prompt_ids, prompt_mask, keys, params: SamplingParams) -> Rollout:
+        if params.synced:
+            raise ValueError("hf engine: decode: static does not run under torchrun (FSDP2 forwards are collective); "
+                             "use decode: generate")
+        graph = self.graph if self.graph is not None else prompt_ids.device.type == "cuda"
+        if graph and prompt_ids.device.type != "cuda":
+            raise ValueError("hf engine: graph: true needs a CUDA device")
+        rule = DecodeRule(eos_id=self.eos_id, pad_id=self.pad_id, seed=params.seed, temperature=params.temperature,
+                          top_p=params.top_p, min_new_tokens=params.max_new_tokens if params.ignore_eos else 0)
+        state = static_decode(model, prompt_ids, prompt_mask, keys, params.max_new_tokens, rule,
+                              params.capture_routing, graph)
+        response_mask = mask_after_eos(state.tokens, self.eos_id)  # [B, T]
+        width = int(response_mask.sum(-1).max())  # as generate: columns until every row has ended
+        routing = state.routing[:, :, : prompt_ids.shape[1] + width - 1] if state.routing is not None else None
+        return self._rollout(prompt_ids, prompt_mask, state.tokens[:, :width], state.logp[:, :width], routing,
+                             state.finite)
+
+    def _generate(self, model, prompt_ids, prompt_mask, keys, params: SamplingParams) -> Rollout:
         recorder = _RecordSamplingLogprobs()
         processors = LogitsProcessorList()
         if params.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(params.temperature))
         if params.top_p < 1.0:
             processors.append(TopPLogitsWarper(params.top_p))
-        keys = torch.tensor(params.row_keys if params.row_keys is not None else range(len(rows)))
-        if len(keys) != len(rows):
-            raise ValueError(f"hf engine: {len(keys)} row keys for {len(rows)} rows")
         processors.append(recorder)  # the sampling distribution, before the noise that samples from it
         processors.append(GumbelNoise(params.seed, keys, prompt_ids.shape[1]))
-        was_training = model.training
-        model.eval()
-        try:
-            capture = RoutingCapture(model) if params.capture_routing else None
-            with capture if capture is not None else nullcontext():
-                seqs = model.generate(  # greedy over scores + Gumbel noise: a sample from softmax(scores)
-                    input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=False, logits_processor=processors,
-                    max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
-                    min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
-                    synced_gpus=params.synced, eos_token_id=self.eos_id,
-                    temperature=None, top_k=None, top_p=None,
-                )
-        finally:
-            model.train(was_training)
-        width = prompt_ids.shape[1]
-        response = seqs[:, width:]  # [B, T]
+        capture = RoutingCapture(model) if params.capture_routing else None
+        with capture if capture is not None else nullcontext():
+            seqs = model.generate(  # greedy over scores + Gumbel noise: a sample from softmax(scores)
+                input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=False, logits_processor=processors,
+                max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
+                min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
+                synced_gpus=params.synced, eos_token_id=self.eos_id,
+                temperature=None, top_k=None, top_p=None,
+            )
+        response = seqs[:, prompt_ids.shape[1]:]  # [B, T]
         recorder.collect(response[:, -1])
+        # [L, B, L - 1, k]: under synced_gpus a rank that has finished keeps stepping (its forwards
+        # are collective) and those dummy positions are routed too: cut them off
+        routing = capture.routing[:, :, : seqs.shape[1] - 1] if capture is not None else None
+        return self._rollout(prompt_ids, prompt_mask, response, torch.stack(recorder.gathered, dim=1), routing,
+                             recorder.finite)
+
+    def _rollout(self, prompt_ids, prompt_mask, response, sampling_logp, routing, finite) -> Rollout:
+        """The rollout of sampled `response` [B, T] and its log-probs: masked after </s>, padded."""
         response_mask = mask_after_eos(response, self.eos_id)  # [B, T]
-        sampling_logp = torch.stack(recorder.gathered, dim=1)  # [B, T]
         sampling_logp = torch.where(response_mask, sampling_logp, torch.zeros_like(sampling_logp))
-        attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)
         response = torch.where(response_mask, response, torch.full_like(response, self.pad_id))
-        return Rollout(
-            input_ids=torch.cat([prompt_ids, response], dim=1),
-            attention_mask=attention_mask,
-            response_mask=response_mask,
-            sampling_logp=sampling_logp,
-            # [L, B, L - 1, k]: under synced_gpus a rank that has finished keeps stepping (its
-            # forwards are collective) and those dummy positions are routed too: cut them off
-            routing=capture.routing[:, :, : seqs.shape[1] - 1] if capture is not None else None,
-            finite=recorder.finite,
-        )
+        return Rollout(input_ids=torch.cat([prompt_ids, response], dim=1),
+                       attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
+                       response_mask=response_mask, sampling_logp=sampling_logp, routing=routing, finite=finite)
 
 
 @register_engine("hf")
-def make_hf_engine(pad_id: int, eos_id: int, **_: object) -> HFEngine:
-    return HFEngine(pad_id=pad_id, eos_id=eos_id)
+def make_hf_engine(pad_id: int, eos_id: int, dtype: str = "float32", decode: str | None = None,
+                   graph: bool | None = None, copy_weights: bool | None = None, model_path=None, device=None,
+                   **unknown: object) -> HFEngine:
+    """`model_path` and `device` are the run's (the engine samples from the policy it is handed)."""
+    if unknown:
+        raise ValueError(f"hf engine: unknown engine_options {', '.join(sorted(unknown))}; valid: decode "
+                         f"({' or '.join(DECODES)}), graph, copy_weights (true/false)")
+    return HFEngine(pad_id=pad_id, eos_id=eos_id, dtype=dtype, decode=decode, graph=graph, copy_weights=copy_weights)

@@ -30,9 +30,12 @@ def fmix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def uniform(seed: int, keys: torch.Tensor, position: int, vocab: int) -> torch.Tensor:
-    """[B, V] numbers in (0, 1), a function of (seed, keys[b], position, v) only."""
-    base = fmix32(torch.tensor((seed * 0x9E3779B1 + position * 0x85EBCA77) & _MASK32, dtype=torch.int64))
+def uniform(seed: int, keys: torch.Tensor, position: int | torch.Tensor, vocab: int) -> torch.Tensor:
+    """[B, V] numbers in (0, 1), a function of (seed, keys[b], position, v) only. `position` may be a
+    0-d int64 tensor on the keys' device (a CUDA-graph decode step reads it there): same numbers."""
+    if not isinstance(position, torch.Tensor):
+        position = torch.tensor(position, dtype=torch.int64)
+    base = fmix32(((seed * 0x9E3779B1) & _MASK32) + position.to(torch.int64) * 0x85EBCA77 & _MASK32)
     rows = fmix32((keys.to(torch.int64) * 0xC2B2AE3D + base) & _MASK32)  # [B]
     tokens = torch.arange(vocab, dtype=torch.int64, device=keys.device)  # [V]
     h = fmix32(rows[:, None] ^ fmix32((tokens * 0x27D4EB2F + 0x165667B1) & _MASK32)[None, :])  # [B, V]

@@ -1,0 +1,184 @@
+"""Static-cache decoding, replayed as one CUDA graph per decode step on a GPU (`hf` engine, `decode: static`).
+
+`model.generate` decodes a token per step through Python: on a 1.25 B MoE a decode forward is ~1,250
+kernel launches, 28 ms of wall time for ~5.5 ms of GPU work. Here the whole step (forward on a
+static KV cache, temperature, top-p, the sampling log-prob, the keyed Gumbel noise, argmax, the
+end-of-response bookkeeping and the routed experts) reads and writes only tensors that live as long
+as the batch, so on CUDA it is captured once per batch shape and replayed: one launch per token.
+
+It samples what `generate` samples, by the same rule: token t of row r is
+argmax(processed scores + Gumbel noise of (seed, key_r, t)) (`rollout.sampling`), the processed scores
+being the fp32 logits with </s> masked while t < min_new_tokens, then temperature, then top-p; the
+sampling log-prob is the log-softmax of the processed scores. So every row is still a function of
+(seed, row key) and the model's logits, and a finished row feeds the pad token, as `generate` does.
+Routing is recorded from the routing sites into a static [L, B, positions, k] buffer, so R3 and
+`moe/rollout_gap` keep working. On CPU the same step runs eagerly (what the tests check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import StaticCache, TemperatureLogitsWarper, TopPLogitsWarper
+
+from gspo_bench.moe.routers import find_routers
+from gspo_bench.moe.sites import attach
+from gspo_bench.rollout.sampling import uniform
+
+
+@dataclass(frozen=True)
+class DecodeRule:
+    """How scores become a token: what `generate` applies before and after our processors."""
+
+    eos_id: int
+    pad_id: int
+    min_new_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+
+
+class DecodeState:
+    """The batch's static tensors: everything a decode step reads or writes."""
+
+    def __init__(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int,
+                 keys: torch.Tensor, n_moe: int, top_k: int):
+        batch, width = prompt_ids.shape
+        device = prompt_ids.device
+        self.width, self.max_new_tokens = width, max_new_tokens
+        self.keys = keys.to(device)
+        self.key_valid = torch.zeros(batch, width + max_new_tokens, dtype=torch.bool, device=device)
+        self.key_valid[:, :width] = prompt_mask.bool()
+        self.tokens = torch.zeros(batch, max_new_tokens, dtype=torch.long, device=device)  # [B, T]
+        self.logp = torch.zeros(batch, max_new_tokens, dtype=torch.float32, device=device)  # [B, T]
+        self.step = torch.zeros((), dtype=torch.long, device=device)  # index of the token sampled next
+        self.position = prompt_mask.long().sum(-1, keepdim=True)  # [B, 1] rotary position of the fed token
+        self.fed = torch.zeros(batch, 1, dtype=torch.long, device=device)  # [B, 1] token fed to the next forward
+        self.unfinished = torch.ones(batch, dtype=torch.bool, device=device)
+        self.finite = torch.ones((), dtype=torch.bool, device=device)
+        self.routing = (torch.zeros(n_moe, batch, width + max_new_tokens - 1, top_k, dtype=torch.long, device=device)
+                        if n_moe else None)  # [L, B, L_seq - 1, k]
+        self.route_at = torch.arange(width, device=device)  # positions the next forward routes
+
+
+def processed_scores(logits: torch.Tensor, state: DecodeState, rule: DecodeRule) -> torch.Tensor:
+    """[B, V] fp32 scores of the sampling distribution at `state.step` (before the noise); a row of
+    NaN or +inf scores (a diverged policy) is zeroed and turns `state.finite` False."""
+    scores = logits.float()
+    if rule.min_new_tokens:
+        blocked = (state.step < rule.min_new_tokens) & (torch.arange(scores.shape[-1], device=scores.device) == rule.eos_id)
+        scores = scores.masked_fill(blocked, float("-inf"))
+    if rule.temperature != 1.0:
+        scores = TemperatureLogitsWarper(rule.temperature)(None, scores)
+    if rule.top_p < 1.0:
+        scores = TopPLogitsWarper(rule.top_p)(None, scores)
+    bad = (torch.isnan(scores) | torch.isposinf(scores)).any(-1, keepdim=True)  # [B, 1]
+    state.finite &= ~bad.any()
+    return torch.where(bad, 0.0, scores)
+
+
+def sample_into(logits: torch.Tensor, state: DecodeState, rule: DecodeRule) -> None:
+    """Sample token `state.step` of every row from `logits` [B, V], record it and its log-prob, and
+    advance the state (tensor ops only: capturable)."""
+    scores = processed_scores(logits, state, rule)
+    noise = -torch.log(-torch.log(uniform(rule.seed, state.keys, state.step, scores.shape[-1])))
+    token = (scores.double() + noise).to(scores.dtype).argmax(-1)  # [B]
+    logp = torch.log_softmax(scores, dim=-1).gather(-1, token[:, None]).squeeze(-1)  # [B]
+    token = torch.where(state.unfinished, token, torch.full_like(token, rule.pad_id))
+    column = state.step.view(1)
+    state.tokens.index_copy_(1, column, token[:, None])
+    state.logp.index_copy_(1, column, logp[:, None])
+    state.unfinished &= token != rule.eos_id
+    state.fed.copy_(token[:, None])
+    state.step += 1
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where attending, the dtype's lowest value elsewhere (as transformers builds masks: a row that
+    may see nothing, a padding query, stays finite, so no NaN enters the cache)."""
+    return torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def decode_step(model, cache, state: DecodeState, rule: DecodeRule, dtype: torch.dtype) -> None:
+    """Feed the last sampled token (cache position width + step - 1) and sample the next one."""
+    fed_at = (state.step - 1 + state.width).view(1)
+    state.key_valid.index_fill_(1, fed_at, True)
+    state.route_at.copy_(fed_at)
+    logits = model(input_ids=state.fed, attention_mask=additive_mask(state.key_valid[:, None, None, :], dtype),
+                   position_ids=state.position, past_key_values=cache, use_cache=True).logits[:, -1]  # [B, V]
+    state.position += 1
+    sample_into(logits, state, rule)
+
+
+def prefill(model, cache, prompt_ids: torch.Tensor, state: DecodeState, rule: DecodeRule, dtype: torch.dtype) -> None:
+    """The left-padded prompts through the empty cache, at the positions `generate` gives them
+    (counted over attended tokens); samples token 0."""
+    width = prompt_ids.shape[1]
+    causal = torch.ones(width, state.key_valid.shape[1], dtype=torch.bool, device=prompt_ids.device).tril()
+    allowed = causal[None] & state.key_valid[:, None, :]  # [B, W, W + T]
+    positions = (state.key_valid[:, :width].long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=prompt_ids, attention_mask=additive_mask(allowed[:, None], dtype), position_ids=positions,
+                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+    sample_into(logits, state, rule)
+
+
+class RoutingRecorder:
+    """Writes each MoE layer's chosen experts into `state.routing` at `state.route_at` (tensor ops,
+    so a captured step records its routing on every replay)."""
+
+    def __init__(self, model, state: DecodeState):
+        self.routers, self.state, self._handles = find_routers(model), state, []
+
+    def __enter__(self):
+        if self.state.routing is not None:
+            for layer, router in enumerate(self.routers):
+                self._handles.append(attach(router.site, router.module, router.block, self._on_route(layer)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in reversed(self._handles):
+            handle.remove()
+        self._handles.clear()
+
+    def _on_route(self, layer: int):
+        def on_route(logits, weights, ids):
+            batch = self.state.routing.shape[1]
+            self.state.routing[layer].index_copy_(1, self.state.route_at, ids.reshape(batch, -1, ids.shape[-1]).long())
+
+        return on_route
+
+
+def static_decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, keys: torch.Tensor,
+                  max_new_tokens: int, rule: DecodeRule, capture_routing: bool, graph: bool) -> DecodeState:
+    """Decode up to `max_new_tokens` per row. With `graph` (CUDA), the step is captured once after two
+    eager warm-up steps and replayed for the rest. Stops early (checked every 8 steps, one host sync
+    each) once every row has ended."""
+    routers = find_routers(model) if capture_routing else []
+    state = DecodeState(prompt_ids, prompt_mask, max_new_tokens, keys, len(routers), routers[0].top_k if routers else 0)
+    dtype = next(model.parameters()).dtype
+    cache = StaticCache(config=model.config, max_cache_len=prompt_ids.shape[1] + max_new_tokens)
+    with torch.no_grad(), RoutingRecorder(model, state):
+        prefill(model, cache, prompt_ids, state, rule, dtype)
+        state.route_at = torch.zeros(1, dtype=torch.long, device=prompt_ids.device)  # one position per decode step
+        replay = None
+        for t in range(1, max_new_tokens):
+            if graph and replay is None and t >= 3:
+                replay = captured_step(model, cache, state, rule, dtype)
+            if replay is not None:
+                replay()
+            else:
+                decode_step(model, cache, state, rule, dtype)
+            if t % 8 == 0 and not bool(state.unfinished.any()):
+                break
+    return state
+
+
+def captured_step(model, cache, state: DecodeState, rule: DecodeRule, dtype: torch.dtype):
+    """The decode step as a CUDA graph's replay. Capture records the step without running it, so the
+    state is unchanged until the first replay."""
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        decode_step(model, cache, state, rule, dtype)
+    return graph.replay

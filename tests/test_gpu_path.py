@@ -1,0 +1,274 @@
+"""The fast GPU path: the bf16 rollout copy, static-cache (CUDA-graph) decoding, grouped expert
+matmuls under autocast. Their contracts are checked on CPU; the tests marked `gpu` check the same
+on a CUDA device (skipped without one)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch.testing import assert_close
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from gspo_bench.models import build_char_tokenizer, build_tiny_moe
+from gspo_bench.models.forward import response_forward
+from gspo_bench.rollout import SamplingParams, make_engine
+from gspo_bench.train import precision
+from gspo_bench.train.precision import Precision
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = build_char_tokenizer()
+    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4, seed=3)
+    prompts = [tok.encode("12+3="), tok.encode("sort:3,1="), tok.encode("7=")]  # different lengths: left padding
+    return tok, model, prompts
+
+
+def frequent_token(model, prompts) -> int:
+    """A token the model samples often: as </s>, rows end at different steps."""
+    r = make_engine("hf", pad_id=0, eos_id=2).generate(model, prompts, SamplingParams(group_size=2, max_new_tokens=8))
+    return int(r.response_ids[r.response_mask].mode().values)
+
+
+# ---------------------------------------------------------------------------- static decoding
+@pytest.mark.parametrize("temperature,top_p,ignore_eos", [(1.0, 1.0, False), (0.7, 0.9, False), (1.0, 1.0, True)])
+def test_static_decode_samples_what_generate_samples(setup, temperature, top_p, ignore_eos):
+    _, model, prompts = setup
+    eos = frequent_token(model, prompts)
+    params = SamplingParams(group_size=3, max_new_tokens=12, temperature=temperature, top_p=top_p, seed=7,
+                            ignore_eos=ignore_eos, row_keys=tuple(range(20, 29)))
+    eager = make_engine("hf", pad_id=0, eos_id=eos, decode="generate").generate(model, prompts, params)
+    static = make_engine("hf", pad_id=0, eos_id=eos, decode="static").generate(model, prompts, params)
+    assert torch.equal(static.input_ids, eager.input_ids)  # same tokens, same width (rows end alike)
+    assert torch.equal(static.response_mask, eager.response_mask)
+    assert_close(static.sampling_logp, eager.sampling_logp, atol=2e-6, rtol=0)
+    attended = eager.attention_mask[:, :-1].bool()  # routing at padding positions means nothing
+    assert torch.equal(static.routing[:, attended], eager.routing[:, attended])
+    assert bool(static.finite)
+    if not ignore_eos:
+        assert (~eager.response_mask).any()  # some row ended before the others: the case is exercised
+
+
+def test_static_decode_stops_where_generate_stops(setup):
+    """Once every row has ended, both return the same width (not max_new_tokens)."""
+    _, model, prompts = setup
+    eos = frequent_token(model, prompts)
+    params = SamplingParams(group_size=2, max_new_tokens=40, seed=0)  # these 4 rows end by token 15
+    eager = make_engine("hf", pad_id=0, eos_id=eos, decode="generate").generate(model, prompts[:2], params)
+    static = make_engine("hf", pad_id=0, eos_id=eos, decode="static").generate(model, prompts[:2], params)
+    assert eager.response_mask.shape[1] < 40
+    assert torch.equal(static.input_ids, eager.input_ids) and static.routing.shape == eager.routing.shape
+
+
+def test_static_decode_logprobs_match_the_training_forward(setup):
+    _, model, prompts = setup
+    params = SamplingParams(group_size=2, max_new_tokens=10, temperature=0.8, seed=3)
+    r = make_engine("hf", pad_id=0, eos_id=2, decode="static").generate(model, prompts, params)
+    with torch.no_grad():
+        logp, _ = response_forward(model, r.input_ids, r.attention_mask, r.response_mask.shape[1], temperature=0.8)
+    assert_close(logp[r.response_mask], r.sampling_logp[r.response_mask], atol=1e-5, rtol=1e-5)
+
+
+def test_static_decode_rows_depend_on_their_key_not_their_batch(setup):
+    _, model, prompts = setup
+    engine = make_engine("hf", pad_id=0, eos_id=2, decode="static")
+    both = engine.generate(model, prompts[:2], SamplingParams(group_size=1, max_new_tokens=8, seed=4, row_keys=(5, 9)))
+    alone = engine.generate(model, prompts[1:2], SamplingParams(group_size=1, max_new_tokens=8, seed=4, row_keys=(9,)))
+    n = alone.response_mask[0].sum()
+    assert torch.equal(both.response_ids[1, :n], alone.response_ids[0, :n])
+
+
+def test_engine_options_are_checked(setup):
+    _, model, prompts = setup
+    with pytest.raises(ValueError, match="unknown engine_options decod"):
+        make_engine("hf", pad_id=0, eos_id=2, decod="static")
+    with pytest.raises(ValueError, match="decode must be one of"):
+        make_engine("hf", pad_id=0, eos_id=2, decode="graph")
+    with pytest.raises(ValueError, match="graph: true needs decode: static"):
+        make_engine("hf", pad_id=0, eos_id=2, decode="generate", graph=True)
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        make_engine("hf", pad_id=0, eos_id=2, decode="static", graph=True).generate(
+            model, prompts, SamplingParams(group_size=2, max_new_tokens=2))
+    with pytest.raises(ValueError, match="torchrun"):
+        make_engine("hf", pad_id=0, eos_id=2, decode="static").generate(
+            model, prompts, SamplingParams(group_size=2, max_new_tokens=2, synced=True))
+
+
+def test_default_decoding_is_static_on_a_gpu_only():
+    engine = make_engine("hf", pad_id=0, eos_id=2)
+    params = SamplingParams(group_size=2, max_new_tokens=2)
+    assert engine.decoding(torch.device("cuda"), params) == "static"
+    assert engine.decoding(torch.device("cpu"), params) == "generate"
+    assert engine.decoding(torch.device("cuda"), dataclasses.replace(params, synced=True)) == "generate"
+
+
+# ---------------------------------------------------------------------------- the bf16 rollout copy
+def test_the_bf16_copy_is_refreshed_in_place_after_an_update(setup):
+    tok, _, prompts = setup
+    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4, seed=5)
+    engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", copy_weights=True)
+    engine.sync_weights(model)
+    copy = engine.weights.model
+    pointers = [p.data_ptr() for p in copy.parameters()]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(input_ids=torch.tensor([prompts[0]])).logits.sum().backward()
+    optimizer.step()
+    engine.sync_weights(model)
+    assert engine.weights.model is copy and [p.data_ptr() for p in copy.parameters()] == pointers  # no new allocation
+    for (name, master), mirrored in zip(model.named_parameters(), copy.parameters(), strict=True):
+        assert mirrored.dtype == torch.bfloat16 and master.dtype == torch.float32, name
+        assert torch.equal(mirrored, master.detach().to(torch.bfloat16)), name
+    for (name, buffer), mirrored in zip(model.named_buffers(), copy.buffers(), strict=True):
+        assert mirrored.dtype == buffer.dtype, name  # rotary frequencies keep their precision
+
+
+def test_the_engine_samples_from_its_copy(setup):
+    """The copy is the engine: its log-probs are the bf16 model's, not the fp32 master's."""
+    tok, model, prompts = setup
+    engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", copy_weights=True)
+    engine.sync_weights(model)
+    r = engine.generate(model, prompts, SamplingParams(group_size=2, max_new_tokens=6, seed=2))
+    with torch.no_grad():
+        bf16_logp, _ = response_forward(engine.weights.model, r.input_ids, r.attention_mask, r.response_mask.shape[1])
+        fp32_logp, _ = response_forward(model, r.input_ids, r.attention_mask, r.response_mask.shape[1])
+    valid = r.response_mask
+    assert_close(r.sampling_logp[valid], bf16_logp[valid].float(), atol=1e-4, rtol=0)
+    assert (r.sampling_logp[valid] - fp32_logp[valid]).abs().max() > 1e-3  # bf16 is not fp32
+
+
+def test_the_copy_is_made_on_a_gpu_and_in_bf16_only(setup):
+    from gspo_bench.rollout.hf import RolloutWeights
+
+    _, model, _ = setup
+    assert not RolloutWeights.applies(model, torch.bfloat16, None)  # CPU: autocast over the fp32 weights
+    assert RolloutWeights.applies(model, torch.bfloat16, True)
+    assert not RolloutWeights.applies(model, torch.float32, True)  # fp32 samples from the model itself
+    engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16")
+    engine.sync_weights(model)
+    assert engine.weights.model is None
+
+
+def test_a_run_refreshes_the_copy_before_every_rollout(setup, monkeypatch):
+    """`collect_rollout` pushes the policy's weights into the engine first (a stale copy would sample
+    from the weights of an earlier step)."""
+    from gspo_bench.tasks import make_task
+    from gspo_bench.train.policy import Policy
+    from gspo_bench.train.rollout import collect_rollout, draw_examples
+
+    tok, _, _ = setup
+    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4, seed=5)
+    engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", copy_weights=True)
+    task = make_task("countdown", count=3)
+    params = SamplingParams(group_size=2, max_new_tokens=4)
+    collect_rollout(Policy(model), engine, tok, task, draw_examples(task, 2, 0), params)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)
+    collect_rollout(Policy(model), engine, tok, task, draw_examples(task, 2, 1), params)
+    for master, mirrored in zip(model.parameters(), engine.weights.model.parameters(), strict=True):
+        assert torch.equal(mirrored, master.detach().to(torch.bfloat16))
+
+
+# ---------------------------------------------------------------------------- grouped matmuls under autocast
+class GroupedMMDtypes(TorchDispatchMode):
+    """Records the operand dtypes every grouped matmul runs with (below autocast)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[tuple[torch.dtype, ...]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if "_grouped_mm" in str(func):
+            self.seen.append(tuple(a.dtype for a in args[:2]))
+        return func(*args, **(kwargs or {}))
+
+
+def test_autocast_runs_the_experts_grouped_matmuls_in_bf16(setup):
+    """The rule (registered for CUDA by Precision; registered for CPU here to check it): without it
+    transformers casts the expert input to the fp32 weight and the matmul runs in fp32."""
+    _, model, prompts = setup
+    ids = torch.tensor([prompts[1]])
+    precision.register_grouped_mm_autocast("cpu")
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16), GroupedMMDtypes() as ruled:
+            loss = model(input_ids=ids).logits.float().sum()
+        loss.backward()  # the fp32 masters get their gradient through the cast
+        experts = model.model.layers[0].mlp.experts
+        assert experts.gate_up_proj.grad is not None and experts.gate_up_proj.grad.dtype == torch.float32
+    finally:
+        precision.unregister_grouped_mm_autocast("cpu")
+        model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16), GroupedMMDtypes() as plain, torch.no_grad():
+        model(input_ids=ids)
+    assert ruled.seen and all(d == (torch.bfloat16, torch.bfloat16) for d in ruled.seen)
+    assert plain.seen and all(d == (torch.float32, torch.float32) for d in plain.seen)
+
+
+def test_bf16_training_precision_registers_the_rule_on_cuda_only():
+    precision.unregister_grouped_mm_autocast("cuda")
+    with Precision.named("bfloat16", "cpu").autocast():
+        pass
+    assert "cuda" not in precision._GROUPED_MM_AUTOCAST and "cpu" not in precision._GROUPED_MM_AUTOCAST
+    Precision.named("bfloat16", "cuda").autocast()  # builds the context (needs no device) and registers
+    assert "cuda" in precision._GROUPED_MM_AUTOCAST
+
+
+# ---------------------------------------------------------------------------- on a GPU
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_bf16_copy_equals_the_master_weights_after_an_update(setup):
+    tok, _, prompts = setup
+    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4,
+                           seed=5).cuda()
+    engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16")  # the default copy on a GPU
+    engine.sync_weights(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    with Precision.named("bfloat16", "cuda").autocast():
+        loss = model(input_ids=torch.tensor([prompts[0]], device="cuda")).logits.float().sum()
+    loss.backward()
+    optimizer.step()
+    engine.sync_weights(model)
+    for master, mirrored in zip(model.parameters(), engine.weights.model.parameters(), strict=True):
+        assert torch.equal(mirrored, master.detach().to(torch.bfloat16))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_graph_decode_logprobs_match_a_forward_on_the_sampled_tokens(setup):
+    tok, model, prompts = setup
+    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4,
+                           seed=3).cuda()
+    engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16")  # copy + static + graph by default
+    params = SamplingParams(group_size=4, max_new_tokens=24, seed=9)
+    r = engine.generate(model, prompts, params)
+    eager = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", decode="static", graph=False)
+    assert torch.equal(eager.generate(model, prompts, params).input_ids, r.input_ids)  # graph replay = eager steps
+    with torch.no_grad():
+        logp, _ = response_forward(engine.weights.model, r.input_ids, r.attention_mask, r.response_mask.shape[1])
+    valid = r.response_mask
+    assert_close(r.sampling_logp[valid], logp[valid].float(), atol=0.05, rtol=0)  # bf16 kernels differ by shape
+    assert r.routing is not None and r.routing.shape[2] == r.input_ids.shape[1] - 1
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_bf16_experts_loss_matches_fp32_experts_within_bf16_tolerance(setup):
+    tok, _, prompts = setup
+    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4,
+                           seed=5).cuda()
+    ids = torch.tensor([prompts[1]] * 4, device="cuda")
+    losses = []
+    for rule in (False, True):
+        if rule:
+            precision.register_grouped_mm_autocast("cuda")
+        else:
+            precision.unregister_grouped_mm_autocast("cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16), GroupedMMDtypes() as seen, torch.no_grad():
+            losses.append(torch.log_softmax(model(input_ids=ids).logits.float(), -1).mean())
+        assert all(d == ((torch.bfloat16,) * 2 if rule else (torch.float32,) * 2) for d in seen.seen)
+    assert_close(losses[1], losses[0], atol=0.02, rtol=0.01)
