@@ -19,7 +19,9 @@ from rich.text import Text
 from gspo_bench.config import BudgetConfig, WarmStartConfig
 from gspo_bench.launch import Observer
 
-PLAIN_INTERVAL_S = 30.0  # seconds between two plain lines of one run
+# seconds between two plain lines of one run: a minute keeps a log of `make quickstart` (8 runs of
+# about 75 s, two at a time) under 60 lines, and a long run to a line a minute
+PLAIN_INTERVAL_S = 60.0
 
 
 def budget_fraction(budget: BudgetConfig, row: dict) -> float:
