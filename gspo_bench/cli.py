@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import signal
+import sys
 from pathlib import Path
 
 import click
@@ -51,7 +53,7 @@ def say(text: str, out: Console | None = None) -> None:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one error line and return the exit to raise (code 2: a user error)."""
-    console.print(f"[red]error:[/red] {escape(message)}")
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # one line, however long
     return typer.Exit(code)
 
 
@@ -144,21 +146,38 @@ def families_table() -> Table:
     return table
 
 
+def set_option():
+    return typer.Option(None, "--set", metavar="PATH=VALUE", help="set a suite field by dotted path, as `sweep:` "
+                        "names it (train.device=cuda, objectives.0.clip_high=0.3); the value is read as YAML; "
+                        "repeatable; recorded in each run's config.yaml and provenance.json")
+
+
+def load_with_overrides(suite_path: Path, items: list[str] | None):
+    """The suite file with its `--set` overrides applied; and the overrides, {path: value}."""
+    from gspo_bench.config import load_suite, parse_overrides
+
+    overrides = parse_overrides(items or [])
+    return load_suite(suite_path, overrides), overrides
+
+
 @app.command()
 @guarded
-def validate(suite_path: Path = typer.Argument(..., help="suite YAML file")) -> None:
+def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), overrides: list[str] | None = set_option()
+             ) -> None:
     """Check a suite file as `run` would before any compute (models, tasks, objectives, devices,
     engines, eval tasks, the sweep); print the planned runs."""
-    from gspo_bench.config import SuiteError, check_runnable, load_suite
+    from gspo_bench.config import SuiteError, check_runnable
     from gspo_bench.suite import plan_runs
 
     try:
-        suite = load_suite(suite_path)
+        suite, values = load_with_overrides(suite_path, overrides)
         check_runnable(suite, str(suite_path))
     except SuiteError as err:
         raise fail(str(err)) from None
-    runs = plan_runs(suite, Path(suite.output_dir))
-    say(f"{suite_path}: valid suite {suite.name!r}: {len(runs)} runs, budget {suite.budget.kind}={suite.budget.value:g}")
+    runs = plan_runs(suite, Path(suite.output_dir), overrides=values)
+    given = f" with {', '.join(overrides or [])}" if values else ""
+    say(f"{suite_path}{given}: valid suite {suite.name!r}: {len(runs)} runs, budget {suite.budget.kind}="
+        f"{suite.budget.value:g}")
     for run in runs:
         say(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}")
 
@@ -186,19 +205,20 @@ def suite_world(suite):
     return world
 
 
-def print_plan(suite_path: Path) -> None:
-    from gspo_bench.config import SuiteError, load_suite
+def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
+    from gspo_bench.config import SuiteError
     from gspo_bench.plan import PlanError, plan_suite
     from gspo_bench.suite import plan_runs
 
     try:
-        suite = load_suite(suite_path)
+        suite, _ = load_with_overrides(suite_path, overrides)
         plan = plan_suite(suite)
     except (SuiteError, PlanError) as err:
         raise fail(str(err)) from None
     runs = plan_runs(suite, Path(suite.output_dir))
     r, t = suite.rollout, suite.train
-    table = Table(title=escape(f"dry run: suite {suite.name!r} ({suite_path})"), show_header=False)
+    given = "".join(f" --set {item}" for item in overrides or [])
+    table = Table(title=escape(f"dry run: suite {suite.name!r} ({suite_path}{given})"), show_header=False)
     rows = [
         ("model", plan.model_source),
         ("parameters", f"{plan.params_total / 1e9:.3g} B total, {plan.params_active / 1e9:.3g} B active per token"),
@@ -227,6 +247,7 @@ def run(
     out: Path | None = typer.Option(None, "--out", help="results root (default: the suite's output_dir)"),
     only: list[str] | None = typer.Option(None, "--only", help="run only this label (repeatable)"),
     seeds: str | None = typer.Option(None, "--seeds", help="comma-separated seeds (default: the suite's)"),
+    overrides: list[str] | None = set_option(),
     resume: bool = typer.Option(False, "--resume", help="continue unfinished runs from their checkpoints"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and print the planned compute and memory; "
                                  "runs nothing, needs no GPU and no weights"),
@@ -236,35 +257,28 @@ def run(
     ray_address: str | None = typer.Option(None, "--ray-address", help="an existing Ray cluster (e.g. auto, "
                                            "ray://host:10001); implies --ray"),
     allow_changed: bool = typer.Option(False, "--allow-changed", help="with --resume: continue runs whose suite "
-                                       "was edited since they started (the change is recorded in provenance)"),
+                                       "was edited (or given other --set values) since they started (the change "
+                                       "is recorded in provenance)"),
+    make_report: bool = typer.Option(False, "--report", help="write the report of the suite's results at the end "
+                                     "(as `gspo-bench report` does)"),
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
-    from gspo_bench.config import SuiteError, check_runnable, load_suite
     from gspo_bench.launch import default_parallel
-    from gspo_bench.lock import RunBusyError
     from gspo_bench.progress import SuiteProgress
-    from gspo_bench.suite import check_outputs, plan_runs, run_suite
+    from gspo_bench.suite import run_suite
 
     if dry_run:
-        return print_plan(suite_path)
-    seed_list = parse_seeds(seeds)
-    try:
-        suite = load_suite(suite_path)
-        check_runnable(suite, str(suite_path))
-        root = out if out is not None else Path(suite.output_dir)
-        runs = plan_runs(suite, root, only=only, seeds=seed_list)
-        todo = check_outputs(runs, resume, allow_changed=allow_changed)
-    except (SuiteError, ValueError, FileExistsError, RunBusyError) as err:
-        raise fail(str(err)) from None
+        return print_plan(suite_path, overrides)
+    suite, root, todo = planned_todo(suite_path, overrides, out, only, parse_seeds(seeds), resume, allow_changed)
     world = suite_world(suite)  # under torchrun: this rank; the ranks check outputs before any writes
     if world.distributed and (parallel != 1 or ray or ray_address):
         raise fail("--parallel and --ray run whole runs side by side; under torchrun every rank trains the same run")
     out_console = console if world.is_main else Console(quiet=True)
     if not todo:
         say("nothing to do: every planned run is finished", out_console)
-        return
+        return what_next(root / suite.name, make_report) if world.is_main else None
     try:
-        with SuiteProgress(suite, out_console) as progress:
+        with SuiteProgress(out_console, {p.run_dir.name: p.suite.budget for p in todo}) as progress:
             outcomes = run_suite(suite, todo, root, resume=resume, allow_changed=allow_changed, world=world,
                                  log=lambda msg: say(msg, out_console), observer=progress,
                                  parallel=parallel or default_parallel(suite.train.threads),
@@ -272,10 +286,45 @@ def run(
     except OSError as err:
         raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
     print_outcomes(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
+    if world.is_main:
+        what_next(root / suite.name, make_report)
     if any(status["status"] == "refused" for _, status in outcomes):
         raise typer.Exit(2)
     if any(status["status"] == "failed" for _, status in outcomes):
         raise typer.Exit(1)
+
+
+def planned_todo(suite_path: Path, overrides: list[str] | None, out: Path | None, only: list[str] | None,
+                 seeds: list[int] | None, resume: bool, allow_changed: bool):
+    """The suite (its `--set` overrides applied and recorded with each run), the results root and the
+    runs to do; every problem as one error line."""
+    from gspo_bench.config import SuiteError, check_runnable
+    from gspo_bench.lock import RunBusyError
+    from gspo_bench.suite import check_outputs, plan_runs
+
+    try:
+        suite, values = load_with_overrides(suite_path, overrides)
+        check_runnable(suite, str(suite_path))
+        root = out if out is not None else Path(suite.output_dir)
+        runs = plan_runs(suite, root, only=only, seeds=seeds, overrides=values)
+        return suite, root, check_outputs(runs, resume, allow_changed=allow_changed)
+    except (SuiteError, ValueError, FileExistsError, RunBusyError) as err:
+        raise fail(str(err)) from None
+
+
+def program() -> str:
+    """How this command was called (`.venv/bin/gspo-bench` from the Makefile), for commands to copy."""
+    called = Path(sys.argv[0]) if sys.argv else Path()
+    return str(called) if called.name == "gspo-bench" else "gspo-bench"
+
+
+def what_next(suite_dir: Path, make_report: bool) -> None:
+    """The end of `run`: where the results are, then the report (with --report) or the command that makes it."""
+    say(f"results: {suite_dir}")
+    if make_report:
+        report(results=[suite_dir], out=None, allow_unmatched=False)
+    else:
+        say(f"report:  {shlex.quote(program())} report {shlex.quote(str(suite_dir))}")
 
 
 def print_outcomes(outcomes: list, title: str, out: Console) -> None:

@@ -30,12 +30,19 @@ class Observer:
 
     def end_run(self, name: str, status: dict) -> None: ...
 
+    def warm_start(self, seed: int, step: int, accuracy: float, cfg) -> None:
+        """An evaluation of the warm start of seed `seed`'s starting model (`cfg`: its WarmStartConfig)."""
+
+    def warm_start_done(self, seed: int) -> None: ...
+
 
 def run_one(spec, mode: dict, report: Callable[[str, str, dict], None] | None = None) -> dict:
     """Train one run to its budget (`mode`: train_run's resume and allow_changed); returns its final
     status. A crash comes back as a `failed` status (the run's folder has its traceback) and a run
-    folder another process holds as `refused`, so the other runs go on."""
+    folder another process holds as `refused`, so the other runs go on. What other libraries print
+    meanwhile goes to the run's run.log (`gspo_bench.runlog`)."""
     from gspo_bench.lock import RunBusyError
+    from gspo_bench.runlog import LOG_NAME, library_output
     from gspo_bench.train.loop import train_run
 
     name = spec.run_dir.name
@@ -44,7 +51,8 @@ def run_one(spec, mode: dict, report: Callable[[str, str, dict], None] | None = 
         report("start", name, {})
         on_step = lambda row: report("step", name, {k: row.get(k) for k in PROGRESS_COLUMNS})  # noqa: E731
     try:
-        return train_run(spec, on_step=on_step, **mode)
+        with library_output(spec.run_dir / LOG_NAME):
+            return train_run(spec, on_step=on_step, **mode)
     except RunBusyError as err:
         return {"status": "refused", "message": str(err), "step": None}
     except Exception as err:

@@ -1,18 +1,33 @@
-"""Progress of a suite: a rich bar per active run on a terminal, plain lines otherwise (logs, CI).
-Runs may be active side by side (`--parallel`, `--ray`): every call names its run."""
+"""Progress of a suite, drawn by the process that started it (runs in worker processes or Ray tasks
+report their steps back to it: `gspo_bench.launch`).
+
+On a terminal: a rich bar per active run (the share of its budget spent, reward, clip fraction,
+drift, time left), one for the warm start of each starting model (its sampled accuracy) and one for
+the suite; a finished run leaves one line. Elsewhere (CI, `> log`): plain lines, at most one per run
+(and per warm start) every `interval` seconds; every step is in the run's metrics.parquet anyway.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+import time
+from collections.abc import Callable
 
-from gspo_bench.config import SuiteConfig
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.text import Text
+
+from gspo_bench.config import BudgetConfig, WarmStartConfig
 from gspo_bench.launch import Observer
 
+# seconds between two plain lines of one run: a minute keeps a log of `make quickstart` (8 runs of
+# about 75 s, two at a time) under 60 lines, and a long run to a line a minute
+PLAIN_INTERVAL_S = 60.0
 
-def budget_fraction(suite: SuiteConfig, row: dict) -> float:
+
+def budget_fraction(budget: BudgetConfig, row: dict) -> float:
+    """The share of `budget` a run has spent at `row` (the step cap counts too: the run stops there)."""
     spent = {"steps": row["step"], "tokens": row["compute/cum_tokens"], "flops": row["compute/cum_flops"]}
-    return min(spent[suite.budget.kind] / suite.budget.value, 1.0)
+    return min(max(spent[budget.kind] / budget.value, row["step"] / budget.max_steps), 1.0)
 
 
 def step_summary(row: dict) -> str:
@@ -24,19 +39,68 @@ def step_summary(row: dict) -> str:
             f"drift {fmt('moe/drift', '.3f')}")
 
 
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-:--:--"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Throttle:
+    """At most one pass per key every `interval` seconds of `clock` (the first pass of a key is free)."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic):
+        self.interval, self.clock = interval, clock
+        self.last: dict[str, float] = {}
+
+    def ready(self, key: str) -> bool:
+        now = self.clock()
+        if key in self.last and now - self.last[key] < self.interval:
+            return False
+        self.last[key] = now
+        return True
+
+
+class TimeLeft:
+    """Seconds left per key, from the rate the spent share grew since the key's first report."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.first: dict[str, tuple[float, float]] = {}
+
+    def __call__(self, key: str, fraction: float) -> float | None:
+        now = self.clock()
+        start_time, start_fraction = self.first.setdefault(key, (now, fraction))
+        if fraction <= start_fraction or now <= start_time:
+            return None
+        return (now - start_time) * (1.0 - fraction) / (fraction - start_fraction)
+
+
+class _TimeLeftColumn(TimeRemainingColumn):
+    """rich's time left, blank for a bar whose end is not known (a warm start stops inside its band)."""
+
+    def render(self, task) -> Text:
+        return super().render(task) if task.fields.get("eta", True) else Text("")
+
+
 class SuiteProgress(Observer):
-    def __init__(self, suite: SuiteConfig, console: Console):
-        self.suite = suite
-        self.console = console
-        self.live = console.is_terminal
+    """The display of a suite's runs, `budgets`: {run name: its budget} of every run to do."""
+
+    def __init__(self, console: Console, budgets: dict[str, BudgetConfig], clock: Callable[[], float] = time.monotonic,
+                 interval: float = PLAIN_INTERVAL_S):
+        self.console, self.budgets = console, budgets
+        self.fractions: dict[str, float] = {}
+        self.finished = 0
+        self.throttle, self.time_left = Throttle(interval, clock), TimeLeft(clock)
         self.progress = Progress(
-            TextColumn("{task.fields[run]:<24}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), console=console,
-        ) if self.live else None
+            TextColumn("{task.description:<26}"), BarColumn(bar_width=20), TaskProgressColumn(),
+            TextColumn("{task.fields[info]}"), _TimeLeftColumn(compact=True), console=console,
+        ) if console.is_terminal else None
         self.tasks: dict[str, TaskID] = {}
 
     def __enter__(self):
         if self.progress is not None:
+            self.tasks["suite"] = self.progress.add_task("suite", total=float(len(self.budgets)), info=self._runs_done())
             self.progress.start()
         return self
 
@@ -45,23 +109,56 @@ class SuiteProgress(Observer):
             self.progress.stop()
 
     def say(self, text: str) -> None:
-        (self.progress.console if self.progress is not None else self.console).print(text, markup=False, highlight=False)
+        self.console.print(text, markup=False, highlight=False)
 
-    def start_run(self, name: str) -> None:
+    def _runs_done(self) -> str:
+        return f"{self.finished}/{len(self.budgets)} runs finished"
+
+    def _advance_suite(self) -> None:
         if self.progress is not None:
-            self.tasks[name] = self.progress.add_task("", total=1000, run=name, info="")
+            self.progress.update(self.tasks["suite"], completed=sum(self.fractions.values()), info=self._runs_done())
+
+    # ------------------------------------------------------------------ warm start
+    def warm_start(self, seed: int, step: int, accuracy: float, cfg: WarmStartConfig) -> None:
+        key = f"warm start s{seed}"
+        info = f"step {step}/{cfg.max_steps}  accuracy {accuracy:.3f} (stops in {cfg.band[0]:g}-{cfg.band[1]:g})"
+        if self.progress is None:
+            if self.throttle.ready(key):
+                self.say(f"  {key}: {info}")
+        elif key in self.tasks:
+            self.progress.update(self.tasks[key], completed=step, info=info)
         else:
-            self.say(f"[{name}] started")
+            self.tasks[key] = self.progress.add_task(key, total=cfg.max_steps, completed=step, info=info, eta=False)
+
+    def warm_start_done(self, seed: int) -> None:
+        task = self.tasks.pop(f"warm start s{seed}", None)
+        if self.progress is not None and task is not None:
+            self.progress.remove_task(task)
+
+    # ------------------------------------------------------------------ runs (the launchers call these)
+    def start_run(self, name: str) -> None:
+        self.fractions[name] = 0.0
+        if self.progress is not None:
+            self.tasks[name] = self.progress.add_task(name, total=1.0, info="starting")
 
     def step(self, name: str, row: dict) -> None:
-        if self.progress is not None and name in self.tasks:
-            self.progress.update(self.tasks[name], completed=int(1000 * budget_fraction(self.suite, row)),
-                                 info=step_summary(row))
-        else:
-            self.say(f"[{name}] {step_summary(row)}")
+        fraction = budget_fraction(self.budgets[name], row)
+        self.fractions[name] = fraction
+        left = self.time_left(name, fraction)
+        if self.progress is None:
+            if self.throttle.ready(name):
+                self.say(f"[{name}] {fraction:4.0%}  {step_summary(row)}  left {format_seconds(left)}")
+            return
+        if name in self.tasks:
+            self.progress.update(self.tasks[name], completed=fraction, info=step_summary(row))
+        self._advance_suite()
 
     def end_run(self, name: str, status: dict) -> None:
-        if self.progress is not None and name in self.tasks:
-            self.progress.update(self.tasks[name], info=status["status"])
+        self.finished += 1
+        self.fractions[name] = 1.0
+        task = self.tasks.pop(name, None)
+        if self.progress is not None and task is not None:
+            self.progress.remove_task(task)
+        self._advance_suite()
         message = f": {status['message']}" if status.get("message") else ""
-        self.say(f"[{name}] {status['status']} at step {status['step']}{message}")
+        self.say(f"[{name}] {status['status']} at step {status['step']}{message}  ({self._runs_done()})")

@@ -3,6 +3,7 @@ same budget, show progress. A run that collapses is recorded and the suite goes 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -25,15 +26,18 @@ class PlannedRun:
     run_dir: Path
     sweep: dict[str, Any] = field(default_factory=dict)  # swept values by short name ({} without a sweep)
     algorithm: str = ""  # the entry's label before the sweep point was added
+    overrides: dict[str, Any] = field(default_factory=dict)  # `--set` values by dotted path ({} without)
 
     @property
     def name(self) -> str:
         return f"{self.entry.run_label}-s{self.seed}"
 
 
-def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seeds: list[int] | None = None) -> list[PlannedRun]:
+def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seeds: list[int] | None = None,
+              overrides: dict[str, Any] | None = None) -> list[PlannedRun]:
     """Every objective x seed at every sweep point, each with its own results folder. `only` keeps
-    the entries of those labels (the labels before a sweep point is added)."""
+    the entries of those labels (the labels before a sweep point is added); `overrides`: the `--set`
+    values `suite` was loaded with, recorded with each run."""
     from gspo_bench import sweep
 
     entries = suite.objectives
@@ -51,7 +55,7 @@ def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seed
                 entry = e.model_copy(update={"label": f"{e.run_label}@{sweep.facet(point)}"}) if point else e
                 runs.append(PlannedRun(suite=point_suite, entry=entry, seed=s, algorithm=e.run_label,
                                        run_dir=out / suite.name / f"{entry.run_label}-s{s}",
-                                       sweep={names[p]: v for p, v in point.items()}))
+                                       sweep={names[p]: v for p, v in point.items()}, overrides=dict(overrides or {})))
     return runs
 
 
@@ -59,11 +63,13 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("GSPO_BENCH_CACHE", Path.home() / ".cache" / "gspo-bench"))
 
 
-def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] = print) -> Path:
+def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] = print,
+                     on_eval: Callable[[int, float], None] | None = None) -> Path:
     """Directory of the weights (with tokenizer) every objective of `seed` starts from.
 
     Tiny models: built from the config with `seed`, then warm-started (cached under a hash of
-    everything that affects them). Real models: the checkpoint directory itself.
+    everything that affects them); each of its evaluations goes to `on_eval(step, accuracy)` (a
+    progress bar), or as a line to `log`. Real models: the checkpoint directory itself.
     """
     from gspo_bench import __version__
     from gspo_bench.models import build_char_tokenizer, build_tiny_moe
@@ -102,7 +108,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     log(f"starting weights for seed {seed}: {'warm start' if ws.enabled else 'fresh init'} (cache {cache})")
     _, info = warm_start(
         build, tokenizer, make_task(suite.task.name, **suite.task.params), params, key_parts, cache,
-        on_eval=lambda step, acc: log(f"  warm start step {step}: sampled test accuracy {acc:.3f}"),
+        on_eval=on_eval or (lambda step, acc: log(f"  warm start step {step}: sampled test accuracy {acc:.3f}")),
     )
     log(f"  {'reused' if info['cached'] else 'trained'}: accuracy {info['accuracy']:.3f} after {info['steps']} steps")
     return Path(info["path"])
@@ -151,6 +157,10 @@ def init_seed(suite: SuiteConfig, seed: int) -> int:
     return seed if suite.warm_start.seed is None else suite.warm_start.seed
 
 
+def _warm_start_eval(observer: Observer, seed: int, cfg, step: int, accuracy: float) -> None:
+    observer.warm_start(seed, step, accuracy, cfg)
+
+
 def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume: bool = False,
               allow_changed: bool = False, world: World = World(),
               log: Callable[[str], None] = print, observer: Observer | None = None, parallel: int = 1,
@@ -169,13 +179,16 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
     for planned in todo:  # cached on disk: the first call per (model, task, seed) trains, the others find it
         key = weights_key(planned)
         if key not in weights:
+            seed, cfg = init_seed(planned.suite, planned.seed), planned.suite.warm_start
+            on_eval = functools.partial(_warm_start_eval, observer, seed, cfg)
             if world.is_main:
-                weights[key] = starting_weights(planned.suite, planned.seed, log=log)
+                weights[key] = starting_weights(planned.suite, planned.seed, log=log, on_eval=on_eval)
+                observer.warm_start_done(seed)
             barrier(world)
             if not world.is_main:
-                weights[key] = starting_weights(planned.suite, planned.seed, log=log)
+                weights[key] = starting_weights(planned.suite, planned.seed, log=log, on_eval=on_eval)
     specs = [RunSpec(suite=p.suite, entry=p.entry, seed=p.seed, run_dir=p.run_dir, init_weights=weights[weights_key(p)],
-                     sweep=p.sweep, algorithm=p.algorithm) for p in todo]
+                     sweep=p.sweep, algorithm=p.algorithm, overrides=p.overrides) for p in todo]
     mode = {"resume": resume, "allow_changed": allow_changed}
     if ray_address is not False:
         statuses = run_on_ray(specs, mode, observer, ray_address)

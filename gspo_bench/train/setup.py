@@ -39,6 +39,7 @@ class RunSpec:
     init_weights: Path  # directory of the (warm-started) weights every objective of this seed starts from
     sweep: dict = field(default_factory=dict)  # swept values of this run's sweep point, by short name
     algorithm: str = ""  # the entry's label without the sweep point (default: the label)
+    overrides: dict = field(default_factory=dict)  # `--set` values by dotted path, already in `suite`
 
 
 @dataclass
@@ -93,7 +94,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         checkpoint = find_checkpoint(out.path) if resume else None
         weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
         policy, tokenizer, n_active = load_policy(spec, weights, device, world)
-        state, prov = RunState(), provenance(str(device))
+        state, prov = RunState(), provenance(str(device)) | {"overrides": spec.overrides}
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
         prompt_format = run_prompt_format(suite, tokenizer)
@@ -140,7 +141,8 @@ def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device
     state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
                               out.read_rows("eval.parquet"))
     prov = out.read_json("provenance.json") or provenance(str(device))
-    prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes})
+    prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes,
+                                           "overrides": spec.overrides})
     for stale in out.path.glob(".checkpoint-new-*"):  # checkpoints a crash left half-written
         shutil.rmtree(stale, ignore_errors=True)
     return state, prov
@@ -194,16 +196,18 @@ def check_distributed(suite: SuiteConfig, world: World) -> None:
 
 def resolved_config(spec, lr: float) -> str:
     """The run's suite plus everything this run resolved: objective, replay, clip range, lr, seed,
-    and the sweep point it belongs to (`spec`: a RunSpec, or a planned run with the same fields)."""
+    the sweep point it belongs to and the `--set` overrides it was given (`spec`: a RunSpec, or a
+    planned run with the same fields)."""
     entry = spec.entry
     run = {"label": entry.run_label, "algorithm": spec.algorithm or entry.run_label, "objective": entry.objective,
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
            "seed": spec.seed, "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs, "sweep": spec.sweep,
-           "correction": entry.correction}
+           "correction": entry.correction, "overrides": spec.overrides}
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
 
 
-# fields of config.yaml that do not change what a run computes (nor do suite.tracking.*)
+# fields of config.yaml that do not change what a run computes (nor do suite.tracking.*; run.overrides.*
+# records how suite fields were set: the fields themselves are compared)
 _NOT_COMPARED = ("suite.description", "suite.output_dir")
 
 
@@ -221,5 +225,6 @@ def config_changes(run_dir: Path, spec) -> list[str]:
         return []
     old = _flatten(yaml.safe_load(recorded.read_text()) or {})
     new = _flatten(yaml.safe_load(resolved_config(spec, lr=spec.entry.lr or spec.suite.train.lr)))
-    keys = sorted(k for k in set(old) | set(new) if k not in _NOT_COMPARED and not k.startswith("suite.tracking."))
+    keys = sorted(k for k in set(old) | set(new)
+                  if k not in _NOT_COMPARED and not k.startswith(("suite.tracking.", "run.overrides")))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
