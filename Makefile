@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: quickstart test regress perf vllm-env test-vllm lint clean
+.PHONY: quickstart test regress perf vllm-env test-vllm test-gpu lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,3 +66,8 @@ lint: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
+
+## the GPU checks, on a CUDA machine: the gpu-marked tests, then experiments/gpu_tiny.yaml end to end
+test-gpu: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q -m gpu
+	$(BIN)/gspo-bench run experiments/gpu_tiny.yaml --out runs/gpu-tiny

@@ -3,7 +3,13 @@ the measurements and of routing replay, and step time against G x T.
 
     python experiments/perf/bench.py                      # all three parts -> results/perf/
     python experiments/perf/bench.py --parts compare --repeats 9
-    python experiments/perf/bench.py --device cuda --dtype bfloat16 --out results/perf/gpu
+    python experiments/perf/bench.py --device cuda --dtype bfloat16 --out results/perf/gpu/tiny
+    python experiments/perf/bench.py --preset mid --parts compare --frameworks gspo-bench,trl --out results/perf/gpu/mid
+
+`--preset mid` is the mid-size MoE of the GPU work (qwen3_moe, 16 layers, hidden 1024, 16 heads, 4 KV
+heads, 64 experts of width 384, top-8: 1.25 B parameters, 0.19 B active; P = 32, G = 8, T = 128, bf16
+on CUDA). Per step, gspo-bench's rollout and update seconds are reported beside the step (the
+per-phase breakdown; `experiments/perf/gpu_phases.py` times generation and training alone).
 
 One "RL step" is the same work on both sides: P prompts x G sampled responses of exactly T tokens
 (</s> is never sampled, so lengths cannot differ between the two), rewards, group advantages, one
@@ -53,6 +59,8 @@ class Setting:
     expert_hidden: int = 128
     num_experts: int = 8
     top_k: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
     task: str = "countdown"
     threads: int = 2
     device: str = "cpu"
@@ -64,6 +72,12 @@ class Setting:
         return self.prompts * self.group * self.max_new_tokens
 
 
+PRESETS = {
+    "mid": dict(num_layers=16, hidden_size=1024, num_heads=16, num_kv_heads=4, num_experts=64, expert_hidden=384,
+                top_k=8, prompts=32, group=8, max_new_tokens=128, device="cuda", dtype="bfloat16"),
+}
+
+
 # ---------------------------------------------------------------------------- shared setup
 def save_initial_weights(setting: Setting, path: Path) -> Path:
     """The tiny MoE (random init, seeded) and the char tokenizer both frameworks start from."""
@@ -71,7 +85,7 @@ def save_initial_weights(setting: Setting, path: Path) -> Path:
     model = build_tiny_moe(
         "qwen3_moe", seed=setting.seed, vocab_size=len(tokenizer), num_layers=setting.num_layers,
         hidden_size=setting.hidden_size, expert_hidden=setting.expert_hidden, num_experts=setting.num_experts,
-        top_k=setting.top_k,
+        top_k=setting.top_k, num_heads=setting.num_heads, num_kv_heads=setting.num_kv_heads,
     )
     return save_model(model, tokenizer, path)
 
@@ -93,7 +107,9 @@ def time_ours(setting: Setting, weights: Path, workdir: Path, steps: int, object
     """Run gspo-bench's loop for 1 warm-up + `steps` steps; one dict per counted step."""
     suite = parse_suite({
         "name": "perf",
-        "model": {"num_layers": setting.num_layers, "hidden_size": setting.hidden_size},
+        "model": {"num_layers": setting.num_layers, "hidden_size": setting.hidden_size, "top_k": setting.top_k,
+                  "num_experts": setting.num_experts, "expert_hidden": setting.expert_hidden,
+                  "num_heads": setting.num_heads, "num_kv_heads": setting.num_kv_heads},
         "task": {"name": setting.task, "params": task_params(setting)},
         "warm_start": {"enabled": False},
         "rollout": {"prompts_per_step": setting.prompts, "group_size": setting.group,
@@ -312,18 +328,24 @@ def paired_ratio(rows: list[dict], key: str, num: str, den: str) -> list[float]:
 
 def summarize(setting: Setting, compare_rows, overhead_rows, scaling_rows) -> dict:
     summary: dict = {"setting": asdict(setting), "tokens_per_step": setting.tokens_per_step}
-    if compare_rows and {r["framework"] for r in compare_rows} == set(FRAMEWORKS):
-        med = {f: statistics.median(r["step_s"] for r in compare_rows if r["framework"] == f) for f in FRAMEWORKS}
+    present = {r["framework"] for r in compare_rows}
+    if {"gspo-bench", "trl"} <= present:
+        med = {f: statistics.median(r["step_s"] for r in compare_rows if r["framework"] == f) for f in present}
+        ours = [r for r in compare_rows if r["framework"] == "gspo-bench"]
         summary["compare"] = {
-            "ours_step_s": med["gspo-bench"], "trl_step_s": med["trl"], "trl_default_step_s": med["trl-default-ckpt"],
+            "ours_step_s": med["gspo-bench"], "trl_step_s": med["trl"],
+            "ours_rollout_s": statistics.median(r["rollout_s"] for r in ours),
+            "ours_update_s": statistics.median(r["update_s"] for r in ours),
             # within-repeat pairs: a slow spell of the machine hits both sides of a pair
             "ratio_ours_over_trl": statistics.median(paired_ratio(compare_rows, "framework", "gspo-bench", "trl")),
             "ratio_per_repeat": paired_ratio(compare_rows, "framework", "gspo-bench", "trl"),
-            "ratio_ours_over_trl_default": statistics.median(
-                paired_ratio(compare_rows, "framework", "gspo-bench", "trl-default-ckpt")),
             "ours_tokens_per_s": setting.tokens_per_step / med["gspo-bench"],
             "trl_tokens_per_s": setting.tokens_per_step / med["trl"],
         }
+        if "trl-default-ckpt" in present:
+            summary["compare"] |= {"trl_default_step_s": med["trl-default-ckpt"], "ratio_ours_over_trl_default":
+                                   statistics.median(paired_ratio(compare_rows, "framework", "gspo-bench",
+                                                                  "trl-default-ckpt"))}
     if overhead_rows:
         m = paired_ratio(overhead_rows, "case", "measurements on", "measurements off")
         rr = paired_ratio(overhead_rows, "case", "replay on", "replay off")
@@ -367,7 +389,8 @@ def plot(out: Path, compare_rows, overhead_rows, scaling_rows, summary: dict) ->
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, panel in zip(axes[0], panels, strict=True):
         if panel == "compare":
-            sns.boxplot(pd.DataFrame(compare_rows), x="framework", y="step_s", ax=ax, order=list(FRAMEWORKS))
+            present = [f for f in FRAMEWORKS if any(r["framework"] == f for r in compare_rows)]
+            sns.boxplot(pd.DataFrame(compare_rows), x="framework", y="step_s", ax=ax, order=present)
             c = summary["compare"]
             ax.set_title(f"one RL step, P x G x T = {summary['tokens_per_step']} tokens\n"
                          f"ours / TRL = {c['ratio_ours_over_trl']:.2f}")
@@ -399,8 +422,8 @@ def plot(out: Path, compare_rows, overhead_rows, scaling_rows, summary: dict) ->
 def summary_markdown(summary: dict, command: str) -> str:
     s = summary["setting"]
     lines = [f"Command: `{command}`", "",
-             f"Setting: tiny qwen3_moe ({s['num_layers']} layers, hidden {s['hidden_size']}, {s['num_experts']} "
-             f"experts top-{s['top_k']}), P={s['prompts']} G={s['group']} T={s['max_new_tokens']}, "
+             f"Setting: qwen3_moe ({s['num_layers']} layers, hidden {s['hidden_size']}, {s['num_experts']} "
+             f"experts of width {s['expert_hidden']}, top-{s['top_k']}), P={s['prompts']} G={s['group']} T={s['max_new_tokens']}, "
              f"{s['minibatches']} minibatches, {s['device']} {s['dtype']}, {s['threads']} threads.", ""]
     if "compare" in summary:
         c = summary["compare"]
@@ -408,8 +431,11 @@ def summary_markdown(summary: dict, command: str) -> str:
                   f"**ours / TRL = {c['ratio_ours_over_trl']:.2f}** (median of per-repeat ratios: "
                   f"{', '.join(f'{v:.2f}' for v in c['ratio_per_repeat'])}); "
                   f"{c['ours_tokens_per_s']:.0f} vs {c['trl_tokens_per_s']:.0f} response tokens/s",
-                  f"- against TRL's defaults (gradient checkpointing on): TRL {c['trl_default_step_s']:.3f} s, "
-                  f"ours / TRL = {c['ratio_ours_over_trl_default']:.2f}"]
+                  f"- gspo-bench's step by phase (medians): rollout {c['ours_rollout_s']:.3f} s, update (old-policy "
+                  f"pass, {s['minibatches']} minibatch updates, measurements) {c['ours_update_s']:.3f} s"]
+        if "trl_default_step_s" in c:
+            lines += [f"- against TRL's defaults (gradient checkpointing on): TRL {c['trl_default_step_s']:.3f} s, "
+                      f"ours / TRL = {c['ratio_ours_over_trl_default']:.2f}"]
     if "overhead" in summary:
         o = summary["overhead"]
         lines += [f"- all measurements (ratio stats, clip fractions, routing capture, drift, mismatch): "
@@ -444,16 +470,22 @@ def main(
     frameworks: str = typer.Option(",".join(FRAMEWORKS), help="compare: which frameworks"),
     threads: int = typer.Option(2, min=1), device: str = typer.Option("cpu"),
     dtype: str = typer.Option("float32", help="float32 or bfloat16"),
+    preset: str = typer.Option("", help="mid: the 1.25 B mid-size MoE, P=32 G=8 T=128, bf16 on cuda (overrides "
+                               "--prompts/--group/--max-new-tokens/--device/--dtype)"),
 ) -> None:
     chosen = [p.strip() for p in parts.split(",") if p.strip()]
     unknown = set(chosen) - {"compare", "overhead", "scaling"}
     if unknown:
         raise typer.BadParameter(f"unknown parts {sorted(unknown)}; choose from compare, overhead, scaling")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise typer.BadParameter(f"--device {device}: this machine has no CUDA device")
     torch.set_num_threads(threads)
     setting = Setting(prompts=prompts, group=group, max_new_tokens=max_new_tokens, threads=threads,
                       device=device, dtype=dtype)
+    if preset:
+        if preset not in PRESETS:
+            raise typer.BadParameter(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+        setting = replace(setting, **PRESETS[preset])
+    if setting.device.startswith("cuda") and not torch.cuda.is_available():
+        raise typer.BadParameter(f"--device {setting.device}: this machine has no CUDA device")
     out.mkdir(parents=True, exist_ok=True)
     compare_rows = overhead_rows = scaling_rows = []
     with tempfile.TemporaryDirectory(prefix="gspo-bench-perf-") as tmp:
