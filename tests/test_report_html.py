@@ -48,6 +48,12 @@ def test_the_leader_at_equal_compute_and_its_ci(tmp_path):
                         "ahead by +0.1 [+0.1, +0.1] over 3 seeds.")
 
 
+def test_the_leader_is_compared_with_the_next_best_of_three(tmp_path):
+    found = sentences(synth(tmp_path, {"grpo": [0.0] * 3, "grpo_rr": [0.05] * 3, "gspo": [0.1] * 3}))
+    assert found[0] == ("**gspo leads at equal compute**: final reward 0.48 against grpo_rr's 0.43 (the next best), "
+                        "ahead by +0.05 [+0.05, +0.05] over 3 seeds.")
+
+
 def test_the_leader_sentence_flips_when_the_other_objective_is_ahead(tmp_path):
     found = sentences(synth(tmp_path, {"grpo": [0.1] * 3, "gspo": [0.0] * 3}))
     assert found[0].startswith("**grpo leads at equal compute**: final reward 0.48 against gspo's 0.38")
