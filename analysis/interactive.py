@@ -37,7 +37,8 @@ def log_switch(fig: go.Figure, log: bool) -> go.Figure:
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str) -> go.Figure:
     fig.update_layout(title=dict(text=title, x=0.01), xaxis_title=x_title, yaxis_title=y_title, height=420,
-                      template="plotly_white", legend=dict(groupclick="toggleitem"), hovermode="closest",
+                      template="plotly_white", legend=dict(groupclick="toggleitem", traceorder="grouped"),
+                      hovermode="closest",
                       margin=dict(t=70, r=20, b=50, l=60))
     return fig
 
@@ -52,7 +53,7 @@ def _seed_traces(frame: pd.DataFrame, column: str, x: str, smooth: float | None,
             continue
         y = ema(run[column].to_numpy(), smooth) if smooth else run[column].to_numpy()
         traces.append(go.Scatter(
-            x=run[x].to_numpy(), y=y, mode="lines", name=f"{label} s{seed}", legendgroup=label,
+            x=run[x].to_numpy(), y=y, mode="lines", name=f"{label} s{seed}", legendgroup=label, visible="legendonly",
             line=dict(color=color, width=1, dash=dash), opacity=0.45, customdata=run["step"].to_numpy(),
             hovertemplate=f"{label} seed {seed}<br>step %{{customdata}}<br>x %{{x:.4g}}<br>y %{{y:.4g}}<extra></extra>"))
     return traces
@@ -60,7 +61,8 @@ def _seed_traces(frame: pd.DataFrame, column: str, x: str, smooth: float | None,
 
 def add_curves(fig: go.Figure, metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth: float | None = 0.2,
                suffix: str = "", dash: str = "solid") -> go.Figure:
-    """Per objective label: the mean over seeds with its 95% bootstrap band, and every seed's curve."""
+    """Per objective label: the mean over seeds with its 95% bootstrap band, and every seed's curve (in the
+    legend, hidden until clicked: the first view is the PNG's)."""
     colors = _colors(metrics)
     band = curve_with_band(metrics, column, x=x, smooth=smooth)
     for label, frame in metrics.groupby("label", sort=False):

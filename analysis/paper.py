@@ -121,7 +121,7 @@ def paper_checks(results: Results, seed: int = 0) -> list[Check] | None:
               evidence=f"GSPO {clip_text['gspo']} against GRPO {clip_text['grpo']}"),
         Check("activated experts changed per update, GRPO (moe/drift_expert)", "~10%",
               _fmt(100 * drift.to_numpy(), rng) + " %", *outcome(drift.to_numpy() - 0.05, rng, +1),
-              note="at least 5%", claim="at least 5% of GRPO's activated experts change per update (paper ~10%)",
+              note="at least 5%", claim="At least 5% of GRPO's activated experts change per update (paper ~10%)",
               figure="drift"),
         _depth_check(results, rng),
         _replay_check(final, rng),
@@ -156,7 +156,7 @@ def _depth_check(results: Results, rng: np.random.Generator) -> Check:
     grpo = results.runs[(results.runs["objective"] == "grpo") & ~results.runs["replay"].astype(bool)]
     layers = layers[layers["label"].isin(set(grpo["label"]))]
     quantity, paper = "drift of the last MoE layer minus the first, GRPO (moe/drift)", "> 0 (deeper layers drift more)"
-    claim, figure = "deeper MoE layers drift more (GRPO)", "drift_layers_" + safe_name(next(iter(grpo["label"]), ""))
+    claim, figure = "Deeper MoE layers drift more (GRPO)", "drift_layers_" + safe_name(next(iter(grpo["label"]), ""))
     if layers.empty:
         return Check(quantity, paper, "-", claim=claim, figure=figure)
     first, last = layers["layer"].min(), layers["layer"].max()

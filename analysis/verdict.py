@@ -116,7 +116,11 @@ def answer(results: Results, spread: float, allow_unmatched: bool, figures: set[
         figure = "reward_by_sweep_point" if facet else "fig1_reward_vs_compute"
         links = (table, *([("figure", anchors.figure(figure))] if figure in figures else []))
         sentences.append(leader_sentence(lead(subset), compute, where, links))
-        for check in paper_checks(subset) or []:
+        checks = paper_checks(subset)
+        if checks is None:
+            sentences.append(Sentence(f"{where}The paper's phenomena are not checked: that needs GRPO and GSPO runs.",
+                                      ()))
+        for check in checks or []:
             if check.claim:
                 shown = [("figure", anchors.figure(check.figure))] if check.figure in figures else []
                 sentences.append(phenomenon_sentence(check, where, (("table", anchors.paper(facet)), *shown)))

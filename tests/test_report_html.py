@@ -165,7 +165,7 @@ def test_interactive_figures_toggle_objectives_and_seeds_and_switch_to_log(repor
     names = {t.name for t in variance.data if t.showlegend is not False}
     assert {"gspo token mean", "gspo token s0", "gspo token s2", "grpo seq mean", "grpo seq s1"} <= names
     seed = next(t for t in variance.data if t.name == "grpo_rr seq s1")
-    assert seed.legendgroup == "grpo_rr seq" and "seed 1" in seed.hovertemplate
+    assert seed.legendgroup == "grpo_rr seq" and "seed 1" in seed.hovertemplate and seed.visible == "legendonly"
     assert variance.layout.legend.groupclick == "toggleitem"  # a seed alone; its group title: the objective
     assert variance.layout.yaxis.type == "log"
     (switch,) = variance.layout.updatemenus
