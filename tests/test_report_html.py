@@ -78,6 +78,12 @@ def test_too_few_seeds_name_no_leader_and_no_phenomenon(tmp_path):
     assert any(s.startswith("Routing Replay raises GRPO's final reward (Figure 3): **not measured**") for s in found)
 
 
+def test_without_gspo_runs_the_verdict_says_the_paper_is_not_checked(tmp_path):
+    found = sentences(synth(tmp_path, {"grpo": [0.0] * 3, "grpo_rr": [0.05] * 3}))
+    assert found[0].startswith("**grpo_rr leads at equal compute**")
+    assert found[1:] == ["The paper's phenomena are not checked: that needs GRPO and GSPO runs."]
+
+
 def test_unmatched_compute_is_said_in_the_verdict(tmp_path):
     found = sentences(synth(tmp_path, {"grpo": [0.0] * 3, "gspo": [0.1] * 3}), spread=0.1, allow_unmatched=True)
     assert found[0].startswith("**gspo leads at unmatched compute (spread 10.0%, allowed by flag)**")
