@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: quickstart test regress perf vllm-env test-vllm test-gpu lint clean
+.PHONY: quickstart test test-browser regress perf vllm-env test-vllm test-gpu lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ quickstart: $(VENV)/.installed
 ## the tests
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
+
+## the browser check: report.html loads in headless chromium, every figure renders, no console error
+## (installs Debian's chromium with apt-get when absent; `make test` skips it where chromium is missing)
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+test-browser: $(VENV)/.installed-dev
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver)
+	$(BIN)/python -m pytest -q -m browser tests/test_report_html.py
 
 ## CI regression: a fresh run of experiments/ci.yaml against the committed baseline
 regress: $(VENV)/.installed

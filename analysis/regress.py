@@ -17,7 +17,7 @@ import pandas as pd
 import yaml
 
 from analysis.load import Results, find_run_dirs, load_results
-from analysis.report import MATCH_TOLERANCE, UnmatchedComputeError, check_matched
+from analysis.matching import MATCH_TOLERANCE, UnmatchedComputeError, check_matched
 from analysis.stats import final_value, first_value
 
 RUN_FILES = ("metrics.parquet", "layers.parquet", "eval.parquet", "config.yaml", "provenance.json", "status.json")

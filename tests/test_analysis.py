@@ -11,7 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from analysis.load import NotResultsError, SchemaVersionError, load_results
-from analysis.report import UnmatchedComputeError, check_matched, write_figures, write_report
+from analysis.matching import UnmatchedComputeError, check_matched
+from analysis.report import write_figures, write_report
 from analysis.stats import auc, bootstrap_ci, ema, final_value, first_value, iqm
 from gspo_bench.cli import app
 from gspo_bench.results import REQUIRED_COLUMNS, RunDir
@@ -19,16 +20,20 @@ from gspo_bench.results import REQUIRED_COLUMNS, RunDir
 LABELS = {"grpo": ("grpo", False), "grpo_rr": ("grpo", True), "gspo": ("gspo", False)}
 
 
-def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", message=""):
+def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", message="", bonus=None, sweep=None):
+    """A synthetic run: reward 0.2 + 0.01 step + `bonus` (default 0.1 for GSPO, 0 otherwise); `sweep`
+    ({field: value}) makes it a run of that sweep point."""
     objective, replay = LABELS[label]
     rng = np.random.default_rng(seed + 10 * len(label))
+    bonus = (0.1 if objective == "gspo" else 0.0) if bonus is None else bonus
+    algorithm, label = label, label + ("@" + ",".join(f"{k}={v}" for k, v in sweep.items()) if sweep else "")
     run = RunDir(root / "synth" / f"{label}-s{seed}")
     rows, layers = [], []
     for step in range(1, steps + 1):
         row = {c: float(rng.uniform(0.01, 0.2)) for c in REQUIRED_COLUMNS}
         row.update({
             "step": step, "objective": objective, "label": label, "seed": seed,
-            "reward/mean": 0.2 + 0.01 * step + (0.1 if objective == "gspo" else 0.0),
+            "reward/mean": 0.2 + 0.01 * step + bonus,
             "clip/frac": 0.15 if objective == "gspo" else 0.0013,
             "compute/flops": flops_per_step, "compute/cum_flops": flops_per_step * step,
             "compute/cum_tokens": 100.0 * step,
@@ -40,7 +45,8 @@ def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", mes
                    for i in range(4)]
     run.write_rows("metrics.parquet", rows)
     run.write_rows("layers.parquet", layers)
-    config = {"run": {"label": label, "objective": objective, "replay": replay, "seed": seed},
+    config = {"run": {"label": label, "algorithm": algorithm, "objective": objective, "replay": replay, "seed": seed,
+                      "sweep": sweep or {}},
               "suite": {"name": "synth", "budget": {"kind": "flops", "value": flops_per_step * steps}}}
     run.write_text("config.yaml", yaml.safe_dump(config))
     run.write_json("provenance.json", {"git": {"commit": "abc", "dirty": False}, "packages": {"torch": "x"},
@@ -142,7 +148,7 @@ def test_report_sections_and_compute_table(results_dir, tmp_path):
         assert section in md
     assert md.count("| synth ") == 9  # one compute row per run
     html = paths["html"].read_text()
-    assert html.count("data:image/png;base64,") >= 7 and "<table" in html and "src='figures/" not in html
+    assert "<table" in html and html.count("class=\"plotly-graph-div\"") >= 8 and "src='figures/" not in html
     summary = md.split("## Summary per objective")[1].split("##")[0]
     gspo_row = next(line for line in summary.splitlines() if line.startswith("| gspo "))
     assert "0.15" in gspo_row  # clip fraction of the synthetic GSPO runs
@@ -196,7 +202,7 @@ def test_mechanism_table_splits_ratio_variance_by_rerouting(tmp_path):
     frame = pd.read_parquet(run.path / "metrics.parquet")
     frame["moe/rerouted_token_frac"], frame["ratio/token_var_rerouted"], frame["ratio/token_var_stable"] = 0.25, 9e-3, 1e-3
     frame.to_parquet(run.path / "metrics.parquet")
-    from analysis.report import mechanism_table
+    from analysis.tables import mechanism_table
 
     table = mechanism_table(load_results(tmp_path / "synth")).set_index("objective")
     assert table.loc["grpo", "rerouted / stable"] == pytest.approx(9.0)

@@ -11,7 +11,9 @@ import yaml
 from typer.testing import CliRunner
 
 from analysis.load import load_results
-from analysis.report import check_matched, final_reward_by_facet, write_report
+from analysis.matching import check_matched
+from analysis.report import write_report
+from analysis.tables import final_reward_by_facet
 from gspo_bench.cli import app
 from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.suite import plan_runs

@@ -1,0 +1,187 @@
+"""Interactive (plotly) versions of the report's figures, for report.html: hover values, a legend
+that toggles each objective (its group title) and each seed (its own entry), and a linear / log
+switch on the y axis. Each function returns a list of single-panel figures (one legend per panel);
+nothing here writes files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from matplotlib.colors import to_hex, to_rgba
+
+from analysis.figures import COMPUTE, clip_by_length_table, curve_with_band, palette
+from analysis.load import Results
+from analysis.stats import bootstrap_ci, ema
+
+X_TITLE = {COMPUTE: "training compute (FLOPs)", "step": "step"}
+
+
+def _colors(metrics: pd.DataFrame) -> dict[str, str]:
+    return {label: to_hex(rgb) for label, rgb in palette(list(dict.fromkeys(metrics["label"]))).items()}
+
+
+def _fill(color: str) -> str:
+    r, g, b, _ = to_rgba(color)
+    return f"rgba({int(r * 255)},{int(g * 255)},{int(b * 255)},0.2)"
+
+
+def log_switch(fig: go.Figure, log: bool) -> go.Figure:
+    """Buttons that set the y axis linear or log; `log` chooses the one shown first."""
+    fig.update_yaxes(type="log" if log else "linear")
+    buttons = [dict(label=kind, method="relayout", args=[{"yaxis.type": kind}]) for kind in ("linear", "log")]
+    fig.update_layout(updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=int(log),
+                                        x=1.0, xanchor="right", y=1.12, yanchor="bottom", showactive=True)])
+    return fig
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str) -> go.Figure:
+    fig.update_layout(title=dict(text=title, x=0.01), xaxis_title=x_title, yaxis_title=y_title, height=420,
+                      template="plotly_white", legend=dict(groupclick="toggleitem", traceorder="grouped"),
+                      hovermode="closest",
+                      margin=dict(t=70, r=20, b=50, l=60))
+    return fig
+
+
+def _seed_traces(frame: pd.DataFrame, column: str, x: str, smooth: float | None, color: str, label: str,
+                 dash: str) -> list[go.Scatter]:
+    traces = []
+    for seed, run in frame.groupby("seed"):
+        run = run.sort_values("step")
+        run = run[run[column].notna()]
+        if run.empty:
+            continue
+        y = ema(run[column].to_numpy(), smooth) if smooth else run[column].to_numpy()
+        traces.append(go.Scatter(
+            x=run[x].to_numpy(), y=y, mode="lines", name=f"{label} s{seed}", legendgroup=label, visible="legendonly",
+            line=dict(color=color, width=1, dash=dash), opacity=0.45, customdata=run["step"].to_numpy(),
+            hovertemplate=f"{label} seed {seed}<br>step %{{customdata}}<br>x %{{x:.4g}}<br>y %{{y:.4g}}<extra></extra>"))
+    return traces
+
+
+def add_curves(fig: go.Figure, metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth: float | None = 0.2,
+               suffix: str = "", dash: str = "solid") -> go.Figure:
+    """Per objective label: the mean over seeds with its 95% bootstrap band, and every seed's curve (in the
+    legend, hidden until clicked: the first view is the PNG's)."""
+    colors = _colors(metrics)
+    band = curve_with_band(metrics, column, x=x, smooth=smooth)
+    for label, frame in metrics.groupby("label", sort=False):
+        d = band[band["label"] == label] if len(band) else band
+        if d.empty:
+            continue
+        group, color = f"{label}{suffix}", colors[label]
+        fig.add_trace(go.Scatter(x=d["x"], y=d["high"], mode="lines", line=dict(width=0), legendgroup=group,
+                                 showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=d["x"], y=d["low"], mode="lines", line=dict(width=0), fill="tonexty",
+                                 fillcolor=_fill(color), legendgroup=group, showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(
+            x=d["x"], y=d["mean"], mode="lines", name=f"{label}{suffix} mean", legendgroup=group,
+            legendgrouptitle_text=f"{label}{suffix}", line=dict(color=color, width=2.5, dash=dash),
+            customdata=np.stack([d["low"], d["high"]], axis=-1),
+            hovertemplate=f"{label}{suffix} mean over seeds<br>x %{{x:.4g}}<br>y %{{y:.4g}} "
+                          "[%{customdata[0]:.4g}, %{customdata[1]:.4g}]<extra></extra>"))
+        for trace in _seed_traces(frame, column, x, smooth, color, f"{label}{suffix}", dash):
+            fig.add_trace(trace)
+    return fig
+
+
+def curves(metrics: pd.DataFrame, column: str, title: str, y_title: str, x: str = COMPUTE,
+           smooth: float | None = 0.2, log: bool = False) -> go.Figure:
+    fig = add_curves(go.Figure(), metrics, column, x=x, smooth=smooth)
+    return log_switch(_layout(fig, title, X_TITLE[x], y_title), log)
+
+
+def reward_vs_compute(results: Results) -> list[go.Figure]:
+    """Figure 1: training reward vs compute; with held-out evaluations, one figure per eval task."""
+    figures = [curves(results.metrics, "reward/mean", "Training reward vs compute (EMA, 95% CI over seeds)",
+                      "training reward")]
+    colors = _colors(results.metrics)
+    for task, frame in results.evals.groupby("task", sort=False) if len(results.evals) else []:
+        fig = go.Figure()
+        for label, runs in frame.groupby("label", sort=False):
+            agg = runs.groupby("step").agg(x=(COMPUTE, "mean"), score=("score", "mean")).reset_index()
+            fig.add_trace(go.Scatter(x=agg["x"], y=agg["score"], mode="lines+markers", name=label,
+                                     line=dict(color=colors.get(label)), customdata=agg["step"],
+                                     hovertemplate=f"{label}<br>step %{{customdata}}<br>score %{{y:.4g}}<extra></extra>"))
+        figures.append(log_switch(_layout(fig, f"Eval: {task} (mean over seeds)", X_TITLE[COMPUTE],
+                                          "held-out score (avg Pass@1)"), False))
+    return figures
+
+
+def reward_by_point(results: Results) -> list[go.Figure]:
+    """Training reward vs compute at each sweep point, one line per algorithm."""
+    m = results.metrics
+    return [curves(m[m["facet"] == facet].assign(label=lambda f: f["algorithm"]), "reward/mean",
+                   f"Training reward vs compute: {facet or '(no sweep)'}", "training reward")
+            for facet in dict.fromkeys(m["facet"])]
+
+
+def clip_fraction(results: Results) -> list[go.Figure]:
+    """Figure 2: clipped-token fraction per objective (mean over steps, then seeds, 95% CI) and each seed."""
+    m, fig, rng = results.metrics, go.Figure(), np.random.default_rng(0)
+    colors = _colors(m)
+    for label, frame in m.groupby("label", sort=False):
+        per_seed = frame.groupby("seed")["clip/frac"].mean()
+        low, high = bootstrap_ci(per_seed.to_numpy(), rng, reps=1000)
+        value = per_seed.mean()
+        fig.add_trace(go.Bar(x=[label], y=[value], name=f"{label} mean", legendgroup=label, legendgrouptitle_text=label,
+                             marker_color=colors[label], error_y=dict(type="data", symmetric=False,
+                                                                      array=[high - value], arrayminus=[value - low]),
+                             hovertemplate=f"{label}: %{{y:.4g}} [{low:.4g}, {high:.4g}]<extra></extra>"))
+        for seed, v in per_seed.items():
+            fig.add_trace(go.Scatter(x=[label], y=[v], mode="markers", name=f"{label} s{seed}", legendgroup=label,
+                                     marker=dict(color="#222", size=6, symbol="circle-open"),
+                                     hovertemplate=f"{label} seed {seed}: %{{y:.4g}}<extra></extra>"))
+    return [log_switch(_layout(fig, "Clipped token fraction (Figure 2)", "objective", "clipped token fraction"), True)]
+
+
+def replay(results: Results) -> list[go.Figure]:
+    """Figure 3: GRPO with and without Routing Replay."""
+    grpo = results.metrics[results.metrics["objective"] == "grpo"]
+    title = "GRPO with / without Routing Replay (Figure 3)"
+    if grpo.empty:
+        return [_layout(go.Figure(), title + ": no GRPO runs in these results", X_TITLE[COMPUTE], "training reward")]
+    return [curves(grpo, "reward/mean", title, "training reward")]
+
+
+def ratio_variance(results: Results) -> list[go.Figure]:
+    """Token (solid) and sequence (dashed) importance-ratio variance per step."""
+    fig = add_curves(go.Figure(), results.metrics, "ratio/token_var", x="step", smooth=0.3, suffix=" token")
+    add_curves(fig, results.metrics, "ratio/seq_var", x="step", smooth=0.3, suffix=" seq", dash="dash")
+    return [log_switch(_layout(fig, "Importance-ratio variance: token (solid) vs sequence (dashed)", "step",
+                               "importance-ratio variance"), True)]
+
+
+def drift(results: Results) -> list[go.Figure]:
+    return [curves(results.metrics, "moe/drift", "Expert-activation drift per step", "expert drift (moe/drift)",
+                   x="step", smooth=0.3)]
+
+
+def clip_by_length(results: Results) -> list[go.Figure]:
+    table, fig = clip_by_length_table(results.metrics), go.Figure()
+    colors = _colors(results.metrics)
+    for label, rows in table.groupby("label", sort=False):
+        fig.add_trace(go.Bar(x=rows["bucket"], y=rows["clip_frac"], name=label, marker_color=colors[label],
+                             customdata=rows["tokens"],
+                             hovertemplate=f"{label}<br>length %{{x}}<br>clipped %{{y:.4g}} of %{{customdata:.0f}} "
+                                           "tokens<extra></extra>"))
+    fig.update_layout(barmode="group")
+    return [log_switch(_layout(fig, "Clipping by response length", "response length (tokens)",
+                               "clipped token fraction"), bool((table["clip_frac"] > 0).any()))]
+
+
+def kl_entropy(results: Results) -> list[go.Figure]:
+    m = results.metrics
+    return [curves(m, "kl/old_new", "KL between old and new policy", "KL(old || new), k3", x="step", smooth=0.3,
+                   log=True),
+            curves(m, "entropy/mean", "Policy entropy", "entropy (nats / token)", x="step", smooth=0.3)]
+
+
+def drift_heatmap(results: Results, label: str) -> list[go.Figure]:
+    """Layer x step drift of one objective (mean over seeds)."""
+    data = results.layers[results.layers["label"] == label]
+    grid = data.pivot_table(index="layer", columns="step", values="moe/drift", aggfunc="mean")
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=grid.columns, y=grid.index, colorscale="Viridis",
+                               colorbar=dict(title="drift"),
+                               hovertemplate="step %{x}<br>layer %{y}<br>drift %{z:.4g}<extra></extra>"))
+    return [_layout(fig, f"Drift by layer and step: {label}", "step", "layer")]

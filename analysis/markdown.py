@@ -1,0 +1,46 @@
+"""report.md: the sections in order (the verdict first, each sentence linking to its table or
+figure) and the static figures as PNG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis import anchors
+from analysis.sections import FigureSpec, Section
+from analysis.verdict import Sentence
+
+
+def fmt(frame: pd.DataFrame) -> pd.DataFrame:
+    """Floats to 4 significant digits, NaN as "-", everything else as text."""
+    def cell(v):
+        if isinstance(v, float | np.floating):
+            return "-" if np.isnan(v) else f"{v:.4g}"
+        return str(v)
+
+    return frame.map(cell)
+
+
+def sentence_markdown(sentence: Sentence) -> str:
+    links = ", ".join(f"[{text}](#{anchor})" for text, anchor in sentence.links)
+    return f"- {sentence.text}" + (f" ({links})" if links else "")
+
+
+def body_markdown(body) -> str:
+    if isinstance(body, str):
+        return body
+    if isinstance(body, list):
+        return "\n".join(sentence_markdown(s) for s in body)
+    return fmt(body).to_markdown(index=False)
+
+
+def render_markdown(sections: list[Section], figures: list[FigureSpec]) -> str:
+    """Every heading carries an explicit anchor (`<a id>`), the target of the verdict's links."""
+    md = ["# gspo-bench report", ""]
+    for section in sections:
+        md += [f'<a id="{section.anchor}"></a>', "", f"## {section.title}", "", body_markdown(section.body), ""]
+    md += ['<a id="figures"></a>', "", "## Figures", ""]
+    for f in figures:
+        md += [f'<a id="{anchors.figure(f.name)}"></a>', "", f"### {f.title}", "",
+               f"![{f.title}](figures/{f.name}.png)", ""]
+    return "\n".join(md)
