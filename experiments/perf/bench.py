@@ -504,7 +504,7 @@ def main(
     summary = summarize(setting, compare_rows, overhead_rows, scaling_rows)
     summary["machine"] = {"python": platform.python_version(), "torch": torch.__version__,
                           "cpu": platform.processor() or platform.machine(),
-                          "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None}
+                          "gpu": torch.cuda.get_device_name() if setting.device.startswith("cuda") else None}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     command = "python experiments/perf/bench.py " + " ".join(sys.argv[1:])
     (out / "summary.md").write_text(summary_markdown(summary, command.strip()))
