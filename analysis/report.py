@@ -16,6 +16,7 @@ import pandas as pd
 from analysis import figures as F
 from analysis.load import Results
 from analysis.stats import FINAL_FRACTION, auc, bootstrap_ci, final_value, iqm, mean, per_run
+from gspo_bench.names import folder_name
 
 MATCH_TOLERANCE = 0.02  # relative spread of spent compute allowed between runs
 
@@ -134,8 +135,7 @@ def make_figures(results: Results) -> list[Figure]:
     ]
     for label in results.objectives:
         if not results.layers.empty and (results.layers["label"] == label).any():
-            safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in label)
-            figures.append(Figure(f"drift_layers_{safe}", f"Drift by layer: {label}",
+            figures.append(Figure(f"drift_layers_{folder_name(label)}", f"Drift by layer: {label}",
                                   F.drift_heatmap(results.layers, label).figure))
     return figures
 
