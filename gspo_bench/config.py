@@ -381,7 +381,8 @@ class SuiteConfig(Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"seeds must be distinct (a seed names one run folder per objective), got {v}")
         return v
-    output_dir: str = Field("runs", description="results go to OUTPUT_DIR/<name>/<label>-s<seed>/")
+    output_dir: str = Field("runs", description="results go to OUTPUT_DIR/<name>/<label>-s<seed>/ (a label's "
+                            "separators, '..' and other characters written as %XX)")
     collapse: CollapseConfig = CollapseConfig()
     eval: EvalConfig = EvalConfig()
     tracking: TrackingConfig = TrackingConfig()
