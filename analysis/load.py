@@ -6,7 +6,9 @@
     results.evals     # one row per (run, eval step, task): held-out scores (lm-eval), if any
     results.runs      # one row per run: status, steps, spent compute, budget, provenance
 Every table carries `label` (objective@sweep point), `algorithm` (the label without the point) and
-`facet` (the sweep point, e.g. "lr=0.0003,num_experts=64"; "" without a sweep).
+`facet` (the sweep point, e.g. "lr=0.0003,num_experts=64"; "" without a sweep). Results of several
+suites label every run by its suite (`quickstart/grpo`); one run given twice, or one label of two
+same-named suites with different settings, is refused (analysis.suites.MixedSuitesError).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from analysis.suites import check_not_mixed, label_by_suite, suite_settings
 from gspo_bench.results import REQUIRED_COLUMNS, SCHEMA_VERSION
 
 
@@ -101,6 +104,7 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
         "start": prov.get("start"),
         "end": prov.get("end"),
         "path": str(run_dir),
+        "settings": suite_settings(suite_cfg),  # what makes two runs the same suite (analysis.suites)
     }
     for key in ("suite", "label", "algorithm", "facet", "objective", "replay", "seed"):
         for frame in (metrics, layers, evals):
@@ -146,4 +150,7 @@ def load_results(*paths: str | Path) -> Results:
         columns=["suite", "label", "seed", "step", "layer", "moe/drift"])
     evals = pd.concat(eval_frames, ignore_index=True) if eval_frames else pd.DataFrame(
         columns=["suite", "label", "seed", "step", "task", "score", "compute/cum_flops"])
+    check_not_mixed(runs)
+    if runs["suite"].nunique() > 1:  # runs of different suites are never pooled under one label
+        label_by_suite([runs, metrics, layers, evals])
     return Results(metrics=metrics, layers=layers, runs=runs, evals=evals, unreadable=tuple(unreadable))

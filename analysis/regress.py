@@ -1,7 +1,8 @@
 """CI regression: compare fresh results of experiments/ci.yaml with a committed baseline.
 
 Per objective label and metric, a declared statistic over a run's steps (its final value, mean or
-median) and tolerance (experiments/regress_tolerances.yaml: an absolute band or a factor); plus
+median) and tolerance (analysis/regress_tolerances.yaml, shipped with the package; also reachable as
+experiments/regress_tolerances.yaml: an absolute band or a factor); plus
 invariants that must hold on any platform. Never imports torch.
 """
 
@@ -20,6 +21,8 @@ from analysis.load import Results, find_run_dirs, load_results
 from analysis.matching import MATCH_TOLERANCE, UnmatchedComputeError, check_matched
 from analysis.stats import final_value, first_value
 
+# the package's own tolerances (package data), so that `regress` works from any working directory
+DEFAULT_TOLERANCES = Path(__file__).with_name("regress_tolerances.yaml")
 RUN_FILES = ("metrics.parquet", "layers.parquet", "eval.parquet", "config.yaml", "provenance.json", "status.json")
 
 

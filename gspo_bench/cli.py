@@ -389,13 +389,14 @@ def report(
     """Write report.md, a self-contained report.html and the figures for one or more results dirs."""
     from analysis.load import NotResultsError, SchemaVersionError, load_results
     from analysis.report import UnmatchedComputeError, write_report
+    from analysis.suites import MixedSuitesError
 
     try:
         loaded = load_results(*results)
         paths = write_report(loaded, out or results[0] / "report", allow_unmatched=allow_unmatched)
     except UnmatchedComputeError as err:
         raise fail(f"{err}; pass --allow-unmatched to compare anyway") from None
-    except (NotResultsError, SchemaVersionError) as err:
+    except (NotResultsError, SchemaVersionError, MixedSuitesError) as err:
         raise fail(str(err)) from None
     for unreadable in loaded.unreadable:
         say(f"unreadable: {unreadable} (left out of the report)")
@@ -411,10 +412,11 @@ def figures(
     """Write the paper-style figures (PNG and PDF) only."""
     from analysis.load import NotResultsError, SchemaVersionError, load_results
     from analysis.report import write_figures
+    from analysis.suites import MixedSuitesError
 
     try:
         paths = write_figures(load_results(*results), out or results[0] / "figures")
-    except (NotResultsError, SchemaVersionError) as err:
+    except (NotResultsError, SchemaVersionError, MixedSuitesError) as err:
         raise fail(str(err)) from None
     say(f"wrote {len(paths)} files to {paths[0].parent}/")
 
@@ -424,21 +426,34 @@ def figures(
 def regress(
     results: Path = typer.Argument(..., help="fresh results of experiments/ci.yaml (OUT/ci)"),
     baseline: Path = typer.Option(Path("results/ci-baseline"), "--baseline", help="committed baseline results"),
-    tolerances: Path = typer.Option(Path("experiments/regress_tolerances.yaml"), "--tolerances"),
+    tolerances: Path | None = typer.Option(None, "--tolerances", help="default: the package's own "
+                                           "(analysis/regress_tolerances.yaml)"),
     update: bool = typer.Option(False, "--update", help="rewrite the baseline from RESULTS"),
+    allow_other_suite: bool = typer.Option(False, "--allow-other-suite", help="compare with a baseline of another "
+                                           "suite (name or settings differ); the differences are printed"),
 ) -> None:
-    """Compare fresh CI results with the baseline: declared tolerances and invariants; exit 1 on a regression."""
+    """Compare fresh CI results with the baseline: declared tolerances and invariants; exit 1 on a regression.
+    A baseline of another suite (name or resolved settings) is refused (exit 2), naming the differences."""
     from analysis.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.regress import compare, load_tolerances, update_baseline
+    from analysis.regress import DEFAULT_TOLERANCES, compare, load_tolerances, update_baseline
+    from analysis.suites import shown, suite_differences
 
     try:
         if update:
             written = update_baseline(results, baseline)
             say(f"baseline updated: {baseline} now holds {len(written)} files from {results}")
             return
-        checks = compare(load_results(results), load_results(baseline), load_tolerances(tolerances))
+        current, base = load_results(results), load_results(baseline)
+        rules = load_tolerances(tolerances or DEFAULT_TOLERANCES)
     except (NotResultsError, SchemaVersionError, ValueError, FileNotFoundError) as err:
         raise fail(str(err)) from None
+    other = suite_differences(current.runs, base.runs)
+    if other and not allow_other_suite:
+        raise fail(f"{baseline} is the baseline of another suite: {shown(other)}; pass --allow-other-suite to "
+                   "compare anyway")
+    if other:
+        say(f"warning: the baseline is another suite (allowed by flag): {shown(other)}")
+    checks = compare(current, base, rules)
     table = Table(title=escape(f"regress {results} against {baseline}"))
     for col in ("objective", "metric", "baseline", "current", "tolerance", "result"):
         table.add_column(col)

@@ -14,6 +14,7 @@ Errors name the file, the field and what was expected.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -34,7 +35,27 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: every float setting must be finite (.nan and .inf in YAML are refused)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def nonfinite_numbers(value: Any, where: str = "") -> list[str]:
+    """`key = value` (dotted keys) of the NaN or infinite numbers anywhere in free-form settings (kwargs, params)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{where or '(value)'} = {value}"]
+    if isinstance(value, dict):
+        return [k for key, v in value.items() for k in nonfinite_numbers(v, f"{where}.{key}" if where else str(key))]
+    if isinstance(value, list | tuple):
+        return [k for i, v in enumerate(value) for k in nonfinite_numbers(v, f"{where}.{i}" if where else str(i))]
+    return []
+
+
+def finite_settings(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A free-form mapping whose numbers are all finite; ValueError naming each that is not."""
+    bad = nonfinite_numbers(value or {})
+    if bad:
+        raise ValueError(f"{', '.join(bad)}: every number must be finite (not NaN or infinite)")
+    return value
 
 
 class ModelConfig(Strict):
@@ -85,6 +106,8 @@ class ModelConfig(Strict):
 class TaskConfig(Strict):
     name: str = Field(description="registered task: see `gspo-bench ls`")
     params: dict[str, Any] = Field(default_factory=dict, description="task parameters (see `gspo-bench ls`)")
+
+    _finite_params = field_validator("params")(classmethod(lambda cls, v: finite_settings(v)))
 
     @model_validator(mode="after")
     def _known(self):
@@ -149,6 +172,7 @@ class RolloutConfig(Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     engine_options: dict[str, Any] = Field(default_factory=dict, description="engine keyword arguments "
                                            "(vllm: tensor_parallel_size, gpu_memory_utilization, ...)")
+    _finite_options = field_validator("engine_options")(classmethod(lambda cls, v: finite_settings(v)))
     ignore_eos: bool = Field(False, description="never sample </s>, so every response has max_new_tokens "
                              "tokens (for benchmarks that need a fixed length)")
     dtype: Literal["float32", "bfloat16"] | None = Field(
@@ -263,11 +287,14 @@ class ObjectiveEntry(Strict):
         None, description="training-inference mismatch correction composed with the objective: {kind: tis|mis|"
         "icepop|opsm, ...its params} (e.g. {kind: icepop, low: 0.5, high: 5.0}); see `gspo-bench ls`")
 
+    _finite_kwargs = field_validator("kwargs")(classmethod(lambda cls, v: finite_settings(v)))
+
     @field_validator("correction")
     @classmethod
     def _correction(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is None:
             return v
+        finite_settings(v)
         from gspo_bench.objectives.corrections import correction_spec, list_corrections
 
         kind = v.get("kind")
@@ -328,7 +355,7 @@ class ObjectiveEntry(Strict):
 
 
 class SuiteConfig(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="suite name (a directory name)")
+    name: str = Field(description="suite name (a directory name: letters, digits, _ . , = @ + -)")
     description: str = ""
     model: ModelConfig = ModelConfig()
     task: TaskConfig
@@ -339,13 +366,24 @@ class SuiteConfig(Strict):
     objectives: list[ObjectiveEntry] = Field(min_length=1)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
 
+    @field_validator("name")
+    @classmethod
+    def _folder_name(cls, v: str) -> str:
+        from gspo_bench.names import MAX_NAME, is_folder_name
+
+        if not is_folder_name(v):
+            raise ValueError(f"a suite name is a folder name: letters, digits and _ . , = @ + - only, no '..' and "
+                             f"no leading '.', at most {MAX_NAME} characters")
+        return v
+
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, v: list[int]) -> list[int]:
         if len(set(v)) != len(v):
             raise ValueError(f"seeds must be distinct (a seed names one run folder per objective), got {v}")
         return v
-    output_dir: str = Field("runs", description="results go to OUTPUT_DIR/<name>/<label>-s<seed>/")
+    output_dir: str = Field("runs", description="results go to OUTPUT_DIR/<name>/<label>-s<seed>/ (a label's "
+                            "separators, '..' and other characters written as %XX)")
     collapse: CollapseConfig = CollapseConfig()
     eval: EvalConfig = EvalConfig()
     tracking: TrackingConfig = TrackingConfig()
@@ -396,13 +434,6 @@ class SuiteConfig(Strict):
                                  "(countdown does)")
         return self
 
-    @model_validator(mode="after")
-    def _unique_labels(self):
-        labels = [o.run_label for o in self.objectives]
-        dupes = sorted({x for x in labels if labels.count(x) > 1})
-        if dupes:
-            raise ValueError(f"objective labels must be unique; repeated: {dupes} (set `label:`)")
-        return self
 
 
 class SuiteError(ValueError):
@@ -423,8 +454,15 @@ def _problems(err: ValidationError) -> list[str]:
     return problems
 
 
+def problems_text(source: str, problems: list[str]) -> str:
+    """`source: problem` on one line, or a count and one indented line per problem."""
+    if len(problems) == 1:
+        return f"{source}: {problems[0]}"
+    return "\n".join([f"{source}: {len(problems)} problem(s)", *(f"  {p}" for p in problems)])
+
+
 def _format_errors(path: str, err: ValidationError) -> str:
-    return "\n".join([f"{path}: {err.error_count()} problem(s)", *(f"  {p}" for p in _problems(err))])
+    return problems_text(path, _problems(err))
 
 
 def parse_suite(data: Any, source: str = "<suite>") -> SuiteConfig:
@@ -435,8 +473,32 @@ def parse_suite(data: Any, source: str = "<suite>") -> SuiteConfig:
         suite = SuiteConfig.model_validate(data)
     except ValidationError as err:
         raise SuiteError(_format_errors(source, err)) from None
-    sweep_points(suite, source)
+    check_run_names(suite, sweep_points(suite, source), source)
     return suite
+
+
+def check_run_names(suite: SuiteConfig, points: list[tuple[dict[str, Any], SuiteConfig]], source: str) -> None:
+    """SuiteError (one line) naming both objective entries or sweep points whose runs would share a label,
+    or a folder (folder names compared ignoring letter case, as macOS and Windows file systems do)."""
+    from gspo_bench import sweep
+    from gspo_bench.names import folder_name
+
+    seen: dict[str, tuple[str, int, int]] = {}
+    for p, (point, _) in enumerate(points):
+        for i, entry in enumerate(suite.objectives):
+            label = sweep.run_label(entry.run_label, point)
+            key = folder_name(label).casefold()
+            if key not in seen:
+                seen[key] = (label, i, p)
+                continue
+            first, j, q = seen[key]
+            what = (f"objectives.{j} ({suite.objectives[j].run_label}) and objectives.{i} ({entry.run_label})"
+                    if p == q else f"sweep points {q + 1} ({sweep.describe(points[q][0])}) and {p + 1} "
+                    f"({sweep.describe(point)})" + ("" if i == j else f" of objectives.{j} and objectives.{i}"))
+            same = f"the same run label {label!r}" if first == label else f"run labels {first!r} and {label!r} " \
+                "(one folder where letter case is ignored)"
+            hint = "set `label:`" if p == q else "sweep values must differ in their labels, which show floats to 6 significant digits"
+            raise SuiteError(f"{source}: {what} give {same}: labels must be unique ({hint})")
 
 
 def sweep_points(suite: SuiteConfig, source: str = "<suite>") -> list[tuple[dict[str, Any], SuiteConfig]]:
@@ -452,7 +514,7 @@ def sweep_points(suite: SuiteConfig, source: str = "<suite>") -> list[tuple[dict
         try:
             sweep.field_of(dumped, path)
         except KeyError as err:
-            raise SuiteError(f"{source}: 1 problem(s)\n  sweep.{path}: {err.args[0]}") from None
+            raise SuiteError(f"{source}: sweep.{path}: {err.args[0]}") from None
     expanded = []
     for point in sweep.points(suite.sweep):
         try:
@@ -548,7 +610,7 @@ def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
     problems = [p for check in (_check_task, _check_device, _check_model_path, _check_objectives, _check_eval_tasks,
                                 _check_tracking) for p in check(suite)]
     if problems:
-        raise SuiteError("\n".join([f"{source}: {len(problems)} problem(s)", *(f"  {p}" for p in problems)]))
+        raise SuiteError(problems_text(source, problems))
 
 
 def _check_task(suite: SuiteConfig) -> list[str]:

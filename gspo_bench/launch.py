@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+from gspo_bench.outcomes import worker_outcome
 from gspo_bench.results import RunDir
 
 # the step columns a progress display needs: all that crosses a process boundary every step
@@ -121,7 +122,7 @@ def _collect(futures: dict, specs: Sequence, messages, observer: Observer) -> li
         _relay(messages, observer, _EMPTY)
         for future in done:
             index = futures[future]
-            statuses[index] = future.result()
+            statuses[index] = worker_outcome(future, specs[index])  # a dead worker: named, with --resume
             observer.end_run(specs[index].run_dir.name, statuses[index])
     _relay(messages, observer, _EMPTY)
     return statuses

@@ -1,4 +1,5 @@
-"""What a run writes, and how: atomic files (temp file, then rename) in `OUT/<suite>/<label>-s<seed>/`.
+"""What a run writes, and how: atomic files (temp file, then rename) in `OUT/<suite>/<label>-s<seed>/`
+(the label made one safe folder name by gspo_bench.names: whatever it holds, the run stays in OUT/<suite>/).
 
     config.yaml       the fully resolved suite config of this run
     provenance.json   git commit + dirty flag, package versions, python, device, host, start/end

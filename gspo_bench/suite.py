@@ -39,6 +39,7 @@ def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seed
     the entries of those labels (the labels before a sweep point is added); `overrides`: the `--set`
     values `suite` was loaded with, recorded with each run."""
     from gspo_bench import sweep
+    from gspo_bench.names import run_folder_name
 
     entries = suite.objectives
     if only:
@@ -52,9 +53,9 @@ def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seed
         names = sweep.short_names(list(point))
         for s in seeds if seeds is not None else suite.seeds:
             for e in entries:
-                entry = e.model_copy(update={"label": f"{e.run_label}@{sweep.facet(point)}"}) if point else e
+                entry = e.model_copy(update={"label": sweep.run_label(e.run_label, point)}) if point else e
                 runs.append(PlannedRun(suite=point_suite, entry=entry, seed=s, algorithm=e.run_label,
-                                       run_dir=out / suite.name / f"{entry.run_label}-s{s}",
+                                       run_dir=out / suite.name / run_folder_name(entry.run_label, s),
                                        sweep={names[p]: v for p, v in point.items()}, overrides=dict(overrides or {})))
     return runs
 

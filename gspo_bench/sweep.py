@@ -81,6 +81,16 @@ def facet(point: dict[str, Any]) -> str:
     return ",".join(f"{names[p]}={format_value(v)}" for p, v in point.items())
 
 
+def run_label(label: str, point: dict[str, Any]) -> str:
+    """An objective entry's label at a sweep point: `grpo@lr=0.0003` (the label itself without a sweep)."""
+    return f"{label}@{facet(point)}" if point else label
+
+
+def describe(point: dict[str, Any]) -> str:
+    """A point with every value as written (full float precision): `train.lr=0.0001000000001`."""
+    return ", ".join(f"{p}={v!r}" if isinstance(v, float) else f"{p}={v}" for p, v in point.items())
+
+
 def apply(suite: BaseModel, point: dict[str, Any]) -> dict:
     """The suite's data with the point's values set and no sweep left (validate it as a suite)."""
     data = suite.model_dump(mode="json")

@@ -48,16 +48,47 @@ def load_split(path: str, name: str | None, split: str) -> Any:
         if not Path(path).is_file():
             raise FileNotFoundError(f"{what}: no such file")
         builder, files = FILE_BUILDERS[suffix], {"train": path}
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # a reader's error: ours names the split, in one line
     datasets.disable_progress_bars()
     try:
         splits = datasets.load_dataset(builder, name, data_files=files)
-    except (FileNotFoundError, ValueError, ConnectionError, OSError) as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{what} cannot be loaded: {reason}") from None
+    except (FileNotFoundError, ValueError, ConnectionError, OSError, datasets.exceptions.DatasetsError) as err:
+        broken = unreadable_split(builder, name, files)
+        if broken is not None:  # one split's files are empty or damaged: `load_dataset` builds them all
+            bad, files_of, reason = broken
+            raise ValueError(f"{what} split {bad!r} is empty or cannot be read ({files_of}): {reason}") from None
+        raise ValueError(f"{what} cannot be loaded: {root_cause(err)}") from None
     if split not in splits:
         raise ValueError(f"{what} has no split {split!r}; its splits: {', '.join(splits)}")
     return splits[split]
+
+
+def root_cause(err: BaseException) -> str:
+    """The first line of the innermost error behind `err` (datasets wraps a reader's error in its own)."""
+    while (err.__cause__ or err.__context__) is not None:
+        err = err.__cause__ or err.__context__
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
+def unreadable_split(builder: str, name: str | None, files: dict | None) -> tuple[str, str, str] | None:
+    """(split, its file names, why) of the first split whose data files load no records, each split
+    loaded alone; None when the splits cannot be told apart (no data files) or each loads."""
+    import datasets
+
+    try:
+        resolved = datasets.load_dataset_builder(builder, name, data_files=files)
+        by_split = {str(split): list(paths) for split, paths in (resolved.config.data_files or {}).items()}
+    except Exception:  # the dataset itself cannot be resolved: the caller reports load_dataset's error
+        return None
+    for split, paths in by_split.items():
+        try:
+            rows = datasets.load_dataset(resolved.name, data_files={split: paths}, split=split)
+        except Exception as err:
+            return split, ", ".join(Path(p).name for p in paths), root_cause(err)
+        if len(rows) == 0:
+            return split, ", ".join(Path(p).name for p in paths), "no records"
+    return None
 
 
 def field_value(record: dict, dotted: str) -> Any:

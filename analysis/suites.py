@@ -1,0 +1,91 @@
+"""Which suite a run belongs to, so that runs of different suites are never pooled under one label.
+
+A run's suite is its name and its resolved settings (config.yaml's `suite:`), less what does not change
+its results (description, output_dir, tracking, the warm-start cache folder). Settings are compared on
+the keys both runs recorded: a setting an older release did not write is not a difference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+IGNORED = ("description", "output_dir", "tracking", "warm_start.cache_dir")
+SHOWN = 4  # differences named in one message
+
+
+class MixedSuitesError(ValueError):
+    """Results that would pool runs of different suites (or one run twice) under one label."""
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: leaf value} of nested mappings and lists."""
+    if isinstance(data, dict) and data:
+        return {k: v for key, value in data.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
+    if isinstance(data, list) and data and any(isinstance(x, dict | list) for x in data):
+        return {k: v for i, value in enumerate(data) for k, v in flatten(value, f"{prefix}{i}.").items()}
+    return {prefix.rstrip("."): data}
+
+
+def suite_settings(suite: dict) -> dict[str, Any]:
+    """The settings of a run's suite that its results depend on, flattened."""
+    flat = flatten(suite or {})
+    return {k: v for k, v in flat.items() if not any(k == i or k.startswith(f"{i}.") for i in IGNORED)}
+
+
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """`key: a vs b` for every setting both record with different values."""
+    return [f"{key}: {a[key]!r} vs {b[key]!r}" for key in a if key in b and a[key] != b[key]]
+
+
+def shown(items: list[str]) -> str:
+    more = f" and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+    return "; ".join(items[:SHOWN]) + more
+
+
+def check_not_mixed(runs: pd.DataFrame) -> None:
+    """MixedSuitesError for one run given twice, or a label of one suite name whose runs in two suite
+    folders have different settings (runs in one folder are one suite: `run` refuses an edited suite)."""
+    twice = runs[runs.duplicated(["suite", "label", "seed"], keep=False)]
+    if len(twice):
+        key = ["suite", "label", "seed"]
+        a = twice.iloc[0]
+        b = twice[(twice[key] == a[key]).all(axis=1)].iloc[1]
+        raise MixedSuitesError(f"the same run twice: {a['path']} and {b['path']} (suite {a['suite']}, label "
+                               f"{a['label']}, seed {a['seed']}); give each results folder once")
+    for (suite, label), group in runs.groupby(["suite", "label"], sort=False):
+        first = group.iloc[0]
+        for _, other in group.iloc[1:].iterrows():
+            if Path(other["path"]).parent == Path(first["path"]).parent:
+                continue
+            changed = differences(first["settings"], other["settings"])
+            if changed:
+                raise MixedSuitesError(
+                    f"{first['path']} and {other['path']} are label {label} of two suites named {suite} with "
+                    f"different settings ({shown(changed)}): report them separately")
+
+
+def label_by_suite(frames: list[pd.DataFrame]) -> None:
+    """Prefix `label` and `algorithm` with the run's suite (`quickstart/grpo`), in place."""
+    for frame in frames:
+        if len(frame):
+            for column in ("label", "algorithm"):
+                if column in frame:
+                    frame[column] = frame["suite"].astype(str) + "/" + frame[column].astype(str)
+
+
+def suite_differences(current: pd.DataFrame, baseline: pd.DataFrame) -> list[str]:
+    """How the suite of `current` runs differs from the `baseline` runs' suite: names, then the settings
+    of every label both have ([] for the same suite)."""
+    out = []
+    names, base_names = sorted(set(current["suite"])), sorted(set(baseline["suite"]))
+    if names != base_names:
+        out.append(f"suite name {', '.join(names)} vs baseline {', '.join(base_names)}")
+    for label in dict.fromkeys(baseline["label"]):
+        if label in set(current["label"]):
+            base = baseline.loc[baseline["label"] == label, "settings"].iloc[0]
+            cur = current.loc[current["label"] == label, "settings"].iloc[0]
+            out += [d.replace(" vs ", " vs baseline ", 1) for d in differences(cur, base)]
+    return list(dict.fromkeys(out))
