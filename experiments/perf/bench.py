@@ -377,7 +377,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
     pd.DataFrame(rows).to_csv(path, index=False, float_format="%.6g")
 
 
-def plot(out: Path, compare_rows, overhead_rows, scaling_rows, summary: dict) -> Path:
+def plot(out: Path, compare_rows, overhead_rows, scaling_rows, summary: dict) -> Path | None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -386,6 +386,8 @@ def plot(out: Path, compare_rows, overhead_rows, scaling_rows, summary: dict) ->
     import seaborn as sns
 
     panels = [p for p, rows in (("compare", compare_rows if "compare" in summary else []), ("overhead", overhead_rows), ("scaling", scaling_rows)) if rows]
+    if not panels:  # nothing to compare (e.g. one framework alone): the CSVs say it all
+        return None
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, panel in zip(axes[0], panels, strict=True):
         if panel == "compare":
