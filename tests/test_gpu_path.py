@@ -57,8 +57,8 @@ def test_static_decode_samples_what_generate_samples(setup, temperature, top_p, 
 def test_static_decode_stops_where_generate_stops(setup):
     """Once every row has ended, both return the same width (not max_new_tokens)."""
     _, model, prompts = setup
-    eos = frequent_token(model, prompts)
-    params = SamplingParams(group_size=2, max_new_tokens=40, seed=0)  # these 4 rows end by token 15
+    eos = 7  # a token this model samples often: these 4 rows end by their 15th token
+    params = SamplingParams(group_size=2, max_new_tokens=40, seed=0)
     eager = make_engine("hf", pad_id=0, eos_id=eos, decode="generate").generate(model, prompts[:2], params)
     static = make_engine("hf", pad_id=0, eos_id=eos, decode="static").generate(model, prompts[:2], params)
     assert eager.response_mask.shape[1] < 40
