@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis import anchors
+from analysis import divergence as D
 from analysis import figures as F
 from analysis import interactive as plotly_figures
 from analysis import tables as T
@@ -61,6 +62,12 @@ def _by_point(c: Context) -> list[Section]:
                                              table)]
 
 
+def _divergence(c: Context) -> list[Section]:
+    return [Section("late-divergence", "Late-divergence signals: the first step of each spike, per run",
+                    D.divergence_table(c.results.metrics)),
+            Section("late-divergence-thresholds", "How a spike is defined", D.thresholds_text())]
+
+
 def _unreadable(c: Context) -> list[Section]:
     lines = "\n".join(f"unreadable: {u}" for u in c.results.unreadable)
     return [Section("unreadable", "Unreadable runs (left out)", lines)] if lines else []
@@ -83,6 +90,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
         "ratio-variance-by-routing",
         "Token-ratio variance by routing: rerouted vs stable tokens (means over steps and seeds)",
         lambda c: T.mechanism_table(c.results))),
+    SectionSpec("late-divergence", _divergence),
     SectionSpec("provenance", _one("provenance", "Provenance", lambda c: T.provenance_table(c.results))),
     SectionSpec("unreadable", _unreadable, when="with runs that could not be read"),
 )
