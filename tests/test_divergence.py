@@ -10,11 +10,17 @@ from analysis.divergence import SIGNALS, WINDOW, Signal, divergence_table, first
 
 def test_a_spike_is_dated_against_the_median_of_the_steps_before():
     steps = np.arange(1, 16)
-    values = np.array([0.01, 0.02, 0.01, 0.03, 0.01, 0.02, 0.02, 0.01, 0.02, 0.02, 0.05, 0.07, 0.2, 0.3, 0.1])
-    # step 11: 0.05 > 3 x median(0.02) but not > floor 0.05; step 12: 0.07 > 3 x 0.02 and > 0.05
+    values = np.array([0.01] * 10 + [0.05, 0.07, 0.2, 0.3, 0.1])
+    # step 11: 0.05 > 3 x median(0.01) but not > floor 0.05; step 12: 0.07 > 3 x 0.01 and > 0.05
     assert first_spike(steps, values, Signal("burst", factor=3.0, floor=0.05), window=10) == 12
     assert first_spike(steps, values, Signal("burst", factor=3.0, floor=0.1), window=10) == 13
-    assert first_spike(steps, values, Signal("burst", factor=20.0, floor=0.0), window=10) is None
+    assert first_spike(steps, values, Signal("burst", factor=40.0, floor=0.0), window=10) is None
+
+
+def test_one_earlier_spike_does_not_hide_a_later_burst():
+    steps = np.arange(1, 13)
+    values = np.array([0.01] * 9 + [1.0, 0.01, 0.06])  # the baseline of step 12 is the median: 0.01
+    assert first_spike(steps, values, Signal("burst", factor=3.0, floor=0.05), window=10) == 12
 
 
 def test_no_spike_is_called_before_a_full_window_and_nan_steps_are_skipped():
