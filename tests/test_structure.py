@@ -34,7 +34,9 @@ def test_objectives_and_routing_import_without_transformers():
 
 
 def test_importing_the_package_sets_no_process_state():
-    code = ("import os; before = dict(os.environ)\n"
+    # the libraries' own import-time settings first (scikit-learn, which transformers' generation imports
+    # where it is installed, sets KMP_* and TORCHINDUCTOR_CACHE_DIR): only what the package adds counts
+    code = ("import os, torch, transformers.generation.utils; before = dict(os.environ)\n"
             "import gspo_bench.train.loop, gspo_bench.suite, gspo_bench.evaluation, gspo_bench.cli, analysis.report\n"
             "import matplotlib\n"
             "changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}\n"
