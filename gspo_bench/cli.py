@@ -188,7 +188,7 @@ def suite_world(suite):
 
 def print_plan(suite_path: Path) -> None:
     from gspo_bench.config import SuiteError, load_suite
-    from gspo_bench.plan import PlanError, plan_suite
+    from gspo_bench.plan import PlanError, memory_lines, plan_suite
     from gspo_bench.suite import plan_runs
 
     try:
@@ -212,7 +212,8 @@ def print_plan(suite_path: Path) -> None:
         ("FLOPs, whole suite", f"{plan.flops_total:.3g}"),
         ("training state per run", f"{plan.state_bytes / 2**30:,.1f} GiB (fp32 master weights + grads + AdamW"
                                    f"{f' + {t.dtype} reference' if t.kl_coef > 0 else ''}; {t.dtype} compute); "
-                                   "activations, KV cache and rollout engine come on top"),
+                                   "activations, logits and KV cache below"),
+        *memory_lines(plan.memory),
         ("GPUs (80 GB)", f">= {plan.gpus_needed()} with FSDP2 (state sharded over 80% of each); device {t.device}"),
     ]
     for key, value in rows:
