@@ -3,6 +3,8 @@ Runs may be active side by side (`--parallel`, `--ray`): every call names its ru
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
@@ -22,6 +24,21 @@ def step_summary(row: dict) -> str:
 
     return (f"step {row['step']:>4}  reward {fmt('reward/mean', '.3f')}  clip {fmt('clip/frac', '.4f')}  "
             f"drift {fmt('moe/drift', '.3f')}")
+
+
+def memory_check(suite: SuiteConfig, row: dict) -> str | None:
+    """At step 1 on a GPU (a measured `gpu/peak_mem_gib`), the dry run's memory estimate beside the
+    measured peak; None at other steps and off CUDA."""
+    from gspo_bench.plan import PlanError, plan_suite, plan_vs_peak
+
+    peak = row.get("gpu/peak_mem_gib")
+    if row.get("step") != 1 or peak is None or math.isnan(peak):
+        return None
+    try:
+        memory = plan_suite(suite).memory
+    except PlanError as err:
+        return f"GPU memory at step 1: measured peak {peak:.1f} GiB; no plan to compare with ({err})"
+    return plan_vs_peak(memory, peak)
 
 
 class SuiteProgress(Observer):
@@ -59,6 +76,9 @@ class SuiteProgress(Observer):
                                  info=step_summary(row))
         else:
             self.say(f"[{name}] {step_summary(row)}")
+        line = memory_check(self.suite, row)
+        if line is not None:
+            self.say(f"[{name}] {line}")
 
     def end_run(self, name: str, status: dict) -> None:
         if self.progress is not None and name in self.tasks:
