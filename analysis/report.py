@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import figures as F
+from analysis import gpu
 from analysis.load import Results
 from analysis.stats import FINAL_FRACTION, auc, bootstrap_ci, final_value, iqm, mean, per_run
 
@@ -256,6 +257,7 @@ def report_sections(results: Results, spread: float, allow_unmatched: bool) -> l
         ("Clip fraction by response length", clip_by_length_section(results)),
         ("Token-ratio variance by routing: rerouted vs stable tokens (means over steps and seeds)",
          mechanism_table(results)),
+        (gpu.TITLE, gpu.gpu_table(results)),
         ("Provenance", provenance),
         *([("Unreadable runs (left out)", "\n".join(f"unreadable: {u}" for u in results.unreadable))]
           if results.unreadable else []),
