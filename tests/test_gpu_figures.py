@@ -71,8 +71,8 @@ def test_step_figures_by_hand():
 
 # ---------------------------------------------------------------------------- every row, TensorBoard
 def one_step_suite(cache: Path, **changes) -> dict:
-    return tiny_suite(cache, warm_start={"enabled": False}, budget={"kind": "steps", "value": 1},
-                      objectives=[{"name": "grpo"}], **changes)
+    return tiny_suite(cache, **{"warm_start": {"enabled": False}, "budget": {"kind": "steps", "value": 1},
+                                "objectives": [{"name": "grpo"}], **changes})
 
 
 def test_rows_on_cpu_carry_tokens_per_second_and_blank_gpu_figures(tmp_path):
@@ -92,17 +92,21 @@ def test_a_known_gpu_gives_mfu_and_peak_memory_in_the_row_and_tensorboard(tmp_pa
 
     from gspo_bench.train import loop
 
+    readings = []
     monkeypatch.setattr(loop, "device_peak_flops", lambda device: 1e9)
-    monkeypatch.setattr(loop, "peak_memory_gib", lambda device: 1.5)
-    run_suite(one_step_suite(tmp_path / "cache", tracking={"tensorboard": True}), tmp_path / "out")
+    monkeypatch.setattr(loop, "reset_peak_memory", lambda device: readings.append("reset"))
+    monkeypatch.setattr(loop, "peak_memory_gib", lambda device: readings.append("peak") or 1.5)
+    run_suite(one_step_suite(tmp_path / "cache", tracking={"tensorboard": True}, budget={"kind": "steps", "value": 2}),
+              tmp_path / "out")
+    assert readings == ["reset", "peak"] * 2  # each step's own peak
     row = metrics(tmp_path / "out", "tiny", "grpo-s0").iloc[0]
     assert row["gpu/peak_mem_gib"] == 1.5
     assert row["perf/mfu"] == pytest.approx(row["compute/flops"] / row["time/step_s"] / 1e9)
     events = EventAccumulator(str(tmp_path / "out" / "tiny" / "grpo-s0" / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
     for column in FIGURES:
-        (logged,) = events.Scalars(column)
-        assert logged.step == 1 and logged.value == pytest.approx(row[column], rel=1e-6), column
+        logged = events.Scalars(column)
+        assert [e.step for e in logged] == [1, 2] and logged[0].value == pytest.approx(row[column], rel=1e-6), column
 
 
 # ---------------------------------------------------------------------------- the report
