@@ -181,7 +181,8 @@ def memory_lines(memory: MemoryPlan) -> list[tuple[str, str]]:
     """The dry run's memory rows: (what, GiB and how)."""
     gib = 2**30
     return [
-        ("activations per minibatch", f"{memory.activations / gib:,.2f} GiB (saved for backward, no checkpointing)"),
+        ("activations per minibatch", f"{memory.activations / gib:,.2f} GiB (saved for backward, no checkpointing; "
+                                      "1/N of it on each of N ranks)"),
         ("logits per minibatch", f"{memory.logits / gib:,.2f} GiB (response positions; fp32 log-softmax in chunks)"),
         ("KV cache, rollout", f"{memory.kv_cache / gib:,.2f} GiB (all responses at full length)"),
         ("peak per run, one GPU", f"{memory.peak / gib:,.1f} GiB = state + max(activations + logits, KV cache); "
