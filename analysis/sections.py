@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis import anchors
+from analysis import anchors, gpu
 from analysis import divergence as D
 from analysis import figures as F
 from analysis import interactive as plotly_figures
@@ -90,6 +90,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
         "ratio-variance-by-routing",
         "Token-ratio variance by routing: rerouted vs stable tokens (means over steps and seeds)",
         lambda c: T.mechanism_table(c.results))),
+    SectionSpec("gpu-figures", _one("gpu-figures", gpu.TITLE, lambda c: gpu.gpu_table(c.results))),
     SectionSpec("late-divergence", _divergence),
     SectionSpec("provenance", _one("provenance", "Provenance", lambda c: T.provenance_table(c.results))),
     SectionSpec("unreadable", _unreadable, when="with runs that could not be read"),

@@ -207,7 +207,7 @@ def suite_world(suite):
 
 def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
     from gspo_bench.config import SuiteError
-    from gspo_bench.plan import PlanError, plan_suite
+    from gspo_bench.plan import PlanError, memory_lines, plan_suite
     from gspo_bench.suite import plan_runs
 
     try:
@@ -232,7 +232,8 @@ def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
         ("FLOPs, whole suite", f"{plan.flops_total:.3g}"),
         ("training state per run", f"{plan.state_bytes / 2**30:,.1f} GiB (fp32 master weights + grads + AdamW"
                                    f"{f' + {t.dtype} reference' if t.kl_coef > 0 else ''}; {t.dtype} compute); "
-                                   "activations, KV cache and rollout engine come on top"),
+                                   "activations, logits and KV cache below"),
+        *memory_lines(plan.memory),
         ("GPUs (80 GB)", f">= {plan.gpus_needed()} with FSDP2 (state sharded over 80% of each); device {t.device}"),
     ]
     for key, value in rows:
@@ -278,7 +279,8 @@ def run(
         say("nothing to do: every planned run is finished", out_console)
         return what_next(root / suite.name, make_report) if world.is_main else None
     try:
-        with SuiteProgress(out_console, {p.run_dir.name: p.suite.budget for p in todo}) as progress:
+        with SuiteProgress(out_console, {p.run_dir.name: p.suite.budget for p in todo},
+                           suites={p.run_dir.name: p.suite for p in todo}) as progress:
             outcomes = run_suite(suite, todo, root, resume=resume, allow_changed=allow_changed, world=world,
                                  log=lambda msg: say(msg, out_console), observer=progress,
                                  parallel=parallel or default_parallel(suite.train.threads),

@@ -19,7 +19,7 @@ from gspo_bench.results import RunDir
 
 # the step columns a progress display needs: all that crosses a process boundary every step
 PROGRESS_COLUMNS = ("step", "label", "seed", "reward/mean", "clip/frac", "moe/drift", "compute/cum_flops",
-                    "compute/cum_tokens")
+                    "compute/cum_tokens", "gpu/peak_mem_gib")
 
 
 class Observer:

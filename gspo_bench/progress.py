@@ -9,6 +9,7 @@ the suite; a finished run leaves one line. Elsewhere (CI, `> log`): plain lines,
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from gspo_bench.config import BudgetConfig, WarmStartConfig
+from gspo_bench.config import BudgetConfig, SuiteConfig, WarmStartConfig
 from gspo_bench.launch import Observer
 
 # seconds between two plain lines of one run: a minute keeps a log of `make quickstart` (8 runs of
@@ -83,12 +84,28 @@ class _TimeLeftColumn(TimeRemainingColumn):
         return super().render(task) if task.fields.get("eta", True) else Text("")
 
 
+def memory_check(suite: SuiteConfig, row: dict) -> str | None:
+    """At step 1 on a GPU (a measured `gpu/peak_mem_gib`), the dry run's memory estimate beside the
+    measured peak; None at other steps and off CUDA."""
+    from gspo_bench.plan import PlanError, plan_suite, plan_vs_peak
+
+    peak = row.get("gpu/peak_mem_gib")
+    if row.get("step") != 1 or peak is None or math.isnan(peak):
+        return None
+    try:
+        memory = plan_suite(suite).memory
+    except PlanError as err:
+        return f"GPU memory at step 1: measured peak {peak:.1f} GiB; no plan to compare with ({err})"
+    return plan_vs_peak(memory, peak)
+
+
 class SuiteProgress(Observer):
-    """The display of a suite's runs, `budgets`: {run name: its budget} of every run to do."""
+    """The display of a suite's runs, `budgets`: {run name: its budget} of every run to do; `suites`:
+    {run name: its suite}, for the memory plan printed beside a GPU run's measured peak at step 1."""
 
     def __init__(self, console: Console, budgets: dict[str, BudgetConfig], clock: Callable[[], float] = time.monotonic,
-                 interval: float = PLAIN_INTERVAL_S):
-        self.console, self.budgets = console, budgets
+                 interval: float = PLAIN_INTERVAL_S, suites: dict[str, SuiteConfig] | None = None):
+        self.console, self.budgets, self.suites = console, budgets, suites or {}
         self.fractions: dict[str, float] = {}
         self.finished = 0
         self.throttle, self.time_left = Throttle(interval, clock), TimeLeft(clock)
@@ -142,6 +159,9 @@ class SuiteProgress(Observer):
             self.tasks[name] = self.progress.add_task(name, total=1.0, info="starting")
 
     def step(self, name: str, row: dict) -> None:
+        memory = memory_check(self.suites[name], row) if name in self.suites else None
+        if memory is not None:
+            self.say(f"[{name}] {memory}")
         fraction = budget_fraction(self.budgets[name], row)
         self.fractions[name] = fraction
         left = self.time_left(name, fraction)

@@ -36,8 +36,16 @@ REQUIRED_COLUMNS = [
     "moe/drift_expert", "moe/rerouted_token_frac", "ratio/token_var_rerouted", "ratio/token_var_stable",
     "mismatch/k3_kl", "mismatch/max_abs", "mismatch/frac_gt_ln2", "nonfinite/minibatches", "time/rollout_s",
     "time/update_s", "time/step_s", "compute/tokens_forward", "compute/tokens_trained", "compute/tokens",
-    "compute/cum_tokens", "compute/flops", "compute/cum_flops", "lr",
+    "compute/cum_tokens", "compute/flops", "compute/cum_flops", "lr", "gpu/peak_mem_gib", "perf/rollout_tokens_per_s",
+    "perf/train_tokens_per_s", "perf/mfu",
 ]
+# GPU figures (gspo_bench.hardware) that are blank (NaN) in every row off CUDA; MFU also on a GPU
+# whose bf16 peak is not in hardware.BF16_DENSE_PEAK
+GPU_COLUMNS = ("gpu/peak_mem_gib", "perf/mfu")
+# columns that depend on wall-clock time: they differ between otherwise identical runs (a resumed run,
+# runs side by side, one rank or two)
+TIMING_COLUMNS = ("time/rollout_s", "time/update_s", "time/step_s", "perf/rollout_tokens_per_s",
+                  "perf/train_tokens_per_s", "perf/mfu")
 STATUSES = ("running", "done", "collapsed", "failed")
 
 

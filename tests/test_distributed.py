@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from gspo_bench.distributed import World, gather_rows, with_local_grad
-from gspo_bench.results import RunDir
+from gspo_bench.results import TIMING_COLUMNS, RunDir
 
 SUITE = {
     "name": "dist",
@@ -26,7 +26,7 @@ SUITE = {
     "objectives": [{"name": "grpo_rr"}, {"name": "grpo_r3"}, {"name": "gspo"}],
     "seeds": [0],
 }
-TIME_COLUMNS = ["time/rollout_s", "time/update_s", "time/step_s"]
+TIME_COLUMNS = list(TIMING_COLUMNS)
 
 
 def _run(args: list[str], env: dict) -> None:

@@ -14,13 +14,13 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from gspo_bench.cli import app
-from gspo_bench.results import RunDir
+from gspo_bench.results import TIMING_COLUMNS, RunDir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import signal_suite  # noqa: E402
 
 RUNS = ("grpo_rr-s0", "gspo-s0", "grpo_rr-s1")
-TIME_COLUMNS = ["time/rollout_s", "time/update_s", "time/step_s"]
+TIME_COLUMNS = list(TIMING_COLUMNS)
 
 
 @pytest.fixture(scope="module")

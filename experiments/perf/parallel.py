@@ -26,9 +26,11 @@ import pandas as pd
 import typer
 import yaml
 
+from gspo_bench.results import TIMING_COLUMNS
+
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 ROOT = Path(__file__).resolve().parents[2]
-TIME_COLUMNS = ["time/rollout_s", "time/update_s", "time/step_s"]
+TIME_COLUMNS = list(TIMING_COLUMNS)
 
 
 def timed(cmd: list[str], env: dict) -> float:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import torch
 
 from gspo_bench.distributed import World
+from gspo_bench.hardware import device_peak_flops, peak_memory_gib, reset_peak_memory, step_figures
 from gspo_bench.objectives.registry import objective_inputs
 from gspo_bench.results import REQUIRED_COLUMNS, now
 from gspo_bench.rollout import SamplingParams
@@ -96,6 +97,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
     suite, entry, seed, policy = run.suite, run.spec.entry, run.spec.seed, run.policy
     rollout_cfg, train = suite.rollout, suite.train
     start = time.perf_counter()
+    reset_peak_memory(policy.device)  # gpu/peak_mem_gib: this step's own peak
     # ------------------------------------------------------------------ rollout
     examples = draw_examples(run.task, rollout_cfg.prompts_per_step, step_seed(seed, step, 0))
     replay = entry.replay_source if entry.use_replay else None
@@ -128,8 +130,15 @@ def run_step(run: Run, step: int) -> StepOutcome:
                 "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()}}
     outcome = build_row(identity, values, layers, {"rollout_finite": batch.finite,
                                                    "params_finite": all_finite(policy.model, policy.world)})
-    outcome.row.update({"time/rollout_s": t_rollout, "time/update_s": time.perf_counter() - start - t_rollout,
-                        "time/step_s": time.perf_counter() - start, "lr": policy.optimizer.param_groups[0]["lr"]})
+    t_step = time.perf_counter() - start
+    outcome.row.update({"time/rollout_s": t_rollout, "time/update_s": t_step - t_rollout, "time/step_s": t_step,
+                        "lr": policy.optimizer.param_groups[0]["lr"]})
+    # ------------------------------------------------------------------ GPU figures (gspo_bench.hardware)
+    outcome.row.update(step_figures(
+        response_tokens=outcome.row["response/len_mean"] * len(batch), rollout_s=t_rollout,
+        tokens_trained=outcome.compute.tokens_trained, update_s=t_step - t_rollout,
+        flops=outcome.compute.flops(run.n_active), step_s=t_step, peak_flops=device_peak_flops(policy.device),
+        gpus=policy.world.size, peak_mem_gib=peak_memory_gib(policy.device)))
     return outcome
 
 
