@@ -34,6 +34,9 @@ def weights_of(kind, **params):
     ("mis", {"low": 0.6, "high": 2.0, "level": "sequence"}, [[0.0, 0.0, 0.0], [1.2, 1.2, 0.0]]),
     ("mis", {"low": 0.75, "high": 1.05, "level": "geometric"},  # 0.5^(1/3) = 0.794 kept, 1.2^(1/2) = 1.095 not
      [[0.5 ** (1 / 3)] * 3, [0.0, 0.0, 0.0]]),
+    ("mis", {"low": 0.75, "high": 1.1, "level": "geometric"},  # row 1 over its 2 tokens, not the padded 3
+     [[0.5 ** (1 / 3)] * 3, [1.2 ** (1 / 2)] * 2 + [0.0]]),
+    ("mis", {"low": 1.0, "high": 1.0}, [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),  # both bounds inclusive: rho = 1 kept
     ("icepop", {"low": 0.5, "high": 5.0}, [[2.0, 1.0, 0.0], [0.0, 3.0, 0.0]]),
     ("icepop", {"low": 0.3, "high": 2.5}, [[2.0, 1.0, 0.0], [0.4, 0.0, 0.0]]),
 ])

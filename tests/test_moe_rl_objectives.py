@@ -215,6 +215,19 @@ def test_dppo_binary_tv_masks_by_probability_shift_not_by_ratio():
     assert other.item() == pytest.approx(loss.item())
 
 
+def test_dppo_binary_tv_keeps_a_token_that_moved_past_delta_against_its_advantage():
+    """a: A>0, mu .6 -> pi .3 (shift -.3); b: A<0, .2 -> .6 (shift +.4): both moved far, but against
+    their advantage, so the update pulls them back: neither is masked, every token keeps its gradient."""
+    mu = torch.tensor([[0.6], [0.2]]).log()
+    pi = torch.tensor([[0.3], [0.6]]).log()
+    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 1).bool()
+    loss, g, metrics = grad(get_objective("dppo_binary_tv"), pi, mu, adv, mask, sampling_logp=mu)
+    r_a, r_b = 0.3 / 0.6, 0.6 / 0.2
+    assert loss.item() == pytest.approx(-(r_a - r_b) / 2, rel=1e-5)
+    assert_close(g, -torch.tensor([[r_a], [-r_b]]) / 2)
+    assert metrics["clip/frac"].item() == 0.0
+
+
 # ---------------------------------------------------------------------------------------- LUSPO
 
 def test_luspo_scales_each_response_term_by_its_length():
