@@ -108,6 +108,13 @@ def test_every_objective_takes_correction_weights(name):
     assert torch.all(grad[1] == 0) and grad[0].abs().sum() > 0
 
 
+@pytest.mark.parametrize("kind, low, high", [("mis", 2.0, 0.5), ("mis", -0.5, 2.0), ("icepop", 5.0, 0.5),
+                                             ("icepop", -1.0, 5.0), ("mis", float("nan"), 2.0)])
+def test_a_band_that_is_inverted_or_reaches_below_zero_is_refused(kind, low, high):
+    with pytest.raises(ValueError, match=rf"{kind}: the ratio band \[low, high\] = .* needs 0 <= lower end <= upper"):
+        weights_of(kind, low=low, high=high)
+
+
 def test_corrections_are_listed_and_a_suite_entry_names_bad_kinds_and_params():
     assert {"tis", "mis", "icepop", "opsm"} <= set(list_corrections())
     entry = ObjectiveEntry(name="grpo", correction={"kind": "icepop", "low": 0.5, "high": 5.0})
