@@ -189,11 +189,14 @@ def test_m2po_masks_the_largest_second_moments_of_trust_region_tokens_until_thei
     assert metrics["m2po/m2_trust"].item() == pytest.approx((0.09 + 0.0025 + 0.16) / 3, rel=1e-5)
 
 
-@pytest.mark.parametrize(("tau", "masked"), [(1.0, 0), (0.05, 1), (0.04, 2), (0.001, 3)])
-def test_m2po_masks_fewer_tokens_as_tau_grows(tau, masked):
+@pytest.mark.parametrize(("tau", "masked", "low", "high"), [(1.0, 0, 0, 0), (0.05, 1, 1, 0), (0.04, 2, 1, 1),
+                                                           (0.001, 3, 1, 2)])
+def test_m2po_masks_fewer_tokens_as_tau_grows(tau, masked, low, high):
+    """Masked first: R2 t1 (A < 0, reported low), then R1 t1 and R1 t3 (A > 0, reported high)."""
     logp, old, adv, mask = m2po_case()
     _, g, metrics = grad(get_objective("m2po"), logp, old, adv, mask, tau=tau)
     assert round(metrics["clip/frac"].item() * 5) == masked
+    assert round(metrics["clip/frac_low"].item() * 5) == low and round(metrics["clip/frac_high"].item() * 5) == high
     assert int((g[mask] == 0).sum()) == masked
 
 
