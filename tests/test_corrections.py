@@ -11,7 +11,6 @@ import torch
 from gspo_bench.config import ObjectiveEntry
 from gspo_bench.objectives import get_objective, list_objectives, objective_spec
 from gspo_bench.objectives.corrections import get_correction, list_corrections, weight_metrics
-from gspo_bench.objectives.registry import objective_inputs
 
 LN = math.log
 # rho = pi_old / mu: row 0 (3 tokens) 2, 1, 0.25; row 1 (2 tokens + padding) 0.4, 3
@@ -96,8 +95,9 @@ def test_every_objective_takes_correction_weights(name):
     adv = torch.tensor([1.0, -1.0]) if objective_spec(name).advantages == "response" else torch.tensor([[1.0, 0.5, -1.0], [-1.0, 2.0, 0.0]])
     clip = ObjectiveEntry(name=name).clip_range()
     fn = get_objective(name)
-    neutral = {"sampling_logp": OLD, "router_shift": torch.zeros(2, 3)}  # mu = pi_old, no router shift
-    clip |= {k: v for k, v in neutral.items() if k in objective_inputs(fn)}
+    neutral = {"sampling_logp": OLD, "router_shift": torch.zeros(2, 3),  # mu = pi_old, no router shift
+               "generator": torch.Generator().manual_seed(0)}
+    clip |= {k: v for k, v in neutral.items() if k in objective_spec(name).inputs}
     plain, _ = fn(logp=logp, old_logp=OLD, advantages=adv, mask=MASK, **clip)
     ones, _ = fn(logp=logp, old_logp=OLD, advantages=adv, mask=MASK, weights=torch.ones(2, 3), **clip)
     twice, _ = fn(logp=logp, old_logp=OLD, advantages=adv, mask=MASK, weights=torch.full((2, 3), 2.0), **clip)

@@ -15,10 +15,11 @@ import yaml
 from typer.testing import CliRunner
 
 from gspo_bench.cli import app
-from gspo_bench.config import EvalConfig, SuiteError, TrackingConfig, check_runnable, parse_suite
+from gspo_bench.config import EvalConfig, SuiteError, TrackingConfig, parse_suite
 from gspo_bench.evaluation import Evaluator
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.chat import TINY_CHAT_TEMPLATE, PromptFormat, resolve_prompt_format
+from gspo_bench.preflight import check_runnable
 from gspo_bench.rollout import SamplingParams, left_pad, make_engine
 from gspo_bench.tasks import make_task
 from gspo_bench.train.policy import Policy

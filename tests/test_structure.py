@@ -33,6 +33,14 @@ def test_objectives_and_routing_import_without_transformers():
     assert "transformers" not in loaded and "matplotlib" not in loaded
 
 
+def test_the_suite_schema_imports_without_torch():
+    """config.py is the schema (pydantic, yaml); the preflight probes (devices, checkpoints, lm-eval)
+    live in preflight.py and may import what they probe."""
+    loaded = imported_after("import gspo_bench.config")
+    assert not loaded & {"torch", "transformers", "lm_eval", "datasets"}, loaded
+    assert "torch" in imported_after("import gspo_bench.config\ngspo_bench.config.load_suite('experiments/quickstart.yaml')")
+
+
 def test_importing_the_package_sets_no_process_state():
     code = ("import os; before = dict(os.environ)\n"
             "import gspo_bench.train.loop, gspo_bench.suite, gspo_bench.evaluation, gspo_bench.cli, analysis.report\n"
