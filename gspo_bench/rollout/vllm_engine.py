@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from gspo_bench.rollout.batching import left_pad
+from gspo_bench.models.padding import left_pad
 from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
 
 

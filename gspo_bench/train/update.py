@@ -9,11 +9,11 @@ import torch
 
 from gspo_bench.distributed import gather_rows, local_tensor, with_local_grad
 from gspo_bench.models.forward import response_forward
+from gspo_bench.models.padding import position_ids
 from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
 from gspo_bench.objectives.kl import k3
 from gspo_bench.objectives.metrics import masked_mean, measurements_off
 from gspo_bench.objectives.rspo import router_shift_from_scores
-from gspo_bench.rollout import position_ids
 from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.optim import guarded_step
