@@ -77,6 +77,27 @@ def test_hf_dataset_from_one_file_without_a_test_split_splits_by_prompt_hash(tmp
     assert len(train) + len(test) == 100 and not train & test and 10 <= len(test) <= 30
 
 
+def test_hf_dataset_reads_its_file_when_built_and_leaves_datasets_as_it_found_it(tmp_path):
+    """No cache outlives a task: a task built after the file changed reads the new records. Loading
+    quiets datasets' log and progress bars for the load only."""
+    import datasets
+
+    path = tmp_path / "all.parquet"
+    arith_records([(a, b) for a in range(10) for b in range(10)]).to_parquet(path)
+    build = lambda: make_task("hf_dataset", path=str(path), test_split=None, answer_pattern="#### (.+)$")  # noqa: E731
+    datasets.logging.set_verbosity_info()
+    datasets.enable_progress_bars()
+    try:
+        first = build()
+        assert datasets.logging.get_verbosity() == datasets.logging.INFO and datasets.is_progress_bar_enabled()
+    finally:
+        datasets.logging.set_verbosity_warning()
+    arith_records([(a, b) for a in range(20, 30) for b in range(10)]).to_parquet(path)
+    second = build()
+    assert len(first._train) + len(first._test) == len(second._train) + len(second._test) == 100
+    assert {e.prompt for e in first._train}.isdisjoint(e.prompt for e in second._train)
+
+
 @pytest.mark.parametrize("params, named", [
     ({"prompt_field": "problem"}, "no field 'problem'; its fields: question, answer"),
     ({"answer_field": "solution"}, "no field 'solution'"),

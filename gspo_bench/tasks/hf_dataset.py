@@ -18,8 +18,9 @@ Errors name the dataset and the split or field that is missing.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,16 +49,29 @@ def load_split(path: str, name: str | None, split: str) -> Any:
         if not Path(path).is_file():
             raise FileNotFoundError(f"{what}: no such file")
         builder, files = FILE_BUILDERS[suffix], {"train": path}
-    datasets.logging.set_verbosity_error()
-    datasets.disable_progress_bars()
     try:
-        splits = datasets.load_dataset(builder, name, data_files=files)
+        with quiet(datasets):
+            splits = datasets.load_dataset(builder, name, data_files=files)
     except (FileNotFoundError, ValueError, ConnectionError, OSError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"{what} cannot be loaded: {reason}") from None
     if split not in splits:
         raise ValueError(f"{what} has no split {split!r}; its splits: {', '.join(splits)}")
     return splits[split]
+
+
+@contextlib.contextmanager
+def quiet(datasets) -> Iterator[None]:
+    """`datasets` without its progress bars and with errors only in its log, for one load; restored after."""
+    verbosity, bars = datasets.logging.get_verbosity(), datasets.is_progress_bar_enabled()
+    datasets.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+        if bars:
+            datasets.enable_progress_bars()
 
 
 def field_value(record: dict, dotted: str) -> Any:
@@ -100,10 +114,10 @@ def read_examples(rows, what: str, prompt_field: str, answer_field: str, answer_
     return examples
 
 
-@functools.lru_cache(maxsize=8)
 def split_examples(path: str, name: str | None, split: str, prompt_field: str, answer_field: str,
                    answer_pattern: str | None) -> tuple[Example, ...]:
-    """The examples of one split, read once per process (a suite builds its task several times)."""
+    """The examples of one split. Each task instance reads its splits once, when it is built; no cache
+    outlives it (`datasets` keeps its own on disk)."""
     what = f"{dataset_label(path, name)} split {split!r}"
     return tuple(read_examples(load_split(path, name, split), what, prompt_field, answer_field, answer_pattern))
 
