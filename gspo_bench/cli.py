@@ -166,7 +166,8 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), ove
              ) -> None:
     """Check a suite file as `run` would before any compute (models, tasks, objectives, devices,
     engines, eval tasks, the sweep); print the planned runs."""
-    from gspo_bench.config import SuiteError, check_runnable
+    from gspo_bench.config import SuiteError
+    from gspo_bench.preflight import check_runnable
     from gspo_bench.suite import plan_runs
 
     try:
@@ -300,8 +301,9 @@ def planned_todo(suite_path: Path, overrides: list[str] | None, out: Path | None
                  seeds: list[int] | None, resume: bool, allow_changed: bool):
     """The suite (its `--set` overrides applied and recorded with each run), the results root and the
     runs to do; every problem as one error line."""
-    from gspo_bench.config import SuiteError, check_runnable
+    from gspo_bench.config import SuiteError
     from gspo_bench.lock import RunBusyError
+    from gspo_bench.preflight import check_runnable
     from gspo_bench.suite import check_outputs, plan_runs
 
     try:

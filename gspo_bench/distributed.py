@@ -114,24 +114,3 @@ def barrier(world: World) -> None:
 def local_tensor(value: torch.Tensor) -> torch.Tensor:
     """A plain tensor of a result that may be a DTensor (clip_grad_norm_ returns one under FSDP2)."""
     return value.full_tensor() if hasattr(value, "full_tensor") else value
-
-
-def gather_rollout(world: World, local, n_rows: int, pad_id: int):
-    """The whole rollout batch of `n_rows` rows on every rank, from each rank's rows r, r + W, ...
-    (`local`): padded to the widest prompt and response of any rank, then all-gathered."""
-    from gspo_bench.rollout.batching import pad_rollout
-    from gspo_bench.rollout.engine import Rollout
-
-    device = local.input_ids.device
-    widths = torch.tensor([local.prompt_width, local.response_mask.shape[1]], device=device)
-    dist.all_reduce(widths, op=dist.ReduceOp.MAX)
-    padded = pad_rollout(local, int(widths[0]), int(widths[1]), pad_id)
-    rows = torch.arange(n_rows, device=device)
-    finite = (padded.finite if padded.finite is not None else torch.tensor(True)).to(device).float()
-    dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-    routing = None if padded.routing is None else gather_rows(world, padded.routing, rows, dim=1)
-    return Rollout(input_ids=gather_rows(world, padded.input_ids, rows),
-                   attention_mask=gather_rows(world, padded.attention_mask, rows),
-                   response_mask=gather_rows(world, padded.response_mask.long(), rows).bool(),
-                   sampling_logp=gather_rows(world, padded.sampling_logp, rows),
-                   routing=routing, finite=finite.bool())

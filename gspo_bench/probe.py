@@ -77,7 +77,8 @@ def probe_objective(base, batch: RolloutBatch, old: OldPolicy, name: str, cfg: P
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(cfg.seed + 1))
     start = time.perf_counter()
     update = update_policy(policy, partial(get_objective(name), **clip), batch, old, order, cfg.minibatches,
-                           UpdateSettings(grad_clip=cfg.grad_clip))
+                           UpdateSettings(grad_clip=cfg.grad_clip, inputs=spec.inputs,
+                                          generator=torch.Generator().manual_seed(cfg.seed + 2)))
     row = {"objective": name, **to_host(update.metrics)}
     return row | {"time/update_s": time.perf_counter() - start, "reward/mean": float(batch.rewards.mean())}
 

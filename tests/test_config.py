@@ -96,3 +96,18 @@ def test_cli_validate(tmp_path):
     assert ok.exit_code == 0 and "2 runs" in ok.output
     bad = runner.invoke(app, ["validate", str(write(tmp_path, {**GOOD, "objectives": [{"name": "nope"}]}))])
     assert bad.exit_code == 2 and "unknown objective 'nope'" in bad.output
+
+
+def test_preflight_runs_every_objective_with_its_declared_inputs_and_names_a_bad_kwarg():
+    """check_runnable calls each objective once on a tiny batch, with the extra inputs it declares
+    (the engine's mu, the router shift, a generator): every registered objective passes; a kwarg
+    the objective refuses is named with the entry."""
+    from gspo_bench.config import parse_suite
+    from gspo_bench.objectives import list_objectives
+    from gspo_bench.preflight import check_runnable
+
+    every = [{"name": name} for name in list_objectives()]
+    check_runnable(parse_suite(GOOD | {"objectives": every}), "s.yaml")
+    bad = GOOD | {"objectives": [{"name": "clip_cov", "kwargs": {"ratio_k": 2.0}}]}
+    with pytest.raises(SuiteError, match=r"objectives.0 \(clip_cov\): clip_cov: ratio_k must be in \(0, 1\]"):
+        check_runnable(parse_suite(bad), "s.yaml")

@@ -11,7 +11,6 @@ import torch
 from gspo_bench.config import ObjectiveEntry
 from gspo_bench.objectives import get_objective, list_objectives, objective_spec
 from gspo_bench.objectives.corrections import get_correction, list_corrections, weight_metrics
-from gspo_bench.objectives.registry import objective_inputs
 
 LN = math.log
 # rho = pi_old / mu: row 0 (3 tokens) 2, 1, 0.25; row 1 (2 tokens + padding) 0.4, 3
@@ -34,6 +33,9 @@ def weights_of(kind, **params):
     ("mis", {"low": 0.6, "high": 2.0, "level": "sequence"}, [[0.0, 0.0, 0.0], [1.2, 1.2, 0.0]]),
     ("mis", {"low": 0.75, "high": 1.05, "level": "geometric"},  # 0.5^(1/3) = 0.794 kept, 1.2^(1/2) = 1.095 not
      [[0.5 ** (1 / 3)] * 3, [0.0, 0.0, 0.0]]),
+    ("mis", {"low": 0.75, "high": 1.1, "level": "geometric"},  # row 1 over its 2 tokens, not the padded 3
+     [[0.5 ** (1 / 3)] * 3, [1.2 ** (1 / 2)] * 2 + [0.0]]),
+    ("mis", {"low": 1.0, "high": 1.0}, [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),  # both bounds inclusive: rho = 1 kept
     ("icepop", {"low": 0.5, "high": 5.0}, [[2.0, 1.0, 0.0], [0.0, 3.0, 0.0]]),
     ("icepop", {"low": 0.3, "high": 2.5}, [[2.0, 1.0, 0.0], [0.4, 0.0, 0.0]]),
 ])
@@ -93,8 +95,9 @@ def test_every_objective_takes_correction_weights(name):
     adv = torch.tensor([1.0, -1.0]) if objective_spec(name).advantages == "response" else torch.tensor([[1.0, 0.5, -1.0], [-1.0, 2.0, 0.0]])
     clip = ObjectiveEntry(name=name).clip_range()
     fn = get_objective(name)
-    neutral = {"sampling_logp": OLD, "router_shift": torch.zeros(2, 3)}  # mu = pi_old, no router shift
-    clip |= {k: v for k, v in neutral.items() if k in objective_inputs(fn)}
+    neutral = {"sampling_logp": OLD, "router_shift": torch.zeros(2, 3),  # mu = pi_old, no router shift
+               "generator": torch.Generator().manual_seed(0)}
+    clip |= {k: v for k, v in neutral.items() if k in objective_spec(name).inputs}
     plain, _ = fn(logp=logp, old_logp=OLD, advantages=adv, mask=MASK, **clip)
     ones, _ = fn(logp=logp, old_logp=OLD, advantages=adv, mask=MASK, weights=torch.ones(2, 3), **clip)
     twice, _ = fn(logp=logp, old_logp=OLD, advantages=adv, mask=MASK, weights=torch.full((2, 3), 2.0), **clip)
@@ -103,6 +106,13 @@ def test_every_objective_takes_correction_weights(name):
     loss, _ = fn(logp=logp, old_logp=OLD, advantages=adv, mask=MASK, weights=zero_row, **clip)
     (grad,) = torch.autograd.grad(loss, logp)
     assert torch.all(grad[1] == 0) and grad[0].abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind, low, high", [("mis", 2.0, 0.5), ("mis", -0.5, 2.0), ("icepop", 5.0, 0.5),
+                                             ("icepop", -1.0, 5.0), ("mis", float("nan"), 2.0)])
+def test_a_band_that_is_inverted_or_reaches_below_zero_is_refused(kind, low, high):
+    with pytest.raises(ValueError, match=rf"{kind}: the ratio band \[low, high\] = .* needs 0 <= lower end <= upper"):
+        weights_of(kind, low=low, high=high)
 
 
 def test_corrections_are_listed_and_a_suite_entry_names_bad_kinds_and_params():

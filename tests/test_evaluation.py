@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 
 from gspo_bench.cli import app
 from gspo_bench.config import parse_suite
-from gspo_bench.evaluation import evaluate, write_task_files
+from gspo_bench.evaluation import OFFLINE, evaluate, lm_eval_scope, write_task_files
 from gspo_bench.rollout import left_pad
 from gspo_bench.suite import starting_weights
 from gspo_bench.tasks import make_task
@@ -91,6 +92,27 @@ def test_suite_eval_section_writes_eval_parquet(trained, tmp_path):
     assert result.exit_code == 0, result.output
     scores = json.loads((run_dir / "eval" / "scores.json").read_text())
     assert scores["gspo_sort"]["score"] == pytest.approx(evals["score"].iloc[-1])
+
+
+@pytest.mark.parametrize("caller", [None, "0"])
+def test_lm_eval_runs_offline_and_quiet_for_the_call_only(monkeypatch, caller):
+    """Offline unless the caller chose (HF_HUB_OFFLINE=0 fetches a standard task's data); lm-eval's log
+    at ERROR; both as they were afterwards, also when the call raises."""
+    import logging
+
+    for name in OFFLINE:
+        monkeypatch.delenv(name, raising=False)
+    if caller is not None:
+        monkeypatch.setenv("HF_HUB_OFFLINE", caller)
+    logger = logging.getLogger("lm_eval")
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    with pytest.raises(RuntimeError), lm_eval_scope():
+        assert logger.level == logging.ERROR
+        assert os.environ.get("HF_HUB_OFFLINE") == (caller or "1")
+        assert os.environ.get("HF_DATASETS_OFFLINE") == (None if caller else "1")
+        raise RuntimeError("lm-eval failed")
+    assert logger.level == logging.INFO
+    assert os.environ.get("HF_HUB_OFFLINE") == caller and "HF_DATASETS_OFFLINE" not in os.environ
 
 
 def test_eval_cli_refuses_other_paths(tmp_path):

@@ -192,7 +192,19 @@ def test_a_replayed_expert_outside_the_live_top_k_gets_its_weight_and_gradient(f
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gate_weights_and_scores_follow_the_family_rule(family):
-    model = tiny(family)
+    check_gate_rule(family, tiny(family))
+
+
+@pytest.mark.parametrize("family", sorted(SIGMOID_WITH_CORRECTION_BIAS | SOFTMAX_RENORMALISED_IF_CONFIGURED))
+def test_a_configurable_renormalisation_follows_the_config_both_ways(family):
+    default = tiny_config(TinyMoESpec(family=family)).norm_topk_prob
+    model = tiny(family, norm_topk_prob=not default)
+    assert model.config.norm_topk_prob is (not default)
+    check_gate_rule(family, model)
+
+
+def check_gate_rule(family, model):
+    """The weights transformers gives, the weights a replay gives and the gate scores, against the hand rule."""
     ids, am = batch()
     with RoutingCapture(model) as cap:
         model(input_ids=ids, attention_mask=am)

@@ -136,8 +136,9 @@ def test_rspo_runs_read_the_router_shift_of_their_updates(tmp_path, cache):
 
 
 def test_clip_cov_draws_repeat_from_run_to_run(tmp_path, cache):
-    """Clip-Cov drops tokens at random from torch's global generator, which each step seeds from (seed,
-    step): two runs of one suite in one process drop the same tokens."""
+    """Clip-Cov drops tokens at random from the generator the loop makes for each (seed, step), not from
+    torch's global one: two runs of one suite in one process drop the same tokens, whatever was drawn
+    before."""
     wide = {"name": "clip_cov", "kwargs": {"ratio_k": 0.3, "cov_low": -100.0, "cov_high": 100.0}}
     rows = []
     for out in (tmp_path / "a", tmp_path / "b"):

@@ -113,6 +113,9 @@ def parts():
     return model, dataclasses.replace(batch, advantages=torch.linspace(-1.5, 1.5, len(batch)))
 
 
+SHIFT = UpdateSettings(inputs=frozenset({"router_shift"}))  # what the loop passes for an objective declaring it
+
+
 def spy_objective():
     seen = {}
 
@@ -131,13 +134,13 @@ def test_the_update_hands_rspo_the_router_shift_of_its_own_forward_at_the_respon
     assert old.gate_scores.shape == old.routing.shape and old.gate_scores.dtype == torch.float32
     rows = torch.tensor([5, 0, 3])
     objective, seen = spy_objective()
-    update_minibatch(policy, objective, batch, old, rows, UpdateSettings())
+    update_minibatch(policy, objective, batch, old, rows, SHIFT)
     assert seen["router_shift"].abs().max() < 1e-5  # the router has not moved: no shift
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for router in find_routers(policy.model):
             router.weight.add_(0.5 * torch.randn(router.weight.shape, generator=gen))
-    update_minibatch(policy, objective, batch, old, rows, UpdateSettings())
+    update_minibatch(policy, objective, batch, old, rows, SHIFT)
     with torch.no_grad(), RoutingCapture(policy.model, probe=old.routing[:, rows]) as cap:
         policy.model(input_ids=batch.input_ids[rows], attention_mask=batch.attention_mask[rows])
     length, n = batch.input_ids.shape[1], batch.n_response
@@ -165,7 +168,7 @@ def test_an_rspo_update_without_gate_scores_from_the_old_pass_is_refused(parts):
     policy.optimizer = make_optimizer(policy.model, TrainConfig(), lr=0.0)
     old = old_policy_pass(policy, batch, temperature=1.0)
     with pytest.raises(ValueError, match="router shift"):
-        update_minibatch(policy, spy_objective()[0], batch, old, torch.tensor([0, 1]), UpdateSettings())
+        update_minibatch(policy, spy_objective()[0], batch, old, torch.tensor([0, 1]), SHIFT)
 
 
 # ---------------------------------------------------------------------------------------- M2PO
@@ -189,11 +192,14 @@ def test_m2po_masks_the_largest_second_moments_of_trust_region_tokens_until_thei
     assert metrics["m2po/m2_trust"].item() == pytest.approx((0.09 + 0.0025 + 0.16) / 3, rel=1e-5)
 
 
-@pytest.mark.parametrize(("tau", "masked"), [(1.0, 0), (0.05, 1), (0.04, 2), (0.001, 3)])
-def test_m2po_masks_fewer_tokens_as_tau_grows(tau, masked):
+@pytest.mark.parametrize(("tau", "masked", "low", "high"), [(1.0, 0, 0, 0), (0.05, 1, 1, 0), (0.04, 2, 1, 1),
+                                                           (0.001, 3, 1, 2)])
+def test_m2po_masks_fewer_tokens_as_tau_grows(tau, masked, low, high):
+    """Masked first: R2 t1 (A < 0, reported low), then R1 t1 and R1 t3 (A > 0, reported high)."""
     logp, old, adv, mask = m2po_case()
     _, g, metrics = grad(get_objective("m2po"), logp, old, adv, mask, tau=tau)
     assert round(metrics["clip/frac"].item() * 5) == masked
+    assert round(metrics["clip/frac_low"].item() * 5) == low and round(metrics["clip/frac_high"].item() * 5) == high
     assert int((g[mask] == 0).sum()) == masked
 
 
@@ -213,6 +219,19 @@ def test_dppo_binary_tv_masks_by_probability_shift_not_by_ratio():
     # the anchor is mu, not pi_old: another old_logp changes the measurements only
     other, _, _ = grad(get_objective("dppo_binary_tv"), pi, pi.detach(), adv, mask, sampling_logp=mu)
     assert other.item() == pytest.approx(loss.item())
+
+
+def test_dppo_binary_tv_keeps_a_token_that_moved_past_delta_against_its_advantage():
+    """a: A>0, mu .6 -> pi .3 (shift -.3); b: A<0, .2 -> .6 (shift +.4): both moved far, but against
+    their advantage, so the update pulls them back: neither is masked, every token keeps its gradient."""
+    mu = torch.tensor([[0.6], [0.2]]).log()
+    pi = torch.tensor([[0.3], [0.6]]).log()
+    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 1).bool()
+    loss, g, metrics = grad(get_objective("dppo_binary_tv"), pi, mu, adv, mask, sampling_logp=mu)
+    r_a, r_b = 0.3 / 0.6, 0.6 / 0.2
+    assert loss.item() == pytest.approx(-(r_a - r_b) / 2, rel=1e-5)
+    assert_close(g, -torch.tensor([[r_a], [-r_b]]) / 2)
+    assert metrics["clip/frac"].item() == 0.0
 
 
 # ---------------------------------------------------------------------------------------- LUSPO
@@ -262,22 +281,25 @@ def test_clip_cov_leaves_a_high_covariance_unclipped_token_out_of_the_update():
     log_r = torch.tensor([[0.1, 0.0], [-0.2, -0.3]])
     old, adv, mask = COV_LOGP - log_r, torch.tensor([2.0, -2.0]), torch.ones(2, 2).bool()
     for seed in range(3):
-        torch.manual_seed(seed)
-        loss, g, metrics = grad(get_objective("clip_cov"), COV_LOGP, old, adv, mask, ratio_k=1.0)
+        loss, g, metrics = grad(get_objective("clip_cov"), COV_LOGP, old, adv, mask, ratio_k=1.0,
+                                generator=torch.Generator().manual_seed(seed))
         kept = 1.0 * 2 + math.exp(-0.2) * -2 + 0.8 * -2  # token 1 dropped; token 4 clipped at 1 - 0.2
         assert loss.item() == pytest.approx(-kept / 4, rel=1e-6)
         assert_close(g, -torch.tensor([[0.0, 2.0], [-2 * math.exp(-0.2), 0.0]]) / 4)
         assert metrics["cov/frac"].item() == 0.25 and metrics["clip/frac"].item() == 0.5
 
 
-def test_clip_cov_draws_k_of_the_eligible_tokens_at_random_and_repeats_under_a_seed():
+def test_clip_cov_draws_k_of_the_eligible_tokens_from_its_generator_alone():
     gen = torch.Generator().manual_seed(1)
     logp = torch.randn(8, 16, generator=gen) - 2
     adv = torch.linspace(-3, 3, 8)
     drops = []
     for seed in (0, 0, 1):
-        torch.manual_seed(seed)
-        _, g, metrics = grad(get_objective("clip_cov"), logp, logp, adv, torch.ones(8, 16).bool(), ratio_k=0.05)
+        torch.rand(3)  # whatever the process drew before does not matter
+        global_state = torch.random.get_rng_state()
+        _, g, metrics = grad(get_objective("clip_cov"), logp, logp, adv, torch.ones(8, 16).bool(), ratio_k=0.05,
+                             generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(torch.random.get_rng_state(), global_state)  # torch's global generator untouched
         assert metrics["cov/frac"].item() == pytest.approx(6 / 128)  # floor(0.05 * 128) = 6
         drops.append(g == 0)
     assert torch.equal(drops[0], drops[1]) and not torch.equal(drops[0], drops[2])
@@ -295,7 +317,7 @@ def test_objectives_anchored_at_the_engine_get_its_log_probs_of_their_rows(parts
         return (logp * mask).sum() * 0.0, {}
 
     rows = torch.tensor([6, 1, 2])
-    policy_loss(objective, old.logp[rows], old, batch, rows)
+    policy_loss(objective, old.logp[rows], old, batch, rows, UpdateSettings(inputs=frozenset({"sampling_logp"})))
     assert torch.equal(seen["mu"], batch.sampling_logp[rows])
 
 

@@ -11,20 +11,18 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from gspo_bench.objectives import get_objective, list_objectives, objective_spec
-from gspo_bench.objectives.registry import objective_inputs
 
 ALL = list_objectives()
 PAPER_FOUR = ["grpo", "gspo", "gspo_token"]
 
 
 def call(name, logp, old_logp, adv, mask, **kw):
-    """The objective, with its extra inputs at their neutral values unless given: mu = pi_old (the
-    engine agrees with training), no router shift; clip_cov's random draw seeded."""
-    fn = get_objective(name)
-    neutral = {"sampling_logp": old_logp, "router_shift": torch.zeros(logp.shape)}
-    kw = {k: v for k, v in neutral.items() if k in objective_inputs(fn)} | kw
-    torch.manual_seed(0)
-    return fn(logp=logp, old_logp=old_logp, advantages=adv, mask=mask, **kw)
+    """The objective, with its declared extra inputs at their neutral values unless given: mu = pi_old
+    (the engine agrees with training), no router shift; clip_cov's random draw seeded."""
+    neutral = {"sampling_logp": old_logp, "router_shift": torch.zeros(logp.shape),
+               "generator": torch.Generator().manual_seed(0)}
+    kw = {k: v for k, v in neutral.items() if k in objective_spec(name).inputs} | kw
+    return get_objective(name)(logp=logp, old_logp=old_logp, advantages=adv, mask=mask, **kw)
 
 
 def grad_of(name, logp, old_logp, adv, mask, **kw):

@@ -15,10 +15,11 @@ import yaml
 from typer.testing import CliRunner
 
 from gspo_bench.cli import app
-from gspo_bench.config import EvalConfig, SuiteError, TrackingConfig, check_runnable, parse_suite
+from gspo_bench.config import EvalConfig, SuiteError, TrackingConfig, parse_suite
 from gspo_bench.evaluation import Evaluator
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.chat import TINY_CHAT_TEMPLATE, PromptFormat, resolve_prompt_format
+from gspo_bench.preflight import check_runnable
 from gspo_bench.rollout import SamplingParams, left_pad, make_engine
 from gspo_bench.tasks import make_task
 from gspo_bench.train.policy import Policy
@@ -74,6 +75,27 @@ def test_hf_dataset_from_one_file_without_a_test_split_splits_by_prompt_hash(tmp
                      answer_pattern="#### (.+)$")
     train, test = {e.prompt for e in task._train}, {e.prompt for e in task.test_examples(100)}
     assert len(train) + len(test) == 100 and not train & test and 10 <= len(test) <= 30
+
+
+def test_hf_dataset_reads_its_file_when_built_and_leaves_datasets_as_it_found_it(tmp_path):
+    """No cache outlives a task: a task built after the file changed reads the new records. Loading
+    quiets datasets' log and progress bars for the load only."""
+    import datasets
+
+    path = tmp_path / "all.parquet"
+    arith_records([(a, b) for a in range(10) for b in range(10)]).to_parquet(path)
+    build = lambda: make_task("hf_dataset", path=str(path), test_split=None, answer_pattern="#### (.+)$")  # noqa: E731
+    datasets.logging.set_verbosity_info()
+    datasets.enable_progress_bars()
+    try:
+        first = build()
+        assert datasets.logging.get_verbosity() == datasets.logging.INFO and datasets.is_progress_bar_enabled()
+    finally:
+        datasets.logging.set_verbosity_warning()
+    arith_records([(a, b) for a in range(20, 30) for b in range(10)]).to_parquet(path)
+    second = build()
+    assert len(first._train) + len(first._test) == len(second._train) + len(second._test) == 100
+    assert {e.prompt for e in first._train}.isdisjoint(e.prompt for e in second._train)
 
 
 @pytest.mark.parametrize("params, named", [

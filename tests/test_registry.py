@@ -56,3 +56,26 @@ def test_registration_checks_the_call_signature(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     with pytest.raises(TypeError, match="lacks"):
         register_objective("broken", description="x", reference="y")(lambda logp, mask: None)
+
+
+def test_declared_inputs_must_match_the_signature(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+    def anchored(logp, old_logp, advantages, mask, sampling_logp, weights=None):
+        return torch.zeros(()), {}
+
+    with pytest.raises(TypeError, match=r"declares inputs \[\] but its arguments take \['sampling_logp'\]"):
+        register_objective("undeclared", description="x", reference="y")(anchored)
+    with pytest.raises(TypeError, match=r"declares inputs \['router_shift', 'sampling_logp'\] but"):
+        register_objective("overdeclared", description="x", reference="y",
+                           inputs=("sampling_logp", "router_shift"))(anchored)
+    with pytest.raises(TypeError, match=r"unknown inputs \['mu'\]"):
+        register_objective("misnamed", description="x", reference="y", inputs=("mu",))(anchored)
+    assert not {"undeclared", "overdeclared", "misnamed"} & set(list_objectives())
+    register_objective("declared", description="x", reference="y", inputs=("sampling_logp",))(anchored)
+    assert objective_spec("declared").inputs == {"sampling_logp"}
+
+
+def test_the_registered_objectives_declare_their_extra_inputs():
+    declared = {name: set(objective_spec(name).inputs) for name in list_objectives() if objective_spec(name).inputs}
+    assert declared == {"dppo_binary_tv": {"sampling_logp"}, "rspo": {"router_shift"}, "clip_cov": {"generator"}}

@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 
 from analysis.load import load_results
 from gspo_bench.cli import app
-from gspo_bench.config import SuiteError, check_runnable, parse_suite
+from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.lock import RunBusyError, RunLock
+from gspo_bench.preflight import check_runnable
 from gspo_bench.results import RunDir
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -33,6 +33,66 @@ def test_objectives_and_routing_import_without_transformers():
     assert "transformers" not in loaded and "matplotlib" not in loaded
 
 
+# The lowest layers and what each may import of gspo_bench (besides third-party packages): models
+# (the tiny MoEs, loading, forwards, padding) at the bottom, routing above them, objectives on their
+# own, and the data-parallel collectives on torch alone (rollout/ gathers rollouts with them).
+LAYERS = {
+    "gspo_bench.models": {"gspo_bench.models"},
+    "gspo_bench.moe": {"gspo_bench.moe", "gspo_bench.models"},
+    "gspo_bench.objectives": {"gspo_bench.objectives"},
+    "gspo_bench.distributed": set(),
+}
+
+
+def gspo_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every gspo_bench module `path` imports, at the top or inside a function;
+    `from gspo_bench import x` counts as gspo_bench.x, relative imports are resolved."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])])
+            found += [(node.lineno, f"{base}.{alias.name}" if base == "gspo_bench" else base) for alias in node.names]
+    return [(line, module) for line, module in found if module == "gspo_bench" or module.startswith("gspo_bench.")]
+
+
+def layer_violations(package: str, allowed: set[str]) -> list[str]:
+    bad = []
+    where = ROOT / package.replace(".", "/")
+    for path in sorted(where.rglob("*.py")) if where.is_dir() else [where.with_suffix(".py")]:
+        for line, module in gspo_imports(path):
+            if not any(module == a or module.startswith(f"{a}.") for a in allowed):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    return bad
+
+
+def test_the_lowest_layers_import_nothing_above_them():
+    assert {p: layer_violations(p, allowed) for p, allowed in LAYERS.items()} == {p: [] for p in LAYERS}
+
+
+def test_the_layer_check_sees_every_kind_of_import(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "gspo_bench" / "models").mkdir(parents=True)
+    (tmp_path / "gspo_bench" / "models" / "bad.py").write_text(
+        "import gspo_bench.models.tiny\nfrom gspo_bench import rollout\nfrom ..train import loop\n"
+        "def f():\n    from gspo_bench.distributed import World\n")
+    assert layer_violations("gspo_bench.models", LAYERS["gspo_bench.models"]) == [
+        "gspo_bench/models/bad.py:2 imports gspo_bench.rollout", "gspo_bench/models/bad.py:3 imports gspo_bench.train",
+        "gspo_bench/models/bad.py:5 imports gspo_bench.distributed"]
+
+
+def test_the_suite_schema_imports_without_torch():
+    """config.py is the schema (pydantic, yaml); the preflight probes (devices, checkpoints, lm-eval)
+    live in preflight.py and may import what they probe."""
+    loaded = imported_after("import gspo_bench.config")
+    assert not loaded & {"torch", "transformers", "lm_eval", "datasets"}, loaded
+    assert "torch" in imported_after("import gspo_bench.config\ngspo_bench.config.load_suite('experiments/quickstart.yaml')")
+
+
 def test_importing_the_package_sets_no_process_state():
     # the libraries' own import-time settings first (scikit-learn, which transformers' generation imports
     # where it is installed, sets KMP_* and TORCHINDUCTOR_CACHE_DIR): only what the package adds counts

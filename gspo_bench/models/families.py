@@ -6,7 +6,10 @@ Each has a tiny config builder (`tiny.py`) and a routing entry with its gate rul
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the family table imports without torch (the suite schema reads it)
+    import torch
 
 # model_type -> the architecture class name real checkpoints of that family declare.
 SUPPORTED_FAMILIES: dict[str, str] = {

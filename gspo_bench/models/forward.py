@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from gspo_bench.models.logprobs import entropies, gather_logprobs
-from gspo_bench.rollout.batching import position_ids
+from gspo_bench.models.padding import position_ids
 
 
 def response_forward(

@@ -34,6 +34,7 @@ from typing import Literal
 import torch
 
 from gspo_bench.objectives.inputs import safe_exp
+from gspo_bench.objectives.surrogate import check_ratio_band
 
 Level = Literal["token", "sequence", "geometric"]
 CorrectionFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -119,11 +120,6 @@ def weight_metrics(weights: torch.Tensor, mask: torch.Tensor, per_response: bool
             "correction/ess": torch.where(w.abs().sum() > 0, ess, 0.0), "correction/masked_frac": masked}
 
 
-def _check_range(kind: str, low: float, high: float) -> None:
-    if not 0 <= low <= high:
-        raise ValueError(f"{kind}: expected 0 <= low <= high, got low={low}, high={high}")
-
-
 # ------------------------------------------------------------------ the corrections
 
 @register_correction("tis", description="truncated IS: w = min(pi_old/mu, cap), per token or per sequence",
@@ -148,7 +144,7 @@ def mis(old_logp, sampling_logp, mask, *, logp=None, advantages=None, low: float
         level: Level = "token"):
     """MIS: w = rho 1[low <= rho <= high] with rho the token ratio, the response's product (sequence)
     or its geometric mean (geometric); a rejected response's tokens all get 0."""
-    _check_range("mis", low, high)
+    check_ratio_band("mis", low, high)
     log_w = _level_log_rho(_log_rho(old_logp, sampling_logp, mask), mask, level)
     rho = safe_exp(log_w)
     keep = mask.bool() & (rho >= low) & (rho <= high)
@@ -162,7 +158,7 @@ def mis(old_logp, sampling_logp, mask, *, logp=None, advantages=None, low: float
 def icepop(old_logp, sampling_logp, mask, *, logp=None, advantages=None, low: float = 0.5, high: float = 5.0):
     """IcePop: M(k) = k if alpha <= k <= beta else 0, k = pi_train(y_t; theta_old) / pi_infer(y_t; theta_old):
     tokens whose training and inference probabilities disagree by more than the band get no gradient."""
-    _check_range("icepop", low, high)
+    check_ratio_band("icepop", low, high)
     return mis(old_logp, sampling_logp, mask, low=low, high=high, level="token")
 
 

@@ -71,6 +71,7 @@ def kl_cov_loss(
     "clip_cov",
     description="Clip-Cov: PPO clip, plus ratio_k of the tokens with Cov in (cov_low, cov_high) left out of the update",
     reference="Cui et al. 2025 (arXiv 2505.22617), Clip-Cov; clip 0.2/0.2, k = 2e-4, Cov in (1, 5) as the released code",
+    inputs=("generator",),
 )
 def clip_cov_loss(
     logp: torch.Tensor,
@@ -83,11 +84,14 @@ def clip_cov_loss(
     cov_low: float = 1.0,
     cov_high: float = 5.0,
     weights: torch.Tensor | None = None,
+    *,
+    generator: torch.Generator,
 ) -> tuple[torch.Tensor, Metrics]:
     """Clip-Cov: J = sum_t min(r_t A_t, clip(r_t) A_t) (1 - 1(t in C)) / sum_i |y_i|, C a uniformly
     random draw of k = max(1, floor(ratio_k * N)) tokens among those the clip left alone whose
-    cov_low < Cov_t < cov_high. The draw takes torch's global generator (the training loop seeds it
-    per step and seed, so runs repeat); the dropped tokens' terms count 0 in the token mean.
+    cov_low < Cov_t < cov_high. The draw takes `generator` (a CPU torch.Generator: the training loop
+    makes one per seed and step, so runs repeat on any device); the dropped tokens' terms count 0 in
+    the token mean.
     `clip/frac` counts the PPO clip and the dropped tokens (as the released code's clip fraction).
     """
     check_clip_range("clip_cov", clip_low, clip_high)
@@ -98,7 +102,7 @@ def clip_cov_loss(
     cov = centred_covariance(batch)
     eligible = batch.mask & ~(cut_low | cut_high) & (cov > cov_low) & (cov < cov_high)
     # the n-th valid token (row-major) draws the n-th number, whatever the padding around it
-    pool = torch.rand(batch.mask.numel(), device=batch.mask.device)
+    pool = torch.rand(batch.mask.numel(), generator=generator).to(batch.mask.device)
     draw = pool[(batch.mask.flatten().cumsum(0) - 1).clamp(min=0)].reshape(batch.mask.shape)
     dropped = _pick(draw, eligible, _budget(ratio_k, batch))  # [B, T]
     loss = -aggregate(torch.where(dropped, 0.0, terms), batch, "token_mean")

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import torch
 
-from gspo_bench.objectives.inputs import prepare, safe_exp
-from gspo_bench.objectives.metrics import clip_metrics, masked_mean, ratio_metrics
-from gspo_bench.objectives.reduce import aggregate
+from gspo_bench.objectives.inputs import prepare
+from gspo_bench.objectives.metrics import masked_mean
 from gspo_bench.objectives.registry import Metrics, register_objective
+from gspo_bench.objectives.surrogate import masked_surrogate
 
 
 @register_objective(
     "dppo_binary_tv",
     description="DPPO-Binary-TV: r = pi/mu, mask a token once |pi - mu| > delta in its advantage's direction",
     reference="DPPO (arXiv 2602.04879), Binary-TV mask, delta 0.15",
+    inputs=("sampling_logp",),
 )
 def dppo_binary_tv_loss(
     logp: torch.Tensor,
@@ -44,8 +45,6 @@ def dppo_binary_tv_loss(
     pi, mu = anchored.logp.detach(), anchored.logp.detach() - anchored.log_ratio.detach()  # log-probs, [B, T]
     shift = pi.clamp(max=0.0).exp() - mu.clamp(max=0.0).exp()  # [B, T] pi - mu (log-probs are <= 0)
     masked = anchored.mask & (((adv > 0) & (shift > delta)) | ((adv < 0) & (shift < -delta)))
-    terms = torch.where(masked, 0.0, safe_exp(anchored.log_ratio) * adv)  # [B, T]
-    loss = -aggregate(terms, anchored, "token_mean")
     measured = prepare(logp.detach(), old_logp, advantages, mask, objective="dppo_binary_tv")
-    tv = {"dppo/tv_mean": masked_mean(shift.abs(), anchored.mask)}
-    return loss, {**clip_metrics(masked & (adv < 0), masked & (adv > 0), measured), **ratio_metrics(measured), **tv}
+    loss, metrics = masked_surrogate(anchored, masked, measured)
+    return loss, {**metrics, "dppo/tv_mean": masked_mean(shift.abs(), anchored.mask)}

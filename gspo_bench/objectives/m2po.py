@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from gspo_bench.objectives.inputs import PolicyBatch, prepare, safe_exp
-from gspo_bench.objectives.metrics import clip_metrics, masked_mean, ratio_metrics
-from gspo_bench.objectives.reduce import aggregate
+from gspo_bench.objectives.inputs import PolicyBatch, prepare
+from gspo_bench.objectives.metrics import masked_mean
 from gspo_bench.objectives.registry import Metrics, register_objective
+from gspo_bench.objectives.surrogate import masked_surrogate
 
 
 @torch.no_grad()
@@ -54,9 +54,7 @@ def m2po_loss(
         raise ValueError(f"m2po: tau must be >= 0, got {tau}")
     batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="m2po")
     masked, trust = second_moment_mask(batch, tau)
-    terms = torch.where(masked, 0.0, safe_exp(batch.log_ratio) * batch.advantages)  # [B, T]
-    loss = -aggregate(terms, batch, "token_mean")
-    adv = batch.advantages
+    loss, metrics = masked_surrogate(batch, masked)
     measured = {"m2po/m2_trust": masked_mean(batch.log_ratio.detach() ** 2, trust),
                 "m2po/trust_frac": masked_mean(trust.float(), batch.mask)}
-    return loss, {**clip_metrics(masked & (adv < 0), masked & (adv > 0), batch), **ratio_metrics(batch), **measured}
+    return loss, {**metrics, **measured}

@@ -8,9 +8,12 @@ An objective takes `[B, T]` tensors and returns `(loss, metrics)`:
 The default clip range of an objective is the default of its `clip_low` / `clip_high` keyword
 arguments, so the function signature is the one place where the paper's values live.
 
-An objective that needs more than pi_theta, pi_old and advantages names it as an argument, and the
-training loop passes it (`EXTRA_INPUTS`): `sampling_logp` (the rollout engine's mu, for objectives
-anchored at the behaviour policy) and `router_shift` (RSPO's per-token gate-score change).
+An objective that needs more than pi_theta, pi_old and advantages declares it at registration
+(`inputs=`, names from `EXTRA_INPUTS`) and takes it as an argument; the registration refuses a
+declaration that disagrees with the signature, and the training loop passes what the spec declares:
+`sampling_logp` (the rollout engine's mu, for objectives anchored at the behaviour policy),
+`router_shift` (RSPO's per-token gate-score change) and `generator` (the draw of an objective that
+samples, Clip-Cov; the loop makes one per seed and step, so runs repeat).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ AdvantageLevel = Literal["response", "token"]
 EXTRA_INPUTS: dict[str, str] = {
     "sampling_logp": "[B, T] log mu: the rollout engine's log-probs of the sampled tokens",
     "router_shift": "[B, T] mean |log g_new - log g_old| of the old top-k experts' gate scores over MoE layers",
+    "generator": "torch.Generator (CPU) the objective draws from; the loop seeds one per (seed, step)",
 }
 
 
@@ -45,7 +49,7 @@ class ObjectiveSpec:
     advantages: AdvantageLevel  # "response": needs [B] advantages; "token": [B] or [B, T]
     clip_low: float | None  # default eps_low (None: the objective has no hard clip)
     clip_high: float | None  # default eps_high
-    inputs: frozenset[str] = frozenset()  # EXTRA_INPUTS the objective takes
+    inputs: frozenset[str] = frozenset()  # EXTRA_INPUTS the objective declares (and takes)
 
     def params(self) -> dict[str, object]:
         """The objective's keyword defaults beyond the clip range and the correction weights (what a
@@ -58,9 +62,10 @@ _REGISTRY: dict[str, ObjectiveSpec] = {}
 
 
 def register_objective(
-    name: str, *, description: str, reference: str, advantages: AdvantageLevel = "token"
+    name: str, *, description: str, reference: str, advantages: AdvantageLevel = "token", inputs: tuple[str, ...] = ()
 ) -> Callable[[ObjectiveFn], ObjectiveFn]:
-    """Decorator registering `fn` under `name`; a second registration of the same name is refused."""
+    """Decorator registering `fn` under `name` with its extra `inputs` (names from EXTRA_INPUTS); a
+    second registration of the same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
 
     def decorate(fn: ObjectiveFn) -> ObjectiveFn:
         if name in _REGISTRY:
@@ -72,6 +77,7 @@ def register_objective(
         missing = {"logp", "old_logp", "advantages", "mask", "weights"} - set(params)
         if missing:
             raise TypeError(f"objective {name!r} lacks the arguments {sorted(missing)}")
+        _check_inputs(name, set(inputs), set(params))
 
         def default(arg: str) -> float | None:
             p = params.get(arg)
@@ -85,16 +91,23 @@ def register_objective(
             advantages=advantages,
             clip_low=default("clip_low"),
             clip_high=default("clip_high"),
-            inputs=objective_inputs(fn),
+            inputs=frozenset(inputs),
         )
         return fn
 
     return decorate
 
 
-def objective_inputs(fn: Callable) -> frozenset[str]:
-    """The EXTRA_INPUTS that `fn` (an objective, or a partial of one) takes as arguments."""
-    return frozenset(EXTRA_INPUTS) & set(inspect.signature(fn).parameters)
+def _check_inputs(name: str, declared: set[str], params: set[str]) -> None:
+    """The declared extra inputs are known and are exactly the EXTRA_INPUTS among the arguments."""
+    unknown = declared - set(EXTRA_INPUTS)
+    if unknown:
+        raise TypeError(f"objective {name!r} declares unknown inputs {sorted(unknown)}; "
+                        f"known: {', '.join(EXTRA_INPUTS)}")
+    taken = set(EXTRA_INPUTS) & params
+    if declared != taken:
+        raise TypeError(f"objective {name!r} declares inputs {sorted(declared)} but its arguments take "
+                        f"{sorted(taken)}: declare every extra input it takes, and only those")
 
 
 def objective_spec(name: str) -> ObjectiveSpec:

@@ -50,6 +50,7 @@ def router_shift_from_scores(old_scores: torch.Tensor, new_scores: torch.Tensor)
     description="RSPO: token ratio x router-shift weight gamma = max(exp(-d), gamma_min) (sg), then GMPO",
     reference="Zhang et al. 2025, RSPO (arXiv 2510.23027), GMPO + router shift; clip (e^-0.4, e^0.4), gamma_min 0.7 (ours)",
     advantages="response",
+    inputs=("router_shift",),
 )
 def rspo_loss(
     logp: torch.Tensor,

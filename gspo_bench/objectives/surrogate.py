@@ -1,18 +1,32 @@
-"""The PPO clipped surrogate min(r A, clip(r, 1-eps_low, 1+eps_high) A), shared by the hard-clip objectives."""
+"""The PPO clipped surrogate min(r A, clip(r, 1-eps_low, 1+eps_high) A), shared by the hard-clip
+objectives; the masked surrogate r A with some tokens left out, shared by the masking ones (M2PO,
+DPPO); and the one check of a ratio band."""
 
 from __future__ import annotations
 
 import torch
 
+from gspo_bench.objectives.inputs import PolicyBatch, safe_exp
+from gspo_bench.objectives.metrics import clip_metrics, ratio_metrics
+from gspo_bench.objectives.reduce import aggregate
+
+
+def check_ratio_band(owner: str, low: float, high: float, names: str = "low, high") -> None:
+    """A band of ratios [low, high] that a method keeps or clips to: 0 <= low <= high (ratios are
+    positive; a lower end below 0 or above the upper one inverts or empties the band). One check for
+    the clip ranges of the objectives and the bands of the corrections (MIS, IcePop)."""
+    if not 0 <= low <= high:
+        raise ValueError(f"{owner}: the ratio band [{names}] = [{low:g}, {high:g}] needs 0 <= lower end <= upper "
+                         "end (ratios are positive: a lower end below 0 or above the upper end inverts the band)")
+
 
 def check_clip_range(objective: str, clip_low: float, clip_high: float, ratio_space: bool = True) -> None:
-    """clip_low, clip_high >= 0; in ratio space (the range [1 - clip_low, 1 + clip_high]) clip_low <= 1,
-    else the lower bound is a negative ratio: the range is inverted."""
+    """clip_low, clip_high >= 0 (distances from 1, or from 0 in log space); in ratio space the band
+    [1 - clip_low, 1 + clip_high] must not reach below 0 (`check_ratio_band`)."""
     if not (clip_low >= 0 and clip_high >= 0):
         raise ValueError(f"{objective}: clip_low and clip_high must be >= 0, got {clip_low}, {clip_high}")
-    if ratio_space and clip_low > 1:
-        raise ValueError(f"{objective}: clip_low {clip_low} > 1 puts the range's lower end 1 - clip_low below 0 "
-                         "(ratios are positive); clip_low is a distance below 1")
+    if ratio_space:
+        check_ratio_band(objective, 1.0 - clip_low, 1.0 + clip_high, names="1 - clip_low, 1 + clip_high")
 
 
 def clipped_surrogate(
@@ -28,3 +42,16 @@ def clipped_surrogate(
     cut_high = (adv > 0) & (ratio > 1.0 + clip_high)
     cut_low = (adv < 0) & (ratio < 1.0 - clip_low)
     return terms, cut_low, cut_high
+
+
+def masked_surrogate(batch: PolicyBatch, masked: torch.Tensor,
+                     measured: PolicyBatch | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """J = sum_it (1 - M_it) r_it A_it / sum_i |y_i|: the masked tokens' terms count 0, the denominator
+    counts every token. Returns the loss -J and the clip and ratio measurements, a masked token reported
+    as clipped (`clip/frac_high` for A > 0, `clip/frac_low` for A < 0); the ratios measured are those
+    of `measured` (another anchor's, DPPO) or of `batch`."""
+    adv = batch.advantages
+    terms = torch.where(masked, 0.0, safe_exp(batch.log_ratio) * adv)  # [B, T]
+    loss = -aggregate(terms, batch, "token_mean")
+    measured = batch if measured is None else measured
+    return loss, {**clip_metrics(masked & (adv < 0), masked & (adv > 0), measured), **ratio_metrics(measured)}

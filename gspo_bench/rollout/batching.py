@@ -1,28 +1,13 @@
-"""Padding and position ids shared by rollouts, warm start and training forwards."""
+"""What rollouts share beyond the padding of token lists (`models.padding`): the response mask after
+EOS, widening a rollout, and gathering the ranks' rows of a rollout batch."""
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
+from gspo_bench.distributed import World, gather_rows
 from gspo_bench.rollout.engine import Rollout
-
-
-def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists to `(ids [B, L], attention_mask [B, L])`."""
-    if not sequences or any(len(s) == 0 for s in sequences):
-        raise ValueError("left_pad needs non-empty sequences")
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-        mask[row, width - len(seq) :] = 1
-    return ids, mask
-
-
-def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions counted over attended tokens only, as `generate` does for left-padded prompts."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def mask_after_eos(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:
@@ -57,3 +42,21 @@ def pad_rollout(rollout: Rollout, prompt_width: int, response_width: int, pad_id
         sampling_logp=_pad_columns(rollout.sampling_logp, 0, right, 0.0),
         routing=routing, finite=rollout.finite,
     )
+
+
+def gather_rollout(world: World, local: Rollout, n_rows: int, pad_id: int) -> Rollout:
+    """The whole rollout batch of `n_rows` rows on every rank, from each rank's rows r, r + W, ...
+    (`local`): padded to the widest prompt and response of any rank, then all-gathered."""
+    device = local.input_ids.device
+    widths = torch.tensor([local.prompt_width, local.response_mask.shape[1]], device=device)
+    dist.all_reduce(widths, op=dist.ReduceOp.MAX)
+    padded = pad_rollout(local, int(widths[0]), int(widths[1]), pad_id)
+    rows = torch.arange(n_rows, device=device)
+    finite = (padded.finite if padded.finite is not None else torch.tensor(True)).to(device).float()
+    dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    routing = None if padded.routing is None else gather_rows(world, padded.routing, rows, dim=1)
+    return Rollout(input_ids=gather_rows(world, padded.input_ids, rows),
+                   attention_mask=gather_rows(world, padded.attention_mask, rows),
+                   response_mask=gather_rows(world, padded.response_mask.long(), rows).bool(),
+                   sampling_logp=gather_rows(world, padded.sampling_logp, rows),
+                   routing=routing, finite=finite.bool())

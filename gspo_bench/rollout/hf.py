@@ -29,8 +29,9 @@ from contextlib import nullcontext
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
+from gspo_bench.models.padding import left_pad
 from gspo_bench.moe import RoutingCapture
-from gspo_bench.rollout.batching import left_pad, mask_after_eos
+from gspo_bench.rollout.batching import mask_after_eos
 from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
 from gspo_bench.rollout.sampling import GumbelNoise
 from gspo_bench.rollout.static_decode import DecodeRule, static_decode

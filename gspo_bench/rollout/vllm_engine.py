@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from gspo_bench.rollout.batching import left_pad
+from gspo_bench.models.padding import left_pad
 from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
 from gspo_bench.rollout.weights import checkpoint_tensors
 

@@ -18,8 +18,9 @@ Errors name the dataset and the split or field that is missing.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,12 +49,12 @@ def load_split(path: str, name: str | None, split: str) -> Any:
         if not Path(path).is_file():
             raise FileNotFoundError(f"{what}: no such file")
         builder, files = FILE_BUILDERS[suffix], {"train": path}
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # a reader's error: ours names the split, in one line
-    datasets.disable_progress_bars()
     try:
-        splits = datasets.load_dataset(builder, name, data_files=files)
+        with quiet(datasets):
+            splits = datasets.load_dataset(builder, name, data_files=files)
     except (FileNotFoundError, ValueError, ConnectionError, OSError, datasets.exceptions.DatasetsError) as err:
-        broken = unreadable_split(builder, name, files)
+        with quiet(datasets):
+            broken = unreadable_split(builder, name, files)
         if broken is not None:  # one split's files are empty or damaged: `load_dataset` builds them all
             bad, files_of, reason = broken
             raise ValueError(f"{what} split {bad!r} is empty or cannot be read ({files_of}): {reason}") from None
@@ -89,6 +90,20 @@ def unreadable_split(builder: str, name: str | None, files: dict | None) -> tupl
         if len(rows) == 0:
             return split, ", ".join(Path(p).name for p in paths), "no records"
     return None
+
+
+@contextlib.contextmanager
+def quiet(datasets) -> Iterator[None]:
+    """`datasets` without its progress bars and with errors only in its log, for one load; restored after."""
+    verbosity, bars = datasets.logging.get_verbosity(), datasets.is_progress_bar_enabled()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # errors too: ours names the split, in one line
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+        if bars:
+            datasets.enable_progress_bars()
 
 
 def field_value(record: dict, dotted: str) -> Any:
@@ -131,10 +146,10 @@ def read_examples(rows, what: str, prompt_field: str, answer_field: str, answer_
     return examples
 
 
-@functools.lru_cache(maxsize=8)
 def split_examples(path: str, name: str | None, split: str, prompt_field: str, answer_field: str,
                    answer_pattern: str | None) -> tuple[Example, ...]:
-    """The examples of one split, read once per process (a suite builds its task several times)."""
+    """The examples of one split. Each task instance reads its splits once, when it is built; no cache
+    outlives it (`datasets` keeps its own on disk)."""
     what = f"{dataset_label(path, name)} split {split!r}"
     return tuple(read_examples(load_split(path, name, split), what, prompt_field, answer_field, answer_pattern))
 

@@ -22,7 +22,7 @@ import torch
 
 from gspo_bench.distributed import World
 from gspo_bench.hardware import device_peak_flops, peak_memory_gib, reset_peak_memory, step_figures
-from gspo_bench.objectives.registry import objective_inputs
+from gspo_bench.objectives import objective_spec
 from gspo_bench.results import REQUIRED_COLUMNS, now
 from gspo_bench.rollout import SamplingParams
 from gspo_bench.train.checkpoint import save_checkpoint
@@ -96,6 +96,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
     """One RL step: rollout -> old-policy pass -> K minibatch updates -> the step's row."""
     suite, entry, seed, policy = run.suite, run.spec.entry, run.spec.seed, run.policy
     rollout_cfg, train = suite.rollout, suite.train
+    inputs = objective_spec(entry.objective).inputs  # the extra inputs the objective declares
     start = time.perf_counter()
     reset_peak_memory(policy.device)  # gpu/peak_mem_gib: this step's own peak
     # ------------------------------------------------------------------ rollout
@@ -109,12 +110,13 @@ def run_step(run: Run, step: int) -> StepOutcome:
     # ------------------------------------------------------------------ old-policy pass (no grad)
     old = old_policy_pass(policy, batch, temperature=rollout_cfg.temperature, replay=replay,
                           record_routing=train.measure, logp_source=train.old_logp, measure=train.measure,
-                          gate_scores="router_shift" in objective_inputs(run.objective))
+                          gate_scores="router_shift" in inputs)
     # ------------------------------------------------------------------ K minibatch updates
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(step_seed(seed, step, 2)))
-    torch.manual_seed(step_seed(seed, step, 3))  # objectives that draw at random (clip_cov) repeat per run
     settings = UpdateSettings(temperature=rollout_cfg.temperature, grad_clip=train.grad_clip, kl_coef=train.kl_coef,
-                              measure=train.measure, correction=entry.correction_fn())
+                              measure=train.measure, correction=entry.correction_fn(), inputs=inputs,
+                              # objectives that draw at random (clip_cov) repeat per run
+                              generator=torch.Generator().manual_seed(step_seed(seed, step, 3)))
     update = update_policy(policy, run.objective, batch, old, order, train.minibatches, settings)
     after = {}
     if train.measure and (train.drift_after_update or train.minibatches == 1):

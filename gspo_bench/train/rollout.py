@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo_bench.distributed import gather_rollout
 from gspo_bench.models.chat import PromptFormat
 from gspo_bench.objectives import group_advantages
 from gspo_bench.rollout import Rollout, RolloutEngine, SamplingParams
+from gspo_bench.rollout.batching import gather_rollout
 from gspo_bench.tasks import Example, Task
 from gspo_bench.train.credit import step_advantages
 from gspo_bench.train.policy import Policy

@@ -9,12 +9,11 @@ import torch
 
 from gspo_bench.distributed import gather_rows, local_tensor, with_local_grad
 from gspo_bench.models.forward import response_forward
+from gspo_bench.models.padding import position_ids
 from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
 from gspo_bench.objectives.kl import k3
 from gspo_bench.objectives.metrics import masked_mean, measurements_off
-from gspo_bench.objectives.registry import objective_inputs
 from gspo_bench.objectives.rspo import router_shift_from_scores
-from gspo_bench.rollout import position_ids
 from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.optim import guarded_step
@@ -31,6 +30,8 @@ class UpdateSettings:
     kl_coef: float = 0.0  # k3 KL(pi_theta || pi_ref) penalty
     measure: bool = True  # objective measurements and routing drift
     correction: Callable | None = None  # training-inference mismatch correction (objectives.corrections), bound
+    inputs: frozenset[str] = frozenset()  # the objective's declared extra inputs (ObjectiveSpec.inputs)
+    generator: torch.Generator | None = None  # what an objective declaring `generator` draws from (one per step)
 
 
 @dataclass(frozen=True)
@@ -54,46 +55,38 @@ class UpdateResult:
     tokens_trained: torch.Tensor  # 0-d
 
 
-def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch: RolloutBatch, rows: torch.Tensor,
-                kl_coef: float = 0.0, correction: Callable | None = None,
-                router_shift: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The objective on minibatch `rows` (log-probs `logp` [b, T] of those rows, in that order), its
-    per-token terms weighted by `correction` (from pi_old, the engine's mu and pi_theta) when given,
-    plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference is given.
-    The objective's extra inputs (`objectives.registry.EXTRA_INPUTS`) come from the batch (the engine's
-    mu) and from `router_shift` [b, T] (measured by the update forward)."""
-    mask = batch.response_mask[rows]  # [b, T]
-    advantages = batch.token_advantages if batch.token_advantages is not None else batch.advantages  # [B, T] or [B]
-    weights, corrected = None, {}
-    if correction is not None:
-        weights, corrected = correction(old_logp=old.logp[rows], sampling_logp=batch.sampling_logp[rows],
-                                        logp=logp.detach(), advantages=advantages[rows], mask=mask)
-    inputs = {}
-    needs = objective_inputs(objective)
-    if "sampling_logp" in needs:
-        inputs["sampling_logp"] = batch.sampling_logp[rows]
-    if "router_shift" in needs:
-        if router_shift is None:
-            raise ValueError("this objective needs the router shift of the update forward (update_minibatch measures it)")
-        inputs["router_shift"] = router_shift
-    loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=advantages[rows], mask=mask,
-                              weights=weights, **inputs)
-    metrics = {**metrics, **corrected}
-    if old.ref_logp is not None and kl_coef > 0:
-        kl_ref = masked_mean(k3(old.ref_logp[rows].float() - logp.float()), mask)
-        loss = loss + kl_coef * kl_ref
-        metrics = {**metrics, "kl/ref": kl_ref.detach()}
-    return loss, metrics
+@dataclass(frozen=True)
+class MinibatchForward:
+    logp: torch.Tensor  # [b, T] the whole minibatch's log-probs, gradient into this rank's rows only
+    router_shift: torch.Tensor | None  # [b, T] RSPO's gate-score change, when the objective declares it
+    routing: torch.Tensor | None  # [L, b, L_seq - 1, k] this forward's experts, when its drift is measured
 
 
 def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor,
                      settings: UpdateSettings, measure_drift: bool = False) -> MinibatchResult:
     """One update on minibatch `rows`: forward (replaying `old.replay` where set), loss, backward,
-    gradient clipping, an optimizer step that skips itself on a non-finite loss or gradient."""
+    gradient clipping, an optimizer step that skips itself on a non-finite loss or gradient, and the
+    drift of this forward's routing from the old policy's (`measure_drift`)."""
+    forward = forward_minibatch(policy, batch, old, rows, settings, measure_drift)
+    with measurements_off(not settings.measure):
+        loss, metrics = policy_loss(objective, forward.logp, old, batch, rows, settings, forward.router_shift)
+    grad_norm, applied = backward_and_step(policy, loss, settings.grad_clip)
+    drift, rerouted = minibatch_drift(old, forward.routing, batch, rows)
+    mask = batch.response_mask[rows]
+    return MinibatchResult(loss=loss.detach(), grad_norm=grad_norm, applied=applied, metrics=metrics, drift=drift,
+                           rerouted=rerouted, log_ratio=(forward.logp.detach().float() - old.logp[rows].float()),
+                           n_tokens=mask.sum(), n_responses=mask.any(-1).sum(),
+                           tokens_trained=batch.attention_mask[rows].sum())
+
+
+def forward_minibatch(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor,
+                      settings: UpdateSettings, measure_drift: bool) -> MinibatchForward:
+    """The policy's forward on this rank's rows of minibatch `rows` (replaying `old.replay` where set,
+    probing pi_old's experts when the objective declares `router_shift`), gathered over ranks."""
     world, model = policy.world, policy.model
     local = world.rows(rows)  # this rank's rows of the minibatch
     replay = old.replay[:, local] if old.replay is not None else None
-    probe = old_experts_to_probe(objective, old, local)
+    probe = old_experts_to_probe(settings.inputs, old, local)
     with policy.precision.autocast(), capturing(model, measure_drift, replay=replay, probe=probe) as capture:
         logp, _ = response_forward(model, batch.input_ids[local], batch.attention_mask[local], batch.n_response,
                                    settings.temperature)  # [b, T]
@@ -104,23 +97,68 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
     # the whole minibatch's log-probs with gradient into this rank's rows only: loss and measurements
     # are the single-process ones, and the gradients summed over ranks are its gradient
     logp = with_local_grad(world, gather_rows(world, logp, rows), logp)
-    with measurements_off(not settings.measure):
-        loss, metrics = policy_loss(objective, logp, old, batch, rows, settings.kl_coef, settings.correction, shift)
+    routing = None
+    if measure_drift and old.routing is not None:  # this forward ran after the earlier updates
+        routing = gather_rows(world, capture.routing, rows, dim=1)
+    return MinibatchForward(logp=logp, router_shift=shift, routing=routing)
+
+
+def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch: RolloutBatch, rows: torch.Tensor,
+                settings: UpdateSettings = UpdateSettings(),
+                router_shift: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The objective on minibatch `rows` (log-probs `logp` [b, T] of those rows, in that order), its
+    per-token terms weighted by `settings.correction` (from pi_old, the engine's mu and pi_theta) when
+    given, plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference
+    is given. The objective gets the extra inputs it declares (`settings.inputs`, see
+    `objectives.registry.EXTRA_INPUTS`)."""
+    mask = batch.response_mask[rows]  # [b, T]
+    advantages = batch.token_advantages if batch.token_advantages is not None else batch.advantages  # [B, T] or [B]
+    weights, corrected = None, {}
+    if settings.correction is not None:
+        weights, corrected = settings.correction(old_logp=old.logp[rows], sampling_logp=batch.sampling_logp[rows],
+                                                 logp=logp.detach(), advantages=advantages[rows], mask=mask)
+    loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=advantages[rows], mask=mask,
+                              weights=weights, **extra_inputs(settings, batch, rows, router_shift))
+    metrics = {**metrics, **corrected}
+    if old.ref_logp is not None and settings.kl_coef > 0:
+        kl_ref = masked_mean(k3(old.ref_logp[rows].float() - logp.float()), mask)
+        loss = loss + settings.kl_coef * kl_ref
+        metrics = {**metrics, "kl/ref": kl_ref.detach()}
+    return loss, metrics
+
+
+def extra_inputs(settings: UpdateSettings, batch: RolloutBatch, rows: torch.Tensor,
+                 router_shift: torch.Tensor | None) -> dict[str, object]:
+    """The extra inputs the objective declares: the engine's mu of `rows`, the router shift measured by
+    the update forward, the step's generator."""
+    available = {"sampling_logp": batch.sampling_logp[rows], "router_shift": router_shift,
+                 "generator": settings.generator}
+    missing = sorted(name for name in settings.inputs if available[name] is None)
+    if missing:
+        raise ValueError(f"this objective declares the inputs {missing}, which this update was not given "
+                         "(router_shift: update_minibatch measures it; generator: UpdateSettings.generator)")
+    return {name: available[name] for name in settings.inputs}
+
+
+def backward_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Backward, gradient clipping and an optimizer step that skips itself on a non-finite loss or
+    gradient; returns (the gradient norm before clipping, whether the step was applied)."""
     policy.optimizer.zero_grad(set_to_none=True)
-    (loss * world.size).backward()  # FSDP2 averages gradients over ranks: undo the 1/W
-    grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip))
+    (loss * policy.world.size).backward()  # FSDP2 averages gradients over ranks: undo the 1/W
+    grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip))
     applied = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
     guarded_step(policy.optimizer, applied)
-    drift = rerouted = None
-    if measure_drift and old.routing is not None:  # this forward ran after the earlier updates
-        new_routing = gather_rows(world, capture.routing, rows, dim=1)
-        drift = routing_drift(old.routing[:, rows], new_routing, batch.attention_mask[rows])
-        rerouted = response_positions(rerouted_positions(old.routing[:, rows], new_routing), batch)
-    mask = batch.response_mask[rows]
-    return MinibatchResult(loss=loss.detach(), grad_norm=grad_norm, applied=applied, metrics=metrics, drift=drift,
-                           rerouted=rerouted, log_ratio=(logp.detach().float() - old.logp[rows].float()),
-                           n_tokens=mask.sum(), n_responses=mask.any(-1).sum(),
-                           tokens_trained=batch.attention_mask[rows].sum())
+    return grad_norm, applied
+
+
+def minibatch_drift(old: OldPolicy, routing: torch.Tensor | None, batch: RolloutBatch,
+                    rows: torch.Tensor) -> tuple[dict[str, torch.Tensor] | None, torch.Tensor | None]:
+    """The drift of this forward's `routing` from the old policy's on `rows`, and the response tokens
+    whose predicting position was rerouted [b, T]; (None, None) when not measured."""
+    if routing is None:
+        return None, None
+    drift = routing_drift(old.routing[:, rows], routing, batch.attention_mask[rows])
+    return drift, response_positions(rerouted_positions(old.routing[:, rows], routing), batch)
 
 
 def response_positions(per_position: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
@@ -129,9 +167,9 @@ def response_positions(per_position: torch.Tensor, batch: RolloutBatch) -> torch
     return per_position[:, length - n - 1 : length - 1]
 
 
-def old_experts_to_probe(objective: Objective, old: OldPolicy, local: torch.Tensor) -> torch.Tensor | None:
-    """pi_old's experts [L, b, L, k] of this rank's rows, when the objective needs the router shift; else None."""
-    if "router_shift" not in objective_inputs(objective):
+def old_experts_to_probe(inputs: frozenset[str], old: OldPolicy, local: torch.Tensor) -> torch.Tensor | None:
+    """pi_old's experts [L, b, L, k] of this rank's rows, when the objective declares the router shift; else None."""
+    if "router_shift" not in inputs:
         return None
     if old.gate_scores is None or old.routing is None:
         raise ValueError("this objective needs the router shift: the old-policy pass must record the gate scores "
