@@ -332,7 +332,7 @@ def test_tracking_settings_may_change_on_resume_and_nothing_else_is_ignored(tmp_
 
     def spec(**changes):
         suite = parse_suite(tiny_suite(tmp_path / "cache", **changes))
-        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, algorithm=None)
+        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, algorithm=None, overrides={})
 
     (tmp_path / "config.yaml").write_text(resolved_config(spec(), lr=spec().suite.train.lr))
     assert config_changes(tmp_path, spec(tracking={"tensorboard": True})) == []
