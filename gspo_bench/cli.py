@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
+import shlex
 from pathlib import Path
 
 import click
@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from gspo_bench.stopping import Stopped, stop_on_signals
 
 app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
@@ -25,23 +27,15 @@ if not console.is_terminal:  # logs and pipes: wide enough that tables do not wr
 _DEBUG = {"on": False}
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so runs in progress record how they ended."""
-
-
-def _terminate(signum, frame):
-    raise Terminated("terminated by SIGTERM")
-
-
 @app.callback()
 def entry_point(debug: bool = typer.Option(False, "--debug", help="show the traceback of an error")) -> None:
     """Process-wide settings of the command line (the library sets none): no weight loading/saving
     progress bars from Hugging Face libraries (they drown the run's own), figures drawn headless,
-    SIGTERM ends runs the way Ctrl-C does (recorded as failed, resumable)."""
+    SIGTERM and Ctrl-C stop a suite (`gspo_bench.stopping`: runs in progress recorded as failed, resumable)."""
     _DEBUG["on"] = debug
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("MPLBACKEND", "Agg")
-    signal.signal(signal.SIGTERM, _terminate)
+    stop_on_signals()
 
 
 def say(text: str, out: Console | None = None) -> None:
@@ -68,12 +62,10 @@ def guarded(command):
             return command(*args, **kwargs)
         except (typer.Exit, typer.Abort, *_USAGE_ERRORS):  # typer's own: it prints them
             raise
-        except Terminated as err:
-            raise fail(f"{err}: runs in progress are marked failed and keep their checkpoints; continue "
-                       "them with --resume", 143) from None
+        except Stopped as err:
+            raise fail(str(err), err.exit_code) from None
         except KeyboardInterrupt:
-            raise fail("interrupted: runs in progress are marked failed and keep their checkpoints; continue "
-                       "them with --resume", 130) from None
+            raise fail("interrupted", 130) from None
         except Exception as err:
             if _DEBUG["on"]:
                 raise
@@ -247,6 +239,10 @@ def run(
 
     if dry_run:
         return print_plan(suite_path)
+    if parallel != 1 and not (ray or ray_address):  # its imports overlap ours from here on
+        from gspo_bench.launch import start_process_server
+
+        start_process_server()
     seed_list = parse_seeds(seeds)
     try:
         suite = load_suite(suite_path)
@@ -271,6 +267,11 @@ def run(
                                  ray_address=ray_address if (ray or ray_address) else False)
     except OSError as err:
         raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
+    except KeyboardInterrupt as err:
+        resume_cmd = shlex.join(["gspo-bench", "run", str(suite_path), "--out", str(root), "--resume"])
+        raise fail(f"{err if isinstance(err, Stopped) else 'interrupted'}: no further run starts; the runs in "
+                   f"progress are marked failed and keep their checkpoints; `{resume_cmd}` continues the suite",
+                   getattr(err, "exit_code", 130)) from None
     print_outcomes(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
     if any(status["status"] == "refused" for _, status in outcomes):
         raise typer.Exit(2)
