@@ -3,6 +3,10 @@ processes (`--parallel N`), or as Ray tasks on a local or existing Ray cluster (
 independent (objective x seed x sweep value) and seeded from (seed, step) alone, so each writes
 the same results wherever it runs, given the same `train.threads` (the thread count changes the
 order of floating-point sums). Scheduling is the engines' (concurrent.futures, Ray), not ours.
+
+Local processes end with the suite: a stop signal (Ctrl-C, SIGTERM) lets no queued run start and
+the runs in progress record themselves failed (resumable), and after a `kill -9` of the suite's
+process the kernel kills its workers too, so no process trains on or holds a run's lock.
 """
 
 from __future__ import annotations
