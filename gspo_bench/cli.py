@@ -239,7 +239,7 @@ def run(
 
     if dry_run:
         return print_plan(suite_path)
-    if parallel != 1 and not (ray or ray_address):  # its imports overlap ours from here on
+    if parallel > 1 and not (ray or ray_address):  # the workers' imports overlap ours from here on
         from gspo_bench.launch import start_process_server
 
         start_process_server()

@@ -109,7 +109,7 @@ def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers
     try:
         for i, spec in enumerate(specs):
             futures[pool.submit(_run_in_process, spec, mode)] = i
-        statuses = _collect(futures, specs, lambda: _next_local(messages), observer)
+        return _collect(futures, specs, lambda: _next_local(messages), observer)
     except KeyboardInterrupt as err:
         with signals_ignored():  # the stop under way finishes: runs record their ends
             reason.value = getattr(err, "signum", signal.SIGINT)
@@ -118,8 +118,8 @@ def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers
             _collect(started, specs, lambda: _next_local(messages), observer)
             pool.shutdown(wait=True, cancel_futures=True)
         raise
-    pool.shutdown(wait=True)
-    return statuses
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _next_local(messages):
