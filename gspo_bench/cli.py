@@ -232,7 +232,7 @@ def run(
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
     from gspo_bench.config import SuiteError, check_runnable, load_suite
-    from gspo_bench.launch import default_parallel
+    from gspo_bench.launch import default_parallel, start_process_server
     from gspo_bench.lock import RunBusyError
     from gspo_bench.progress import SuiteProgress
     from gspo_bench.suite import check_outputs, plan_runs, run_suite
@@ -240,8 +240,6 @@ def run(
     if dry_run:
         return print_plan(suite_path)
     if parallel > 1 and not (ray or ray_address):  # the workers' imports overlap ours from here on
-        from gspo_bench.launch import start_process_server
-
         start_process_server()
     seed_list = parse_seeds(seeds)
     try:
@@ -268,15 +266,20 @@ def run(
     except OSError as err:
         raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
     except KeyboardInterrupt as err:
-        resume_cmd = shlex.join(["gspo-bench", "run", str(suite_path), "--out", str(root), "--resume"])
-        raise fail(f"{err if isinstance(err, Stopped) else 'interrupted'}: no further run starts; the runs in "
-                   f"progress are marked failed and keep their checkpoints; `{resume_cmd}` continues the suite",
-                   getattr(err, "exit_code", 130)) from None
+        raise suite_stopped(err, suite_path, root) from None
     print_outcomes(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
     if any(status["status"] == "refused" for _, status in outcomes):
         raise typer.Exit(2)
     if any(status["status"] == "failed" for _, status in outcomes):
         raise typer.Exit(1)
+
+
+def suite_stopped(err: KeyboardInterrupt, suite_path: Path, root: Path) -> typer.Exit:
+    """The one line a stopped suite ends with (exit 130 after Ctrl-C, 143 after SIGTERM)."""
+    resume_cmd = shlex.join(["gspo-bench", "run", str(suite_path), "--out", str(root), "--resume"])
+    return fail(f"{err if isinstance(err, Stopped) else 'interrupted'}: no further run starts; the runs in "
+                f"progress are marked failed and keep their checkpoints; `{resume_cmd}` continues the suite",
+                getattr(err, "exit_code", 130))
 
 
 def print_outcomes(outcomes: list, title: str, out: Console) -> None:

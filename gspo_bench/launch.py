@@ -262,8 +262,8 @@ def _outcome(future, spec) -> dict:
     except BaseException as err:
         recorded = RunDir(spec.run_dir).read_status() or {}
         message = recorded.get("message") or f"{type(err).__name__}: {err}"
-        return {"status": recorded.get("status", "failed") if recorded.get("status") != "running" else "failed",
-                "message": message, "step": recorded.get("step", 0)}
+        ended = recorded.get("status") if recorded.get("status") in ("done", "collapsed", "failed") else "failed"
+        return {"status": ended, "message": message, "step": recorded.get("step", 0)}
 
 
 def _next_ray(messages, empty: type):
