@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from gspo_bench.stopping import Stopped, stop_on_signals
 
 app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
@@ -27,23 +28,15 @@ if not console.is_terminal:  # logs and pipes: wide enough that tables do not wr
 _DEBUG = {"on": False}
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so runs in progress record how they ended."""
-
-
-def _terminate(signum, frame):
-    raise Terminated("terminated by SIGTERM")
-
-
 @app.callback()
 def entry_point(debug: bool = typer.Option(False, "--debug", help="show the traceback of an error")) -> None:
     """Process-wide settings of the command line (the library sets none): no weight loading/saving
     progress bars from Hugging Face libraries (they drown the run's own), figures drawn headless,
-    SIGTERM ends runs the way Ctrl-C does (recorded as failed, resumable)."""
+    SIGTERM and Ctrl-C stop a suite (`gspo_bench.stopping`: runs in progress recorded as failed, resumable)."""
     _DEBUG["on"] = debug
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("MPLBACKEND", "Agg")
-    signal.signal(signal.SIGTERM, _terminate)
+    stop_on_signals()
 
 
 def say(text: str, out: Console | None = None) -> None:
@@ -70,12 +63,10 @@ def guarded(command):
             return command(*args, **kwargs)
         except (typer.Exit, typer.Abort, *_USAGE_ERRORS):  # typer's own: it prints them
             raise
-        except Terminated as err:
-            raise fail(f"{err}: runs in progress are marked failed and keep their checkpoints; continue "
-                       "them with --resume", 143) from None
+        except Stopped as err:
+            raise fail(str(err), err.exit_code) from None
         except KeyboardInterrupt:
-            raise fail("interrupted: runs in progress are marked failed and keep their checkpoints; continue "
-                       "them with --resume", 130) from None
+            raise fail("interrupted", 130) from None
         except Exception as err:
             if _DEBUG["on"]:
                 raise
@@ -265,12 +256,14 @@ def run(
                                      "(as `gspo-bench report` does)"),
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
-    from gspo_bench.launch import default_parallel
+    from gspo_bench.launch import default_parallel, start_process_server
     from gspo_bench.progress import SuiteProgress
     from gspo_bench.suite import run_suite
 
     if dry_run:
         return print_plan(suite_path, overrides)
+    if parallel > 1 and not (ray or ray_address):  # the workers' imports overlap ours from here on
+        start_process_server()
     suite, root, todo = planned_todo(suite_path, overrides, out, only, parse_seeds(seeds), resume, allow_changed)
     world = suite_world(suite)  # under torchrun: this rank; the ranks check outputs before any writes
     if world.distributed and (parallel != 1 or ray or ray_address):
@@ -288,6 +281,8 @@ def run(
                                  ray_address=ray_address if (ray or ray_address) else False)
     except OSError as err:
         raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
+    except KeyboardInterrupt as err:
+        raise suite_stopped(err, suite_path, root, overrides) from None
     print_outcomes(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
     if world.is_main:
         what_next(root / suite.name, make_report)
@@ -329,6 +324,17 @@ def what_next(suite_dir: Path, make_report: bool) -> None:
         report(results=[suite_dir], out=None, allow_unmatched=False)
     else:
         say(f"report:  {shlex.quote(program())} report {shlex.quote(str(suite_dir))}")
+
+
+def suite_stopped(err: KeyboardInterrupt, suite_path: Path, root: Path, overrides: list[str] | None = None
+                  ) -> typer.Exit:
+    """The one line a stopped suite ends with (exit 130 after Ctrl-C, 143 after SIGTERM); the resume
+    command repeats the `--set` overrides (other values would be an edit of the suite)."""
+    given = [part for item in overrides or [] for part in ("--set", item)]
+    resume_cmd = shlex.join(["gspo-bench", "run", str(suite_path), *given, "--out", str(root), "--resume"])
+    return fail(f"{err if isinstance(err, Stopped) else 'interrupted'}: no further run starts; the runs in "
+                f"progress are marked failed and keep their checkpoints; `{resume_cmd}` continues the suite",
+                getattr(err, "exit_code", 130))
 
 
 def print_outcomes(outcomes: list, title: str, out: Console) -> None:

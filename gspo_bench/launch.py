@@ -3,19 +3,28 @@ processes (`--parallel N`), or as Ray tasks on a local or existing Ray cluster (
 independent (objective x seed x sweep value) and seeded from (seed, step) alone, so each writes
 the same results wherever it runs, given the same `train.threads` (the thread count changes the
 order of floating-point sums). Scheduling is the engines' (concurrent.futures, Ray), not ours.
+
+Local processes end with the suite: a stop signal (Ctrl-C, SIGTERM) lets no queued run start and
+the runs in progress record themselves failed (resumable), and after a `kill -9` of the suite's
+process the kernel kills its workers too, so no process trains on or holds a run's lock.
 """
 
 from __future__ import annotations
 
+import _thread
+import ctypes
 import multiprocessing
 import os
-import queue
 import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 from gspo_bench.outcomes import worker_outcome
 from gspo_bench.results import RunDir
+from gspo_bench.stopping import Stopped, raise_stopped, signals_ignored, stop_on_signals
 
 # the step columns a progress display needs: all that crosses a process boundary every step
 PROGRESS_COLUMNS = ("step", "label", "seed", "reward/mean", "clip/frac", "moe/drift", "compute/cum_flops",
@@ -77,30 +86,154 @@ def default_parallel(threads: int | None) -> int:
     return max(1, (os.cpu_count() or 1) // (threads or 1))
 
 
+# ---------------------------------------------------------------------- local processes (--parallel)
+# Workers are forked from a multiprocessing fork server that imported torch and the training code
+# once, and is started before the suite is even read (`start_process_server`): its imports overlap
+# the parent's, and each worker starts in milliseconds instead of importing torch again. The server
+# only imports (no torch thread pool exists yet), so the workers hold no forked OpenMP state.
+PRELOAD = ["gspo_bench.process_server", "gspo_bench.train.loop"]
+
+
+def start_process_server() -> None:
+    """Start the fork server of `--parallel` workers now (it preloads the training code). Started
+    with stop signals ignored, which it and its workers inherit: a SIGTERM sent to the whole process
+    group cannot take the server (and with it every worker) down; the suite's process stops them."""
+    import multiprocessing.forkserver
+
+    multiprocessing.set_forkserver_preload(PRELOAD)
+    with signals_ignored():
+        multiprocessing.forkserver.ensure_running()
+
+
 def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers: int) -> list[dict]:
-    """Up to `workers` runs at once, each in its own (spawned) process; progress of every active run
-    comes back through a queue."""
-    context = multiprocessing.get_context("spawn")  # no forked torch/OpenMP state in the workers
-    with context.Manager() as manager, ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        messages = manager.Queue()
-        futures = {pool.submit(_run_in_worker, spec, mode, _QueueReport(messages)): i for i, spec in enumerate(specs)}
-        return _collect(futures, specs, messages, observer)
-
-
-_EMPTY = (queue.Empty, EOFError, BrokenPipeError)
-
-
-def _run_in_worker(spec, mode: dict, report) -> dict:
-    """`run_one` in a worker process: SIGTERM ends the run as Ctrl-C would (recorded as failed)."""
+    """Up to `workers` runs at once, each in its own process; progress of every active run comes
+    back through a queue. A stop signal (Stopped, or a plain KeyboardInterrupt) stops the suite: no
+    queued run starts, the runs in progress record themselves failed (resumable), then it is re-raised."""
+    start_process_server()
+    context = multiprocessing.get_context("forkserver")
+    messages, stop, reason = context.SimpleQueue(), context.Event(), context.Value("i", 0)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
+                               initargs=(messages, stop, reason, os.getpid()))
+    futures: dict = {}
     try:
-        signal.signal(signal.SIGTERM, _terminated)
+        for i, spec in enumerate(specs):
+            futures[pool.submit(_run_in_process, spec, mode)] = i
+        return _collect(futures, specs, lambda: _next_local(messages), observer)
+    except KeyboardInterrupt as err:
+        with signals_ignored():  # the stop under way finishes: runs record their ends
+            reason.value = getattr(err, "signum", signal.SIGINT)
+            stop.set()
+            started = {f: i for f, i in futures.items() if not f.cancel()}
+            _collect(started, specs, lambda: _next_local(messages), observer)
+            pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _next_local(messages):
+    return messages.get() if not messages.empty() else None
+
+
+_WORKER: dict = {}  # in a worker process: its queue, the suite's stop event and reason, its run state
+
+
+def _start_worker(messages, stop, reason, suite_pid: int) -> None:
+    """A worker's set-up: it dies with the suite's process, and stop signals end its run as failed."""
+    _die_with_parent(suite_pid)
+    _WORKER.update(messages=messages, stop=stop, reason=reason, running=False, stopping=False, exit_after=False)
+    stop_on_signals(_worker_signal)
+    threading.Thread(target=_watch_stop, args=(stop,), daemon=True, name="stop-watcher").start()
+
+
+def _die_with_parent(suite_pid: int) -> None:
+    """A worker is killed (SIGKILL) the moment its parent, the fork server, dies, and the server the
+    moment the suite's process dies (`gspo_bench.process_server`): Linux's PR_SET_PDEATHSIG, sent by
+    the kernel, so a worker busy in a long C call (no Python thread would run then) goes too, and
+    nothing it holds (run locks: released by the OS) outlives a `kill -9` of the suite. A catchable
+    signal instead would leave the worker to tell an orphaning from a stop and to leave the
+    executor's loop, which blocks on a queue it holds both ends of. The server also exits (more
+    slowly: it finalizes torch) once no process holds its "alive" pipe, which it hands to every
+    child; a worker closes its copy, so that this holds where PR_SET_PDEATHSIG does not exist too."""
+    import multiprocessing.forkserver
+
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    if getattr(server, "_forkserver_alive_fd", None) is not None:  # set in the processes the server forks
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+    if not die_with_parent():  # elsewhere than Linux: a thread ends the process once the suite's is gone
+        threading.Thread(target=_watch_parent, args=(suite_pid,), daemon=True, name="parent-watcher").start()
+    _exit_if_gone(suite_pid)  # the suite's process died before the above took hold
+
+
+def die_with_parent() -> bool:
+    """SIGKILL this process when its parent dies (Linux: PR_SET_PDEATHSIG); False where not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # 1: PR_SET_PDEATHSIG
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    return True
+
+
+def _exit_if_gone(pid: int) -> None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        os._exit(1)
+
+
+def _watch_parent(suite_pid: int) -> None:
+    while True:
+        _exit_if_gone(suite_pid)
+        time.sleep(1.0)
+
+
+def _watch_stop(stop) -> None:
+    """When the suite stops, the run in progress here gets the stop in its main thread."""
+    stop.wait()
+    _thread.interrupt_main(signal.SIGINT)
+
+
+def _worker_signal(signum, frame) -> None:
+    """A stop reaches a worker from the terminal (Ctrl-C goes to the whole process group), from
+    `_watch_stop`, or by SIGTERM. A run in progress raises Stopped once (with the suite's reason);
+    while it records its end further signals wait (SIGTERM: the worker exits after); an idle worker
+    ignores SIGINT (the suite's process decides) and exits on SIGTERM."""
+    if _WORKER["running"] and not _WORKER["stopping"]:
+        _WORKER["stopping"] = True
+        raise Stopped(_WORKER["reason"].value or signum)
+    if signum == signal.SIGTERM:
+        if _WORKER["running"]:
+            _WORKER["exit_after"] = True
+        else:
+            raise SystemExit(128 + signum)
+
+
+def _run_in_process(spec, mode: dict) -> dict:
+    """`run_one` in a worker; a run queued when the suite stopped is not started."""
+    worker = _WORKER
+    try:
+        worker["running"] = True
+        if worker["stop"].is_set():  # checked once `running` is set: a stop from now on reaches this run
+            return {"status": "not started", "message": "the suite was stopped", "step": None}
+        return run_one(spec, mode, _QueueReport(worker["messages"]))
+    except Stopped as err:
+        recorded = RunDir(spec.run_dir).read_status() or {}
+        return {"status": "failed", "message": recorded.get("message") or str(err), "step": recorded.get("step")}
+    finally:
+        worker["running"] = worker["stopping"] = False
+        if worker["exit_after"]:
+            os._exit(128 + signal.SIGTERM)
+
+
+def _run_in_ray(spec, mode: dict, report) -> dict:
+    """`run_one` in a Ray worker: SIGTERM ends the run as Ctrl-C would (recorded as failed)."""
+    try:
+        signal.signal(signal.SIGTERM, raise_stopped)
     except ValueError:  # not the main thread (some Ray workers): the engine's own handling applies
         pass
     return run_one(spec, mode, report)
-
-
-def _terminated(signum, frame):
-    raise KeyboardInterrupt("terminated by SIGTERM")
 
 
 class _QueueReport:
@@ -113,28 +246,47 @@ class _QueueReport:
         self.messages.put((kind, name, row))
 
 
-def _collect(futures: dict, specs: Sequence, messages, observer: Observer) -> list[dict]:
-    """Relay progress messages until every future is done; statuses in the order of `specs`."""
+def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: Observer) -> list[dict]:
+    """Relay progress messages until every future is done; statuses in the order of `specs` (None
+    for the runs of no future)."""
     statuses: list[dict | None] = [None] * len(specs)
     pending = set(futures)
     while pending:
         done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-        _relay(messages, observer, _EMPTY)
+        _relay(next_message, observer)
         for future in done:
             index = futures[future]
-            statuses[index] = worker_outcome(future, specs[index])  # a dead worker: named, with --resume
-            observer.end_run(specs[index].run_dir.name, statuses[index])
-    _relay(messages, observer, _EMPTY)
+            statuses[index] = _outcome(future, specs[index])
+            if statuses[index]["status"] != "not started":
+                observer.end_run(specs[index].run_dir.name, statuses[index])
+    _relay(next_message, observer)
     return statuses
 
 
-def _relay(messages, observer: Observer, empty: tuple[type, ...]) -> None:
+def _outcome(future, spec) -> dict:
+    """A run's final status; a dead worker (a broken pool) names its run and `--resume`
+    (`outcomes.worker_outcome`); a worker stopped between its run's end and its reply gives what the
+    run's folder records."""
+    try:
+        return worker_outcome(future, spec)
+    except BaseException as err:
+        recorded = RunDir(spec.run_dir).read_status() or {}
+        message = recorded.get("message") or f"{type(err).__name__}: {err}"
+        ended = recorded.get("status") if recorded.get("status") in ("done", "collapsed", "failed") else "failed"
+        return {"status": ended, "message": message, "step": recorded.get("step", 0)}
+
+
+def _next_ray(messages, empty: type):
+    try:
+        return messages.get_nowait()
+    except empty:
+        return None
+
+
+def _relay(next_message: Callable, observer: Observer) -> None:
     """Hand every waiting progress message to the observer."""
-    while True:
-        try:
-            kind, name, row = messages.get_nowait()
-        except empty:
-            return
+    while (message := next_message()) is not None:
+        kind, name, row = message
         if kind == "start":
             observer.start_run(name)
         else:
@@ -161,18 +313,18 @@ def run_on_ray(specs: Sequence, mode: dict, observer: Observer, address: str | N
         for i, spec in enumerate(specs):
             train = spec.suite.train
             task = ray.remote(num_cpus=train.threads or 1, num_gpus=1 if train.device.startswith("cuda") else 0,
-                              max_retries=0)(_run_in_worker)
+                              max_retries=0)(_run_in_ray)
             tasks[task.remote(spec, mode, _QueueReport(messages))] = i
         statuses: list[dict | None] = [None] * len(specs)
         pending = list(tasks)
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=0.2)
-            _relay(messages, observer, (Empty,))
+            _relay(lambda: _next_ray(messages, Empty), observer)
             for ref in done:
                 index = tasks[ref]
                 statuses[index] = ray.get(ref)
                 observer.end_run(specs[index].run_dir.name, statuses[index])
-        _relay(messages, observer, (Empty,))
+        _relay(lambda: _next_ray(messages, Empty), observer)
         return statuses
     finally:
         if started:

@@ -111,6 +111,8 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
         build, tokenizer, make_task(suite.task.name, **suite.task.params), params, key_parts, cache,
         on_eval=on_eval or (lambda step, acc: log(f"  warm start step {step}: sampled test accuracy {acc:.3f}")),
     )
+    if info.get("rebuilt"):
+        log(f"  the cached warm start was damaged ({info['rebuilt']}): removed and rebuilt")
     log(f"  {'reused' if info['cached'] else 'trained'}: accuracy {info['accuracy']:.3f} after {info['steps']} steps")
     return Path(info["path"])
 

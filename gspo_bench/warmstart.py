@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from gspo_bench.checksums import damage, write_checksums
 from gspo_bench.models.chat import PromptFormat
 from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
 from gspo_bench.rollout import SamplingParams, left_pad, make_engine, position_ids
@@ -122,29 +123,64 @@ def finetune(model, tokenizer, task: Task, params: WarmStartParams,
 
 def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer, task: Task, params: WarmStartParams,
                key_parts: dict, cache_dir: Path, on_eval: Callable[[int, float], None] | None = None):
-    """Warm-started `(model, info)`, loaded from `cache_dir/<key>` or trained and saved there atomically."""
+    """Warm-started `(model, info)`, loaded from `cache_dir/<key>` when its files match their
+    checksums, or trained and saved there atomically. A damaged entry (a file cut short or gone,
+    warmstart.json or the checksums missing) is removed and rebuilt; `info["rebuilt"]` says why."""
     from transformers import AutoModelForCausalLM
 
     key = cache_key({**key_parts, "warm_start": params.__dict__})
     target = Path(cache_dir) / f"warmstart-{key}"
-    if (target / "warmstart.json").is_file():
+    problem = cache_damage(target)
+    if target.exists() and problem is None:
         info = json.loads((target / "warmstart.json").read_text())
         model = AutoModelForCausalLM.from_pretrained(target, local_files_only=True, dtype=torch.float32)
         return model, {**info, "cached": True, "path": str(target)}
+    if problem is not None:
+        _discard(target)
     model = build_model()
     info = finetune(model, tokenizer, task, params, on_eval=on_eval)
     info["key"] = key
+    save_entry(model, tokenizer, info, target)
+    return model, {**info, "cached": False, "path": str(target), **({"rebuilt": problem} if problem else {})}
+
+
+def cache_damage(target: Path) -> str | None:
+    """Why the cache entry `target` cannot be used (None: absent, or every file as written)."""
+    if not target.exists():
+        return None
+    if not (target / "warmstart.json").is_file():
+        return f"{target / 'warmstart.json'} is missing"
+    return damage(target)
+
+
+def _discard(target: Path) -> None:
+    """Move a damaged entry aside, then delete it (a rename is atomic: no process sees it half gone)."""
+    trash = Path(tempfile.mkdtemp(prefix=f".{target.name}-damaged-", dir=target.parent))
+    try:
+        target.rename(trash / "entry")
+    except FileNotFoundError:  # another process discarded it first
+        pass
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def save_entry(model, tokenizer, info: dict, target: Path) -> None:
+    """Write the entry aside with its checksums and rename it into place; if another process put a
+    good one there first, theirs is kept."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "warmstart.json").write_text(json.dumps(info, indent=1))
+        write_checksums(tmp)
         try:
             tmp.rename(target)
-        except OSError:  # another process finished the same warm start first: keep theirs
-            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        except OSError:  # another process finished the same warm start first
+            problem = cache_damage(target)
+            if problem is not None:
+                raise WarmStartError(f"another process wrote a damaged warm start to {target} ({problem})") from None
+        shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return model, {**info, "cached": False, "path": str(target)}

@@ -1,5 +1,6 @@
 """Checkpoints of a run: the model in Hugging Face format and the optimizer and loop state, written
-aside and swapped in, so a crash never leaves a half-written checkpoint as the latest one."""
+aside with their checksums, read back, and only then swapped in, so a crash never leaves a
+half-written checkpoint as the latest one; the checksums are verified again before a resume."""
 
 from __future__ import annotations
 
@@ -9,15 +10,33 @@ from pathlib import Path
 
 import torch
 
+from gspo_bench.checksums import CHECKSUMS, damage, write_checksums
 from gspo_bench.distributed import World
 
 
+class CheckpointError(RuntimeError):
+    """The run's checkpoint is damaged and no good one is left to resume from."""
+
+
 def find_checkpoint(run_dir: Path) -> Path | None:
-    """The latest complete checkpoint of a run (also one left mid-swap by a crash), or None."""
+    """The latest complete checkpoint of a run (also one left mid-swap by a crash) whose files
+    match their checksums, or None if the run has none. A damaged one is passed over for the one
+    before it where a crash left it; with none, CheckpointError names the damaged file. A
+    checkpoint of before checksums (no checksums.json, but complete) is used as it is."""
+    run_dir = Path(run_dir)
+    damaged = []
     for name in ("checkpoint", ".checkpoint-old"):
-        path = Path(run_dir) / name
-        if (path / "state.pt").is_file() and (path / "model" / "config.json").is_file():
+        path = run_dir / name
+        if (path / CHECKSUMS).is_file():
+            problem = damage(path)
+            if problem is None:
+                return path
+            damaged.append(problem)
+        elif (path / "state.pt").is_file() and (path / "model" / "config.json").is_file():
             return path
+    if damaged:
+        raise CheckpointError(f"cannot resume {run_dir}: its checkpoint is damaged ({damaged[0]}) and no older one "
+                              "is kept; move the run folder away and run it again")
     return None
 
 
@@ -44,6 +63,10 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = W
         model.save_pretrained(tmp / "model", state_dict=model_state)
         tokenizer.save_pretrained(tmp / "model")
         torch.save({"optimizer": optim_state, **scalars}, tmp / "state.pt")
+        write_checksums(tmp)
+        problem = damage(tmp)  # read back before it replaces the previous checkpoint
+        if problem is not None:
+            raise OSError(f"a new checkpoint of {run_dir} reads back wrong ({problem}); the previous one is kept")
         final, old = run_dir / "checkpoint", run_dir / ".checkpoint-old"
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():

@@ -25,6 +25,7 @@ from gspo_bench.hardware import device_peak_flops, peak_memory_gib, reset_peak_m
 from gspo_bench.objectives import objective_spec
 from gspo_bench.results import REQUIRED_COLUMNS, now
 from gspo_bench.rollout import SamplingParams
+from gspo_bench.stopping import Stopped
 from gspo_bench.train.checkpoint import save_checkpoint
 from gspo_bench.train.old_policy import old_policy_pass
 from gspo_bench.train.rollout import collect_rollout, draw_examples
@@ -179,6 +180,8 @@ def failure_message(err: BaseException, run_dir) -> str:
     "unexpected pos", does not say it)."""
     import shutil
 
+    if isinstance(err, Stopped):
+        return f"{err}; `gspo-bench run ... --resume` continues it from its last checkpoint"
     text = "".join(traceback.format_exception_only(type(err), err)).strip().splitlines()[-1]
     try:
         free = shutil.disk_usage(run_dir).free

@@ -111,13 +111,24 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         out.write_json("provenance.json", prov)
         out.write_status("running", step=state.step)
         tracker = open_tracker(suite.tracking, out.path, suite.name, yaml.safe_load(config), state.step, world.is_main)
-    except BaseException:
+    except BaseException as err:
         if lock is not None:
+            end_unresumed(out, err)
             lock.release()
         raise
     objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
     return Run(spec, out, policy, tokenizer, engine, suite.task.instance(), objective, n_active, prov, evaluator,
                lock, prompt_format, tracker), state
+
+
+def end_unresumed(out: RunDir, err: BaseException) -> None:
+    """A run left `running` (its process was killed) that could not be opened again is `failed` with
+    why: status.json never says `running` once no process runs it."""
+    from gspo_bench.train.loop import failure_message
+
+    status = out.read_status()
+    if status is not None and status["status"] == "running":
+        out.write_status("failed", f"not resumed: {failure_message(err, out.path)}", step=status.get("step", 0))
 
 
 def run_prompt_format(suite: SuiteConfig, tokenizer) -> PromptFormat:

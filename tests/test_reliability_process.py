@@ -1,0 +1,285 @@
+"""The processes of a suite, as real processes: `--parallel` workers die with the suite's process
+(kill -9 leaves nothing behind, no lock held); SIGTERM and Ctrl-C stop the suite (no queued run
+starts, the runs in progress are recorded failed) and `--resume` under `--parallel` then finishes
+it from the checkpoints, with the results of a sequential run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gspo_bench.cli import app
+from gspo_bench.lock import check_free
+from gspo_bench.results import RunDir
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness import signal_suite  # noqa: E402
+from test_launch import TIME_COLUMNS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ("grpo_rr-s0", "gspo-s0", "grpo_rr-s1", "gspo-s1")  # with --parallel 2: two run, two wait
+
+
+@pytest.fixture(scope="module")
+def suite_file(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("process")
+    data = signal_suite(root / "cache", steps=6, objectives=[{"name": "grpo_rr"}, {"name": "gspo"}], seeds=[0, 1],
+                        train={"checkpoint_every": 1})
+    path = root / "suite.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def sequential(suite_file, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sequential")
+    result = CliRunner().invoke(app, ["run", str(suite_file), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out / "tiny"
+
+
+def start(suite_file: Path, out: Path, *args: str) -> subprocess.Popen:
+    """`gspo-bench run` as its own process group (as a shell starts a command: Ctrl-C reaches the
+    group), its output in OUT.log (a file: a pipe would wait for every process that inherited it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "run.log", "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "gspo_bench.cli", "run", str(suite_file), "--out", str(out),
+                                 *args], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+
+
+def output(proc: subprocess.Popen, out: Path) -> str:
+    proc.wait(timeout=120)
+    return (out / "run.log").read_text()
+
+
+def status(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def wait_until_running(out: Path, n: int, proc: subprocess.Popen, step: int = 1) -> list[str]:
+    """The names of the first `n` runs seen at `step` or later (and still running)."""
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None:
+        running = [name for name in RUNS if (s := status(out / "tiny" / name)) and s["status"] == "running"
+                   and s["step"] >= step]
+        if len(running) >= n:
+            return running
+        time.sleep(0.05)
+    raise AssertionError(f"no {n} runs at step {step}: {(out / 'run.log').read_text()[-3000:]}")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process under `pid` (from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z":
+                parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    """Those of `pids` that still run (a zombie has ended)."""
+    left = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            left.add(pid)
+    return left
+
+
+def resume(suite_file: Path, out: Path) -> str:
+    result = CliRunner().invoke(app, ["run", str(suite_file), "--out", str(out), "--resume", "--parallel", "2"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def assert_same_as_sequential(sequential: Path, out: Path) -> None:
+    import pandas as pd
+
+    for name in RUNS:
+        assert RunDir(out / name).read_status()["status"] == "done", name
+        pd.testing.assert_frame_equal(pd.read_parquet(sequential / name / "metrics.parquet").drop(columns=TIME_COLUMNS),
+                                      pd.read_parquet(out / name / "metrics.parquet").drop(columns=TIME_COLUMNS))
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_parallel_parent_leaves_no_process_and_no_lock(suite_file, sequential, tmp_path):
+    proc = start(suite_file, tmp_path, "--parallel", "2")
+    wait_until_running(tmp_path, 1, proc)
+    children = descendants(proc.pid)
+    assert len(children) >= 3, children  # the workers, and multiprocessing's helpers
+    proc.kill()
+    output(proc, tmp_path)
+    deadline = time.time() + 10
+    while alive(children) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not alive(children), f"left behind: {alive(children)}"
+    for name in RUNS:
+        check_free(tmp_path / "tiny" / name)  # RunBusyError if a lock outlived the suite
+    resume(suite_file, tmp_path)
+    assert_same_as_sequential(sequential, tmp_path / "tiny")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
+def test_a_stop_signal_stops_the_parallel_suite_and_resume_finishes_it(suite_file, sequential, tmp_path, how):
+    proc = start(suite_file, tmp_path, "--parallel", "2")
+    started = wait_until_running(tmp_path, 2, proc, step=2)  # each has a checkpoint (step 1's at least)
+    if how == "SIGTERM":
+        proc.send_signal(signal.SIGTERM)  # the suite's process alone: it stops its workers
+    else:
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: every process of the group
+    said = " ".join(output(proc, tmp_path).split())  # the console wraps long lines
+    name = "SIGTERM" if how == "SIGTERM" else "Ctrl-C (SIGINT)"
+    assert proc.returncode == (143 if how == "SIGTERM" else 130), said
+    assert f"stopped by {name}: no further run starts" in said and "--resume` continues the suite" in said
+    time.sleep(1.0)  # a queued run that (wrongly) started after the stop would show by now
+    stopped = {}
+    for run in RUNS:
+        recorded = status(tmp_path / "tiny" / run)
+        if run in started:
+            assert recorded["status"] == "failed" and f"stopped by {name}" in recorded["message"], recorded
+            assert "--resume" in recorded["message"]
+            stopped[run] = recorded["step"]
+        else:
+            assert recorded is None, f"{run} started after the stop: {recorded}"
+    resume(suite_file, tmp_path)
+    for run, step in stopped.items():  # continued from its checkpoint, not started again
+        provenance = json.loads((tmp_path / "tiny" / run / "provenance.json").read_text())
+        [resumed] = provenance["resumed"]
+        assert 1 <= resumed["at_step"] and resumed["at_step"] in (step - 1, step)  # a stop may precede its checkpoint
+    assert_same_as_sequential(sequential, tmp_path / "tiny")
+
+
+# ------------------------------------------------------------------ damaged files: warm-start cache, checkpoints
+
+def quick_suite(cache: Path, **changes) -> dict:
+    from test_harness import tiny_suite
+
+    return tiny_suite(cache, objectives=[{"name": "gspo"}], warm_start={"band": [0.0, 1.0]}, **changes)
+
+
+def cache_entry(cache: Path) -> Path:
+    [entry] = [p for p in cache.iterdir() if p.name.startswith("warmstart-")]
+    return entry
+
+
+@pytest.mark.parametrize("also_info", [False, True], ids=["model-cut-short", "and-warmstart.json-gone"])
+def test_a_damaged_warm_start_cache_is_named_removed_and_rebuilt(tmp_path, also_info):
+    from safetensors.torch import load_file
+
+    from gspo_bench.checksums import damage
+    from gspo_bench.config import parse_suite
+    from gspo_bench.suite import starting_weights
+
+    suite = parse_suite(quick_suite(tmp_path / "cache"))
+    first = starting_weights(suite, 0, log=lambda m: None)
+    weights = {k: v.clone() for k, v in load_file(first / "model.safetensors").items()}  # not a view of the file
+    with open(first / "model.safetensors", "r+b") as handle:
+        handle.truncate(100)
+    if also_info:
+        (first / "warmstart.json").unlink()
+    said = []
+    again = starting_weights(suite, 0, log=said.append)
+    assert again == first and damage(again) is None
+    [line] = [m for m in said if "removed and rebuilt" in m]
+    assert "the cached warm start was damaged" in line
+    assert ("warmstart.json is missing" if also_info else "model.safetensors has 100 bytes") in line
+    rebuilt = load_file(again / "model.safetensors")
+    assert all((rebuilt[k] == weights[k]).all() for k in weights)  # the same warm start, rebuilt
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [first.name]  # no broken folder kept
+    said.clear()
+    starting_weights(suite, 0, log=said.append)
+    assert not any("rebuilt" in m for m in said) and any("reused" in m for m in said)
+
+
+def interrupted(cache: Path, out: Path) -> tuple[dict, Path]:
+    """A 3-step run stopped after its step-2 row, before that step's checkpoint: its checkpoint is
+    step 1's; status.json as a kill -9 would leave it (running)."""
+    from test_harness import run_suite
+
+    data = quick_suite(cache)
+
+    def stop(row):
+        if row["step"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(data, out, on_step=stop)
+    run_dir = out / "tiny" / "gspo-s0"
+    RunDir(run_dir).write_status("running", step=2)
+    return data, run_dir
+
+
+def test_a_damaged_checkpoint_fails_the_resume_in_one_line_and_the_status_ends_failed(tmp_path):
+    data, run_dir = interrupted(tmp_path / "cache", tmp_path / "out")
+    with open(run_dir / "checkpoint" / "model" / "model.safetensors", "r+b") as handle:
+        handle.truncate(64)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(tmp_path / "out"), "--resume"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    recorded = RunDir(run_dir).read_status()
+    assert recorded["status"] == "failed" and recorded["step"] == 2
+    assert "checkpoint is damaged" in recorded["message"]
+    assert f"{run_dir / 'checkpoint' / 'model' / 'model.safetensors'} has 64 bytes" in recorded["message"]
+    assert "CheckpointError" in result.output.replace("\n", "")
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_a_crash_left_before_it(tmp_path):
+    import shutil
+
+    from test_harness import assert_same_metrics, metrics, run_suite
+
+    data, run_dir = interrupted(tmp_path / "cache", tmp_path / "out")
+    run_suite(data, tmp_path / "whole")
+    shutil.copytree(run_dir / "checkpoint", run_dir / ".checkpoint-old")  # a crash in the swap left it
+    with open(run_dir / "checkpoint" / "state.pt", "r+b") as handle:
+        handle.truncate(handle.seek(0, 2) // 2)
+    statuses = run_suite(data, tmp_path / "out", resume=True)
+    assert statuses["gspo-s0"]["status"] == "done"
+    assert_same_metrics(metrics(tmp_path / "whole", "tiny", "gspo-s0"), metrics(tmp_path / "out", "tiny", "gspo-s0"))
+
+
+def test_a_new_checkpoint_that_reads_back_wrong_never_replaces_the_previous(tmp_path, monkeypatch):
+    import torch
+
+    from gspo_bench.checksums import damage
+    from gspo_bench.models import build_char_tokenizer, build_tiny_moe
+    from gspo_bench.train import checkpoint
+
+    _, run_dir = interrupted(tmp_path / "cache", tmp_path / "out")
+    before = (run_dir / "checkpoint" / "checksums.json").read_text()
+    monkeypatch.setattr(checkpoint, "damage", lambda folder: f"{folder}/state.pt differs from what was written")
+    model = build_tiny_moe(num_layers=1)
+    with pytest.raises(OSError, match="reads back wrong .*the previous one is kept"):
+        checkpoint.save_checkpoint(run_dir, model, build_char_tokenizer(), torch.optim.AdamW(model.parameters()), step=3)
+    assert (run_dir / "checkpoint" / "checksums.json").read_text() == before and damage(run_dir / "checkpoint") is None
+    assert not list(run_dir.glob(".checkpoint-new-*"))
