@@ -126,7 +126,7 @@ class SuiteProgress(Observer):
             self.progress.stop()
 
     def say(self, text: str) -> None:
-        self.console.print(text, markup=False, highlight=False)
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)  # one line, however long
 
     def _runs_done(self) -> str:
         return f"{self.finished}/{len(self.budgets)} runs finished"

@@ -161,7 +161,8 @@ def init_seed(suite: SuiteConfig, seed: int) -> int:
 
 
 def _warm_start_eval(observer: Observer, seed: int, cfg, step: int, accuracy: float) -> None:
-    observer.warm_start(seed, step, accuracy, cfg)
+    if cfg.enabled:  # a fresh init is only scored once: no warm-start bar for it
+        observer.warm_start(seed, step, accuracy, cfg)
 
 
 def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume: bool = False,

@@ -345,3 +345,15 @@ def test_run_resume_refuses_a_changed_set_in_one_line_unless_allow_changed(tmp_p
                                       "--set", "rollout.temperature=0.5"])
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert "suite.rollout.temperature: 1.0 -> 0.5" in result.output and "--allow-changed" in result.output
+
+
+def test_a_fresh_init_draws_no_warm_start_bar_and_long_lines_stay_whole():
+    from gspo_bench.suite import _warm_start_eval
+
+    out = io.StringIO()
+    progress = SuiteProgress(Console(file=out, force_terminal=False, width=40), BUDGETS, clock=Clock(), interval=30.0)
+    _warm_start_eval(progress, 0, WarmStartConfig(enabled=False), 0, 0.0)  # the one score of a fresh init
+    assert out.getvalue() == ""
+    _warm_start_eval(progress, 0, WarmStartConfig(), 0, 0.0)
+    progress.say("x" * 100)  # e.g. step 1's memory plan beside the measured peak
+    assert out.getvalue().splitlines() == ["  warm start s0: step 0/2000  accuracy 0.000 (stops in 0.2-0.6)", "x" * 100]
