@@ -48,14 +48,18 @@ def format_seconds(seconds: float | None) -> str:
 
 
 class Throttle:
-    """At most one pass per key every `interval` seconds of `clock` (the first pass of a key is free)."""
+    """At most one pass per key every `interval` seconds of `clock`. The first pass of a key is free,
+    or, with `first_free=False`, comes `interval` after the key is first seen."""
 
-    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic):
-        self.interval, self.clock = interval, clock
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic, first_free: bool = True):
+        self.interval, self.clock, self.first_free = interval, clock, first_free
         self.last: dict[str, float] = {}
 
     def ready(self, key: str) -> bool:
         now = self.clock()
+        if key not in self.last and not self.first_free:
+            self.last[key] = now
+            return False
         if key in self.last and now - self.last[key] < self.interval:
             return False
         self.last[key] = now
@@ -108,7 +112,9 @@ class SuiteProgress(Observer):
         self.console, self.budgets, self.suites = console, budgets, suites or {}
         self.fractions: dict[str, float] = {}
         self.finished = 0
-        self.throttle, self.time_left = Throttle(interval, clock), TimeLeft(clock)
+        # a run's first plain line comes after `interval` (its end has a line of its own), a warm start's at once
+        self.throttle, self.time_left = Throttle(interval, clock, first_free=False), TimeLeft(clock)
+        self.warm_throttle = Throttle(interval, clock)
         self.progress = Progress(
             TextColumn("{task.description:<26}"), BarColumn(bar_width=20), TaskProgressColumn(),
             TextColumn("{task.fields[info]}"), _TimeLeftColumn(compact=True), console=console,
@@ -140,7 +146,7 @@ class SuiteProgress(Observer):
         key = f"warm start s{seed}"
         info = f"step {step}/{cfg.max_steps}  accuracy {accuracy:.3f} (stops in {cfg.band[0]:g}-{cfg.band[1]:g})"
         if self.progress is None:
-            if self.throttle.ready(key):
+            if self.warm_throttle.ready(key):
                 self.say(f"  {key}: {info}")
         elif key in self.tasks:
             self.progress.update(self.tasks[key], completed=step, info=info)
@@ -166,7 +172,7 @@ class SuiteProgress(Observer):
         self.fractions[name] = fraction
         left = self.time_left(name, fraction)
         if self.progress is None:
-            if self.throttle.ready(name):
+            if fraction < 1.0 and self.throttle.ready(name):
                 self.say(f"[{name}] {fraction:4.0%}  {step_summary(row)}  left {format_seconds(left)}")
             return
         if name in self.tasks:

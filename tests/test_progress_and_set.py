@@ -73,6 +73,21 @@ def test_throttle_lets_one_pass_per_key_per_interval():
     assert not throttle.ready("a")
     clock.now = 30.0
     assert throttle.ready("a") and not throttle.ready("a")
+    later = Throttle(30.0, clock, first_free=False)  # a run's lines: the first one an interval in
+    assert not later.ready("c")
+    clock.now = 60.0
+    assert later.ready("c") and not later.ready("c")
+
+
+def test_a_run_that_reaches_its_budget_prints_its_end_only():
+    out, clock = io.StringIO(), Clock()
+    with SuiteProgress(Console(file=out, force_terminal=False), BUDGETS, clock=clock, interval=30.0) as progress:
+        progress.start_run("gspo-s0")
+        for step in (1, 10):
+            clock.now = 40.0 * step
+            progress.step("gspo-s0", row(step, 0.0))  # step 10 of 10: the budget is spent
+        progress.end_run("gspo-s0", {"status": "done", "step": 10})
+    assert out.getvalue().splitlines() == ["[gspo-s0] done at step 10  (1/2 runs finished)"]
 
 
 def test_time_left_extrapolates_the_rate_since_the_first_report():
@@ -128,10 +143,10 @@ def test_off_a_terminal_plain_lines_at_most_one_per_run_per_interval():
         progress.end_run("grpo-s0", {"status": "collapsed", "step": 32, "message": "reward collapse"})
     lines = out.getvalue().splitlines()
     grpo = [line for line in lines if line.startswith("[grpo-s0]")]
-    assert len(grpo) == 4  # at 0, 30 and 60 s, and its end
-    assert grpo[1].startswith("[grpo-s0]  15%  step   15") and grpo[1].endswith("left 0:02:50")
-    assert grpo[3] == "[grpo-s0] collapsed at step 32: reward collapse  (1/2 runs finished)"
-    assert len([line for line in lines if line.startswith("[gspo-s0]")]) == 3
+    assert len(grpo) == 3  # at 30 and 60 s (none at its start), and its end
+    assert grpo[0].startswith("[grpo-s0]  15%  step   15") and grpo[0].endswith("left 0:02:50")
+    assert grpo[2] == "[grpo-s0] collapsed at step 32: reward collapse  (1/2 runs finished)"
+    assert len([line for line in lines if line.startswith("[gspo-s0]")]) == 2
 
 
 def test_warm_start_lines_are_throttled_off_a_terminal():
