@@ -21,10 +21,14 @@ CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
+def tiny_model(tok, seed: int):
+    return build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4, seed=seed)
+
+
 @pytest.fixture(scope="module")
 def setup():
     tok = build_char_tokenizer()
-    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4, seed=3)
+    model = tiny_model(tok, seed=3)
     prompts = [tok.encode("12+3="), tok.encode("sort:3,1="), tok.encode("7=")]  # different lengths: left padding
     return tok, model, prompts
 
@@ -110,7 +114,7 @@ def test_default_decoding_is_static_on_a_gpu_only():
 # ---------------------------------------------------------------------------- the bf16 rollout copy
 def test_the_bf16_copy_is_refreshed_in_place_after_an_update(setup):
     tok, _, prompts = setup
-    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4, seed=5)
+    model = tiny_model(tok, seed=5)
     engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", copy_weights=True)
     engine.sync_weights(model)
     copy = engine.weights.model
@@ -161,7 +165,7 @@ def test_a_run_refreshes_the_copy_before_every_rollout(setup, monkeypatch):
     from gspo_bench.train.rollout import collect_rollout, draw_examples
 
     tok, _, _ = setup
-    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4, seed=5)
+    model = tiny_model(tok, seed=5)
     engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", copy_weights=True)
     task = make_task("countdown", count=3)
     params = SamplingParams(group_size=2, max_new_tokens=4)
@@ -223,8 +227,7 @@ def test_bf16_training_precision_registers_the_rule_on_cuda_only():
 @needs_cuda
 def test_gpu_bf16_copy_equals_the_master_weights_after_an_update(setup):
     tok, _, prompts = setup
-    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4,
-                           seed=5).cuda()
+    model = tiny_model(tok, seed=5).cuda()
     engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16")  # the default copy on a GPU
     engine.sync_weights(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
@@ -241,8 +244,7 @@ def test_gpu_bf16_copy_equals_the_master_weights_after_an_update(setup):
 @needs_cuda
 def test_gpu_graph_decode_logprobs_match_a_forward_on_the_sampled_tokens(setup):
     tok, model, prompts = setup
-    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4,
-                           seed=3).cuda()
+    model = tiny_model(tok, seed=3).cuda()
     engine = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16")  # copy + static + graph by default
     params = SamplingParams(group_size=4, max_new_tokens=24, seed=9)
     r = engine.generate(model, prompts, params)
@@ -259,8 +261,7 @@ def test_gpu_graph_decode_logprobs_match_a_forward_on_the_sampled_tokens(setup):
 @needs_cuda
 def test_gpu_bf16_experts_loss_matches_fp32_experts_within_bf16_tolerance(setup):
     tok, _, prompts = setup
-    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4,
-                           seed=5).cuda()
+    model = tiny_model(tok, seed=5).cuda()
     ids = torch.tensor([prompts[1]] * 4, device="cuda")
     losses = []
     for rule in (False, True):
