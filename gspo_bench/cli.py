@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import shlex
 import sys
@@ -22,18 +23,18 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-if not console.is_terminal:  # logs and pipes: wide enough that tables do not wrap
-    console = Console(width=140)
-_DEBUG = {"on": False}
+_terminal = Console()
+console = _terminal if _terminal.is_terminal else Console(width=140)  # logs, pipes: wide enough that tables do not wrap
 
 
 @app.callback()
-def entry_point(debug: bool = typer.Option(False, "--debug", help="show the traceback of an error")) -> None:
+def entry_point(ctx: typer.Context,
+                debug: bool = typer.Option(False, "--debug", help="show the traceback of an error")) -> None:
     """Process-wide settings of the command line (the library sets none): no weight loading/saving
     progress bars from Hugging Face libraries (they drown the run's own), figures drawn headless,
-    SIGTERM and Ctrl-C stop a suite (`gspo_bench.stopping`: runs in progress recorded as failed, resumable)."""
-    _DEBUG["on"] = debug
+    SIGTERM and Ctrl-C stop a suite (`gspo_bench.stopping`: runs in progress recorded as failed, resumable).
+    `--debug` is this invocation's context state (`ctx.obj`), read by `guarded`."""
+    ctx.obj = {"debug": debug}
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("MPLBACKEND", "Agg")
     stop_on_signals()
@@ -53,6 +54,15 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 # typer vendors click: its usage errors are not the installed click's classes
 _USAGE_ERRORS = tuple({next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"),
                        click.exceptions.ClickException})
+# ... nor its current context: the `globals` of the click package typer's Context comes from
+_CLICK_GLOBALS = importlib.import_module(typer.Context.__mro__[1].__module__.rsplit(".", 1)[0] + ".globals")
+
+
+def debug_on() -> bool:
+    """Whether this invocation was given --debug (the root context's obj, set by `entry_point`)."""
+    ctx = _CLICK_GLOBALS.get_current_context(silent=True)
+    settings = ctx.find_root().obj if ctx is not None else None
+    return bool(isinstance(settings, dict) and settings.get("debug"))
 
 
 def guarded(command):
@@ -68,7 +78,7 @@ def guarded(command):
         except KeyboardInterrupt:
             raise fail("interrupted", 130) from None
         except Exception as err:
-            if _DEBUG["on"]:
+            if debug_on():
                 raise
             what = str(err).splitlines()[0] if str(err) else ""
             raise fail(f"{type(err).__name__}: {what} (run with --debug for the traceback)") from None
@@ -143,14 +153,6 @@ def set_option():
                         "repeatable; recorded in each run's config.yaml and provenance.json")
 
 
-def load_with_overrides(suite_path: Path, items: list[str] | None):
-    """The suite file with its `--set` overrides applied; and the overrides, {path: value}."""
-    from gspo_bench.config import load_suite, parse_overrides
-
-    overrides = parse_overrides(items or [])
-    return load_suite(suite_path, overrides), overrides
-
-
 @app.command()
 @guarded
 def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), overrides: list[str] | None = set_option()
@@ -158,12 +160,11 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), ove
     """Check a suite file as `run` would before any compute (models, tasks, objectives, devices,
     engines, eval tasks, the sweep); print the planned runs."""
     from gspo_bench.config import SuiteError
-    from gspo_bench.preflight import check_runnable
+    from gspo_bench.session import load_runnable
     from gspo_bench.suite import plan_runs
 
     try:
-        suite, values = load_with_overrides(suite_path, overrides)
-        check_runnable(suite, str(suite_path))
+        suite, values = load_runnable(suite_path, overrides)
     except SuiteError as err:
         raise fail(str(err)) from None
     runs = plan_runs(suite, Path(suite.output_dir), overrides=values)
@@ -200,6 +201,7 @@ def suite_world(suite):
 def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
     from gspo_bench.config import SuiteError
     from gspo_bench.plan import PlanError, memory_lines, plan_suite
+    from gspo_bench.session import load_with_overrides
     from gspo_bench.suite import plan_runs
 
     try:
@@ -258,6 +260,7 @@ def run(
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
     from gspo_bench.launch import default_parallel, start_process_server
     from gspo_bench.progress import SuiteProgress
+    from gspo_bench.session import exit_code
     from gspo_bench.suite import run_suite
 
     if dry_run:
@@ -286,27 +289,22 @@ def run(
     print_outcomes(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
     if world.is_main:
         what_next(root / suite.name, make_report)
-    if any(status["status"] == "refused" for _, status in outcomes):
-        raise typer.Exit(2)
-    if any(status["status"] == "failed" for _, status in outcomes):
-        raise typer.Exit(1)
+    code = exit_code(outcomes)
+    if code:
+        raise typer.Exit(code)
 
 
 def planned_todo(suite_path: Path, overrides: list[str] | None, out: Path | None, only: list[str] | None,
                  seeds: list[int] | None, resume: bool, allow_changed: bool):
-    """The suite (its `--set` overrides applied and recorded with each run), the results root and the
-    runs to do; every problem as one error line."""
+    """`gspo_bench.session.plan_session` (the suite, the results root, the runs to do); every problem
+    as one error line."""
     from gspo_bench.config import SuiteError
     from gspo_bench.lock import RunBusyError
-    from gspo_bench.preflight import check_runnable
-    from gspo_bench.suite import check_outputs, plan_runs
+    from gspo_bench.session import plan_session
 
     try:
-        suite, values = load_with_overrides(suite_path, overrides)
-        check_runnable(suite, str(suite_path))
-        root = out if out is not None else Path(suite.output_dir)
-        runs = plan_runs(suite, root, only=only, seeds=seeds, overrides=values)
-        return suite, root, check_outputs(runs, resume, allow_changed=allow_changed)
+        session = plan_session(suite_path, overrides, out, only, seeds, resume, allow_changed)
+        return session.suite, session.root, session.todo
     except (SuiteError, ValueError, FileExistsError, RunBusyError) as err:
         raise fail(str(err)) from None
 

@@ -1,0 +1,65 @@
+"""A suite session as `gspo-bench run` and `validate` drive it: load the suite with its `--set`
+overrides, check it is runnable, plan its runs, pick those to do, and map the runs' outcomes to an
+exit code. Problems are raised as the library's errors (SuiteError, ValueError, FileExistsError,
+RunBusyError); the command line turns them into one line each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gspo_bench.config import SuiteConfig, load_suite, parse_overrides
+
+# exit codes of a finished `run`: a refused run (a user error) outranks a failed one
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+
+
+def load_with_overrides(suite_path: Path, items: list[str] | None) -> tuple[SuiteConfig, dict[str, Any]]:
+    """The suite file with its `--set` overrides applied; and the overrides, {path: value}."""
+    overrides = parse_overrides(items or [])
+    return load_suite(suite_path, overrides), overrides
+
+
+def load_runnable(suite_path: Path, items: list[str] | None) -> tuple[SuiteConfig, dict[str, Any]]:
+    """`load_with_overrides`, then the checks `run` makes before any compute (models, tasks, objectives,
+    devices, engines, eval tasks, the sweep): SuiteError on a problem."""
+    from gspo_bench.preflight import check_runnable
+
+    suite, overrides = load_with_overrides(suite_path, items)
+    check_runnable(suite, str(suite_path))
+    return suite, overrides
+
+
+@dataclass(frozen=True)
+class Session:
+    """A loaded, checked suite; the results root; the runs to do (finished ones left out)."""
+
+    suite: SuiteConfig
+    root: Path
+    todo: list  # [PlannedRun]
+
+
+def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = None, only: list[str] | None = None,
+                 seeds: list[int] | None = None, resume: bool = False, allow_changed: bool = False) -> Session:
+    """The suite (its `--set` overrides applied and recorded with each run), the results root (`out`,
+    else the suite's output_dir) and the runs to do. Raises SuiteError, ValueError (an unknown --only
+    label, a changed suite on resume), FileExistsError (results already there without resume) or
+    RunBusyError (a run folder held by a live process)."""
+    from gspo_bench.suite import check_outputs, plan_runs
+
+    suite, overrides = load_runnable(suite_path, items)
+    root = out if out is not None else Path(suite.output_dir)
+    runs = plan_runs(suite, root, only=only, seeds=seeds, overrides=overrides)
+    return Session(suite=suite, root=root, todo=check_outputs(runs, resume, allow_changed=allow_changed))
+
+
+def exit_code(outcomes: list[tuple[Any, dict]]) -> int:
+    """The exit code of a suite from its runs' (planned, status) outcomes: 2 if any run was refused,
+    else 1 if any failed, else 0."""
+    statuses = {status["status"] for _, status in outcomes}
+    if "refused" in statuses:
+        return EXIT_REFUSED
+    if "failed" in statuses:
+        return EXIT_FAILED
+    return EXIT_OK
