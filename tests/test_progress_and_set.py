@@ -162,7 +162,7 @@ def test_warm_start_lines_are_throttled_off_a_terminal():
 
 
 def test_workers_progress_reaches_the_parents_display_through_the_queue():
-    from gspo_bench.launch import _QueueReport, _relay
+    from gspo_bench.launch import _next_ray, _QueueReport, _relay
 
     messages = queue.Queue()
     report = _QueueReport(messages)  # what a worker process calls
@@ -170,7 +170,7 @@ def test_workers_progress_reaches_the_parents_display_through_the_queue():
     report("step", "grpo-s0", row(2, 40.0))
     console = Console(record=True, force_terminal=True, width=160, file=io.StringIO())
     with SuiteProgress(console, BUDGETS) as progress:
-        _relay(messages, progress, (queue.Empty,))
+        _relay(lambda: _next_ray(messages, queue.Empty), progress)
         assert progress.fractions == {"grpo-s0": 0.4}
         assert "40%" in next(line for line in screen(progress).splitlines() if line.startswith("grpo-s0"))
 
