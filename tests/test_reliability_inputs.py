@@ -264,7 +264,8 @@ def test_a_dead_parallel_worker_names_its_run_and_says_resume(tmp_path):
                                end_run=lambda name, status: ended.__setitem__(name, status))
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(os._exit, 9): 0, pool.submit(abs, -1): 1}
-        statuses = launch._collect(futures, [started, queued], queue.Queue(), observer)
+        messages = queue.Queue()
+        statuses = launch._collect(futures, [started, queued], lambda: launch._next_ray(messages, queue.Empty), observer)
     assert [s["status"] for s in statuses] == ["failed", "failed"] and statuses[0]["step"] == 3
     assert "run grpo-s0: its worker process died at step 3" in statuses[0]["message"]
     assert "run gspo-s0 did not start" in statuses[1]["message"]
