@@ -372,3 +372,27 @@ def test_a_fresh_init_draws_no_warm_start_bar_and_long_lines_stay_whole():
     _warm_start_eval(progress, 0, WarmStartConfig(), 0, 0.0)
     progress.say("x" * 100)  # e.g. step 1's memory plan beside the measured peak
     assert out.getvalue().splitlines() == ["  warm start s0: step 0/2000  accuracy 0.000 (stops in 0.2-0.6)", "x" * 100]
+
+
+def test_a_gpu_runs_first_step_prints_the_memory_plan_beside_its_peak(tmp_path):
+    from gspo_bench.config import parse_suite
+    from gspo_bench.plan import plan_suite, plan_vs_peak
+
+    suite = parse_suite({"name": "s", "task": {"name": "sort"}, "budget": {"kind": "steps", "value": 10},
+                         "objectives": [{"name": "gspo"}], "warm_start": {"enabled": False}})
+    out = io.StringIO()
+    progress = SuiteProgress(Console(file=out, force_terminal=False), BUDGETS, clock=Clock(), suites={"gspo-s0": suite})
+    progress.start_run("gspo-s0")
+    progress.step("gspo-s0", row(1, 0.0) | {"gpu/peak_mem_gib": 1.5})
+    progress.step("gspo-s0", row(2, 0.0) | {"gpu/peak_mem_gib": 1.5})  # step 1 only
+    assert out.getvalue().splitlines() == [f"[gspo-s0] {plan_vs_peak(plan_suite(suite).memory, 1.5)}"]
+
+
+def test_a_stopped_suites_resume_command_repeats_its_overrides(monkeypatch):
+    import gspo_bench.cli as cli
+    from gspo_bench.stopping import Stopped
+
+    monkeypatch.setattr(cli, "console", Console(file=io.StringIO(), width=300, record=True))
+    stop = cli.suite_stopped(Stopped(15), Path("s.yaml"), Path("runs"), ["train.lr=3e-4"])
+    assert stop.exit_code == 143
+    assert "`gspo-bench run s.yaml --set train.lr=3e-4 --out runs --resume` continues the suite" in cli.console.export_text()
