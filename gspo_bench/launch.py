@@ -141,7 +141,8 @@ _WORKER: dict = {}  # in a worker process: its queue, the suite's stop event and
 def _start_worker(messages, stop, reason, suite_pid: int) -> None:
     """A worker's set-up: it dies with the suite's process, and stop signals end its run as failed."""
     _die_with_parent(suite_pid)
-    _WORKER.update(messages=messages, stop=stop, reason=reason, running=False, stopping=False, exit_after=False)
+    _WORKER.update(messages=messages, stop=stop, reason=reason, running=False, stopping=False, exit_after=False,
+                   stopped=False)
     stop_on_signals(_worker_signal)
     threading.Thread(target=_watch_stop, args=(stop,), daemon=True, name="stop-watcher").start()
 
@@ -200,6 +201,7 @@ def _worker_signal(signum, frame) -> None:
     `_watch_stop`, or by SIGTERM. A run in progress raises Stopped once (with the suite's reason);
     while it records its end further signals wait (SIGTERM: the worker exits after); an idle worker
     ignores SIGINT (the suite's process decides) and exits on SIGTERM."""
+    _WORKER["stopped"] = True  # this worker starts no run after a stop, even before the suite's flag is set
     if _WORKER["running"] and not _WORKER["stopping"]:
         _WORKER["stopping"] = True
         raise Stopped(_WORKER["reason"].value or signum)
@@ -215,16 +217,28 @@ def _run_in_process(spec, mode: dict) -> dict:
     worker = _WORKER
     try:
         worker["running"] = True
-        if worker["stop"].is_set():  # checked once `running` is set: a stop from now on reaches this run
+        if worker["stop"].is_set() or worker["stopped"]:  # checked once `running` is set: a later stop reaches the run
             return {"status": "not started", "message": "the suite was stopped", "step": None}
         return run_one(spec, mode, _QueueReport(worker["messages"]))
-    except Stopped as err:
-        recorded = RunDir(spec.run_dir).read_status() or {}
-        return {"status": "failed", "message": recorded.get("message") or str(err), "step": recorded.get("step")}
+    except Stopped as err:  # the loop records a stopped run itself; a stop before or after it reached the loop:
+        return _record_stopped(spec, err)  # here
     finally:
         worker["running"] = worker["stopping"] = False
         if worker["exit_after"]:
             os._exit(128 + signal.SIGTERM)
+
+
+def _record_stopped(spec, err: Stopped) -> dict:
+    """The failed status of a run a stop ended; a run whose folder still says `running` (stopped outside
+    the training loop, which records its own end) is marked failed there too."""
+    from gspo_bench.train.loop import failure_message
+
+    out = RunDir(spec.run_dir)
+    recorded = out.read_status() or {}
+    message = recorded.get("message") or failure_message(err, spec.run_dir)
+    if recorded.get("status") == "running":
+        out.write_status("failed", message, step=recorded.get("step", 0))
+    return {"status": "failed", "message": message, "step": recorded.get("step")}
 
 
 def _run_in_ray(spec, mode: dict, report) -> dict:
