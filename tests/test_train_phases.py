@@ -252,7 +252,9 @@ def test_update_policy_drift_is_the_mean_of_minibatches_two_to_k(parts):
     drifts = [float(r.drift["moe/drift"]) for r in by_hand[1:]]
     assert by_hand[0].drift is None
     assert_close(float(result.metrics["moe/drift"]), sum(drifts) / 3)
-    assert_close(result.drift_layers, sum(r.drift["moe/drift_layer"] for r in by_hand[1:]) / 3)
+    assert_close(result.layers["moe/drift"], torch.stack([r.drift["moe/drift_layer"] for r in by_hand[1:]]))  # [J, L]
+    assert_close(result.layers["moe/flip_pred"], torch.stack([r.layers["moe/flip_pred"] for r in by_hand[1:]]))
+    assert_close(float(result.metrics["moe/flip_pred"]), float(result.layers["moe/flip_pred"].mean()))
     assert_close(float(result.metrics["loss"]), sum(float(r.loss) for r in by_hand) / 4, rtol=1e-6, atol=1e-9)
     assert int(result.metrics["nonfinite/minibatches"]) == 0
     assert int(result.tokens_trained) == int(batch.attention_mask.sum())

@@ -10,6 +10,12 @@
     with RoutingCapture(model, probe=routing) as cap3:   # read the live gate scores of other experts
         model(input_ids=ids, attention_mask=am)
     cap3.probe_scores                                    # [L, B, T, k] live scores at `routing`
+    with RoutingCapture(model, margins=True) as cap4:    # how close each token is to a flip (margins.py)
+        model(input_ids=ids, attention_mask=am)
+    cap4.margin_pairs, cap4.pair_logits                  # [L, B, T, 2] experts (a, b), their logits
+    with RoutingCapture(model, pairs=cap4.margin_pairs) as cap5:
+        model(input_ids=ids, attention_mask=am)          # after an update
+    cap5.pair_logits                                     # [L, B, T, 2] the live logits at (a, b)
 
 L counts MoE layers only, in layer order (dense layers and shared experts are not routed).
 
@@ -39,10 +45,11 @@ from __future__ import annotations
 
 import torch
 
+from gspo_bench.moe.margins import router_margins
 from gspo_bench.moe.routers import Router, find_routers
 from gspo_bench.moe.sites import attach
 
-_RECORDS = ("ids", "weights", "scores", "probe")
+_RECORDS = ("ids", "weights", "scores", "probe", "pairs", "pair_logits")
 
 
 class RoutingCapture:
@@ -52,12 +59,16 @@ class RoutingCapture:
         replay: torch.Tensor | None = None,
         replay_weights: torch.Tensor | None = None,
         probe: torch.Tensor | None = None,
+        margins: bool = False,
+        pairs: torch.Tensor | None = None,
     ):
         self.model = model
         self.routers: list[Router] = find_routers(model)
         if replay_weights is not None and replay is None:
             raise ValueError("replay_weights (full replay) needs replay= expert ids as well")
-        for what, t in (("replay", replay), ("replay_weights", replay_weights), ("probe", probe)):
+        if margins and pairs is not None:
+            raise ValueError("margins=True finds each token's (a, b) experts; pairs= reads given ones: pass one")
+        for what, t in (("replay", replay), ("replay_weights", replay_weights), ("probe", probe), ("pairs", pairs)):
             if t is not None and (t.dim() != 4 or t.shape[0] != len(self.routers)):
                 raise ValueError(
                     f"{what} must be [L, B, T, k] with L = {len(self.routers)} MoE layers, got {tuple(t.shape)}"
@@ -67,6 +78,8 @@ class RoutingCapture:
         self.replay = replay
         self.replay_weights = replay_weights
         self.probe = probe
+        self.margins = margins
+        self.pairs = pairs
         self._handles: list = []
         self._sequences: list[dict] = []  # per sequence: {record: [per layer: list of [B, t, k] chunks]}
         self._chunk: tuple[int, int, int] | None = None  # (batch, offset, length) of the current call
@@ -109,6 +122,20 @@ class RoutingCapture:
         if self.probe is None:
             raise RuntimeError("probe_scores needs RoutingCapture(..., probe=expert ids [L, B, T, k])")
         return self._stacked("probe")
+
+    @property
+    def margin_pairs(self) -> torch.Tensor:
+        """[L, B, T, 2] each token's weakest chosen and strongest unchosen expert (`margins=True`)."""
+        if not self.margins:
+            raise RuntimeError("margin_pairs needs RoutingCapture(..., margins=True)")
+        return self._stacked("pairs")
+
+    @property
+    def pair_logits(self) -> torch.Tensor:
+        """[L, B, T, 2] fp32 router logits at `margin_pairs` (margins=True) or at `pairs=`."""
+        if not self.margins and self.pairs is None:
+            raise RuntimeError("pair_logits needs RoutingCapture(..., margins=True) or pairs=[L, B, T, 2] expert ids")
+        return self._stacked("pair_logits")
 
     @property
     def n_sequences(self) -> int:
@@ -162,6 +189,11 @@ class RoutingCapture:
         if self.probe is not None:
             probed = self._window(self.probe, "probe", layer).to(logits.device)
             seq["probe"][layer].append(router.rule.scores(logits, probed).reshape(batch, length, -1))
+        if self.margins or self.pairs is not None:
+            at = (router_margins(logits, ids.long()) if self.margins
+                  else self._window(self.pairs, "pairs", layer).to(logits.device).long())
+            seq["pairs"][layer].append(at.reshape(batch, length, 2))
+            seq["pair_logits"][layer].append(logits.float().gather(-1, at).reshape(batch, length, 2))
 
     def _window(self, routing: torch.Tensor, what: str, layer: int) -> torch.Tensor:
         """The [N, k] slice of `routing` [L, B, T, k] for `layer` and the current chunk's positions."""

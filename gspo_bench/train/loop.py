@@ -27,12 +27,12 @@ from gspo_bench.results import REQUIRED_COLUMNS, now
 from gspo_bench.rollout import SamplingParams
 from gspo_bench.stopping import Stopped
 from gspo_bench.train.checkpoint import save_checkpoint
-from gspo_bench.train.old_policy import old_policy_pass
+from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.row import StepOutcome, build_row, step_values
 from gspo_bench.train.setup import Run, RunSpec, open_run
 from gspo_bench.train.state import Collapsed, RunState, budget_spent, collapse_reason
-from gspo_bench.train.update import UpdateSettings, drift_after_update, update_policy
+from gspo_bench.train.update import UpdateSettings, drift_after_update, layer_means, update_policy
 
 __all__ = ["RunSpec", "run_step", "step_seed", "train_run"]
 
@@ -122,13 +122,18 @@ def run_step(run: Run, step: int) -> StepOutcome:
     after = {}
     if train.measure and (train.drift_after_update or train.minibatches == 1):
         after = drift_after_update(policy, batch, old)
+    floor = {}
+    if train.measure and step == 1:  # once per run: what identical forwards and the rollout precision give
+        floor = nondeterminism_floor(policy, batch, replay)
     # ------------------------------------------------------------------ the row (one host copy)
     passes = 2 + (policy.reference is not None) + bool(after)  # generation, old pass, reference, drift after
-    values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum())
-    layers = update.drift_layers
+    values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor
+    layers = update.layers
     if train.minibatches == 1 and after:  # no minibatch 2..K: the step's drift is the one after its update
-        values |= {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"]}
-        layers = after["moe/drift_layer"]
+        layers = {"moe/drift": after["moe/drift_layer"][None],
+                  **{key.removeprefix("layer:"): v[None] for key, v in after.items() if key.startswith("layer:")}}
+        values |= {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"],
+                   **layer_means({key: v[0] for key, v in layers.items()})}
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
                 "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()}}
     outcome = build_row(identity, values, layers, {"rollout_finite": batch.finite,

@@ -9,7 +9,7 @@ import torch
 
 from gspo_bench.distributed import gather_rows
 from gspo_bench.models.forward import response_forward
-from gspo_bench.moe import routing_drift
+from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.rollout.mismatch import logprob_mismatch
 from gspo_bench.train.policy import Policy, capturing
 from gspo_bench.train.rollout import RolloutBatch
@@ -25,6 +25,8 @@ class OldPolicy:
     replay: torch.Tensor | None  # [L_moe, B, L, k] experts the update forwards must use (replay runs), else None
     ref_logp: torch.Tensor | None = None  # [B, T] under the frozen reference, when a KL penalty is on
     gate_scores: torch.Tensor | None = None  # [L_moe, B, L, k] gate scores of `routing`'s experts (RSPO), when asked
+    margin_pairs: torch.Tensor | None = None  # [L_moe, B, L, 2] each token's k-th and (k+1)-th expert (moe.margins)
+    pair_logits: torch.Tensor | None = None  # [L_moe, B, L, 2] pi_old's router logits at `margin_pairs`
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # engine mismatch, rollout routing gap
 
 
@@ -43,18 +45,24 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
         raise ValueError("rollout routing replay (R3) needs the engine's routing; this rollout has none")
     forced = batch.routing[:, mine] if replay == "rollout" else None
     with torch.no_grad(), policy.precision.autocast(), \
-            capturing(model, record_routing or gate_scores or replay is not None, replay=forced) as capture:
+            capturing(model, record_routing or gate_scores or replay is not None, replay=forced,
+                      margins=record_routing) as capture:
         logp, entropy = response_forward(model, batch.input_ids[mine], batch.attention_mask[mine],
                                          batch.n_response, temperature, with_entropy=True)  # [B, T] each
     logp, entropy = gather_rows(world, logp, rows), gather_rows(world, entropy, rows)
     routing = gather_rows(world, capture.routing, rows, dim=1) if capture is not None else None
     scores = gather_rows(world, capture.gate_scores, rows, dim=1) if gate_scores else None
+    pairs, pair_logits = None, None
+    if capture is not None and capture.margins:
+        pairs = gather_rows(world, capture.margin_pairs, rows, dim=1)
+        pair_logits = gather_rows(world, capture.pair_logits, rows, dim=1)
     metrics = engine_gap(logp, routing, batch) if measure else {}
     if logp_source == "rollout":
         logp = batch.sampling_logp.to(logp.device)
     replayed = {"old_pass": routing, "rollout": batch.routing, None: None}[replay]
     return OldPolicy(logp=logp, entropy=entropy, routing=routing, replay=replayed,
-                     ref_logp=reference_logp(policy, batch, temperature), metrics=metrics, gate_scores=scores)
+                     ref_logp=reference_logp(policy, batch, temperature), metrics=metrics, gate_scores=scores,
+                     margin_pairs=pairs, pair_logits=pair_logits)
 
 
 def engine_gap(train_logp: torch.Tensor, train_routing: torch.Tensor | None, batch: RolloutBatch) -> dict[str, torch.Tensor]:
@@ -78,3 +86,29 @@ def reference_logp(policy: Policy, batch: RolloutBatch, temperature: float) -> t
         logp, _ = response_forward(policy.reference, batch.input_ids, batch.attention_mask, batch.n_response,
                                    temperature)
     return logp
+
+
+def nondeterminism_floor(policy: Policy, batch: RolloutBatch, replay: ReplaySource | None = None) -> dict[str, torch.Tensor]:
+    """What routing and log-probs move by without any update (once per run): two identical training
+    forwards (`floor/drift_repeat`, `floor/logp_repeat_max`: max |delta log-prob| over response
+    tokens) and, where the rollout precision differs from training's, one under the rollout's
+    (`floor/drift_precision`, `floor/logp_precision_max`). Drift at or below these is noise."""
+    passes = {"reference": policy.precision, "repeat": policy.precision}
+    if policy.rollout_precision is not None and policy.rollout_precision != policy.precision:
+        passes["precision"] = policy.rollout_precision
+    world, rows = policy.world, torch.arange(len(batch), device=batch.input_ids.device)
+    mine = world.rows(rows)
+    forced = batch.routing[:, mine] if replay == "rollout" else None  # the old pass's own replay, if any
+    seen = {}
+    for name, precision in passes.items():
+        with torch.no_grad(), precision.autocast(), RoutingCapture(policy.model, replay=forced) as capture:
+            logp, _ = response_forward(policy.model, batch.input_ids[mine], batch.attention_mask[mine],
+                                       batch.n_response, 1.0)
+        seen[name] = (gather_rows(world, logp, rows).double(), gather_rows(world, capture.routing, rows, dim=1))
+    logp, routing = seen.pop("reference")
+    floor = {}
+    for name, (other_logp, other_routing) in seen.items():
+        floor[f"floor/drift_{name}"] = routing_drift(routing, other_routing, batch.attention_mask)["moe/drift"]
+        gap = torch.where(batch.response_mask.bool(), (other_logp - logp).abs(), 0.0)
+        floor[f"floor/logp_{name}_max"] = gap.max() if gap.numel() else gap.new_zeros(())
+    return floor

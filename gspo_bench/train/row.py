@@ -17,7 +17,7 @@ from gspo_bench.train.update import UpdateResult
 @dataclass(frozen=True)
 class StepOutcome:
     row: dict  # one row of metrics.parquet
-    layer_rows: list[dict]  # rows of layers.parquet: drift per MoE layer
+    layer_rows: list[dict]  # rows of layers.parquet: drift and router margins per measured minibatch and MoE layer
     compute: StepCompute  # tokens forwarded and trained in this step
     rollout_finite: bool  # the engine's sampling distributions were finite
     params_finite: bool  # every parameter is finite after the step
@@ -34,22 +34,27 @@ def step_values(batch: RolloutBatch, old: OldPolicy, update: UpdateResult, after
         "response/len_mean": lengths.mean(), "response/len_max": lengths.max(),
         **update.metrics,
         "entropy/mean": torch.where(batch.response_mask.any(), entropy, float("nan")),
-        **{k: v for k, v in after.items() if k != "moe/drift_layer"}, **old.metrics,
+        **{k: v for k, v in after.items() if k != "moe/drift_layer" and not k.startswith("layer:")}, **old.metrics,
         "compute/tokens_forward": tokens_forward, "compute/tokens_trained": update.tokens_trained,
     }
 
 
-def build_row(identity: dict, values: dict[str, torch.Tensor], drift_layers: torch.Tensor | None,
+def build_row(identity: dict, values: dict[str, torch.Tensor], layers: dict[str, torch.Tensor],
               health: dict[str, torch.Tensor]) -> StepOutcome:
-    """Copy `values`, the per-layer drift and the health flags to the host at once; the row starts
-    with `identity` (step, label, ...); times and cumulative compute are the caller's to add."""
-    layers = {} if drift_layers is None else {"_drift_layer": drift_layers}
-    host = to_host({**values, **layers, **{f"_{k}": v for k, v in health.items()}})
+    """Copy `values`, the per-layer figures `layers` ({name: [J, L]}, J measured minibatches) and the
+    health flags to the host at once; the row starts with `identity` (step, label, ...); times and
+    cumulative compute are the caller's to add. Layer row (j, l) has `updates` = j + 1: the
+    minibatch forward it measures ran after that many updates from the old policy."""
+    shapes = {key: tuple(v.shape) for key, v in layers.items()}
+    host = to_host({**values, **{f"_layer:{k}": v for k, v in layers.items()},
+                    **{f"_{k}": v for k, v in health.items()}})
     for key in ("compute/tokens_forward", "compute/tokens_trained", "response/len_max", "nonfinite/minibatches"):
         host[key] = int(host[key])
     compute = StepCompute(tokens_forward=host["compute/tokens_forward"], tokens_trained=host["compute/tokens_trained"])
-    per_layer = host.pop("_drift_layer", [])
+    per_layer = {key: host.pop(f"_layer:{key}") for key in layers}
     rollout_finite, params_finite = bool(host.pop("_rollout_finite")), bool(host.pop("_params_finite"))
+    n_measured, n_layers = next(iter(shapes.values()), (0, 0))
     layer_rows = [{"step": identity["step"], "label": identity["label"], "seed": identity["seed"], "layer": i,
-                   "moe/drift": value} for i, value in enumerate(per_layer)]
+                   "updates": j + 1, **{name: per_layer[name][j * n_layers + i] for name in per_layer}}
+                  for j in range(n_measured) for i in range(n_layers)]
     return StepOutcome({**identity, **host}, layer_rows, compute, rollout_finite, params_finite)

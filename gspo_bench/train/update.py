@@ -11,6 +11,7 @@ from gspo_bench.distributed import gather_rows, local_tensor, with_local_grad
 from gspo_bench.models.forward import response_forward
 from gspo_bench.models.padding import position_ids
 from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
+from gspo_bench.moe.margins import margin_stats
 from gspo_bench.objectives.kl import k3
 from gspo_bench.objectives.metrics import masked_mean, measurements_off
 from gspo_bench.objectives.rspo import router_shift_from_scores
@@ -41,6 +42,7 @@ class MinibatchResult:
     applied: torch.Tensor  # 0-d bool: loss and gradients finite, so the optimizer stepped
     metrics: dict[str, torch.Tensor]  # the objective's measurements (and kl/ref)
     drift: dict[str, torch.Tensor] | None  # routing of this forward vs the old policy's, when measured
+    layers: dict[str, torch.Tensor] | None  # per MoE layer [L]: drift and router-margin figures, when measured
     rerouted: torch.Tensor | None  # [b, T] response tokens whose predicting position was rerouted, when measured
     log_ratio: torch.Tensor  # [b, T] log pi_theta - log pi_old of the response tokens, detached
     n_tokens: torch.Tensor  # valid response tokens of the minibatch
@@ -51,7 +53,7 @@ class MinibatchResult:
 @dataclass(frozen=True)
 class UpdateResult:
     metrics: dict[str, torch.Tensor]  # loss, grad/norm, objective measurements, moe/drift*, nonfinite count
-    drift_layers: torch.Tensor | None  # [L] drift per MoE layer, mean over minibatches 2..K
+    layers: dict[str, torch.Tensor]  # per measured minibatch and MoE layer [J, L]: moe/drift, margin figures
     tokens_trained: torch.Tensor  # 0-d
 
 
@@ -60,6 +62,7 @@ class MinibatchForward:
     logp: torch.Tensor  # [b, T] the whole minibatch's log-probs, gradient into this rank's rows only
     router_shift: torch.Tensor | None  # [b, T] RSPO's gate-score change, when the objective declares it
     routing: torch.Tensor | None  # [L, b, L_seq - 1, k] this forward's experts, when its drift is measured
+    pair_logits: torch.Tensor | None  # [L, b, L_seq, 2] router logits at pi_old's margin pairs, when measured
 
 
 def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor,
@@ -72,8 +75,12 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
         loss, metrics = policy_loss(objective, forward.logp, old, batch, rows, settings, forward.router_shift)
     grad_norm, applied = backward_and_step(policy, loss, settings.grad_clip)
     drift, rerouted = minibatch_drift(old, forward.routing, batch, rows)
+    layers = None
+    if drift is not None:
+        layers = {"moe/drift": drift["moe/drift_layer"], **minibatch_margins(old, forward.pair_logits, batch, rows)}
     mask = batch.response_mask[rows]
     return MinibatchResult(loss=loss.detach(), grad_norm=grad_norm, applied=applied, metrics=metrics, drift=drift,
+                           layers=layers,
                            rerouted=rerouted, log_ratio=(forward.logp.detach().float() - old.logp[rows].float()),
                            n_tokens=mask.sum(), n_responses=mask.any(-1).sum(),
                            tokens_trained=batch.attention_mask[rows].sum())
@@ -87,7 +94,9 @@ def forward_minibatch(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows:
     local = world.rows(rows)  # this rank's rows of the minibatch
     replay = old.replay[:, local] if old.replay is not None else None
     probe = old_experts_to_probe(settings.inputs, old, local)
-    with policy.precision.autocast(), capturing(model, measure_drift, replay=replay, probe=probe) as capture:
+    pairs = old.margin_pairs[:, local] if measure_drift and old.margin_pairs is not None else None
+    with policy.precision.autocast(), \
+            capturing(model, measure_drift, replay=replay, probe=probe, pairs=pairs) as capture:
         logp, _ = response_forward(model, batch.input_ids[local], batch.attention_mask[local], batch.n_response,
                                    settings.temperature)  # [b, T]
     shift = None
@@ -97,10 +106,12 @@ def forward_minibatch(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows:
     # the whole minibatch's log-probs with gradient into this rank's rows only: loss and measurements
     # are the single-process ones, and the gradients summed over ranks are its gradient
     logp = with_local_grad(world, gather_rows(world, logp, rows), logp)
-    routing = None
+    routing, pair_logits = None, None
     if measure_drift and old.routing is not None:  # this forward ran after the earlier updates
         routing = gather_rows(world, capture.routing, rows, dim=1)
-    return MinibatchForward(logp=logp, router_shift=shift, routing=routing)
+    if pairs is not None:
+        pair_logits = gather_rows(world, capture.pair_logits, rows, dim=1)
+    return MinibatchForward(logp=logp, router_shift=shift, routing=routing, pair_logits=pair_logits)
 
 
 def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch: RolloutBatch, rows: torch.Tensor,
@@ -161,6 +172,15 @@ def minibatch_drift(old: OldPolicy, routing: torch.Tensor | None, batch: Rollout
     return drift, response_positions(rerouted_positions(old.routing[:, rows], routing), batch)
 
 
+def minibatch_margins(old: OldPolicy, pair_logits: torch.Tensor | None, batch: RolloutBatch,
+                      rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-layer router-margin figures [L] of `rows` (`moe.margins.margin_stats`): pi_old's logits at
+    each token's margin pair against this forward's; {} when not measured."""
+    if pair_logits is None or old.pair_logits is None:
+        return {}
+    return margin_stats(old.pair_logits[:, rows], pair_logits, batch.attention_mask[rows])
+
+
 def response_positions(per_position: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
     """[b, L] values per input position -> [b, T] per response token: token t is predicted at L - T - 1 + t."""
     length, n = batch.input_ids.shape[1], batch.n_response
@@ -183,6 +203,7 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
     loss and grad norm (means over applied updates), the objective's measurements (token- or
     response-weighted over applied updates) and the drift of minibatches 2..K from the old policy."""
     measured, drift, by_routing = StepMeasurements(), MeanOf(), RatioByRouting()
+    per_layer: list[dict[str, torch.Tensor]] = []
     losses, grad_norms, skipped = [], [], 0
     tokens_trained = 0
     for j, rows in enumerate(order.to(batch.input_ids.device).chunk(minibatches)):
@@ -195,26 +216,37 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
         skipped = skipped + (~result.applied).long()
         tokens_trained = tokens_trained + result.tokens_trained
         if result.drift is not None:
-            drift.add(result.drift)
+            drift.add({**result.drift, **layer_means(result.layers)})
+            per_layer.append(result.layers)
         if result.rerouted is not None and settings.measure:
             by_routing.add(result.log_ratio, batch.response_mask[rows], result.rerouted)
     means = drift.result()
     metrics = {"loss": torch.stack(losses).nanmean(), "grad/norm": torch.stack(grad_norms).nanmean(),
                **measured.result(), "nonfinite/minibatches": skipped}
     metrics |= {k: v for k, v in means.items() if k != "moe/drift_layer"} | by_routing.result()
-    return UpdateResult(metrics=metrics, drift_layers=means.get("moe/drift_layer"), tokens_trained=tokens_trained)
+    layers = {key: torch.stack([p[key] for p in per_layer]) for key in per_layer[0]} if per_layer else {}
+    return UpdateResult(metrics=metrics, layers=layers, tokens_trained=tokens_trained)
+
+
+def layer_means(layers: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The step's summary of per-layer margin figures: their mean over MoE layers (drift has its own)."""
+    return {key: values.mean() for key, values in layers.items() if key != "moe/drift"}
 
 
 def drift_after_update(policy: Policy, batch: RolloutBatch, old: OldPolicy) -> dict[str, torch.Tensor]:
     """Routing of the whole batch after the step's last update against the old policy's (one extra
-    no-grad pass, at the old pass's positions): `moe/drift_after`, `moe/drift_expert_after` and
-    the per-layer vector `moe/drift_layer`."""
+    no-grad pass, at the old pass's positions): `moe/drift_after`, `moe/drift_expert_after`, the
+    per-layer vector `moe/drift_layer` and the per-layer router-margin figures (`moe.margins`) as
+    `layer:<name>` vectors [L]."""
     world = policy.world
     rows = torch.arange(len(batch), device=batch.input_ids.device)
     mine = world.rows(rows)
     ids, attention = batch.input_ids[mine], batch.attention_mask[mine]
-    with torch.no_grad(), policy.precision.autocast(), RoutingCapture(policy.model) as capture:
+    pairs = old.margin_pairs[:, mine] if old.margin_pairs is not None else None
+    with torch.no_grad(), policy.precision.autocast(), RoutingCapture(policy.model, pairs=pairs) as capture:
         policy.model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention), logits_to_keep=1)
     stats = routing_drift(old.routing, gather_rows(world, capture.routing, rows, dim=1), batch.attention_mask)
+    pair_logits = gather_rows(world, capture.pair_logits, rows, dim=1) if pairs is not None else None
+    margins = minibatch_margins(old, pair_logits, batch, rows)
     return {"moe/drift_after": stats["moe/drift"], "moe/drift_expert_after": stats["moe/drift_expert"],
-            "moe/drift_layer": stats["moe/drift_layer"]}
+            "moe/drift_layer": stats["moe/drift_layer"], **{f"layer:{k}": v for k, v in margins.items()}}
