@@ -11,7 +11,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from torch.testing import assert_close
 
 from gspo_bench.models import build_tiny_moe
 from gspo_bench.moe import RoutingCapture, routing_drift
