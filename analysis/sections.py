@@ -14,6 +14,7 @@ from analysis import anchors, gpu
 from analysis import divergence as D
 from analysis import figures as F
 from analysis import interactive as plotly_figures
+from analysis import margins as M
 from analysis import tables as T
 from analysis.load import Results
 from analysis.matching import compute_table
@@ -90,6 +91,10 @@ SECTIONS: tuple[SectionSpec, ...] = (
         "ratio-variance-by-routing",
         "Token-ratio variance by routing: rerouted vs stable tokens (means over steps and seeds)",
         lambda c: T.mechanism_table(c.results))),
+    SectionSpec("router-margins", lambda c: [
+        Section("router-margins", "Drift explained by router margins (means over steps and seeds)",
+                M.margin_table(c.results.metrics)),
+        Section("router-margins-reading", "How the margin figures are measured", M.EXPLAINED)]),
     SectionSpec("gpu-figures", _one("gpu-figures", gpu.TITLE, lambda c: gpu.gpu_table(c.results))),
     SectionSpec("late-divergence", _divergence),
     SectionSpec("provenance", _one("provenance", "Provenance", lambda c: T.provenance_table(c.results))),
@@ -129,6 +134,9 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("clip_by_length", "Clipping by response length", lambda r: F.clip_by_length(r.metrics).figure,
                plotly_figures.clip_by_length),
     FigureSpec("kl_entropy", "KL and entropy", lambda r: F.kl_entropy(r.metrics)[0].figure, plotly_figures.kl_entropy),
+    FigureSpec("margins_by_layer", "Drift per layer: measured vs predicted from router margins",
+               lambda r: M.predicted_vs_measured_figure(r.layers), lambda r: M.predicted_vs_measured_interactive(r.layers),
+               shown=lambda r: M.has_margins(r.layers)),
 )
 
 

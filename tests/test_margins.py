@@ -136,3 +136,22 @@ def test_a_one_update_step_measures_margins_after_its_update(tmp_path, cache):
     assert (layers["updates"] == 1).all()
     assert frame["moe/dscore"].iloc[0] == pytest.approx(layers["moe/dscore"].mean()) and frame["moe/dscore"].iloc[0] > 0
     assert "floor/drift_precision" not in frame or frame["floor/drift_precision"].isna().all()  # same precision
+
+
+def test_the_report_tables_and_draws_predicted_against_measured_drift_per_layer():
+    from analysis.margins import has_margins, margin_table, predicted_vs_measured_interactive
+
+    metrics = pd.DataFrame({"label": ["grpo", "grpo", "gspo"], "seed": [0, 1, 0], "step": [1, 1, 1],
+                            "moe/drift": [0.1, 0.3, 0.05], "moe/flip_pred": [0.2, 0.4, 0.01],
+                            "floor/drift_repeat": [0.0, 0.0, 0.0]})
+    table = margin_table(metrics).set_index("objective")
+    assert table.loc["grpo", "drift (measured)"] == pytest.approx(0.2)
+    assert table.loc["grpo", "flip rate (predicted)"] == pytest.approx(0.3)
+    assert table.loc["gspo", "floor: repeat"] == 0.0 and "median margin" not in table  # absent columns left out
+    assert "no router-margin columns" in margin_table(metrics.drop(columns="moe/flip_pred"))
+    layers = pd.DataFrame({"label": ["grpo"] * 4, "seed": 0, "step": 1, "updates": [1, 1, 2, 2], "layer": [0, 1, 0, 1],
+                           "moe/drift": [0.1, 0.2, 0.3, 0.4], "moe/flip_pred": [0.0, 0.1, 0.2, 0.5]})
+    assert has_margins(layers) and not has_margins(layers.drop(columns="moe/flip_pred"))
+    (figure,) = predicted_vs_measured_interactive(layers)
+    traces = {t.name: list(t.y) for t in figure.data}
+    assert traces == {"grpo: measured": pytest.approx([0.2, 0.3]), "grpo: predicted": pytest.approx([0.1, 0.3])}

@@ -116,8 +116,8 @@ def test_compute_is_matched_within_each_sweep_point_not_across_points(tmp_path):
 
 
 EXPECTED_SECTIONS = ["answer", "suite-summary", "compute-matching", "summary", "paper-vs-run", "by-sweep-point",
-                     "held-out-evaluation", "clip-by-length", "ratio-variance-by-routing", "gpu-figures", "late-divergence",
-                     "provenance", "unreadable"]
+                     "held-out-evaluation", "clip-by-length", "ratio-variance-by-routing", "router-margins", "gpu-figures",
+                     "late-divergence", "provenance", "unreadable"]
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,8 @@ def test_every_declared_section_is_in_both_reports_in_order(report):
     built = build_sections(Context(results, 0.0, False, frozenset()))
     assert [s.anchor for s in built] == ["answer", "suite-summary", "compute-matching", anchors.SUMMARY,
                                          "paper-vs-run", "held-out-evaluation", "clip-by-length",
-                                         "ratio-variance-by-routing", "gpu-figures", "late-divergence",
+                                         "ratio-variance-by-routing", "router-margins", "router-margins-reading",
+                                         "gpu-figures", "late-divergence",
                                          "late-divergence-thresholds",
                                          "provenance"]
     md, html = report["md"].read_text(), report["html"].read_text()
