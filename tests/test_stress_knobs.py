@@ -13,7 +13,7 @@ from torch.testing import assert_close
 from gspo_bench.config import SuiteError, TrainConfig, parse_suite
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.families import SUPPORTED_FAMILIES
-from gspo_bench.models.tiny import ZERO_ROUTERS
+from gspo_bench.models.tiny import DENSE_FIRST, ZERO_ROUTERS
 from gspo_bench.moe.routers import find_routers
 from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import SamplingParams, make_engine
@@ -61,18 +61,23 @@ def test_router_scale_scales_the_first_layers_router_logits_and_nothing_else(fam
 
 @pytest.mark.parametrize("family", SUPPORTED_FAMILIES)
 def test_router_scale_reaches_the_routers_of_every_family(family):
-    base = build_tiny_moe(family, seed=1)
     if family in ZERO_ROUTERS:  # nothing to scale: refused, and the routers are indeed zero
-        assert all(not r.weight.any() for r in find_routers(base))
+        assert all(not r.weight.any() for r in find_routers(build_tiny_moe(family, seed=1)))
         with pytest.raises(ValueError, match="initialises its routers to zero"):
             build_tiny_moe(family, seed=1, router_scale=3.0)
         return
-    scaled = build_tiny_moe(family, seed=1, router_scale=3.0)
-    pairs = list(zip(find_routers(base), find_routers(scaled), strict=True))
-    assert pairs
-    for a, b in pairs:
-        assert_close(b.weight, 3.0 * a.weight)
-        assert not torch.equal(b.weight, a.weight)
+    sizes = {"first_k_dense": 1, "num_layers": 3} if family in DENSE_FIRST else {}
+    base = build_tiny_moe(family, seed=1, **sizes)
+    scaled = build_tiny_moe(family, seed=1, router_scale=3.0, **sizes)
+    # the routers as gspo_bench.moe finds them, and nothing else, are scaled (dense layers and shared-expert gates not)
+    routers = {id(r.weight) for r in find_routers(base)}
+    assert len(routers) == (2 if sizes else 4)  # one per MoE layer
+    for (name, a), b in zip(base.named_parameters(), scaled.parameters(), strict=True):
+        if id(a) in routers:
+            assert_close(b, 3.0 * a)
+            assert a.any(), name
+        else:
+            assert torch.equal(a, b), name
 
 
 def test_router_scale_is_checked_and_refused_with_a_real_checkpoint():

@@ -47,6 +47,10 @@ FIXED_RENORMALISATION = {
 DENSE_FIRST = ("qwen3_moe", "qwen2_moe", "qwen3_next", "deepseek_v3", "glm4_moe", "dots1", "deepseek_v2",
                "ernie4_5_moe", "llama4_text")
 GROUPED = ("deepseek_v3", "glm4_moe", "dots1", "deepseek_v2")
+# where a decoder layer keeps its router weight, where not mlp.gate (tests check it against moe.routers)
+ROUTER_WEIGHTS = {"gpt_oss": "mlp.router", "granitemoe": "block_sparse_moe.router",
+                  "granitemoeshared": "block_sparse_moe.router", "hunyuan_v1_moe": "mlp.gate.wg",
+                  "dbrx": "ffn.router.layer", "jamba": "feed_forward.router", "llama4_text": "feed_forward.router"}
 ZERO_ROUTERS = ("ernie4_5_moe",)  # families whose router weights are initialised to zero (every logit ties)
 
 
@@ -310,19 +314,22 @@ def build_tiny_moe(family: str = "qwen3_moe", *, seed: int = 0, dtype: torch.dty
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    scale_routers(model, spec.router_scale)
+    scale_routers(model, family, spec.router_scale)
     model.generation_config.pad_token_id = PAD_ID
     model.generation_config.eos_token_id = EOS_ID
     model.generation_config.bos_token_id = BOS_ID
     return model
 
 
-def scale_routers(model: torch.nn.Module, scale: float) -> None:
-    """Multiply every router weight [E, H] of `model` by `scale` in place: its router logits scale by it."""
+def scale_routers(model: torch.nn.Module, family: str, scale: float) -> None:
+    """Multiply every router weight [E, H] of a tiny `family` model by `scale` in place: its router
+    logits scale by it. (The routers are found by name here: models sit below gspo_bench.moe.)"""
     if scale == 1.0:
         return
-    from gspo_bench.moe.routers import find_routers
-
+    suffix = f".{ROUTER_WEIGHTS.get(family, 'mlp.gate')}.weight"
+    weights = [p for name, p in model.named_parameters() if name.endswith(suffix)]
+    if not weights:
+        raise RuntimeError(f"router_scale: no {suffix[1:]} parameter in this {family} model")
     with torch.no_grad():
-        for router in find_routers(model):
-            router.weight.mul_(scale)
+        for weight in weights:
+            weight.mul_(scale)
