@@ -168,6 +168,41 @@ def test_the_router_group_round_trips_a_checkpoint_and_a_resume_sets_its_lr(tmp_
             assert torch.equal(loaded[index][key], value), (index, key)
 
 
+FSDP_SCRIPT = """
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+from gspo_bench.config import TrainConfig
+from gspo_bench.distributed import shard
+from gspo_bench.models import build_tiny_moe
+from gspo_bench.moe.routers import find_routers
+from gspo_bench.train.optim import make_optimizer
+model = build_tiny_moe("qwen3_moe", seed=2, num_layers=2, hidden_size=32, expert_hidden=32, num_experts=4, top_k=2)
+shard(model.train())
+optimizer = make_optimizer(model, TrainConfig(router_lr_scale=0.0), lr=1e-2, distributed=True)
+routers = {f"{r.name}.weight" for r in find_routers(model)}
+assert [type(p).__name__ for p in optimizer.param_groups[1]["params"]] == ["DTensor", "DTensor"]
+before = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
+ids = torch.randint(3, 60, (2, 7), generator=torch.Generator().manual_seed(0))
+model(input_ids=ids, labels=ids).loss.backward()
+optimizer.step()
+moved = {n: not torch.equal(p.full_tensor(), before[n]) for n, p in model.named_parameters()}
+assert len(routers) == 2 and not any(moved[n] for n in routers), moved
+assert all(v for n, v in moved.items() if n not in routers), moved
+dist.destroy_process_group()
+"""
+
+
+def test_under_fsdp2_the_router_group_holds_the_sharded_router_weights(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    done = subprocess.run([sys.executable, "-c", FSDP_SCRIPT, str(tmp_path / "store")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
 def test_router_lr_scale_is_checked():
     assert TrainConfig().router_lr_scale == 1.0
     for bad in (-0.5, float("nan"), float("inf")):
