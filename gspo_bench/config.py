@@ -83,6 +83,9 @@ class ModelConfig(Strict):
                                "ernie4_5_moe, llama4_text")
     n_group: int = Field(1, ge=1, description="expert groups of group-limited top-k (deepseek_v2/v3, glm4_moe, dots1)")
     topk_group: int = Field(1, ge=1, description="groups a token may take its experts from (with n_group)")
+    router_scale: float = Field(1.0, gt=0, description="factor on every router weight right after the tiny "
+                                "model's initialisation: router logits scale by it, Adam's steps do not, so below 1 "
+                                "more tokens sit near a routing tie and above 1 routing is sharper (tiny models only)")
 
     @field_validator("family")
     @classmethod
@@ -94,6 +97,9 @@ class ModelConfig(Strict):
     @model_validator(mode="after")
     def _sizes(self):
         if self.path is not None:
+            if self.router_scale != 1.0:
+                raise ValueError(f"router_scale ({self.router_scale}) rescales a tiny model's initial routers; "
+                                 "with model.path (a real checkpoint) leave it at 1")
             return self
         from gspo_bench.models.tiny import TinyMoESpec, tiny_config
 
@@ -198,7 +204,10 @@ class TrainConfig(Strict):
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
-    minibatches: int = Field(4, ge=1, description="K updates per rollout batch (the paper uses 4)")
+    minibatches: int = Field(4, ge=1, description="K updates per rollout batch (the paper uses 4); the batch's "
+                             "responses split into exactly K minibatches, sizes differing by at most one")
+    router_lr_scale: float = Field(1.0, ge=0, description="the router weights' learning rate is the run's lr times "
+                                   "this (their own AdamW group; 0 freezes the routers, 1 keeps one group)")
     grad_clip: float = Field(1.0, gt=0)
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:N")

@@ -96,7 +96,9 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     ws = suite.warm_start
     cache = Path(ws.cache_dir) if ws.cache_dir else default_cache_dir()
     key_parts = {
-        "model": suite.model.model_dump(mode="json", exclude={"architecture"}), "task": suite.task.model_dump(mode="json"),
+        # router_scale only where it is set: at 1 the key (and the cache) of before it existed
+        "model": suite.model.model_dump(mode="json", exclude={"architecture"} | (
+            {"router_scale"} if suite.model.router_scale == 1.0 else set())), "task": suite.task.model_dump(mode="json"),
         "alphabet": DEFAULT_ALPHABET, "seed": seed, "gspo_bench": __version__, "torch": torch.__version__,
         "enabled": ws.enabled, **({"prompt_format": asdict(prompt_format)} if prompt_format.chat else {}),
     }

@@ -6,6 +6,7 @@ olmoe, mixtral) keep their configs unchanged (committed results depend on them).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -35,6 +36,7 @@ class TinyMoESpec:
     first_k_dense: int = 0  # leading dense (non-MoE) decoder layers, for the families in DENSE_FIRST
     n_group: int = 1  # expert groups of group-limited top-k, for the families in GROUPED
     topk_group: int = 1  # groups a token may pick its experts from
+    router_scale: float = 1.0  # factor on every router weight after initialisation (build_tiny_moe)
 
 
 # families whose renormalisation is fixed by the architecture
@@ -45,6 +47,11 @@ FIXED_RENORMALISATION = {
 DENSE_FIRST = ("qwen3_moe", "qwen2_moe", "qwen3_next", "deepseek_v3", "glm4_moe", "dots1", "deepseek_v2",
                "ernie4_5_moe", "llama4_text")
 GROUPED = ("deepseek_v3", "glm4_moe", "dots1", "deepseek_v2")
+# where a decoder layer keeps its router weight, where not mlp.gate (tests check it against moe.routers)
+ROUTER_WEIGHTS = {"gpt_oss": "mlp.router", "granitemoe": "block_sparse_moe.router",
+                  "granitemoeshared": "block_sparse_moe.router", "hunyuan_v1_moe": "mlp.gate.wg",
+                  "dbrx": "ffn.router.layer", "jamba": "feed_forward.router", "llama4_text": "feed_forward.router"}
+ZERO_ROUTERS = ("ernie4_5_moe",)  # families whose router weights are initialised to zero (every logit ties)
 
 
 def tiny_config(spec: TinyMoESpec) -> PretrainedConfig:
@@ -72,6 +79,14 @@ def _check(spec: TinyMoESpec) -> None:
     if not 0 <= spec.first_k_dense < spec.num_layers:
         raise ValueError(f"first_k_dense must be in [0, num_layers={spec.num_layers}), got {spec.first_k_dense}")
     _check_groups(spec)
+    _check_router_scale(spec)
+
+
+def _check_router_scale(spec: TinyMoESpec) -> None:
+    if not (math.isfinite(spec.router_scale) and spec.router_scale > 0):
+        raise ValueError(f"router_scale must be a finite number > 0, got {spec.router_scale}")
+    if spec.router_scale != 1.0 and spec.family in ZERO_ROUTERS:
+        raise ValueError(f"router_scale: {spec.family} initialises its routers to zero, which no scale changes")
 
 
 def _check_groups(spec: TinyMoESpec) -> None:
@@ -294,11 +309,27 @@ def build_tiny_moe(family: str = "qwen3_moe", *, seed: int = 0, dtype: torch.dty
     unknown = set(sizes) - set(TinyMoESpec.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown tiny-model fields {sorted(unknown)}; valid: {sorted(asdict(TinyMoESpec()))}")
-    config = tiny_config(TinyMoESpec(family=family, **sizes))
+    spec = TinyMoESpec(family=family, **sizes)
+    config = tiny_config(spec)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    scale_routers(model, family, spec.router_scale)
     model.generation_config.pad_token_id = PAD_ID
     model.generation_config.eos_token_id = EOS_ID
     model.generation_config.bos_token_id = BOS_ID
     return model
+
+
+def scale_routers(model: torch.nn.Module, family: str, scale: float) -> None:
+    """Multiply every router weight [E, H] of a tiny `family` model by `scale` in place: its router
+    logits scale by it. (The routers are found by name here: models sit below gspo_bench.moe.)"""
+    if scale == 1.0:
+        return
+    suffix = f".{ROUTER_WEIGHTS.get(family, 'mlp.gate')}.weight"
+    weights = [p for name, p in model.named_parameters() if name.endswith(suffix)]
+    if not weights:
+        raise RuntimeError(f"router_scale: no {suffix[1:]} parameter in this {family} model")
+    with torch.no_grad():
+        for weight in weights:
+            weight.mul_(scale)

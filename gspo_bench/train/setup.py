@@ -23,7 +23,7 @@ from gspo_bench.rollout import RolloutEngine, make_engine
 from gspo_bench.tasks import Task
 from gspo_bench.tracking import Tracker, open_tracker
 from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state
-from gspo_bench.train.optim import make_optimizer
+from gspo_bench.train.optim import make_optimizer, set_lr
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.precision import DTYPES, Precision
 from gspo_bench.train.state import RunState
@@ -147,8 +147,7 @@ def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device
         raise ValueError(f"{out.path}: the suite changed since this run started ({'; '.join(changes)}); resume it "
                          "unchanged, or pass --allow-changed to continue with the new settings")
     scalars = load_checkpoint_state(checkpoint, policy.model, policy.optimizer, device)
-    for group in policy.optimizer.param_groups:
-        group["lr"] = spec.entry.lr or spec.suite.train.lr
+    set_lr(policy.optimizer, spec.entry.lr or spec.suite.train.lr, spec.suite.train.router_lr_scale)
     state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
                               out.read_rows("eval.parquet"))
     prov = out.read_json("provenance.json") or provenance(str(device))

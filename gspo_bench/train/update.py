@@ -206,7 +206,7 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
     per_layer: list[dict[str, torch.Tensor]] = []
     losses, grad_norms, skipped = [], [], 0
     tokens_trained = 0
-    for j, rows in enumerate(order.to(batch.input_ids.device).chunk(minibatches)):
+    for j, rows in enumerate(torch.tensor_split(order.to(batch.input_ids.device), minibatches)):  # exactly K parts
         # minibatch j > 0 runs after j updates from the old policy: its forward measures their drift
         result = update_minibatch(policy, objective, batch, old, rows, settings,
                                   measure_drift=settings.measure and j > 0)
