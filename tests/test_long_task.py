@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -76,6 +77,15 @@ def test_step_spans_cover_each_step_with_its_separator_and_flag_the_wrong_one():
     assert [response[a:b] for a, b, _ in spans] == ["7+3=10;", "10-5=6;", "6+8=14;", "14-4=1"]
     assert step_verdicts(EXAMPLE.answer, EXAMPLE) == [(0, 7, True), (7, 14, True), (14, 21, True), (21, 27, True)]
     assert make_task("chain").steps is step_verdicts
+
+
+def test_verdicts_survive_a_json_round_trip_of_the_example():
+    # the lm-eval path writes meta as JSON: the operations come back as lists
+    again = Example(EXAMPLE.prompt, EXAMPLE.answer, json.loads(json.dumps(EXAMPLE.meta)))
+    assert again.meta["ops"][1] == ["-", 5]
+    for response in (EXAMPLE.answer, "7+3=10;10-5=6;6+8=14;14-4=10"):
+        assert step_verdicts(response, again) == step_verdicts(response, EXAMPLE)
+    assert chain_reward(EXAMPLE.answer, again) == 1.0
 
 
 def test_step_credit_lowers_the_advantage_of_the_wrong_steps_tokens_only():
