@@ -145,6 +145,21 @@ def test_static_decode_with_noise_samples_what_generate_samples(setup):
     assert not torch.equal(eager.routing, generate(model, prompts, decode="generate", **params).routing)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_graph_decode_applies_and_records_the_noise(setup):
+    """The noise inside a captured CUDA-graph step (positions from route_at): the replayed steps
+    sample and record what eager static steps do."""
+    tok, _, prompts = setup
+    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4,
+                           seed=3).cuda()
+    params = SamplingParams(group_size=4, max_new_tokens=24, seed=9, ignore_eos=True)
+    runs = [make_engine("hf", pad_id=0, eos_id=2, decode="static", graph=graph, router_noise=1.0).generate(
+        model, prompts, params) for graph in (True, False)]
+    assert torch.equal(runs[0].input_ids, runs[1].input_ids) and torch.equal(runs[0].routing, runs[1].routing)
+    assert changed(runs[0].routing, training_routing(model, runs[0]).cuda(), runs[0].attention_mask[:, :-1]) > 0.3
+
+
 # ---------------------------------------------------------------------------- families and options
 def tiny(family, **kw):
     sizes = dict(num_layers=2, hidden_size=32, num_experts=8, top_k=2, vocab_size=40, expert_hidden=32)
@@ -201,3 +216,4 @@ def test_noise_under_a_replay_is_refused(setup):
     with torch.no_grad(), RoutingCapture(model, replay=cap.routing), RouterNoise(model, 1.0, 0, torch.tensor([0]), 5):
         with pytest.raises(RuntimeError, match="under a replay"):
             model(input_ids=ids)
+    assert all(not router.module._forward_hooks for router in find_routers(model))  # removed through the exception
