@@ -12,7 +12,8 @@ from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import RoutingCapture, find_routers
 from gspo_bench.rollout import SamplingParams, make_engine
 from gspo_bench.rollout.router_noise import NOISE_FAMILIES, RouterNoise, router_gaussian
-from gspo_bench.train.rollout import routing_for_training
+from gspo_bench.train.old_policy import engine_gap
+from gspo_bench.train.rollout import RolloutBatch, routing_for_training
 
 DECODES = ("generate", "static")
 
@@ -217,3 +218,24 @@ def test_noise_under_a_replay_is_refused(setup):
         with pytest.raises(RuntimeError, match="under a replay"):
             model(input_ids=ids)
     assert all(not router.module._forward_hooks for router in find_routers(model))  # removed through the exception
+
+
+def test_the_training_loop_measures_the_gap_and_r3_removes_the_mismatch(setup):
+    """`engine_gap` (the old-policy pass's measurements): a routing gap and a log-prob mismatch with
+    noise, none without; replaying the engine's routing (R3) removes the mismatch."""
+    _, model, prompts = setup
+    for sigma in (0.0, 1.0):
+        r = generate(model, prompts, sigma, group_size=2, max_new_tokens=10)
+        batch = RolloutBatch.scored(r, torch.arange(6, dtype=torch.float32), group_size=2)
+        measured = {}
+        for replay in (None, batch.routing):
+            with torch.no_grad(), RoutingCapture(model, replay=replay) as cap:
+                logp, _ = response_forward(model, batch.input_ids, batch.attention_mask, batch.n_response)
+            measured[replay is None] = engine_gap(logp, cap.routing, batch)
+        plain, r3 = measured[True], measured[False]
+        if sigma == 0.0:
+            assert float(plain["moe/rollout_gap"]) == 0 and float(plain["mismatch/k3_kl"]) < 1e-10
+        else:
+            assert float(plain["moe/rollout_gap"]) > 0.3 and float(plain["mismatch/k3_kl"]) > 1e-6
+            assert float(r3["mismatch/k3_kl"]) < 1e-10  # the model's own choice still differs: the gap stays
+            assert float(r3["moe/rollout_gap"]) == float(plain["moe/rollout_gap"])
