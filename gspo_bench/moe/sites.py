@@ -7,7 +7,9 @@ temporary instance attribute for the life of the capture.
 
 `attach(router, on_route)` calls `on_route(logits [N, E], weights [N, k], ids [N, k])` with the
 routing the model itself chose (also under an outer replay) and, when it returns `(weights, ids)`,
-hands those to the experts instead.
+hands those to the experts instead: as a replay (marked, so a capture attached after it still
+reports the model's own choice), or with `own=True` as the model's own choice (router noise: a
+capture attached after it records the replacement).
 """
 
 from __future__ import annotations
@@ -70,16 +72,21 @@ class _MethodHandle:
             self.owner.__dict__[self.name] = self.previous
 
 
-def attach(site: Site, router_module: torch.nn.Module, block: torch.nn.Module, on_route: OnRoute):
-    """Install `on_route` at `site`; returns a handle whose `remove()` undoes it."""
+def attach(site: Site, router_module: torch.nn.Module, block: torch.nn.Module, on_route: OnRoute, own: bool = False):
+    """Install `on_route` at `site`; returns a handle whose `remove()` undoes it. With `own`, a
+    replacement is the model's own choice (written unmarked); it refuses to run under a replay."""
 
     def routed(module, args, output):
         logits, weights, ids = site.read(module, args, output)
         if isinstance(output, _Replaced):  # an outer replay replaced it: report the model's own choice
             weights, ids = output.own
+        if own and isinstance(output, _Replaced):
+            raise RuntimeError("an own-choice routing (router noise) under a replay attached before it would override the replay")
         replacement = on_route(logits, weights, ids)
         if replacement is None:
             return None
+        if own:
+            return site.write(logits, *replacement)
         replaced = _Replaced(site.write(logits, *replacement))
         replaced.own = (weights, ids)
         return replaced

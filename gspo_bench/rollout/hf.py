@@ -16,6 +16,11 @@ Decoding (`decode`): `generate` is transformers' `model.generate`; `static` is o
 sampling by the same rule, routing included: the same tokens, 7-18x faster on an H100
 (`results/perf/gpu/`). Default: `static` on a GPU, `generate` on CPU and under torchrun.
 
+Router noise (`router_noise: sigma`, default 0: off) perturbs the engine's expert selection, and
+only the engine's, to top-k(router logits + sigma * z) with counter-based Gaussian z
+(`rollout.router_noise`): a controlled routing mismatch that `moe/rollout_gap` measures and R3
+removes. Both decode paths apply it and record the perturbed routing.
+
 Sampling log-probs come from a logits processor placed after temperature and top-p, so they are
 the log-probs of the distribution each token was actually drawn from; it keeps one [B, V] tensor,
 not one per step.
@@ -33,6 +38,7 @@ from gspo_bench.models.padding import left_pad
 from gspo_bench.moe import RoutingCapture
 from gspo_bench.rollout.batching import mask_after_eos
 from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
+from gspo_bench.rollout.router_noise import RouterNoise, check_sigma
 from gspo_bench.rollout.sampling import GumbelNoise
 from gspo_bench.rollout.static_decode import DecodeRule, static_decode
 
@@ -104,7 +110,7 @@ class HFEngine:
     returns_routing = True  # with SamplingParams.capture_routing
 
     def __init__(self, pad_id: int, eos_id: int, dtype: str = "float32", decode: str | None = None,
-                 graph: bool | None = None, copy_weights: bool | None = None):
+                 graph: bool | None = None, copy_weights: bool | None = None, router_noise: float = 0.0):
         if decode is not None and decode not in DECODES:
             raise ValueError(f"hf engine: decode must be one of {', '.join(DECODES)}, got {decode!r}")
         if graph and decode == "generate":
@@ -114,6 +120,7 @@ class HFEngine:
         self.decode = decode  # None: static on CUDA, generate elsewhere
         self.graph = graph  # None: on for static decoding on CUDA
         self.copy_weights = copy_weights  # None: a bf16 rollout copy on CUDA
+        self.router_noise = check_sigma(router_noise)  # std of the router-logit noise while generating (0: off)
         self.weights = RolloutWeights({"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype])
 
     def sync_weights(self, model) -> None:
@@ -166,7 +173,7 @@ class HFEngine:
         rule = DecodeRule(eos_id=self.eos_id, pad_id=self.pad_id, seed=params.seed, temperature=params.temperature,
                           top_p=params.top_p, min_new_tokens=params.max_new_tokens if params.ignore_eos else 0)
         state = static_decode(model, prompt_ids, prompt_mask, keys, params.max_new_tokens, rule,
-                              params.capture_routing, graph)
+                              params.capture_routing, graph, router_noise=self.router_noise)
         response_mask = mask_after_eos(state.tokens, self.eos_id)  # [B, T]
         width = int(response_mask.sum(-1).max())  # as generate: columns until every row has ended
         routing = state.routing[:, :, : prompt_ids.shape[1] + width - 1] if state.routing is not None else None
@@ -183,7 +190,9 @@ class HFEngine:
         processors.append(recorder)  # the sampling distribution, before the noise that samples from it
         processors.append(GumbelNoise(params.seed, keys, prompt_ids.shape[1]))
         capture = RoutingCapture(model) if params.capture_routing else None
-        with capture if capture is not None else nullcontext():
+        noise = (RouterNoise(model, self.router_noise, params.seed, keys, prompt_ids.shape[1])
+                 if self.router_noise else nullcontext())
+        with noise, capture if capture is not None else nullcontext():  # noise first: the capture records it
             seqs = model.generate(  # greedy over scores + Gumbel noise: a sample from softmax(scores)
                 input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=False, logits_processor=processors,
                 max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
@@ -211,10 +220,11 @@ class HFEngine:
 
 @register_engine("hf")
 def make_hf_engine(pad_id: int, eos_id: int, dtype: str = "float32", decode: str | None = None,
-                   graph: bool | None = None, copy_weights: bool | None = None, model_path=None, device=None,
-                   **unknown: object) -> HFEngine:
+                   graph: bool | None = None, copy_weights: bool | None = None, router_noise: float = 0.0,
+                   model_path=None, device=None, **unknown: object) -> HFEngine:
     """`model_path` and `device` are the run's (the engine samples from the policy it is handed)."""
     if unknown:
         raise ValueError(f"hf engine: unknown engine_options {', '.join(sorted(unknown))}; valid: decode "
-                         f"({' or '.join(DECODES)}), graph, copy_weights (true/false)")
-    return HFEngine(pad_id=pad_id, eos_id=eos_id, dtype=dtype, decode=decode, graph=graph, copy_weights=copy_weights)
+                         f"({' or '.join(DECODES)}), graph, copy_weights (true/false), router_noise (std >= 0)")
+    return HFEngine(pad_id=pad_id, eos_id=eos_id, dtype=dtype, decode=decode, graph=graph, copy_weights=copy_weights,
+                    router_noise=router_noise)

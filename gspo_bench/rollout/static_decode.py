@@ -17,6 +17,7 @@ Routing is recorded from the routing sites into a static [L, B, positions, k] bu
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +25,7 @@ from transformers import StaticCache, TemperatureLogitsWarper, TopPLogitsWarper
 
 from gspo_bench.moe.routers import find_routers
 from gspo_bench.moe.sites import attach
+from gspo_bench.rollout.router_noise import RouterNoise
 from gspo_bench.rollout.sampling import uniform
 
 
@@ -150,15 +152,18 @@ class RoutingRecorder:
 
 
 def static_decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, keys: torch.Tensor,
-                  max_new_tokens: int, rule: DecodeRule, capture_routing: bool, graph: bool) -> DecodeState:
-    """Decode up to `max_new_tokens` per row. With `graph` (CUDA), the step is captured once after two
+                  max_new_tokens: int, rule: DecodeRule, capture_routing: bool, graph: bool,
+                  router_noise: float = 0.0) -> DecodeState:
+    """Decode up to `max_new_tokens` per row, routing with `router_noise` (`rollout.router_noise`). With `graph` (CUDA), the step is captured once after two
     eager warm-up steps and replayed for the rest. Stops early (checked every 8 steps, one host sync
     each) once every row has ended."""
     routers = find_routers(model) if capture_routing else []
     state = DecodeState(prompt_ids, prompt_mask, max_new_tokens, keys, len(routers), routers[0].top_k if routers else 0)
     dtype = next(model.parameters()).dtype
     cache = StaticCache(config=model.config, max_cache_len=prompt_ids.shape[1] + max_new_tokens)
-    with torch.no_grad(), RoutingRecorder(model, state):
+    noise = (RouterNoise(model, router_noise, rule.seed, state.keys, state.width, columns=lambda: state.route_at)
+             if router_noise else nullcontext())
+    with torch.no_grad(), noise, RoutingRecorder(model, state):  # noise first: the recorder records it
         prefill(model, cache, prompt_ids, state, rule, dtype)
         state.route_at = torch.zeros(1, dtype=torch.long, device=prompt_ids.device)  # one position per decode step
         replay = None

@@ -240,6 +240,8 @@ def assemble(prompts: list[list[int]], responses: list[list[int]], logps: list[l
 @register_engine("vllm")
 def make_vllm_engine(pad_id: int, eos_id: int, model_path: str | Path | None = None, dtype: str = "float32",
                      device: str = "cpu", **options) -> VLLMEngine:
+    if "router_noise" in options:
+        raise ValueError("vllm engine: router_noise is an hf engine option (vLLM's routers are not hooked)")
     if model_path is None:
         raise ValueError("the vllm engine needs model_path: the checkpoint directory it loads first")
     import_vllm()  # fail now, with the install hint, not at the first rollout
