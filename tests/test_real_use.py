@@ -339,6 +339,26 @@ def test_tracking_settings_may_change_on_resume_and_nothing_else_is_ignored(tmp_
     assert config_changes(tmp_path, spec(rollout={"max_new_tokens": 9})) == ["suite.rollout.max_new_tokens: 8 -> 9"]
 
 
+def test_a_field_added_after_a_run_started_is_no_change_at_its_default(tmp_path):
+    """A run recorded before a suite field existed resumes when the field holds its default; set
+    otherwise, the change is named."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from gspo_bench.train.setup import config_changes, resolved_config
+
+    def spec(**changes):
+        suite = parse_suite(tiny_suite(tmp_path / "cache", **changes))
+        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, algorithm=None, overrides={})
+
+    recorded = yaml.safe_load(resolved_config(spec(), lr=spec().suite.train.lr))
+    del recorded["suite"]["train"]["router_lr_scale"], recorded["suite"]["model"]["router_scale"]  # an older run
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(recorded))
+    assert config_changes(tmp_path, spec()) == []
+    assert config_changes(tmp_path, spec(train={"router_lr_scale": 2.0})) == ["suite.train.router_lr_scale: None -> 2.0"]
+
+
 def test_the_warm_start_cache_key_holds_the_chat_format(tmp_path, monkeypatch):
     import gspo_bench.warmstart
     from gspo_bench.suite import starting_weights

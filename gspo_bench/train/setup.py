@@ -237,4 +237,32 @@ def config_changes(run_dir: Path, spec) -> list[str]:
     new = _flatten(yaml.safe_load(resolved_config(spec, lr=spec.entry.lr or spec.suite.train.lr)))
     keys = sorted(k for k in set(old) | set(new)
                   if k not in _NOT_COMPARED and not k.startswith(("suite.tracking.", "run.overrides")))
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    # a field added to the config after the run started is no change where it holds its default
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
+            if old.get(k) != new.get(k) and not (k not in old and new.get(k) == suite_field_default(k))]
+
+
+_NO_DEFAULT = object()
+
+
+def suite_field_default(key: str):
+    """The default of suite field `key` ("suite.model.router_scale"), or a sentinel equal to nothing
+    where the key is no suite field or has no plain default."""
+    from pydantic import BaseModel
+
+    from gspo_bench.config import SuiteConfig
+
+    parts = key.split(".")
+    if parts[0] != "suite":
+        return _NO_DEFAULT
+    model: type[BaseModel] = SuiteConfig
+    for i, name in enumerate(parts[1:], start=1):
+        field = model.model_fields.get(name)
+        if field is None:
+            return _NO_DEFAULT
+        if i == len(parts) - 1:
+            return _NO_DEFAULT if field.is_required() or field.default_factory is not None else field.default
+        model = field.annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return _NO_DEFAULT
+    return _NO_DEFAULT
