@@ -149,6 +149,8 @@ class WarmStartConfig(Strict):
     eval_examples: int = Field(64, ge=1)
     band: tuple[float, float] = Field((0.2, 0.6), description="target sampled test accuracy [low, high]")
     cache_dir: str | None = Field(None, description="where warm-started weights are cached; default ~/.cache/gspo-bench")
+    device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="where the warm start trains: cpu, "
+                        "or cuda for models too large for a CPU warm start (the cached weights are saved either way)")
     seed: int | None = Field(None, description="seed the starting model is built and warm-started with (default: each "
                              "run's seed; one value starts every seed from the same model, as RL runs from one base "
                              "model do, and seeds then vary the RL sampling only)")

@@ -35,6 +35,7 @@ class WarmStartParams:
     max_new_tokens: int = 32
     seed: int = 0
     prompt_format: PromptFormat = PromptFormat()  # raw prompts, or rendered with the chat template
+    device: str = "cpu"  # where the fine-tuning runs (the saved weights are the same either way)
 
 
 class WarmStartError(RuntimeError):
@@ -82,6 +83,10 @@ def finetune(model, tokenizer, task: Task, params: WarmStartParams,
     Raises WarmStartError if the band is not reached within `max_steps`.
     """
     low, high = params.band
+    device = torch.device(params.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"warm_start.device is {params.device}, but this machine has no CUDA device")
+    model.to(device)
     rng = random.Random(params.seed)
     test = task.test_examples(params.eval_examples)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0)
@@ -109,6 +114,7 @@ def finetune(model, tokenizer, task: Task, params: WarmStartParams,
         model.train()
         ids, mask, target_mask = sft_batch(tokenizer, [task.train_example(rng) for _ in range(params.batch_size)],
                                              params.prompt_format)
+        ids, mask, target_mask = ids.to(device), mask.to(device), target_mask.to(device)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
         optimizer.zero_grad(set_to_none=True)
@@ -128,7 +134,9 @@ def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer, task: Task
     warmstart.json or the checksums missing) is removed and rebuilt; `info["rebuilt"]` says why."""
     from transformers import AutoModelForCausalLM
 
-    key = cache_key({**key_parts, "warm_start": params.__dict__})
+    # the device only where it is not the CPU: the key (and the cache) of before it existed
+    settings = {k: v for k, v in params.__dict__.items() if not (k == "device" and v == "cpu")}
+    key = cache_key({**key_parts, "warm_start": settings})
     target = Path(cache_dir) / f"warmstart-{key}"
     problem = cache_damage(target)
     if target.exists() and problem is None:

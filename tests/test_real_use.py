@@ -393,3 +393,23 @@ def test_a_resumed_run_replaces_the_tensorboard_steps_a_crash_left_after_its_che
     events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+
+
+def test_a_warm_start_on_a_missing_cuda_device_says_so_and_the_device_reaches_it(tmp_path, monkeypatch):
+    from gspo_bench import warmstart
+    from gspo_bench.config import parse_suite
+    from gspo_bench.suite import starting_weights
+
+    tokenizer = chat_tokenizer()
+    model = build_tiny_moe(vocab_size=len(tokenizer), num_layers=2, hidden_size=32, expert_hidden=32, num_experts=4)
+    params = warmstart.WarmStartParams(max_steps=1, device="cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="warm_start.device is cuda, but this machine has no CUDA device"):
+        warmstart.finetune(model, tokenizer, make_task("sort", max_len=3), params)
+    seen = []
+    monkeypatch.setattr(warmstart, "finetune", lambda model, tok, task, params, on_eval=None: seen.append(params.device)
+                        or (_ for _ in ()).throw(warmstart.WarmStartError("stop here")))
+    suite = parse_suite(tiny_suite(tmp_path / "cache", warm_start={"device": "cuda:1"}))
+    with pytest.raises(warmstart.WarmStartError):
+        starting_weights(suite, 0, log=lambda m: None)
+    assert seen == ["cuda:1"]
