@@ -4,7 +4,7 @@
     config.yaml       the fully resolved suite config of this run
     provenance.json   git commit + dirty flag, package versions, python, device, host, start/end
     metrics.parquet   one row per step (REQUIRED_COLUMNS and more)
-    layers.parquet    drift per MoE layer per step
+    layers.parquet    drift and router margins per MoE layer and measured minibatch, per step
     status.json       {"status": running|done|collapsed|failed, "message", "step", ...}
     checkpoint/       latest model + optimizer + step, for --resume (never committed)
 """
