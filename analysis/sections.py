@@ -81,6 +81,9 @@ SECTIONS: tuple[SectionSpec, ...] = (
                                       lambda c: T.suite_summary(c.results, c.spread, c.allow_unmatched))),
     SectionSpec("compute-matching", _one("compute-matching", "Compute matching", lambda c: compute_table(c.results))),
     SectionSpec("summary", _one(anchors.SUMMARY, "Summary per objective", lambda c: T.summary_table(c.results))),
+    SectionSpec("paired-vs-grpo", _one("paired-vs-grpo", "Final reward against GRPO, paired by seed "
+                                       "(mean difference, 95% bootstrap CI over seeds)",
+                                       lambda c: T.paired_against(c.results, "grpo"))),
     SectionSpec("paper-vs-run", _paper, when="per sweep point with GRPO and GSPO runs"),
     SectionSpec("by-sweep-point", _by_point, when="with a sweep"),
     SectionSpec("held-out-evaluation", _one("held-out-evaluation", "Held-out evaluation (lm-eval)",

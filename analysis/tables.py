@@ -62,6 +62,28 @@ def summary_table(results: Results, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def paired_against(results: Results, baseline: str = "grpo", seed: int = 0) -> pd.DataFrame | str:
+    """Each other objective's final reward minus `baseline`'s on the same seeds: the mean difference,
+    its 95% bootstrap CI over seeds and the per-seed differences (> 0: ahead of the baseline)."""
+    final = results.metrics.groupby(["label", "seed"], sort=False).apply(
+        lambda frame: final_value(frame.sort_values("step"), "reward/mean"), include_groups=False)
+    labels = list(dict.fromkeys(final.index.get_level_values("label")))
+    if baseline not in labels:
+        return f"No {baseline} runs to pair the others with."
+    rng, base = np.random.default_rng(seed), final[baseline]
+    rows = []
+    for label in labels:
+        if label == baseline:
+            continue
+        seeds = final[label].index.intersection(base.index)
+        difference = (final[label][seeds] - base[seeds]).to_numpy()
+        low, high = bootstrap_ci(difference, rng) if len(difference) > 1 else (np.nan, np.nan)
+        rows.append({"objective": label, "seeds": len(seeds), f"minus {baseline}": mean(difference),
+                     "CI low": low, "CI high": high,
+                     "per seed": ", ".join(f"s{s}: {d:+.4f}" for s, d in zip(seeds, difference))})
+    return pd.DataFrame(rows)
+
+
 def eval_table(results: Results) -> pd.DataFrame | str:
     """Held-out score per objective and task: first and last evaluation, mean over seeds."""
     evals = results.evals

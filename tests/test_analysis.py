@@ -237,3 +237,23 @@ def paper_vs_run_table(root):
     from analysis.paper import paper_vs_run
 
     return paper_vs_run(load_results(root)).set_index("quantity")
+
+
+def test_objectives_are_paired_with_grpo_by_seed():
+    from types import SimpleNamespace
+
+    from analysis.tables import paired_against
+
+    rows = []
+    finals = {"grpo": {0: 0.5, 1: 0.4, 2: 0.6}, "grpo_r3": {0: 0.6, 1: 0.3, 2: 0.9}, "gspo": {1: 0.5}}
+    for label, by_seed in finals.items():
+        for seed, final in by_seed.items():  # 4 steps: the final value is the last step's (25%)
+            rows += [{"label": label, "seed": seed, "step": step, "reward/mean": 0.0 if step < 4 else final}
+                     for step in (4, 3, 2, 1)]
+    table = paired_against(SimpleNamespace(metrics=pd.DataFrame(rows))).set_index("objective")
+    assert table.loc["grpo_r3", "minus grpo"] == pytest.approx((0.1 - 0.1 + 0.3) / 3)
+    assert table.loc["grpo_r3", "per seed"] == "s0: +0.1000, s1: -0.1000, s2: +0.3000"
+    assert table.loc["grpo_r3", "CI low"] < table.loc["grpo_r3", "minus grpo"] < table.loc["grpo_r3", "CI high"]
+    assert table.loc["gspo", "seeds"] == 1 and table.loc["gspo", "minus grpo"] == pytest.approx(0.1)
+    assert np.isnan(table.loc["gspo", "CI low"])  # one seed: no CI
+    assert "No grpo runs" in paired_against(SimpleNamespace(metrics=pd.DataFrame(rows[12:])))

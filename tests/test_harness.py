@@ -64,6 +64,18 @@ def run_suite(data: dict, out: Path, resume: bool = False, on_step=None) -> dict
     return statuses
 
 
+def run_interrupted(data: dict, out: Path, at_step: int) -> None:
+    """Run `data` into `out`, interrupted (KeyboardInterrupt) after step `at_step`'s row is written,
+    before its checkpoint."""
+
+    def interrupt(row):
+        if row["step"] == at_step:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(data, out, on_step=interrupt)
+
+
 def metrics(out: Path, suite: str, run: str) -> pd.DataFrame:
     return pd.read_parquet(out / suite / run / "metrics.parquet")
 
@@ -158,13 +170,7 @@ def test_resume_after_interruption_equals_uninterrupted(tmp_path, cache):
     data = tiny_suite(cache, budget={"kind": "steps", "value": 4},
                       objectives=[{"name": "grpo_rr"}])
     run_suite(data, tmp_path / "full")
-
-    def interrupt(row):
-        if row["step"] == 3:  # after step 3's row is written, before its checkpoint
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_suite(data, tmp_path / "cut", on_step=interrupt)
+    run_interrupted(data, tmp_path / "cut", at_step=3)
     run_dir = RunDir(tmp_path / "cut" / "tiny" / "grpo_rr-s0")
     assert run_dir.read_status()["status"] == "failed"
     assert len(metrics(tmp_path / "cut", "tiny", "grpo_rr-s0")) == 3

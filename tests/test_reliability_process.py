@@ -27,12 +27,13 @@ from test_launch import TIME_COLUMNS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("grpo_rr-s0", "gspo-s0", "grpo_rr-s1", "gspo-s1")  # with --parallel 2: two run, two wait
+STEPS = 6
 
 
 @pytest.fixture(scope="module")
 def suite_file(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("process")
-    data = signal_suite(root / "cache", steps=6, objectives=[{"name": "grpo_rr"}, {"name": "gspo"}], seeds=[0, 1],
+    data = signal_suite(root / "cache", steps=STEPS, objectives=[{"name": "grpo_rr"}, {"name": "gspo"}], seeds=[0, 1],
                         train={"checkpoint_every": 1})
     path = root / "suite.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -152,7 +153,8 @@ def test_kill_9_of_the_parallel_parent_leaves_no_process_and_no_lock(suite_file,
 @pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
 def test_a_stop_signal_stops_the_parallel_suite_and_resume_finishes_it(suite_file, sequential, tmp_path, how):
     proc = start(suite_file, tmp_path, "--parallel", "2")
-    started = wait_until_running(tmp_path, 2, proc, step=2)  # each has a checkpoint (step 1's at least)
+    wait_until_running(tmp_path, 2, proc, step=2)  # each has a checkpoint (step 1's at least)
+    before = {run: status(tmp_path / "tiny" / run) for run in RUNS}  # a run may end between this and the stop
     if how == "SIGTERM":
         proc.send_signal(signal.SIGTERM)  # the suite's process alone: it stops its workers
     else:
@@ -164,13 +166,16 @@ def test_a_stop_signal_stops_the_parallel_suite_and_resume_finishes_it(suite_fil
     time.sleep(1.0)  # a queued run that (wrongly) started after the stop would show by now
     stopped = {}
     for run in RUNS:
-        recorded = status(tmp_path / "tiny" / run)
-        if run in started:
-            assert recorded["status"] == "failed" and f"stopped by {name}" in recorded["message"], recorded
+        recorded, seen = status(tmp_path / "tiny" / run), before[run]
+        if seen is not None and seen["status"] == "done":
+            assert recorded == seen, f"{run} ended before the stop: {recorded}"
+        elif recorded is not None and recorded["status"] == "done":  # it was on its last step when stopped
+            assert seen is not None and seen["status"] == "running" and seen["step"] == STEPS, (run, seen, recorded)
+        elif recorded is not None or seen is not None:  # running at the stop (or starting just then): stopped
+            assert recorded["status"] == "failed" and f"stopped by {name}" in recorded["message"], (run, seen, recorded)
             assert "--resume" in recorded["message"]
             stopped[run] = recorded["step"]
-        else:
-            assert recorded is None, f"{run} started after the stop: {recorded}"
+    assert len(stopped) >= 1 and sum(before[run] is None for run in RUNS) >= 1, before  # something to stop and to queue
     resume(suite_file, tmp_path)
     for run, step in stopped.items():  # continued from its checkpoint, not started again
         provenance = json.loads((tmp_path / "tiny" / run / "provenance.json").read_text())

@@ -115,7 +115,7 @@ def test_compute_is_matched_within_each_sweep_point_not_across_points(tmp_path):
         check_matched(load_results(tmp_path / "synth"))
 
 
-EXPECTED_SECTIONS = ["answer", "suite-summary", "compute-matching", "summary", "paper-vs-run", "by-sweep-point",
+EXPECTED_SECTIONS = ["answer", "suite-summary", "compute-matching", "summary", "paired-vs-grpo", "paper-vs-run", "by-sweep-point",
                      "held-out-evaluation", "clip-by-length", "ratio-variance-by-routing", "router-margins", "gpu-figures",
                      "late-divergence", "provenance", "unreadable"]
 
@@ -134,7 +134,7 @@ def test_every_declared_section_is_in_both_reports_in_order(report):
     results = load_results(report["md"].parent.parent / "synth")
     built = build_sections(Context(results, 0.0, False, frozenset()))
     assert [s.anchor for s in built] == ["answer", "suite-summary", "compute-matching", anchors.SUMMARY,
-                                         "paper-vs-run", "held-out-evaluation", "clip-by-length",
+                                         "paired-vs-grpo", "paper-vs-run", "held-out-evaluation", "clip-by-length",
                                          "ratio-variance-by-routing", "router-margins", "router-margins-reading",
                                          "gpu-figures", "late-divergence",
                                          "late-divergence-thresholds",

@@ -243,19 +243,13 @@ def test_a_suite_with_fewer_responses_than_minibatches_is_refused():
 def test_a_run_with_its_own_router_lr_resumes_as_if_uninterrupted(tmp_path):
     """End to end, with an objective entry's lr: the router group survives the checkpoint and a resume
     sets its lr (entry lr x router_lr_scale) again; the logged lr is the main group's."""
-    from test_harness import assert_same_metrics, metrics, run_suite
+    from test_harness import assert_same_metrics, metrics, run_interrupted, run_suite
     from test_harness import tiny_suite as harness_suite
 
     data = harness_suite(tmp_path / "cache", budget={"kind": "steps", "value": 4}, train={"router_lr_scale": 3.0},
                          objectives=[{"name": "grpo", "lr": 2e-3}])
     run_suite(data, tmp_path / "full")
-
-    def interrupt(row):
-        if row["step"] == 3:  # after step 3's row is written, before its checkpoint
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_suite(data, tmp_path / "cut", on_step=interrupt)
+    run_interrupted(data, tmp_path / "cut", at_step=3)  # after step 3's row, before its checkpoint
     run_suite(data, tmp_path / "cut", resume=True)
     full = metrics(tmp_path / "full", "tiny", "grpo-s0")
     assert full["lr"].tolist() == [2e-3] * 4
