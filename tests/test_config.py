@@ -34,6 +34,18 @@ def test_shipped_suites_validate(name):
     assert suite.train.minibatches == 4
 
 
+@pytest.mark.parametrize("name", ["stress_cpu.yaml", "paper_gpu.yaml"])
+def test_the_stress_suites_hold_every_ingredient(name):
+    """The stress comparison: GRPO, R2, R3 and GSPO, no TIS, >= 3 seeds, N = 8, long chain responses
+    and an engine that routes otherwise than the trainer."""
+    suite = load_suite(EXPERIMENTS / name)
+    assert [o.name for o in suite.objectives] == ["grpo", "grpo_rr", "grpo_r3", "gspo"]
+    assert all(o.correction is None for o in suite.objectives) and len(suite.seeds) >= 3
+    assert suite.train.minibatches == 8 and suite.task.name == "chain" and suite.rollout.max_new_tokens >= 180
+    assert suite.rollout.engine == "hf" and suite.rollout.engine_options["router_noise"] > 0
+    assert suite.task.instance().test_examples(1)[0].answer.count(";") == 29  # 30 written steps
+
+
 def test_the_moe_rl_methods_suite_builds_a_grouped_deepseek_v3_with_a_dense_first_layer():
     from gspo_bench.models.tiny import TinyMoESpec, tiny_config
 
