@@ -7,6 +7,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 import plotly.graph_objects as go
+from matplotlib.ticker import MaxNLocator
 
 from analysis.figures import _ax, palette
 
@@ -43,46 +44,61 @@ def margin_table(metrics: pd.DataFrame) -> pd.DataFrame | str:
     return table.rename(columns=SUMMARY).reset_index().rename(columns={"label": "objective"})
 
 
-def by_layer(layers: pd.DataFrame) -> pd.DataFrame:
-    """Per objective and MoE layer: mean measured drift, predicted flip rate and crossed margins."""
+def by_layer(layers: pd.DataFrame, across: str = "layer") -> pd.DataFrame:
+    """Per objective and MoE layer (or `across="updates"`: per number of updates the measured forward
+    ran after): mean measured drift, predicted flip rate and crossed margins."""
     columns = [c for c in ("moe/drift", "moe/flip_pred", "moe/margin_crossed") if c in layers.columns]
-    return layers.groupby(["label", "layer"], sort=False)[columns].mean().reset_index()
+    return layers.groupby(["label", across], sort=False)[columns].mean().reset_index().sort_values(["label", across],
+                                                                                                     kind="stable")
 
 
 def has_margins(layers: pd.DataFrame) -> bool:
     return "moe/flip_pred" in layers.columns and bool(layers["moe/flip_pred"].notna().any())
 
 
-def predicted_vs_measured(layers: pd.DataFrame, ax=None):
-    """Per layer: measured drift (solid) and the predicted flip rate (dashed), one colour per objective."""
+PANELS = {"layer": "MoE layer", "updates": "updates since the old policy (minibatch forward after j updates)"}
+TITLES = {"layer": "per layer", "updates": "by updates since the old policy"}
+
+
+def predicted_vs_measured(layers: pd.DataFrame, across: str = "layer", ax=None):
+    """Measured drift (solid) and the predicted flip rate (dashed), one colour per objective, per MoE
+    layer or per number of updates (`across`)."""
     ax = _ax(ax)
-    table = by_layer(layers)
+    table = by_layer(layers, across)
     colors = palette(list(dict.fromkeys(table["label"])))
     for label, rows in table.groupby("label", sort=False):
-        ax.plot(rows["layer"], rows["moe/drift"], "-o", color=colors[label], label=f"{label}: measured")
-        ax.plot(rows["layer"], rows["moe/flip_pred"], "--x", color=colors[label], label=f"{label}: predicted")
-    ax.set_xlabel("MoE layer")
+        ax.plot(rows[across], rows["moe/drift"], "-o", color=colors[label], label=f"{label}: measured")
+        ax.plot(rows[across], rows["moe/flip_pred"], "--x", color=colors[label], label=f"{label}: predicted")
+    ax.set_xlabel(PANELS[across])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("share of tokens rerouted")
-    ax.set_title("Drift per layer: measured vs predicted from router margins")
+    ax.set_title(f"Drift {TITLES[across]}: measured vs predicted from router margins")
     ax.legend(fontsize=7)
     return ax
 
 
 def predicted_vs_measured_figure(layers: pd.DataFrame) -> plt.Figure:
-    return predicted_vs_measured(layers).figure
+    across = [a for a in PANELS if a in layers.columns]
+    figure, axes = plt.subplots(1, len(across), figsize=(6.0 * len(across), 4.0), layout="constrained", squeeze=False)
+    for ax, name in zip(axes[0], across):
+        predicted_vs_measured(layers, name, ax=ax)
+    return figure
 
 
 def predicted_vs_measured_interactive(layers: pd.DataFrame) -> list[go.Figure]:
     from analysis.interactive import _colors, _layout
 
-    table = by_layer(layers)
-    colors = _colors(table)
-    fig = go.Figure()
-    for label, rows in table.groupby("label", sort=False):
-        for column, dash, kind in (("moe/drift", "solid", "measured"), ("moe/flip_pred", "dash", "predicted")):
-            fig.add_trace(go.Scatter(
-                x=rows["layer"], y=rows[column], mode="lines+markers", name=f"{label}: {kind}", legendgroup=label,
-                line=dict(color=colors[label], dash=dash),
-                hovertemplate=f"{label} {kind}<br>layer %{{x}}<br>%{{y:.4g}}<extra></extra>"))
-    return [_layout(fig, "Drift per layer: measured vs predicted from router margins", "MoE layer",
-                    "share of tokens rerouted")]
+    figures = []
+    for across in (a for a in PANELS if a in layers.columns):
+        table = by_layer(layers, across)
+        colors = _colors(table)
+        fig = go.Figure()
+        for label, rows in table.groupby("label", sort=False):
+            for column, dash, kind in (("moe/drift", "solid", "measured"), ("moe/flip_pred", "dash", "predicted")):
+                fig.add_trace(go.Scatter(
+                    x=rows[across], y=rows[column], mode="lines+markers", name=f"{label}: {kind}", legendgroup=label,
+                    line=dict(color=colors[label], dash=dash),
+                    hovertemplate=f"{label} {kind}<br>{across} %{{x}}<br>%{{y:.4g}}<extra></extra>"))
+        figures.append(_layout(fig, f"Drift {TITLES[across]}: measured vs predicted from router margins",
+                               PANELS[across], "share of tokens rerouted"))
+    return figures

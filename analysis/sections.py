@@ -137,7 +137,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("clip_by_length", "Clipping by response length", lambda r: F.clip_by_length(r.metrics).figure,
                plotly_figures.clip_by_length),
     FigureSpec("kl_entropy", "KL and entropy", lambda r: F.kl_entropy(r.metrics)[0].figure, plotly_figures.kl_entropy),
-    FigureSpec("margins_by_layer", "Drift per layer: measured vs predicted from router margins",
+    FigureSpec("margins_by_layer", "Drift per layer and by updates: measured vs predicted from router margins",
                lambda r: M.predicted_vs_measured_figure(r.layers), lambda r: M.predicted_vs_measured_interactive(r.layers),
                shown=lambda r: M.has_margins(r.layers)),
 )

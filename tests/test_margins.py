@@ -152,6 +152,8 @@ def test_the_report_tables_and_draws_predicted_against_measured_drift_per_layer(
     layers = pd.DataFrame({"label": ["grpo"] * 4, "seed": 0, "step": 1, "updates": [1, 1, 2, 2], "layer": [0, 1, 0, 1],
                            "moe/drift": [0.1, 0.2, 0.3, 0.4], "moe/flip_pred": [0.0, 0.1, 0.2, 0.5]})
     assert has_margins(layers) and not has_margins(layers.drop(columns="moe/flip_pred"))
-    (figure,) = predicted_vs_measured_interactive(layers)
-    traces = {t.name: list(t.y) for t in figure.data}
+    per_layer, per_update = predicted_vs_measured_interactive(layers)
+    traces = {t.name: list(t.y) for t in per_layer.data}
     assert traces == {"grpo: measured": pytest.approx([0.2, 0.3]), "grpo: predicted": pytest.approx([0.1, 0.3])}
+    traces = {t.name: list(t.y) for t in per_update.data}  # updates 1 and 2: layers 0 and 1 averaged
+    assert traces == {"grpo: measured": pytest.approx([0.15, 0.35]), "grpo: predicted": pytest.approx([0.05, 0.35])}
