@@ -12,6 +12,8 @@ from analysis.matching import MATCH_TOLERANCE
 from analysis.paper import paper_vs_run
 from analysis.stats import FINAL_FRACTION, auc, bootstrap_ci, final_value, iqm, mean, per_run
 
+APART_WINDOW = 10  # steps per window when dating where one objective moves ahead of another
+
 
 def final_reward_by_facet(results: Results, seed: int = 0) -> pd.DataFrame | None:
     """Final reward of each algorithm (rows) at each sweep point (columns), "mean [CI low, CI high]"
@@ -78,10 +80,29 @@ def paired_against(results: Results, baseline: str = "grpo", seed: int = 0) -> p
         seeds = final[label].index.intersection(base.index)
         difference = (final[label][seeds] - base[seeds]).to_numpy()
         low, high = bootstrap_ci(difference, rng) if len(difference) > 1 else (np.nan, np.nan)
+        ahead, behind = apart_from(results.metrics, label, baseline)
         rows.append({"objective": label, "seeds": len(seeds), f"minus {baseline}": mean(difference),
                      "CI low": low, "CI high": high,
-                     "per seed": ", ".join(f"s{s}: {d:+.4f}" for s, d in zip(seeds, difference))})
+                     "per seed": ", ".join(f"s{s}: {d:+.4f}" for s, d in zip(seeds, difference)),
+                     "ahead on every seed from step": ahead, "behind on every seed from step": behind})
     return pd.DataFrame(rows)
+
+
+def apart_from(metrics: pd.DataFrame, label: str, baseline: str, window: int = APART_WINDOW) -> tuple:
+    """(ahead, behind): the first step from which `label`'s reward, averaged over windows of `window`
+    steps (1..window, window+1..2 window, ...), stays above (below) `baseline`'s in every window to the
+    end, on every seed both have; "-" where it never does. Windows a seed has not reached are left out."""
+    frame = metrics[metrics["label"].isin([label, baseline])].assign(window=lambda f: (f["step"] - 1) // window)
+    table = frame.pivot_table(index=["seed", "window"], columns="label", values="reward/mean", aggfunc="mean")
+    if label not in table or baseline not in table:
+        return "-", "-"
+    difference = (table[label] - table[baseline]).unstack("seed").dropna()  # [windows, seeds]
+    found = []
+    for sign in (1, -1):
+        holds = ((difference * sign) > 0).all(axis=1).to_numpy()  # every seed, per window
+        tail = len(holds) - np.argmin(holds[::-1]) if not holds.all() else 0  # first window of the last run of True
+        found.append(int(difference.index[tail]) * window + 1 if len(holds) and tail < len(holds) else "-")
+    return tuple(found)
 
 
 def eval_table(results: Results) -> pd.DataFrame | str:

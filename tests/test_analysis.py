@@ -257,3 +257,21 @@ def test_objectives_are_paired_with_grpo_by_seed():
     assert table.loc["gspo", "seeds"] == 1 and table.loc["gspo", "minus grpo"] == pytest.approx(0.1)
     assert np.isnan(table.loc["gspo", "CI low"])  # one seed: no CI
     assert "No grpo runs" in paired_against(SimpleNamespace(metrics=pd.DataFrame(rows[12:])))
+
+
+def test_the_step_from_which_an_objective_stays_ahead_on_every_seed():
+    from analysis.tables import apart_from
+
+    rows = []
+    # windows of 10 steps: r3 - grpo per window and seed; from window 2 (step 21) on every seed ahead
+    gaps = {0: [-0.1, 0.2, 0.1, 0.1], 1: [0.1, -0.1, 0.2, 0.3]}
+    for seed, by_window in gaps.items():
+        for w, gap in enumerate(by_window):
+            for step in range(10 * w + 1, 10 * w + 11):
+                rows += [{"label": "grpo", "seed": seed, "step": step, "reward/mean": 0.5},
+                         {"label": "grpo_r3", "seed": seed, "step": step, "reward/mean": 0.5 + gap}]
+    rows.append({"label": "grpo", "seed": 0, "step": 41, "reward/mean": 0.0})  # a window one run has not reached
+    metrics = pd.DataFrame(rows)
+    assert apart_from(metrics, "grpo_r3", "grpo") == (21, "-")
+    assert apart_from(metrics, "grpo", "grpo_r3") == ("-", 21)
+    assert apart_from(metrics, "grpo_r3", "grpo", window=40) == (1, "-")  # one window: 0.075 and 0.125 ahead
