@@ -34,6 +34,9 @@ def _run(args: list[str], env: dict) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
+MARGIN_COLUMNS = ("moe/flip_pred", "moe/margin", "moe/dscore", "moe/dmargin")
+
+
 @pytest.mark.slow
 def test_two_cpu_ranks_give_the_single_process_metrics(tmp_path):
     suite = {**SUITE, "warm_start": {**SUITE["warm_start"], "cache_dir": str(tmp_path / "cache")}}
@@ -54,12 +57,16 @@ def test_two_cpu_ranks_give_the_single_process_metrics(tmp_path):
         assert (two[gap] - one[gap]).abs().max().max() <= 0.02
         one, two = one.drop(columns=gap), two.drop(columns=gap)
         assert list(one.columns) == list(two.columns) and len(one) == len(two) == 2
-        numeric = one.select_dtypes("number").columns
+        # R3 trains on that engine routing: where it differs, a token's hidden states and so its router
+        # margins differ too (a few tokens of the mean); everything else stays within float noise
+        margins = [c for c in one.columns if c.startswith(MARGIN_COLUMNS)] if run == "grpo_r3-s0" else []
+        numeric = one.drop(columns=margins).select_dtypes("number").columns
         pd.testing.assert_frame_equal(one[numeric], two[numeric], rtol=1e-4, atol=1e-6)
+        pd.testing.assert_frame_equal(one[margins], two[margins], rtol=1e-2, atol=1e-4)
         assert one["grad/norm"].gt(0).any()  # a real update happened
         layers_one = pd.read_parquet(tmp_path / "one" / "dist" / run / "layers.parquet")
         layers_two = pd.read_parquet(tmp_path / "two" / "dist" / run / "layers.parquet")
-        pd.testing.assert_frame_equal(layers_one, layers_two, rtol=1e-4, atol=1e-6)
+        pd.testing.assert_frame_equal(layers_one, layers_two, rtol=1e-2 if margins else 1e-4, atol=1e-6)
         assert RunDir(tmp_path / "two" / "dist" / run).read_status()["status"] == "done"
         checkpoint = tmp_path / "two" / "dist" / run / "checkpoint"
         assert (checkpoint / "model" / "config.json").is_file() and (checkpoint / "state.pt").is_file()
