@@ -98,3 +98,54 @@ def test_parallel_zero_fits_the_cores_at_the_suite_threads(monkeypatch):
     monkeypatch.setattr(launch.os, "cpu_count", lambda: 16)
     assert launch.default_parallel(2) == 8 and launch.default_parallel(None) == 16
     assert launch.default_parallel(32) == 1  # never fewer than one run
+
+
+# ------------------------------------------------------------------ a worker's stop, in process (no real signal)
+
+@pytest.fixture
+def worker(monkeypatch):
+    """A `--parallel` worker's state as `_start_worker` sets it, without the process around it."""
+    import multiprocessing
+    import threading
+
+    from gspo_bench import launch
+
+    state = {"messages": None, "stop": threading.Event(), "reason": multiprocessing.Value("i", 0), "running": False,
+             "stopping": False, "exit_after": False, "stopped": False}
+    monkeypatch.setattr(launch, "_WORKER", state)
+    monkeypatch.setattr(launch, "run_one", lambda spec, mode, report: pytest.fail("a run started after the stop"))
+    return state
+
+
+def test_a_worker_that_saw_a_stop_starts_no_further_run(worker, tmp_path):
+    """Ctrl-C reaches an idle worker before the suite's process sets the shared flag: the worker
+    ignores it there (the suite decides), yet takes no queued run after it."""
+    import signal
+    from types import SimpleNamespace
+
+    from gspo_bench import launch
+
+    launch._worker_signal(signal.SIGINT, None)  # idle: no exception
+    assert worker["stopped"] and not worker["stop"].is_set()
+    outcome = launch._run_in_process(SimpleNamespace(run_dir=tmp_path / "queued"), {})
+    assert outcome["status"] == "not started" and not (tmp_path / "queued").exists()
+
+
+def test_a_stop_outside_the_training_loop_records_the_run_failed(tmp_path):
+    """A run whose folder still says `running` when a stop ends it outside the loop is marked failed
+    there, resumable; a run that never wrote a status gets none."""
+    import signal
+    from types import SimpleNamespace
+
+    from gspo_bench.launch import _record_stopped
+    from gspo_bench.stopping import Stopped
+
+    started = RunDir(tmp_path / "started")
+    started.write_status("running", step=3)
+    outcome = _record_stopped(SimpleNamespace(run_dir=started.path), Stopped(signal.SIGTERM))
+    recorded = started.read_status()
+    assert recorded["status"] == "failed" and recorded["step"] == 3 and outcome["status"] == "failed"
+    assert "stopped by SIGTERM" in recorded["message"] and "--resume" in recorded["message"]
+    never = tmp_path / "never"
+    assert _record_stopped(SimpleNamespace(run_dir=never), Stopped(signal.SIGINT))["status"] == "failed"
+    assert RunDir(never).read_status() is None
