@@ -44,7 +44,7 @@ def margin_table(metrics: pd.DataFrame) -> pd.DataFrame | str:
     return table.rename(columns=SUMMARY).reset_index().rename(columns={"label": "objective"})
 
 
-def by_layer(layers: pd.DataFrame, across: str = "layer") -> pd.DataFrame:
+def drift_by(layers: pd.DataFrame, across: str = "layer") -> pd.DataFrame:
     """Per objective and MoE layer (or `across="updates"`: per number of updates the measured forward
     ran after): mean measured drift, predicted flip rate and crossed margins."""
     columns = [c for c in ("moe/drift", "moe/flip_pred", "moe/margin_crossed") if c in layers.columns]
@@ -64,7 +64,7 @@ def predicted_vs_measured(layers: pd.DataFrame, across: str = "layer", ax=None):
     """Measured drift (solid) and the predicted flip rate (dashed), one colour per objective, per MoE
     layer or per number of updates (`across`)."""
     ax = _ax(ax)
-    table = by_layer(layers, across)
+    table = drift_by(layers, across)
     colors = palette(list(dict.fromkeys(table["label"])))
     for label, rows in table.groupby("label", sort=False):
         ax.plot(rows[across], rows["moe/drift"], "-o", color=colors[label], label=f"{label}: measured")
@@ -90,7 +90,7 @@ def predicted_vs_measured_interactive(layers: pd.DataFrame) -> list[go.Figure]:
 
     figures = []
     for across in (a for a in PANELS if a in layers.columns):
-        table = by_layer(layers, across)
+        table = drift_by(layers, across)
         colors = _colors(table)
         fig = go.Figure()
         for label, rows in table.groupby("label", sort=False):

@@ -52,6 +52,19 @@ from gspo_bench.moe.sites import attach
 _RECORDS = ("ids", "weights", "scores", "probe", "pairs", "pair_logits")
 
 
+def call_chunk(args: tuple, kwargs: dict) -> tuple[int, int, int]:
+    """(batch, offset, length) of a model call's positions: a call with an empty or absent KV cache
+    starts at position 0, one with a cache of length n continues at n."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if ids is None:
+        ids = kwargs.get("inputs_embeds")
+    if ids is None:
+        raise RuntimeError("routing hooks need input_ids or inputs_embeds in the model call")
+    cache = kwargs.get("past_key_values")
+    offset = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
+    return ids.shape[0], offset, ids.shape[1]
+
+
 class RoutingCapture:
     def __init__(
         self,
@@ -151,14 +164,7 @@ class RoutingCapture:
 
     # ------------------------------------------------------------------ hooks
     def _on_model_call(self, module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None:
-            ids = kwargs.get("inputs_embeds")
-        if ids is None:
-            raise RuntimeError("RoutingCapture needs input_ids or inputs_embeds in the model call")
-        batch, length = ids.shape[0], ids.shape[1]
-        cache = kwargs.get("past_key_values")
-        offset = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
+        batch, offset, length = call_chunk(args, kwargs)
         if offset == 0:
             self._sequences.append({key: [[] for _ in self.routers] for key in _RECORDS})
         self._chunk = (batch, offset, length)

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import torch
 
 from gspo_bench.models.families import family_of
+from gspo_bench.moe.capture import call_chunk
 from gspo_bench.moe.routers import Router, find_routers
 from gspo_bench.moe.sites import attach
 from gspo_bench.rollout.sampling import fmix32
@@ -106,12 +107,8 @@ class RouterNoise:
         self._handles.clear()
 
     def _on_model_call(self, module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None:
-            ids = kwargs.get("inputs_embeds")
-        cache = kwargs.get("past_key_values")
-        offset = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
-        self._call_columns = torch.arange(offset, offset + ids.shape[1], device=self.keys.device)
+        _, offset, length = call_chunk(args, kwargs)
+        self._call_columns = torch.arange(offset, offset + length, device=self.keys.device)
 
     def _on_route(self, layer: int, router: Router):
         def on_route(logits, weights, ids):
