@@ -1,5 +1,5 @@
 """The report's GPU figures per objective: peak GPU memory, rollout and training throughput, MFU
-(the columns of `gspo_bench.hardware`), over all steps and seeds of each run label."""
+(the columns of `gspo_bench.runtime.hardware`), over all steps and seeds of each run label."""
 
 from __future__ import annotations
 

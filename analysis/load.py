@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from analysis.suites import check_not_mixed, label_by_suite, suite_settings
-from gspo_bench.results import REQUIRED_COLUMNS, SCHEMA_VERSION
+from gspo_bench.rundir.folder import REQUIRED_COLUMNS, SCHEMA_VERSION
 
 
 class NotResultsError(ValueError):

@@ -15,7 +15,7 @@ import yaml
 from safetensors.torch import load_file
 
 from gspo_bench.config import parse_suite
-from gspo_bench.suite import plan_runs, run_suite, starting_weights
+from gspo_bench.suite.runner import plan_runs, run_suite, starting_weights
 
 SUITE = Path(__file__).resolve().parent / "ci.yaml"
 

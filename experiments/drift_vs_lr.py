@@ -20,7 +20,7 @@ import torch
 from gspo_bench.config import TrainConfig
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.objectives import get_objective
-from gspo_bench.probe import ProbeConfig, probe_batch
+from gspo_bench.suite.probe import ProbeConfig, probe_batch
 from gspo_bench.train.measurements import to_host
 from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gspo_bench.stopping import Stopped, stop_on_signals
+from gspo_bench.runtime.stopping import Stopped, stop_on_signals
 
 app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
@@ -32,7 +32,7 @@ def entry_point(ctx: typer.Context,
                 debug: bool = typer.Option(False, "--debug", help="show the traceback of an error")) -> None:
     """Process-wide settings of the command line (the library sets none): no weight loading/saving
     progress bars from Hugging Face libraries (they drown the run's own), figures drawn headless,
-    SIGTERM and Ctrl-C stop a suite (`gspo_bench.stopping`: runs in progress recorded as failed, resumable).
+    SIGTERM and Ctrl-C stop a suite (`gspo_bench.runtime.stopping`: runs in progress recorded as failed, resumable).
     `--debug` is this invocation's context state (`ctx.obj`), read by `guarded`."""
     ctx.obj = {"debug": debug}
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -89,62 +89,11 @@ def guarded(command):
 @app.command("ls")
 @guarded
 def list_registered() -> None:
-    """List the registered objectives, algorithms, tasks and rollout engines."""
-    from gspo_bench.config import ALGORITHMS
-    from gspo_bench.objectives import list_objectives, objective_spec
-    from gspo_bench.rollout import list_engines
-    from gspo_bench.tasks import list_tasks, task_params, task_spec
+    """List the registered objectives, algorithms, tasks, corrections, MoE families and rollout engines."""
+    from gspo_bench.suite.catalog import registry_tables
 
-    table = Table(title="objectives (other params: objectives[].kwargs; inputs: passed by the loop)")
-    for col in ("name", "advantages", "clip_low", "clip_high", "other params (defaults), inputs", "description"):
-        table.add_column(col)
-    for name in list_objectives():
-        spec = objective_spec(name)
-        fmt = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
-        extra = ", ".join([f"{k}={v!r}" for k, v in spec.params().items()] + sorted(spec.inputs))
-        table.add_row(name, spec.advantages, fmt(spec.clip_low), fmt(spec.clip_high), escape(extra),
-                      escape(spec.description))
-    console.print(table)
-    algorithms = Table(title="algorithms (suite entries beyond the objectives)")
-    algorithms.add_column("name")
-    algorithms.add_column("is")
-    for name, parts in ALGORITHMS.items():
-        algorithms.add_row(name, ", ".join(f"{k}={v}" for k, v in parts.items()))
-    console.print(algorithms)
-    tasks = Table(title="tasks")
-    for col in ("name", "params (defaults)", "description"):
-        tasks.add_column(col)
-    for name in list_tasks():
-        params = ", ".join(f"{k}={v!r}" for k, v in task_params(name).items())
-        tasks.add_row(name, escape(params), escape(task_spec(name).description))
-    console.print(tasks)
-    console.print(corrections_table())
-    console.print(families_table())
-    console.print(f"rollout engines: {', '.join(list_engines())}")
-
-
-def corrections_table() -> Table:
-    from gspo_bench.objectives.corrections import correction_spec, list_corrections
-
-    table = Table(title="corrections (objectives[].correction: {kind: ..., params})")
-    for col in ("kind", "params (defaults)", "description"):
-        table.add_column(col)
-    for name in list_corrections():
-        spec = correction_spec(name)
-        table.add_row(name, escape(", ".join(f"{k}={v!r}" for k, v in spec.params().items())), escape(spec.description))
-    return table
-
-
-def families_table() -> Table:
-    from gspo_bench.models.families import SUPPORTED_FAMILIES
-    from gspo_bench.moe.routers import gate_rule
-
-    table = Table(title="MoE families (model.family, or a checkpoint's model_type)")
-    for col in ("model_type", "architecture", "gate rule (replay rebuilds it)"):
-        table.add_column(col)
-    for family, architecture in SUPPORTED_FAMILIES.items():
-        table.add_row(family, architecture, escape(gate_rule(family)))
-    return table
+    for table in registry_tables():
+        console.print(table)
 
 
 def set_option():
@@ -160,8 +109,8 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), ove
     """Check a suite file as `run` would before any compute (models, tasks, objectives, devices,
     engines, eval tasks, the sweep); print the planned runs."""
     from gspo_bench.config import SuiteError
-    from gspo_bench.session import load_runnable
-    from gspo_bench.suite import plan_runs
+    from gspo_bench.suite.runner import plan_runs
+    from gspo_bench.suite.session import load_runnable
 
     try:
         suite, values = load_runnable(suite_path, overrides)
@@ -191,7 +140,7 @@ def suite_world(suite):
     """The torchrun world of this process (initialising the process group when WORLD_SIZE > 1)."""
     import torch
 
-    from gspo_bench.distributed import barrier, world_from_env
+    from gspo_bench.runtime.distributed import barrier, world_from_env
 
     world = world_from_env(torch.device(suite.train.device))
     barrier(world)
@@ -200,37 +149,18 @@ def suite_world(suite):
 
 def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
     from gspo_bench.config import SuiteError
-    from gspo_bench.plan import PlanError, memory_lines, plan_suite
-    from gspo_bench.session import load_with_overrides
-    from gspo_bench.suite import plan_runs
+    from gspo_bench.suite.plan import PlanError, plan_rows, plan_suite
+    from gspo_bench.suite.runner import plan_runs
+    from gspo_bench.suite.session import load_with_overrides
 
     try:
         suite, _ = load_with_overrides(suite_path, overrides)
         plan = plan_suite(suite)
     except (SuiteError, PlanError) as err:
         raise fail(str(err)) from None
-    runs = plan_runs(suite, Path(suite.output_dir))
-    r, t = suite.rollout, suite.train
     given = "".join(f" --set {item}" for item in overrides or [])
     table = Table(title=escape(f"dry run: suite {suite.name!r} ({suite_path}{given})"), show_header=False)
-    rows = [
-        ("model", plan.model_source),
-        ("parameters", f"{plan.params_total / 1e9:.3g} B total, {plan.params_active / 1e9:.3g} B active per token"),
-        ("per step", f"{r.prompts_per_step} prompts x {r.group_size} = {plan.sequences_per_step} responses of <= "
-                     f"{r.max_new_tokens} tokens = {plan.response_tokens_per_step:,} response tokens, "
-                     f"{t.minibatches} minibatch updates"),
-        ("FLOPs per step", f"{plan.flops_per_step:.3g} (upper bound: full-length responses, prompts left out)"),
-        ("budget", f"{suite.budget.kind} = {suite.budget.value:g} -> >= {plan.steps_per_run:,} steps per run "
-                   f"(cap {suite.budget.max_steps:,})"),
-        ("runs", f"{plan.runs}: " + ", ".join(run.name for run in runs)),
-        ("FLOPs, whole suite", f"{plan.flops_total:.3g}"),
-        ("training state per run", f"{plan.state_bytes / 2**30:,.1f} GiB (fp32 master weights + grads + AdamW"
-                                   f"{f' + {t.dtype} reference' if t.kl_coef > 0 else ''}; {t.dtype} compute); "
-                                   "activations, logits and KV cache below"),
-        *memory_lines(plan.memory),
-        ("GPUs (80 GB)", f">= {plan.gpus_needed()} with FSDP2 (state sharded over 80% of each); device {t.device}"),
-    ]
-    for key, value in rows:
+    for key, value in plan_rows(suite, plan, [run.name for run in plan_runs(suite, Path(suite.output_dir))]):
         table.add_row(key, escape(value))
     console.print(table)
 
@@ -258,10 +188,10 @@ def run(
                                      "(as `gspo-bench report` does)"),
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
-    from gspo_bench.launch import default_parallel, start_process_server
-    from gspo_bench.progress import SuiteProgress
-    from gspo_bench.session import exit_code
-    from gspo_bench.suite import run_suite
+    from gspo_bench.suite.launch import default_parallel, start_process_server
+    from gspo_bench.suite.progress import SuiteProgress
+    from gspo_bench.suite.runner import run_suite
+    from gspo_bench.suite.session import exit_code
 
     if dry_run:
         return print_plan(suite_path, overrides)
@@ -296,11 +226,11 @@ def run(
 
 def planned_todo(suite_path: Path, overrides: list[str] | None, out: Path | None, only: list[str] | None,
                  seeds: list[int] | None, resume: bool, allow_changed: bool):
-    """`gspo_bench.session.plan_session` (the suite, the results root, the runs to do); every problem
+    """`gspo_bench.suite.session.plan_session` (the suite, the results root, the runs to do); every problem
     as one error line."""
     from gspo_bench.config import SuiteError
-    from gspo_bench.lock import RunBusyError
-    from gspo_bench.session import plan_session
+    from gspo_bench.rundir.lock import RunBusyError
+    from gspo_bench.suite.session import plan_session
 
     try:
         session = plan_session(suite_path, overrides, out, only, seeds, resume, allow_changed)
@@ -360,7 +290,7 @@ def probe(
 ) -> None:
     """One RL step (K minibatch updates) of each objective on a tiny MoE from identical weights."""
     from gspo_bench.objectives import UnknownObjectiveError, objective_spec
-    from gspo_bench.probe import ProbeConfig, run_probe
+    from gspo_bench.suite.probe import ProbeConfig, run_probe
 
     names = [n.strip() for n in objectives.split(",") if n.strip()]
     for name in names:
@@ -477,20 +407,6 @@ def regress(
     console.print(f"no regression ({len(checks)} checks)")
 
 
-def eval_target(path: Path) -> tuple[Path, dict]:
-    """The model directory to evaluate and the suite it was trained by ({} for a bare model directory)."""
-    import yaml
-
-    if (path / "config.yaml").is_file():  # a run directory
-        model_dir = path / "checkpoint" / "model"
-        if not (model_dir / "config.json").is_file():
-            raise fail(f"{path} is a run directory without a checkpoint (checkpoint/model/)")
-        return model_dir, yaml.safe_load((path / "config.yaml").read_text())["suite"]
-    if (path / "config.json").is_file():
-        return path, {}
-    raise fail(f"{path} is neither a run directory nor a Hugging Face model directory")
-
-
 @app.command("eval")
 @guarded
 def eval_policy(
@@ -511,34 +427,20 @@ def eval_policy(
     import json
 
     from pydantic import ValidationError
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from gspo_bench.config import EvalConfig
-    from gspo_bench.evaluation import Evaluator, unknown_eval_tasks
-    from gspo_bench.models.chat import resolve_prompt_format
+    from gspo_bench.train.evaluation import evaluate_saved
 
-    model_dir, suite = eval_target(path)
-    suite_task, suite_params = suite.get("task", {}).get("name"), suite.get("task", {}).get("params", {})
-    rollout, tiny = suite.get("rollout", {}), bool(suite) and suite["model"].get("path") is None
     try:
         cfg = EvalConfig(tasks=[t.strip() for t in tasks.split(",") if t.strip()], samples=samples, limit=limit,
                          greedy=greedy, max_new_tokens=max_new_tokens, temperature=temperature)
     except ValidationError as err:
         raise fail("; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())) from None
-    unknown = unknown_eval_tasks(cfg.tasks, suite_task)
-    if unknown:
-        raise fail(f"--tasks: unknown task(s) {unknown}: neither a gspo-bench task (gspo-bench ls) nor an lm-eval task")
     out = out or path / "eval"
-    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     try:
-        chat = rollout.get("chat_template") if chat_template is None else chat_template
-        prompt_format = resolve_prompt_format(chat, rollout.get("system_prompt"), tokenizer, tiny=tiny,
-                                              source=str(model_dir))
+        model_dir, scores = evaluate_saved(path, cfg, out, seed=seed, chat_template=chat_template)
     except ValueError as err:
         raise fail(str(err)) from None
-    evaluator = Evaluator(cfg, out / "tasks", suite_task, suite_params, prompt_format=prompt_format)
-    scores = evaluator(model, tokenizer, seed=seed)
     (out / "scores.json").write_text(json.dumps(scores, indent=1))
     table = Table(title=escape(f"lm-eval scores of {model_dir}"))
     for col in ("task", "score", "stderr", "metric"):

@@ -15,7 +15,7 @@ from analysis.matching import UnmatchedComputeError, check_matched
 from analysis.report import write_figures, write_report
 from analysis.stats import auc, bootstrap_ci, ema, final_value, first_value, iqm
 from gspo_bench.cli import app
-from gspo_bench.results import REQUIRED_COLUMNS, RunDir
+from gspo_bench.rundir.folder import REQUIRED_COLUMNS, RunDir
 
 LABELS = {"grpo": ("grpo", False), "grpo_rr": ("grpo", True), "gspo": ("gspo", False)}
 

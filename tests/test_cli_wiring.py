@@ -1,4 +1,4 @@
-"""The command line wires; the library decides: `gspo_bench.session` loads, checks and plans a suite
+"""The command line wires; the library decides: `gspo_bench.suite.session` loads, checks and plans a suite
 and maps its runs' outcomes to an exit code, and `cli.py` holds no module state it changes at run time."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gspo_bench.session import Session, exit_code, plan_session
+from gspo_bench.suite.session import Session, exit_code, plan_session
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import tiny_suite  # noqa: E402

@@ -116,7 +116,7 @@ def test_preflight_runs_every_objective_with_its_declared_inputs_and_names_a_bad
     the objective refuses is named with the entry."""
     from gspo_bench.config import parse_suite
     from gspo_bench.objectives import list_objectives
-    from gspo_bench.preflight import check_runnable
+    from gspo_bench.suite.preflight import check_runnable
 
     every = [{"name": name} for name in list_objectives()]
     check_runnable(parse_suite(GOOD | {"objectives": every}), "s.yaml")

@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from gspo_bench.distributed import World, gather_rows, with_local_grad
-from gspo_bench.results import TIMING_COLUMNS, RunDir
+from gspo_bench.rundir.folder import TIMING_COLUMNS, RunDir
+from gspo_bench.runtime.distributed import World, gather_rows, with_local_grad
 
 SUITE = {
     "name": "dist",
@@ -101,7 +101,7 @@ def test_torchrun_refuses_what_it_cannot_do(tmp_path):
 
 
 def test_world_from_env_is_one_process_without_torchrun(monkeypatch):
-    from gspo_bench.distributed import world_from_env
+    from gspo_bench.runtime.distributed import world_from_env
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert world_from_env(torch.device("cpu")) == World()

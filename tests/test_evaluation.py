@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from gspo_bench.cli import app
 from gspo_bench.config import parse_suite
-from gspo_bench.evaluation import OFFLINE, evaluate, lm_eval_scope, write_task_files
 from gspo_bench.rollout import left_pad
-from gspo_bench.suite import starting_weights
+from gspo_bench.suite.runner import starting_weights
 from gspo_bench.tasks import make_task
+from gspo_bench.train.evaluation import OFFLINE, evaluate, lm_eval_scope, write_task_files
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import run_suite, tiny_suite  # noqa: E402

@@ -16,11 +16,11 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 from transformers import AutoModelForCausalLM, PhimoeConfig
 
-from gspo_bench.compute import active_parameters
 from gspo_bench.models import SUPPORTED_FAMILIES, UnsupportedModelError, build_tiny_moe, family_of, load_moe
 from gspo_bench.models.tiny import DENSE_FIRST, GROUPED, TinyMoESpec, tiny_config
 from gspo_bench.moe import RoutingCapture, find_routers, routing_drift
 from gspo_bench.moe.routers import FAMILY_ROUTING, gate_rule
+from gspo_bench.train.compute import active_parameters
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_moe import VOCAB, batch, perturb_routers  # noqa: E402  (the same tiny batch and router perturbation)

@@ -14,11 +14,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from gspo_bench import hardware
 from gspo_bench.config import parse_suite
 from gspo_bench.models.tiny import TinyMoESpec, tiny_config
-from gspo_bench.plan import MemoryPlan, expert_layers, memory_plan, plan_suite, plan_vs_peak
-from gspo_bench.results import GPU_COLUMNS, REQUIRED_COLUMNS
+from gspo_bench.rundir.folder import GPU_COLUMNS, REQUIRED_COLUMNS
+from gspo_bench.runtime import hardware
+from gspo_bench.suite.plan import MemoryPlan, expert_layers, memory_plan, plan_suite, plan_vs_peak
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import metrics, run_suite, tiny_suite  # noqa: E402
@@ -200,7 +200,7 @@ def test_dry_run_prints_activations_logits_and_kv_cache():
 
 # ---------------------------------------------------------------------------- step 1 on a GPU
 def test_step_one_prints_the_plan_beside_the_measured_peak():
-    from gspo_bench.progress import memory_check
+    from gspo_bench.suite.progress import memory_check
 
     memory = MemoryPlan(state=18 * GIB, activations=20 * GIB, logits=GIB // 2, kv_cache=GIB // 4)
     line = plan_vs_peak(memory, 40.04)

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from gspo_bench.cli import app
 from gspo_bench.config import parse_suite
-from gspo_bench.results import GPU_COLUMNS, REQUIRED_COLUMNS, TIMING_COLUMNS, RunDir
-from gspo_bench.suite import plan_runs, starting_weights, weights_key
+from gspo_bench.rundir.folder import GPU_COLUMNS, REQUIRED_COLUMNS, TIMING_COLUMNS, RunDir
+from gspo_bench.suite.runner import plan_runs, starting_weights, weights_key
 from gspo_bench.train.loop import RunSpec, train_run
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from gspo_bench.cli import app
-from gspo_bench.results import TIMING_COLUMNS, RunDir
+from gspo_bench.rundir.folder import TIMING_COLUMNS, RunDir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import signal_suite  # noqa: E402
@@ -85,7 +85,7 @@ def test_ray_tasks_write_what_sequential_runs_write(suite_file, sequential, tmp_
 
 def test_parallel_is_refused_with_a_message_under_torchrun(suite_file, monkeypatch):
     from gspo_bench import cli
-    from gspo_bench.distributed import World
+    from gspo_bench.runtime.distributed import World
 
     monkeypatch.setattr(cli, "suite_world", lambda suite: World(rank=0, size=2))
     result = CliRunner().invoke(app, ["run", str(suite_file), "--out", "/nonexistent/x", "--parallel", "2"])
@@ -93,7 +93,7 @@ def test_parallel_is_refused_with_a_message_under_torchrun(suite_file, monkeypat
 
 
 def test_parallel_zero_fits_the_cores_at_the_suite_threads(monkeypatch):
-    from gspo_bench import launch
+    from gspo_bench.suite.runner import launch
 
     monkeypatch.setattr(launch.os, "cpu_count", lambda: 16)
     assert launch.default_parallel(2) == 8 and launch.default_parallel(None) == 16
@@ -108,7 +108,7 @@ def worker(monkeypatch):
     import multiprocessing
     import threading
 
-    from gspo_bench import launch
+    from gspo_bench.suite.runner import launch
 
     state = {"messages": None, "stop": threading.Event(), "reason": multiprocessing.Value("i", 0), "running": False,
              "stopping": False, "exit_after": False, "stopped": False}
@@ -123,7 +123,7 @@ def test_a_worker_that_saw_a_stop_starts_no_further_run(worker, tmp_path):
     import signal
     from types import SimpleNamespace
 
-    from gspo_bench import launch
+    from gspo_bench.suite.runner import launch
 
     launch._worker_signal(signal.SIGINT, None)  # idle: no exception
     assert worker["stopped"] and not worker["stop"].is_set()
@@ -137,8 +137,8 @@ def test_a_stop_outside_the_training_loop_records_the_run_failed(tmp_path):
     import signal
     from types import SimpleNamespace
 
-    from gspo_bench.launch import _record_stopped
-    from gspo_bench.stopping import Stopped
+    from gspo_bench.runtime.stopping import Stopped
+    from gspo_bench.suite.launch import _record_stopped
 
     started = RunDir(tmp_path / "started")
     started.write_status("running", step=3)

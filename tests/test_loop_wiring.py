@@ -102,7 +102,7 @@ def test_a_bf16_run_at_an_rl_learning_rate_changes_the_weights(tmp_path, cache):
     """fp32 master weights: at lr 1e-6 a bf16 run's weights move, and are saved in fp32."""
     one_step(cache, tmp_path, train={"dtype": "bfloat16", "lr": 1e-6}, objectives=[{"name": "gspo"}])
     from gspo_bench.config import parse_suite
-    from gspo_bench.suite import starting_weights
+    from gspo_bench.suite.runner import starting_weights
 
     start = load_file(starting_weights(parse_suite(suite(cache)), 0, log=lambda m: None) / "model.safetensors")
     end = load_file(tmp_path / "tiny" / "gspo-s0" / "checkpoint" / "model" / "model.safetensors")

@@ -5,7 +5,7 @@ import math
 from typer.testing import CliRunner
 
 from gspo_bench.cli import app
-from gspo_bench.probe import ProbeConfig, run_probe
+from gspo_bench.suite.probe import ProbeConfig, run_probe
 
 
 def test_probe_one_step_per_objective():
@@ -64,7 +64,7 @@ EXPERIMENTS = __import__("pathlib").Path(__file__).resolve().parent.parent / "ex
 def test_dry_run_plans_the_paper_suite_without_gpu_or_weights():
     """Qwen3-30B-A3B from its shipped config.json on the meta device: the public parameter counts."""
     from gspo_bench.config import load_suite
-    from gspo_bench.plan import plan_suite
+    from gspo_bench.suite.plan import plan_suite
 
     plan = plan_suite(load_suite(EXPERIMENTS / "qwen3_30b_a3b.yaml"))
     assert 30.0e9 < plan.params_total < 31.0e9  # "30.5B total"

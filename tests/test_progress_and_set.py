@@ -25,9 +25,9 @@ from gspo_bench.config import (
     parse_overrides,
     parse_suite,
 )
-from gspo_bench.progress import SuiteProgress, Throttle, TimeLeft, budget_fraction
-from gspo_bench.results import RunDir
-from gspo_bench.suite import check_outputs, plan_runs
+from gspo_bench.rundir.folder import RunDir
+from gspo_bench.suite.progress import SuiteProgress, Throttle, TimeLeft, budget_fraction
+from gspo_bench.suite.runner import check_outputs, plan_runs
 from gspo_bench.train.setup import config_changes, resolved_config
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -162,7 +162,7 @@ def test_warm_start_lines_are_throttled_off_a_terminal():
 
 
 def test_workers_progress_reaches_the_parents_display_through_the_queue():
-    from gspo_bench.launch import _next_ray, _QueueReport, _relay
+    from gspo_bench.suite.launch import _next_ray, _QueueReport, _relay
 
     messages = queue.Queue()
     report = _QueueReport(messages)  # what a worker process calls
@@ -180,7 +180,7 @@ def test_workers_progress_reaches_the_parents_display_through_the_queue():
 def test_library_output_goes_to_the_run_log_and_the_console_stays_clean(tmp_path, capsys):
     from tqdm import tqdm
 
-    from gspo_bench.runlog import library_output
+    from gspo_bench.rundir.runlog import library_output
 
     before = logging.getLogger("a_library")
     handler = logging.StreamHandler(sys.stderr)  # a library that logs to the console
@@ -208,7 +208,7 @@ def test_library_output_goes_to_the_run_log_and_the_console_stays_clean(tmp_path
 def test_a_run_sends_library_output_to_its_run_log(tmp_path, monkeypatch, capsys):
     from tqdm import tqdm
 
-    from gspo_bench import launch
+    from gspo_bench.suite.runner import launch
     from gspo_bench.train import loop
 
     def train_run(spec, on_step=None, **mode):
@@ -363,7 +363,7 @@ def test_run_resume_refuses_a_changed_set_in_one_line_unless_allow_changed(tmp_p
 
 
 def test_a_fresh_init_draws_no_warm_start_bar_and_long_lines_stay_whole():
-    from gspo_bench.suite import _warm_start_eval
+    from gspo_bench.suite.runner import _warm_start_eval
 
     out = io.StringIO()
     progress = SuiteProgress(Console(file=out, force_terminal=False, width=40), BUDGETS, clock=Clock(), interval=30.0)
@@ -376,7 +376,7 @@ def test_a_fresh_init_draws_no_warm_start_bar_and_long_lines_stay_whole():
 
 def test_a_gpu_runs_first_step_prints_the_memory_plan_beside_its_peak(tmp_path):
     from gspo_bench.config import parse_suite
-    from gspo_bench.plan import plan_suite, plan_vs_peak
+    from gspo_bench.suite.plan import plan_suite, plan_vs_peak
 
     suite = parse_suite({"name": "s", "task": {"name": "sort"}, "budget": {"kind": "steps", "value": 10},
                          "objectives": [{"name": "gspo"}], "warm_start": {"enabled": False}})
@@ -390,7 +390,7 @@ def test_a_gpu_runs_first_step_prints_the_memory_plan_beside_its_peak(tmp_path):
 
 def test_a_stopped_suites_resume_command_repeats_its_overrides(monkeypatch):
     import gspo_bench.cli as cli
-    from gspo_bench.stopping import Stopped
+    from gspo_bench.runtime.stopping import Stopped
 
     monkeypatch.setattr(cli, "console", Console(file=io.StringIO(), width=300, record=True))
     stop = cli.suite_stopped(Stopped(15), Path("s.yaml"), Path("runs"), ["train.lr=3e-4"])

@@ -16,15 +16,15 @@ from typer.testing import CliRunner
 
 from gspo_bench.cli import app
 from gspo_bench.config import EvalConfig, SuiteError, TrackingConfig, parse_suite
-from gspo_bench.evaluation import Evaluator
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.chat import TINY_CHAT_TEMPLATE, PromptFormat, resolve_prompt_format
-from gspo_bench.preflight import check_runnable
 from gspo_bench.rollout import SamplingParams, left_pad, make_engine
+from gspo_bench.suite.preflight import check_runnable
 from gspo_bench.tasks import make_task
+from gspo_bench.train.evaluation import Evaluator
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.rollout import collect_rollout, draw_examples
-from gspo_bench.warmstart import sft_batch
+from gspo_bench.train.warmstart import sft_batch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import run_suite, tiny_suite  # noqa: E402
@@ -154,7 +154,7 @@ def test_rollout_and_warm_start_see_the_rendered_prompt():
 
 
 def test_warm_start_fine_tunes_on_prompts_in_the_rollouts_format(monkeypatch):
-    from gspo_bench import warmstart
+    from gspo_bench.train import warmstart
 
     tokenizer = chat_tokenizer()
     model = build_tiny_moe(vocab_size=len(tokenizer), num_layers=2, hidden_size=32, expert_hidden=32, num_experts=4)
@@ -360,8 +360,8 @@ def test_a_field_added_after_a_run_started_is_no_change_at_its_default(tmp_path)
 
 
 def test_the_warm_start_cache_key_holds_the_chat_format(tmp_path, monkeypatch):
-    import gspo_bench.warmstart
-    from gspo_bench.suite import starting_weights
+    import gspo_bench.train.warmstart
+    from gspo_bench.suite.runner import starting_weights
 
     keys = []
 
@@ -369,7 +369,7 @@ def test_the_warm_start_cache_key_holds_the_chat_format(tmp_path, monkeypatch):
         keys.append(key_parts)
         return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.0, "steps": 0}
 
-    monkeypatch.setattr(gspo_bench.warmstart, "warm_start", fake_warm_start)
+    monkeypatch.setattr(gspo_bench.train.warmstart, "warm_start", fake_warm_start)
     for rollout in ({}, {"chat_template": True}, {"chat_template": True, "system_prompt": "be brief"}):
         starting_weights(parse_suite(tiny_suite(tmp_path / "cache", rollout=rollout)), 0, log=lambda m: None)
     assert "prompt_format" not in keys[0]  # raw prompts: the key (and the cache) of before chat templates
@@ -380,7 +380,7 @@ def test_the_warm_start_cache_key_holds_the_chat_format(tmp_path, monkeypatch):
 def test_a_resumed_run_replaces_the_tensorboard_steps_a_crash_left_after_its_checkpoint(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from gspo_bench.tracking import Tracker
+    from gspo_bench.train.tracking import Tracker
 
     cfg = TrackingConfig(tensorboard=True)
     first = Tracker(cfg, tmp_path, "suite", {}, resume_step=0)
@@ -396,9 +396,9 @@ def test_a_resumed_run_replaces_the_tensorboard_steps_a_crash_left_after_its_che
 
 
 def test_a_warm_start_on_a_missing_cuda_device_says_so_and_the_device_reaches_it(tmp_path, monkeypatch):
-    from gspo_bench import warmstart
     from gspo_bench.config import parse_suite
-    from gspo_bench.suite import starting_weights
+    from gspo_bench.suite.runner import starting_weights
+    from gspo_bench.train import warmstart
 
     tokenizer = chat_tokenizer()
     model = build_tiny_moe(vocab_size=len(tokenizer), num_layers=2, hidden_size=32, expert_hidden=32, num_experts=4)

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from analysis.load import load_results
 from gspo_bench.cli import app
 from gspo_bench.config import SuiteError, parse_suite
-from gspo_bench.lock import RunBusyError, RunLock
-from gspo_bench.preflight import check_runnable
-from gspo_bench.results import RunDir
+from gspo_bench.rundir.folder import RunDir
+from gspo_bench.rundir.lock import RunBusyError, RunLock
+from gspo_bench.suite.preflight import check_runnable
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import metrics, run_suite, tiny_suite  # noqa: E402
@@ -57,7 +57,7 @@ def test_a_run_folder_held_by_a_live_process_is_refused_and_a_dead_holder_is_tak
     suite = write_suite(tmp_path / "suite.yaml", data)
     run_dir = tmp_path / "out" / "tiny" / "grpo-s0"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from gspo_bench.lock import RunLock; held = RunLock(sys.argv[1]).acquire(); "
+        [sys.executable, "-c", "import sys, time; from gspo_bench.rundir.lock import RunLock; held = RunLock(sys.argv[1]).acquire(); "
          "print('held', flush=True); time.sleep(120)", str(run_dir)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -126,7 +126,7 @@ def test_a_run_that_collapses_in_its_first_step_has_every_column_and_is_reported
                       budget={"kind": "steps", "value": 2})
     statuses = run_suite(data, tmp_path)
     assert statuses["boom-s0"]["status"] == "collapsed"
-    from gspo_bench.results import REQUIRED_COLUMNS
+    from gspo_bench.rundir.folder import REQUIRED_COLUMNS
 
     frame = metrics(tmp_path, "tiny", "boom-s0")
     assert set(REQUIRED_COLUMNS) <= set(frame.columns)
@@ -285,7 +285,7 @@ def test_sigterm_ends_a_run_as_failed_with_a_message(tmp_path, cache):
 
 
 def test_an_interrupt_says_what_happened(tmp_path, cache, monkeypatch):
-    from gspo_bench import suite as suite_module
+    from gspo_bench.suite.runner import runner as suite_module
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -309,7 +309,7 @@ def test_small_cli_mistakes_are_named(tmp_path, cache):
 
 
 def test_an_unexpected_error_is_one_line_unless_debug(tmp_path, cache, monkeypatch):
-    from gspo_bench import suite as suite_module
+    from gspo_bench.suite.runner import runner as suite_module
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("something deep")

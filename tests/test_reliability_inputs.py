@@ -27,8 +27,8 @@ from analysis.load import load_results
 from analysis.suites import suite_differences, suite_settings
 from gspo_bench import cli as cli_module
 from gspo_bench.config import dump_config, load_suite
-from gspo_bench.names import MAX_NAME, folder_name, run_folder_name
-from gspo_bench.results import REQUIRED_COLUMNS, RunDir
+from gspo_bench.rundir.folder import REQUIRED_COLUMNS, RunDir
+from gspo_bench.rundir.names import MAX_NAME, folder_name, run_folder_name
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import tiny_suite  # noqa: E402
@@ -255,7 +255,7 @@ def test_an_empty_test_split_of_an_hf_dataset_is_named(tmp_path, cli):
 def test_a_dead_parallel_worker_names_its_run_and_says_resume(tmp_path):
     """A real worker process dies (os._exit, as kill -9 would): the pool breaks; the run that was
     training is marked failed in its folder, the queued one is named as not started, both say --resume."""
-    from gspo_bench import launch
+    from gspo_bench.suite.runner import launch
 
     started, queued = (SimpleNamespace(run_dir=tmp_path / "tiny" / name) for name in ("grpo-s0", "gspo-s0"))
     RunDir(started.run_dir).write_status("running", step=3)

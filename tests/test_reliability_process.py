@@ -18,8 +18,8 @@ import yaml
 from typer.testing import CliRunner
 
 from gspo_bench.cli import app
-from gspo_bench.lock import check_free
-from gspo_bench.results import RunDir
+from gspo_bench.rundir.folder import RunDir
+from gspo_bench.rundir.lock import check_free
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import signal_suite  # noqa: E402
@@ -200,9 +200,9 @@ def cache_entry(cache: Path) -> Path:
 def test_a_damaged_warm_start_cache_is_named_removed_and_rebuilt(tmp_path, also_info):
     from safetensors.torch import load_file
 
-    from gspo_bench.checksums import damage
     from gspo_bench.config import parse_suite
-    from gspo_bench.suite import starting_weights
+    from gspo_bench.rundir.checksums import damage
+    from gspo_bench.suite.runner import starting_weights
 
     suite = parse_suite(quick_suite(tmp_path / "cache"))
     first = starting_weights(suite, 0, log=lambda m: None)
@@ -276,8 +276,8 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_a_crash_left_before_i
 def test_a_new_checkpoint_that_reads_back_wrong_never_replaces_the_previous(tmp_path, monkeypatch):
     import torch
 
-    from gspo_bench.checksums import damage
     from gspo_bench.models import build_char_tokenizer, build_tiny_moe
+    from gspo_bench.rundir.checksums import damage
     from gspo_bench.train import checkpoint
 
     _, run_dir = interrupted(tmp_path / "cache", tmp_path / "out")

@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from gspo_bench.compute import StepCompute, active_parameters
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.forward import response_forward
 from gspo_bench.rollout import SamplingParams, left_pad, make_engine, mask_after_eos
+from gspo_bench.train.compute import StepCompute, active_parameters
 
 
 @pytest.fixture(scope="module")

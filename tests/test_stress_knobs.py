@@ -94,8 +94,8 @@ def test_router_scale_is_checked_and_refused_with_a_real_checkpoint():
 
 
 def test_the_warm_start_cache_key_holds_router_scale_only_where_it_is_set(tmp_path, monkeypatch):
-    import gspo_bench.warmstart
-    from gspo_bench.suite import starting_weights
+    import gspo_bench.train.warmstart
+    from gspo_bench.suite.runner import starting_weights
 
     keys, built = [], []
 
@@ -104,7 +104,7 @@ def test_the_warm_start_cache_key_holds_router_scale_only_where_it_is_set(tmp_pa
         built.append(build())
         return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.0, "steps": 0}
 
-    monkeypatch.setattr(gspo_bench.warmstart, "warm_start", fake_warm_start)
+    monkeypatch.setattr(gspo_bench.train.warmstart, "warm_start", fake_warm_start)
     for scale in (1.0, 0.5):
         starting_weights(parse_suite(tiny_suite(model={"router_scale": scale})), 0, log=lambda m: None)
     assert "router_scale" not in keys[0]["model"]  # the default: the key (and the cache) of before the knob
@@ -172,7 +172,7 @@ FSDP_SCRIPT = """
 import sys, torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
 from gspo_bench.config import TrainConfig
-from gspo_bench.distributed import shard
+from gspo_bench.runtime.distributed import shard
 from gspo_bench.models import build_tiny_moe
 from gspo_bench.moe.routers import find_routers
 from gspo_bench.train.optim import make_optimizer

@@ -16,7 +16,7 @@ from analysis.report import write_report
 from analysis.tables import final_reward_by_facet
 from gspo_bench.cli import app
 from gspo_bench.config import SuiteError, parse_suite
-from gspo_bench.suite import plan_runs
+from gspo_bench.suite.runner import plan_runs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import run_suite, tiny_suite  # noqa: E402

@@ -347,7 +347,7 @@ def test_sampling_log_probs_are_recorded_without_a_host_copy_per_token():
 
 def test_under_torchrun_each_rank_generates_its_own_rows_with_their_global_keys(parts, monkeypatch):
     """Rank 1 of 2 samples rows 1, 3, 5, 7 (keyed by their global index), then the ranks exchange rows."""
-    from gspo_bench.distributed import World
+    from gspo_bench.runtime.distributed import World
     from gspo_bench.train import rollout as phase
 
     seen = {}

@@ -28,7 +28,7 @@ import pandas as pd
 import typer
 import yaml
 
-from gspo_bench.results import TIMING_COLUMNS
+from gspo_bench.rundir.folder import TIMING_COLUMNS
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from gspo_bench.distributed import World, gather_rows
 from gspo_bench.rollout.engine import Rollout
+from gspo_bench.runtime.distributed import World, gather_rows
 
 
 def mask_after_eos(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:

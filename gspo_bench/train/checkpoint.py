@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from gspo_bench.checksums import CHECKSUMS, damage, write_checksums
-from gspo_bench.distributed import World
+from gspo_bench.rundir.checksums import CHECKSUMS, damage, write_checksums
+from gspo_bench.runtime.distributed import World
 
 
 class CheckpointError(RuntimeError):

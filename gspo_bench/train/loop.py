@@ -20,12 +20,12 @@ from collections.abc import Callable
 
 import torch
 
-from gspo_bench.distributed import World
-from gspo_bench.hardware import device_peak_flops, peak_memory_gib, reset_peak_memory, step_figures
 from gspo_bench.objectives import objective_spec
-from gspo_bench.results import REQUIRED_COLUMNS, now
 from gspo_bench.rollout import SamplingParams
-from gspo_bench.stopping import Stopped
+from gspo_bench.rundir.failure import failure_message
+from gspo_bench.rundir.folder import REQUIRED_COLUMNS, now
+from gspo_bench.runtime.distributed import World
+from gspo_bench.runtime.hardware import device_peak_flops, peak_memory_gib, reset_peak_memory, step_figures
 from gspo_bench.train.checkpoint import save_checkpoint
 from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.rollout import collect_rollout, draw_examples
@@ -141,7 +141,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
     t_step = time.perf_counter() - start
     outcome.row.update({"time/rollout_s": t_rollout, "time/update_s": t_step - t_rollout, "time/step_s": t_step,
                         "lr": policy.optimizer.param_groups[0]["lr"]})
-    # ------------------------------------------------------------------ GPU figures (gspo_bench.hardware)
+    # ------------------------------------------------------------------ GPU figures (gspo_bench.runtime.hardware)
     outcome.row.update(step_figures(
         response_tokens=outcome.row["response/len_mean"] * len(batch), rollout_s=t_rollout,
         tokens_trained=outcome.compute.tokens_trained, update_s=t_step - t_rollout,
@@ -178,23 +178,6 @@ def evaluate(run: Run, state: RunState) -> None:
     run.out.write_rows("eval.parquet", state.eval_rows)
     if run.tracker is not None:
         run.tracker.log_eval(state.step, scores)
-
-
-def failure_message(err: BaseException, run_dir) -> str:
-    """One line on why a run failed; a full disk is named as such (torch's own message for it,
-    "unexpected pos", does not say it)."""
-    import shutil
-
-    if isinstance(err, Stopped):
-        return f"{err}; `gspo-bench run ... --resume` continues it from its last checkpoint"
-    text = "".join(traceback.format_exception_only(type(err), err)).strip().splitlines()[-1]
-    try:
-        free = shutil.disk_usage(run_dir).free
-    except OSError:
-        return text
-    if free < 16 * 2**20 or getattr(err, "errno", None) == 28:
-        return f"no space left on the device of {run_dir} ({free / 2**20:.0f} MiB free): {text}"
-    return text
 
 
 def finish(run: Run, state: RunState, status: str, message: str, **extra) -> dict:

@@ -7,10 +7,10 @@ from typing import Literal
 
 import torch
 
-from gspo_bench.distributed import gather_rows
 from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.rollout.mismatch import logprob_mismatch
+from gspo_bench.runtime.distributed import gather_rows
 from gspo_bench.train.policy import Policy, capturing
 from gspo_bench.train.rollout import RolloutBatch
 

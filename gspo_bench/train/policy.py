@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo_bench.distributed import World
 from gspo_bench.moe import RoutingCapture
+from gspo_bench.runtime.distributed import World
 from gspo_bench.train.precision import Precision
 
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo_bench.compute import StepCompute
 from gspo_bench.objectives.metrics import masked_mean
+from gspo_bench.train.compute import StepCompute
 from gspo_bench.train.measurements import to_host
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.rollout import RolloutBatch

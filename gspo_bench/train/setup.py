@@ -11,22 +11,22 @@ from pathlib import Path
 import torch
 import yaml
 
-from gspo_bench.compute import active_parameters
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
-from gspo_bench.distributed import World, device_for, shard, world_from_env
-from gspo_bench.evaluation import Evaluator
-from gspo_bench.lock import RunBusyError, RunLock
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.objectives import get_objective
-from gspo_bench.results import RunDir, now, provenance
 from gspo_bench.rollout import RolloutEngine, make_engine
+from gspo_bench.rundir.folder import RunDir, now, provenance
+from gspo_bench.rundir.lock import RunBusyError, RunLock
+from gspo_bench.runtime.distributed import World, device_for, shard, world_from_env
 from gspo_bench.tasks import Task
-from gspo_bench.tracking import Tracker, open_tracker
 from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state
+from gspo_bench.train.compute import active_parameters
+from gspo_bench.train.evaluation import Evaluator
 from gspo_bench.train.optim import make_optimizer, set_lr
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.precision import DTYPES, Precision
 from gspo_bench.train.state import RunState
+from gspo_bench.train.tracking import Tracker, open_tracker
 from gspo_bench.train.update import Objective
 
 
@@ -124,7 +124,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
 def end_unresumed(out: RunDir, err: BaseException) -> None:
     """A run left `running` (its process was killed) that could not be opened again is `failed` with
     why: status.json never says `running` once no process runs it."""
-    from gspo_bench.train.loop import failure_message
+    from gspo_bench.rundir.failure import failure_message
 
     status = out.read_status()
     if status is not None and status["status"] == "running":

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo_bench.distributed import gather_rows, local_tensor, with_local_grad
 from gspo_bench.models.forward import response_forward
 from gspo_bench.models.padding import position_ids
 from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
@@ -15,6 +14,7 @@ from gspo_bench.moe.margins import margin_stats
 from gspo_bench.objectives.kl import k3
 from gspo_bench.objectives.metrics import masked_mean, measurements_off
 from gspo_bench.objectives.rspo import router_shift_from_scores
+from gspo_bench.runtime.distributed import gather_rows, local_tensor, with_local_grad
 from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.optim import guarded_step

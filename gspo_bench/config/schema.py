@@ -12,18 +12,15 @@
 Errors name the file, the field and what was expected. This module is the schema only: it imports
 neither torch nor transformers (the registries it validates names against are imported on first
 validation). What a run needs beyond a valid suite (a device, a checkpoint, trackers, lm-eval tasks)
-is checked by `gspo_bench.preflight`.
+is checked by `gspo_bench.suite.preflight`.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gspo_bench.models.families import SUPPORTED_FAMILIES
 
@@ -387,7 +384,7 @@ class SuiteConfig(Strict):
     @field_validator("name")
     @classmethod
     def _folder_name(cls, v: str) -> str:
-        from gspo_bench.names import MAX_NAME, is_folder_name
+        from gspo_bench.rundir.names import MAX_NAME, is_folder_name
 
         if not is_folder_name(v):
             raise ValueError(f"a suite name is a folder name: letters, digits and _ . , = @ + - only, no '..' and "
@@ -451,169 +448,3 @@ class SuiteConfig(Strict):
                 raise ValueError(f"credit: step needs a task that checks steps; task {self.task.name} does not "
                                  "(countdown does)")
         return self
-
-
-
-class SuiteError(ValueError):
-    """A suite file that cannot be read or validated; the message names file and field."""
-
-
-def _problems(err: ValidationError) -> list[str]:
-    """One "field: what is wrong (got value)" per validation error."""
-    problems = []
-    for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        if e["type"] == "missing":
-            problems.append(f"{where}: required field missing")
-            continue
-        msg = "unknown key (not a field of this section)" if e["type"] == "extra_forbidden" else e["msg"]
-        got = "" if isinstance(e.get("input"), dict) else f" (got {e['input']!r})"
-        problems.append(f"{where}: {msg.removeprefix('Value error, ')}{got}")
-    return problems
-
-
-def problems_text(source: str, problems: list[str]) -> str:
-    """`source: problem` on one line, or a count and one indented line per problem."""
-    if len(problems) == 1:
-        return f"{source}: {problems[0]}"
-    return "\n".join([f"{source}: {len(problems)} problem(s)", *(f"  {p}" for p in problems)])
-
-
-def _format_errors(path: str, err: ValidationError) -> str:
-    return problems_text(path, _problems(err))
-
-
-def parse_suite(data: Any, source: str = "<suite>") -> SuiteConfig:
-    """Validate suite data; with a sweep, every sweep point is validated as a suite too."""
-    if not isinstance(data, dict):
-        raise SuiteError(f"{source}: expected a mapping of suite fields at the top level")
-    try:
-        suite = SuiteConfig.model_validate(data)
-    except ValidationError as err:
-        raise SuiteError(_format_errors(source, err)) from None
-    check_run_names(suite, sweep_points(suite, source), source)
-    return suite
-
-
-def check_run_names(suite: SuiteConfig, points: list[tuple[dict[str, Any], SuiteConfig]], source: str) -> None:
-    """SuiteError (one line) naming both objective entries or sweep points whose runs would share a label,
-    or a folder (folder names compared ignoring letter case, as macOS and Windows file systems do)."""
-    from gspo_bench import sweep
-    from gspo_bench.names import folder_name
-
-    seen: dict[str, tuple[str, int, int]] = {}
-    for p, (point, _) in enumerate(points):
-        for i, entry in enumerate(suite.objectives):
-            label = sweep.run_label(entry.run_label, point)
-            key = folder_name(label).casefold()
-            if key not in seen:
-                seen[key] = (label, i, p)
-                continue
-            first, j, q = seen[key]
-            what = (f"objectives.{j} ({suite.objectives[j].run_label}) and objectives.{i} ({entry.run_label})"
-                    if p == q else f"sweep points {q + 1} ({sweep.describe(points[q][0])}) and {p + 1} "
-                    f"({sweep.describe(point)})" + ("" if i == j else f" of objectives.{j} and objectives.{i}"))
-            same = f"the same run label {label!r}" if first == label else f"run labels {first!r} and {label!r} " \
-                "(one folder where letter case is ignored)"
-            hint = "set `label:`" if p == q else "sweep values must differ in their labels, which show floats to 6 significant digits"
-            raise SuiteError(f"{source}: {what} give {same}: labels must be unique ({hint})")
-
-
-def sweep_points(suite: SuiteConfig, source: str = "<suite>") -> list[tuple[dict[str, Any], SuiteConfig]]:
-    """(point {path: value}, the suite at that point) for every sweep point; [({}, suite)] without a sweep.
-    SuiteError naming the file and the swept field for a path that does not exist or a value that
-    does not validate."""
-    from gspo_bench import sweep
-
-    if not suite.sweep:
-        return [({}, suite)]
-    dumped = suite.model_dump(mode="json")
-    for path in (p for key in suite.sweep for p in sweep.axis_paths(key)):
-        try:
-            sweep.field_of(dumped, path)
-        except KeyError as err:
-            raise SuiteError(f"{source}: sweep.{path}: {err.args[0]}") from None
-    expanded = []
-    for point in sweep.points(suite.sweep):
-        try:
-            expanded.append((point, SuiteConfig.model_validate(sweep.apply(suite, point))))
-        except ValidationError as err:
-            raise SuiteError(_format_errors(f"{source} (sweep point {_point_text(point)})", err)) from None
-    return expanded
-
-
-def _point_text(point: dict[str, Any]) -> str:
-    from gspo_bench import sweep
-
-    return ", ".join(f"{p}={sweep.format_value(v)}" for p, v in point.items())
-
-
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """`PATH=VALUE` strings (`--set`) as {dotted path: value}, each value read as YAML (1e-3, true,
-    bfloat16, null, [0.9, 0.95]). SuiteError for an item without `=` or a path given twice."""
-    overrides: dict[str, Any] = {}
-    for item in items:
-        path, equals, text = item.partition("=")
-        path = path.strip()
-        if not equals or not path:
-            raise SuiteError(f"--set {item}: expected PATH=VALUE, e.g. --set train.lr=3e-4")
-        if path in overrides:
-            raise SuiteError(f"--set {path}: given twice")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise SuiteError(f"--set {item}: the value is not valid YAML ({str(err).splitlines()[0]})") from None
-        # YAML 1.1 reads 2e-3 (no dot) as a string; on a command line it is the number
-        overrides[path] = float(value) if isinstance(value, str) and _NUMBER.fullmatch(value) else value
-    return overrides
-
-
-_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-
-
-def apply_overrides(suite: SuiteConfig, overrides: dict[str, Any], source: str = "<suite>") -> SuiteConfig:
-    """The suite with `overrides` ({dotted path: value}, as `--set` gives them) set, validated the way
-    a sweep point is (the same paths, `sweep.field_of` and `sweep.apply`, the same field checks);
-    its sweep, if any, is kept and expanded again. SuiteError in one line naming the file, the
-    override and the problem; a field the suite also sweeps is refused (the sweep would replace it)."""
-    from gspo_bench import sweep
-
-    if not overrides:
-        return suite
-    dumped = suite.model_dump(mode="json")
-    swept = {p for key in suite.sweep for p in sweep.axis_paths(key)}
-    for path in overrides:
-        if sweep.split_path(path)[0] == "sweep":
-            raise SuiteError(f"{source}: --set {path}: the sweep is set in the suite file, not with --set")
-        try:
-            sweep.field_of(dumped, path)
-        except KeyError as err:
-            raise SuiteError(f"{source}: --set {path}: {err.args[0]}") from None
-        if path in swept or any(path.startswith(f"{p}.") or p.startswith(f"{path}.") for p in swept):
-            raise SuiteError(f"{source}: --set {path}: the suite sweeps this field (sweep: in the file); "
-                             "override the sweep's values in the file instead")
-    data = sweep.apply(suite, overrides) | {"sweep": suite.sweep}
-    try:
-        changed = SuiteConfig.model_validate(data)
-    except ValidationError as err:
-        raise SuiteError(f"{source}: --set {_point_text(overrides)}: {'; '.join(_problems(err))}") from None
-    sweep_points(changed, f"{source} with --set {_point_text(overrides)}")
-    return changed
-
-
-def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> SuiteConfig:
-    """Read and validate a suite YAML file, with `overrides` ({dotted path: value}, `--set`) applied."""
-    path = Path(path)
-    if path.is_dir():
-        raise SuiteError(f"{path}: is a directory; give the suite's YAML file")
-    if not path.is_file():
-        raise SuiteError(f"{path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise SuiteError(f"{path}: not valid YAML: {err}") from None
-    return apply_overrides(parse_suite(data, str(path)), overrides or {}, str(path))
-
-
-def dump_config(config: BaseModel) -> str:
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

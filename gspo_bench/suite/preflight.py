@@ -85,13 +85,13 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
 
 
 def _check_tracking(suite: SuiteConfig) -> list[str]:
-    from gspo_bench.tracking import check_available
+    from gspo_bench.train.tracking import check_available
 
     return [f"tracking: {p}" for p in check_available(suite.tracking)]
 
 
 def _check_eval_tasks(suite: SuiteConfig) -> list[str]:
-    from gspo_bench.evaluation import unknown_eval_tasks
+    from gspo_bench.train.evaluation import unknown_eval_tasks
 
     if suite.eval.lm_eval_include and not Path(suite.eval.lm_eval_include).is_dir():
         return [f"eval.lm_eval_include: {suite.eval.lm_eval_include} is not a directory"]

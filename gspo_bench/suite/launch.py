@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-from gspo_bench.outcomes import worker_outcome
-from gspo_bench.results import RunDir
-from gspo_bench.stopping import Stopped, raise_stopped, signals_ignored, stop_on_signals
+from gspo_bench.rundir.folder import RunDir
+from gspo_bench.runtime.stopping import Stopped, raise_stopped, signals_ignored, stop_on_signals
+from gspo_bench.suite.outcomes import worker_outcome
 
 # the step columns a progress display needs: all that crosses a process boundary every step
 PROGRESS_COLUMNS = ("step", "label", "seed", "reward/mean", "clip/frac", "moe/drift", "compute/cum_flops",
@@ -50,9 +50,9 @@ def run_one(spec, mode: dict, report: Callable[[str, str, dict], None] | None = 
     """Train one run to its budget (`mode`: train_run's resume and allow_changed); returns its final
     status. A crash comes back as a `failed` status (the run's folder has its traceback) and a run
     folder another process holds as `refused`, so the other runs go on. What other libraries print
-    meanwhile goes to the run's run.log (`gspo_bench.runlog`)."""
-    from gspo_bench.lock import RunBusyError
-    from gspo_bench.runlog import LOG_NAME, library_output
+    meanwhile goes to the run's run.log (`gspo_bench.rundir.runlog`)."""
+    from gspo_bench.rundir.lock import RunBusyError
+    from gspo_bench.rundir.runlog import LOG_NAME, library_output
     from gspo_bench.train.loop import train_run
 
     name = spec.run_dir.name
@@ -91,7 +91,7 @@ def default_parallel(threads: int | None) -> int:
 # once, and is started before the suite is even read (`start_process_server`): its imports overlap
 # the parent's, and each worker starts in milliseconds instead of importing torch again. The server
 # only imports (no torch thread pool exists yet), so the workers hold no forked OpenMP state.
-PRELOAD = ["gspo_bench.process_server", "gspo_bench.train.loop"]
+PRELOAD = ["gspo_bench.suite.process_server", "gspo_bench.train.loop"]
 
 
 def start_process_server() -> None:
@@ -149,7 +149,7 @@ def _start_worker(messages, stop, reason, suite_pid: int) -> None:
 
 def _die_with_parent(suite_pid: int) -> None:
     """A worker is killed (SIGKILL) the moment its parent, the fork server, dies, and the server the
-    moment the suite's process dies (`gspo_bench.process_server`): Linux's PR_SET_PDEATHSIG, sent by
+    moment the suite's process dies (`gspo_bench.suite.process_server`): Linux's PR_SET_PDEATHSIG, sent by
     the kernel, so a worker busy in a long C call (no Python thread would run then) goes too, and
     nothing it holds (run locks: released by the OS) outlives a `kill -9` of the suite. A catchable
     signal instead would leave the worker to tell an orphaning from a stop and to leave the
@@ -231,7 +231,7 @@ def _run_in_process(spec, mode: dict) -> dict:
 def _record_stopped(spec, err: Stopped) -> dict:
     """The failed status of a run a stop ended; a run whose folder still says `running` (stopped outside
     the training loop, which records its own end) is marked failed there too."""
-    from gspo_bench.train.loop import failure_message
+    from gspo_bench.rundir.failure import failure_message
 
     out = RunDir(spec.run_dir)
     recorded = out.read_status() or {}

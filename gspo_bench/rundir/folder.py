@@ -1,5 +1,5 @@
 """What a run writes, and how: atomic files (temp file, then rename) in `OUT/<suite>/<label>-s<seed>/`
-(the label made one safe folder name by gspo_bench.names: whatever it holds, the run stays in OUT/<suite>/).
+(the label made one safe folder name by gspo_bench.rundir.names: whatever it holds, the run stays in OUT/<suite>/).
 
     config.yaml       the fully resolved suite config of this run
     provenance.json   git commit + dirty flag, package versions, python, device, host, start/end
@@ -39,7 +39,7 @@ REQUIRED_COLUMNS = [
     "compute/cum_tokens", "compute/flops", "compute/cum_flops", "lr", "gpu/peak_mem_gib", "perf/rollout_tokens_per_s",
     "perf/train_tokens_per_s", "perf/mfu",
 ]
-# GPU figures (gspo_bench.hardware) that are blank (NaN) in every row off CUDA; MFU also on a GPU
+# GPU figures (gspo_bench.runtime.hardware) that are blank (NaN) in every row off CUDA; MFU also on a GPU
 # whose bf16 peak is not in hardware.BF16_DENSE_PEAK
 GPU_COLUMNS = ("gpu/peak_mem_gib", "perf/mfu")
 # columns that depend on wall-clock time: they differ between otherwise identical runs (a resumed run,

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig, dump_config, sweep_points
-from gspo_bench.distributed import World, barrier
-from gspo_bench.launch import Observer, run_local_processes, run_on_ray, run_sequential
-from gspo_bench.results import RunDir
+from gspo_bench.rundir.folder import RunDir
+from gspo_bench.runtime.distributed import World, barrier
+from gspo_bench.suite.launch import Observer, run_local_processes, run_on_ray, run_sequential
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seed
     """Every objective x seed at every sweep point, each with its own results folder. `only` keeps
     the entries of those labels (the labels before a sweep point is added); `overrides`: the `--set`
     values `suite` was loaded with, recorded with each run."""
-    from gspo_bench import sweep
-    from gspo_bench.names import run_folder_name
+    from gspo_bench.config import sweep
+    from gspo_bench.rundir.names import run_folder_name
 
     entries = suite.objectives
     if only:
@@ -77,7 +77,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     from gspo_bench.models.chat import TINY_CHAT_TEMPLATE, resolve_prompt_format
     from gspo_bench.models.tokenizer import DEFAULT_ALPHABET
     from gspo_bench.tasks import make_task
-    from gspo_bench.warmstart import WarmStartParams, warm_start
+    from gspo_bench.train.warmstart import WarmStartParams, warm_start
 
     if suite.model.path is not None:
         if not (Path(suite.model.path) / "config.json").is_file():
@@ -123,7 +123,7 @@ def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = Fa
     """Runs to execute. Without --resume, existing results are never overwritten; a run folder held by
     a live process is refused (RunBusyError); with --resume, a run whose suite was edited since it
     started is refused unless `allow_changed` (ValueError listing the changes)."""
-    from gspo_bench.lock import check_free
+    from gspo_bench.rundir.lock import check_free
     from gspo_bench.train.setup import config_changes
 
     todo = []
@@ -147,7 +147,7 @@ def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = Fa
 
 
 def write_suite_file(suite: SuiteConfig, out: Path) -> None:
-    from gspo_bench.results import atomic_write_text
+    from gspo_bench.rundir.folder import atomic_write_text
 
     atomic_write_text(out / suite.name / "suite.yaml", dump_config(suite))
 

@@ -12,7 +12,7 @@ import os
 import socket
 from pathlib import Path
 
-from gspo_bench.results import now
+from gspo_bench.rundir.folder import now
 
 
 class RunBusyError(RuntimeError):

@@ -211,3 +211,41 @@ def unknown_eval_tasks(names: list[str], suite_task: str | None = None, include:
 
         known = set(TaskManager(include_path=include).all_tasks)
     return [n for n in others if n not in known]
+
+
+def eval_target(path: Path) -> tuple[Path, dict]:
+    """The model directory to evaluate and the suite it was trained by ({} for a bare model directory);
+    ValueError for a path that is neither a run directory with a checkpoint nor a model directory."""
+    if (path / "config.yaml").is_file():  # a run directory
+        model_dir = path / "checkpoint" / "model"
+        if not (model_dir / "config.json").is_file():
+            raise ValueError(f"{path} is a run directory without a checkpoint (checkpoint/model/)")
+        return model_dir, yaml.safe_load((path / "config.yaml").read_text())["suite"]
+    if (path / "config.json").is_file():
+        return path, {}
+    raise ValueError(f"{path} is neither a run directory nor a Hugging Face model directory")
+
+
+def evaluate_saved(path: Path, cfg, out: Path, *, seed: int = 0, chat_template: bool | None = None
+                   ) -> tuple[Path, dict[str, dict]]:
+    """`gspo-bench eval`: the saved policy at `path` (a run directory's checkpoint or a model
+    directory) scored by `cfg` (an EvalConfig) with the prompts its run used; (model dir, scores).
+    ValueError for unknown tasks, a path without a model or a prompt format that cannot be rendered."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gspo_bench.models.chat import resolve_prompt_format
+
+    model_dir, suite = eval_target(path)
+    suite_task, suite_params = suite.get("task", {}).get("name"), suite.get("task", {}).get("params", {})
+    rollout, tiny = suite.get("rollout", {}), bool(suite) and suite["model"].get("path") is None
+    unknown = unknown_eval_tasks(cfg.tasks, suite_task)
+    if unknown:
+        raise ValueError(f"--tasks: unknown task(s) {unknown}: neither a gspo-bench task (gspo-bench ls) nor an "
+                         "lm-eval task")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    chat = rollout.get("chat_template") if chat_template is None else chat_template
+    prompt_format = resolve_prompt_format(chat, rollout.get("system_prompt"), tokenizer, tiny=tiny,
+                                          source=str(model_dir))
+    evaluator = Evaluator(cfg, out / "tasks", suite_task, suite_params, prompt_format=prompt_format)
+    return model_dir, evaluator(model, tokenizer, seed=seed)

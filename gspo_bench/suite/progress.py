@@ -1,5 +1,5 @@
 """Progress of a suite, drawn by the process that started it (runs in worker processes or Ray tasks
-report their steps back to it: `gspo_bench.launch`).
+report their steps back to it: `gspo_bench.suite.launch`).
 
 On a terminal: a rich bar per active run (the share of its budget spent, reward, clip fraction,
 drift, time left), one for the warm start of each starting model (its sampled accuracy) and one for
@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextC
 from rich.text import Text
 
 from gspo_bench.config import BudgetConfig, SuiteConfig, WarmStartConfig
-from gspo_bench.launch import Observer
+from gspo_bench.suite.launch import Observer
 
 # seconds between two plain lines of one run: a minute keeps a log of `make quickstart` (8 runs of
 # about 75 s, two at a time) under 60 lines, and a long run to a line a minute
@@ -91,7 +91,7 @@ class _TimeLeftColumn(TimeRemainingColumn):
 def memory_check(suite: SuiteConfig, row: dict) -> str | None:
     """At step 1 on a GPU (a measured `gpu/peak_mem_gib`), the dry run's memory estimate beside the
     measured peak; None at other steps and off CUDA."""
-    from gspo_bench.plan import PlanError, plan_suite, plan_vs_peak
+    from gspo_bench.suite.plan import PlanError, plan_suite, plan_vs_peak
 
     peak = row.get("gpu/peak_mem_gib")
     if row.get("step") != 1 or peak is None or math.isnan(peak):

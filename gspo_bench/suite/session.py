@@ -24,7 +24,7 @@ def load_with_overrides(suite_path: Path, items: list[str] | None) -> tuple[Suit
 def load_runnable(suite_path: Path, items: list[str] | None) -> tuple[SuiteConfig, dict[str, Any]]:
     """`load_with_overrides`, then the checks `run` makes before any compute (models, tasks, objectives,
     devices, engines, eval tasks, the sweep): SuiteError on a problem."""
-    from gspo_bench.preflight import check_runnable
+    from gspo_bench.suite.preflight import check_runnable
 
     suite, overrides = load_with_overrides(suite_path, items)
     check_runnable(suite, str(suite_path))
@@ -46,7 +46,7 @@ def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = N
     else the suite's output_dir) and the runs to do. Raises SuiteError, ValueError (an unknown --only
     label, a changed suite on resume), FileExistsError (results already there without resume) or
     RunBusyError (a run folder held by a live process)."""
-    from gspo_bench.suite import check_outputs, plan_runs
+    from gspo_bench.suite.runner import check_outputs, plan_runs
 
     suite, overrides = load_runnable(suite_path, items)
     root = out if out is not None else Path(suite.output_dir)

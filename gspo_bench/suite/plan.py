@@ -3,7 +3,7 @@ step and to the budget, and the memory of the training state. Needs no GPU and n
 model is built from its config on PyTorch's `meta` device.
 
 Estimates are per step: every response is taken at `max_new_tokens` and prompt tokens are left out
-(their length is data-dependent); FLOPs use the harness's own accounting (`gspo_bench.compute`:
+(their length is data-dependent); FLOPs use the harness's own accounting (`gspo_bench.train.compute`:
 2 N_active per token forwarded, 6 N_active per token trained). Memory (`MemoryPlan`) is the training
 state plus the larger of one training minibatch's activations and logits, or the rollout's KV cache
 (see `memory_plan` for the formulas and where their factors were measured).
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from gspo_bench.compute import StepCompute, active_parameters
 from gspo_bench.config import SuiteConfig
 from gspo_bench.moe import find_routers
+from gspo_bench.train.compute import StepCompute, active_parameters
 
 BYTES = {"float32": 4, "bfloat16": 2}
 # Activations a training forward keeps for its backward, per token and layer (no activation
@@ -207,3 +207,25 @@ def plan_vs_peak(memory: MemoryPlan, measured_gib: float) -> str:
             f"state {memory.state / gib:.1f} + activations {memory.activations / gib:.1f} + logits "
             f"{memory.logits / gib:.2f}" + (f" + rollout copy {memory.rollout_copy / gib:.2f}" if memory.rollout_copy else "")
             + f" (KV cache {memory.kv_cache / gib:.2f}; prompts left out)")
+
+
+def plan_rows(suite: SuiteConfig, plan: SuitePlan, run_names: list[str]) -> list[tuple[str, str]]:
+    """The dry run's table: (what, how much) for the model, one step, the budget, the runs and memory."""
+    r, t = suite.rollout, suite.train
+    reference = f" + {t.dtype} reference" if t.kl_coef > 0 else ""
+    return [
+        ("model", plan.model_source),
+        ("parameters", f"{plan.params_total / 1e9:.3g} B total, {plan.params_active / 1e9:.3g} B active per token"),
+        ("per step", f"{r.prompts_per_step} prompts x {r.group_size} = {plan.sequences_per_step} responses of <= "
+                     f"{r.max_new_tokens} tokens = {plan.response_tokens_per_step:,} response tokens, "
+                     f"{t.minibatches} minibatch updates"),
+        ("FLOPs per step", f"{plan.flops_per_step:.3g} (upper bound: full-length responses, prompts left out)"),
+        ("budget", f"{suite.budget.kind} = {suite.budget.value:g} -> >= {plan.steps_per_run:,} steps per run "
+                   f"(cap {suite.budget.max_steps:,})"),
+        ("runs", f"{plan.runs}: " + ", ".join(run_names)),
+        ("FLOPs, whole suite", f"{plan.flops_total:.3g}"),
+        ("training state per run", f"{plan.state_bytes / 2**30:,.1f} GiB (fp32 master weights + grads + AdamW"
+                                   f"{reference}; {t.dtype} compute); activations, logits and KV cache below"),
+        *memory_lines(plan.memory),
+        ("GPUs (80 GB)", f">= {plan.gpus_needed()} with FSDP2 (state sharded over 80% of each); device {t.device}"),
+    ]

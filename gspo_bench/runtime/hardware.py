@@ -10,7 +10,7 @@ utilisation (MFU) against the device's dense bf16 peak.
                                device is not CUDA or its name is not in BF16_DENSE_PEAK
 
 compute/flops is the harness's estimate (2 N_active per token forwarded, 6 N_active per token trained,
-attention's sequence term left out: `gspo_bench.compute`), so MFU here is that estimate's share of the
+attention's sequence term left out: `gspo_bench.train.compute`), so MFU here is that estimate's share of the
 peak, not a hardware counter. Pure functions here; the loop reads the device once per step.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
-from gspo_bench.results import RunDir
+from gspo_bench.rundir.folder import RunDir
 
 
 def worker_outcome(future: Future, spec) -> dict:

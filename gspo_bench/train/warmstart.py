@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from gspo_bench.checksums import damage, write_checksums
 from gspo_bench.models.chat import PromptFormat
 from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
 from gspo_bench.rollout import SamplingParams, left_pad, make_engine, position_ids
+from gspo_bench.rundir.checksums import damage, write_checksums
 from gspo_bench.tasks import Example, Task
 
 
