@@ -33,20 +33,46 @@ def test_objectives_and_routing_import_without_transformers():
     assert "transformers" not in loaded and "matplotlib" not in loaded
 
 
-# The lowest layers and what each may import of gspo_bench (besides third-party packages): models
-# (the tiny MoEs, loading, forwards, padding) at the bottom, routing above them, objectives on their
-# own, and the data-parallel collectives on torch alone (rollout/ gathers rollouts with them).
-LAYERS = {
+# The architecture (docs/architecture.md), bottom to top. A package may import its own layer and the
+# layers below it, never one above. Inside the library, finer rules: models at the bottom, routing
+# above them, objectives and tasks on their own, rollout engines over all of them.
+ARCHITECTURE: list[tuple[str, set[str]]] = [
+    ("runtime", {"gspo_bench.runtime"}),
+    ("run folder", {"gspo_bench.rundir"}),
+    ("library", {"gspo_bench.models", "gspo_bench.moe", "gspo_bench.objectives", "gspo_bench.tasks",
+                 "gspo_bench.rollout"}),
+    ("suite schema", {"gspo_bench.config"}),
+    ("one run", {"gspo_bench.train"}),
+    ("suites", {"gspo_bench.suite"}),
+    ("analysis", {"analysis"}),
+    ("command line", {"gspo_bench.cli"}),
+]
+LIBRARY = {
     "gspo_bench.models": {"gspo_bench.models"},
     "gspo_bench.moe": {"gspo_bench.moe", "gspo_bench.models"},
     "gspo_bench.objectives": {"gspo_bench.objectives"},
-    "gspo_bench.distributed": set(),
+    "gspo_bench.tasks": {"gspo_bench.tasks"},
+    "gspo_bench.rollout": {"gspo_bench.rollout", "gspo_bench.models", "gspo_bench.moe", "gspo_bench.objectives",
+                           "gspo_bench.runtime"},
 }
+
+
+def allowed_below(layer: int) -> set[str]:
+    """What the packages of ARCHITECTURE[layer] may import: their layer and every layer below."""
+    return set().union(*(packages for _, packages in ARCHITECTURE[: layer + 1]))
+
+
+# analysis reads run folders and task baselines, never torch (see the test above)
+LAYERS = {package: allowed_below(i) for i, (_, packages) in enumerate(ARCHITECTURE) for package in packages}
+LAYERS["analysis"] = {"analysis", "gspo_bench.rundir", "gspo_bench.tasks"}
+LAYERS.update(LIBRARY)
+LAYERS["gspo_bench.runtime"] = {"gspo_bench.runtime"}
 
 
 def gspo_imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every gspo_bench module `path` imports, at the top or inside a function;
-    `from gspo_bench import x` counts as gspo_bench.x, relative imports are resolved."""
+    `from package import x` counts as package.x where x is a module or gspo_bench's own name,
+    relative imports are resolved."""
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -56,8 +82,14 @@ def gspo_imports(path: Path) -> list[tuple[int, str]]:
             base = node.module or ""
             if node.level:
                 base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])])
-            found += [(node.lineno, f"{base}.{alias.name}" if base == "gspo_bench" else base) for alias in node.names]
+            found += [(node.lineno, f"{base}.{alias.name}" if base == "gspo_bench" or is_module(f"{base}.{alias.name}")
+                       else base) for alias in node.names]
     return [(line, module) for line, module in found if module == "gspo_bench" or module.startswith("gspo_bench.")]
+
+
+def is_module(name: str) -> bool:
+    where = ROOT / name.replace(".", "/")
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
 
 
 def layer_violations(package: str, allowed: set[str]) -> list[str]:
@@ -65,13 +97,81 @@ def layer_violations(package: str, allowed: set[str]) -> list[str]:
     where = ROOT / package.replace(".", "/")
     for path in sorted(where.rglob("*.py")) if where.is_dir() else [where.with_suffix(".py")]:
         for line, module in gspo_imports(path):
+            if module == "gspo_bench.__version__":  # the package's face, readable from anywhere
+                continue
             if not any(module == a or module.startswith(f"{a}.") for a in allowed):
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
     return bad
 
 
-def test_the_lowest_layers_import_nothing_above_them():
+def test_no_import_points_up_a_layer():
     assert {p: layer_violations(p, allowed) for p, allowed in LAYERS.items()} == {p: [] for p in LAYERS}
+
+
+def test_every_module_of_the_package_sits_in_a_layer():
+    """The top of gspo_bench/ holds packages and the command line; each of them has its layer."""
+    top = {f"gspo_bench.{p.stem}" for p in (ROOT / "gspo_bench").iterdir()
+           if (p.is_dir() and (p / "__init__.py").is_file()) or (p.suffix == ".py" and p.stem != "__init__")}
+    assert top == {package for _, packages in ARCHITECTURE for package in packages if package != "analysis"}
+
+
+def import_graph(*packages: str) -> dict[str, set[str]]:
+    """module -> the modules of `packages` it imports (at the top or inside a function)."""
+    graph: dict[str, set[str]] = {}
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+               for package in packages for p in (ROOT / package).rglob("*.py")}
+    for name, path in modules.items():
+        targets = set()
+        for _, module in gspo_imports(path) + analysis_imports(path):
+            while module and module not in modules:
+                module = module.rpartition(".")[0]
+            if module and module != name:
+                targets.add(module)
+        graph[name] = targets
+    return graph
+
+
+def analysis_imports(path: Path) -> list[tuple[int, str]]:
+    return [(node.lineno, node.module) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("analysis")]
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle():
+    assert circles(import_graph("gspo_bench", "analysis")) == []
+
+
+def test_the_circle_check_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_the_layer_check_sees_every_kind_of_import(tmp_path, monkeypatch):
@@ -79,15 +179,15 @@ def test_the_layer_check_sees_every_kind_of_import(tmp_path, monkeypatch):
     (tmp_path / "gspo_bench" / "models").mkdir(parents=True)
     (tmp_path / "gspo_bench" / "models" / "bad.py").write_text(
         "import gspo_bench.models.tiny\nfrom gspo_bench import rollout\nfrom ..train import loop\n"
-        "def f():\n    from gspo_bench.distributed import World\n")
+        "def f():\n    from gspo_bench.runtime.distributed import World\n")
     assert layer_violations("gspo_bench.models", LAYERS["gspo_bench.models"]) == [
         "gspo_bench/models/bad.py:2 imports gspo_bench.rollout", "gspo_bench/models/bad.py:3 imports gspo_bench.train",
-        "gspo_bench/models/bad.py:5 imports gspo_bench.distributed"]
+        "gspo_bench/models/bad.py:5 imports gspo_bench.runtime.distributed"]
 
 
 def test_the_suite_schema_imports_without_torch():
-    """config.py is the schema (pydantic, yaml); the preflight probes (devices, checkpoints, lm-eval)
-    live in preflight.py and may import what they probe."""
+    """gspo_bench.config is the schema (pydantic, yaml); the preflight probes (devices, checkpoints,
+    lm-eval) live in gspo_bench.suite.preflight and may import what they probe."""
     loaded = imported_after("import gspo_bench.config")
     assert not loaded & {"torch", "transformers", "lm_eval", "datasets"}, loaded
     assert "torch" in imported_after("import gspo_bench.config\ngspo_bench.config.load_suite('experiments/quickstart.yaml')")
@@ -97,7 +197,7 @@ def test_importing_the_package_sets_no_process_state():
     # the libraries' own import-time settings first (scikit-learn, which transformers' generation imports
     # where it is installed, sets KMP_* and TORCHINDUCTOR_CACHE_DIR): only what the package adds counts
     code = ("import os, torch, transformers.generation.utils; before = dict(os.environ)\n"
-            "import gspo_bench.train.loop, gspo_bench.suite, gspo_bench.evaluation, gspo_bench.cli, analysis.report\n"
+            "import gspo_bench.train.loop, gspo_bench.suite.runner, gspo_bench.train.evaluation, gspo_bench.cli, analysis.report\n"
             "import matplotlib\n"
             "changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}\n"
             "assert not changed, changed\n"
