@@ -58,10 +58,12 @@ def assert_weights_change(run_dir: Path, cache: Path) -> None:
 
     frame = pd.read_parquet(run_dir / "metrics.parquet")
     assert (frame["reward/std"] > 0).all() and (frame["grad/norm"] > 0).all(), frame[["reward/std", "grad/norm"]]
-    [start] = [p for p in cache.iterdir() if p.name.startswith("warmstart-")] if cache.is_dir() else [None]
-    if start is not None:
-        before, after = load_file(start / "model.safetensors"), load_file(run_dir / "checkpoint/model/model.safetensors")
-        assert any(not (before[k] == after[k]).all() for k in before)
+    after = load_file(run_dir / "checkpoint" / "model" / "model.safetensors")
+    starts = [p / "model.safetensors" for p in cache.iterdir() if p.name.startswith("warmstart-")]
+    assert starts  # the starting weights of every seed: the run's own is one of them, and it moved away from it
+    for start in starts:
+        before = load_file(start)
+        assert any(not (before[k] == after[k]).all() for k in before), (run_dir, start)
 
 
 def start(suite_file: Path, out: Path, *args: str) -> subprocess.Popen:

@@ -71,6 +71,10 @@ REFUSALS = [
     case({"task": {"name": "chain", "params": {"steps": True}}}, [], "task: params: expected a number, got a boolean "
          "at steps", id="bool-task-param"),
     case({"train": {"betas": [0.9, False]}}, [], "train.betas: expected a number, got a boolean at 1", id="bool-tuple"),
+    case({"objectives": [{"name": "dppo_binary_tv", "kwargs": {"delta": True}}]}, [], "objectives.0: kwargs: expected "
+         "a number, got a boolean at delta", id="bool-kwargs"),
+    case({"objectives": [{"name": "grpo", "correction": {"kind": "opsm", "delta": True}}]}, [],
+         "objectives.0.correction: expected a number, got a boolean at delta", id="bool-correction"),
     # ---------------------------------------------------------------- sizes and seeds within bounds
     case({"task": {"name": "chain", "params": {"steps": 200_000_000}}}, [], "chain: steps must be at most 10000",
          id="bound-chain-steps"),
@@ -212,6 +216,19 @@ def test_a_boolean_is_refused_wherever_a_number_is_expected_in_any_section(tmp_p
     sections = [f for f in SuiteConfig.model_fields.values() if isinstance(f.annotation, type)
                 and issubclass(f.annotation, Strict)]
     assert len(sections) >= 8
+
+
+def test_every_registered_task_objective_and_correction_has_hints_the_rule_reads():
+    from gspo_bench.config.numbers import setting_booleans
+    from gspo_bench.objectives import get_objective, list_objectives
+    from gspo_bench.objectives.corrections import get_correction, list_corrections
+    from gspo_bench.tasks import list_tasks
+    from gspo_bench.tasks.registry import task_spec
+
+    functions = [task_spec(n).factory for n in list_tasks()] + [get_objective(n) for n in list_objectives()]
+    for function in functions + [get_correction(n) for n in list_corrections()]:
+        assert setting_booleans(function, {"x": True}) == []  # no such argument: nothing expected of it
+    assert setting_booleans(task_spec("countdown").factory, {"count": True, "seed": 3}) == ["count"]
 
 
 # ------------------------------------------------------------------ sizes and seeds

@@ -36,6 +36,7 @@ MAX_BATCH = 65_536  # prompts a step, examples a batch, test documents
 MAX_GROUP = 4096  # responses a prompt, samples a prompt
 MAX_STEPS = 10_000_000  # steps of a run or a warm start
 MAX_EVAL_EXAMPLES = 10_000  # a warm start's test problems (each a sampled answer at every evaluation)
+MAX_THREADS = 4096
 
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
@@ -238,7 +239,7 @@ class TrainConfig(Strict):
     grad_clip: float = Field(1.0, gt=0)
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:N")
-    threads: int | None = Field(None, ge=1, le=MAX_EXPERTS, description="torch CPU threads (default: torch's choice)")
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="torch CPU threads (default: torch's choice)")
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference penalty (k3); off as in the paper")
     advantage_scale: Literal["std", "none"] = "std"
     drift_after_update: bool = Field(False, description="one extra no-grad pass after the last update to measure drift")
