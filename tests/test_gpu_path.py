@@ -87,6 +87,59 @@ def test_static_decode_rows_depend_on_their_key_not_their_batch(setup):
     assert torch.equal(both.response_ids[1, :n], alone.response_ids[0, :n])
 
 
+def non_finite_logits(model, value: float, calls: int | None):
+    """A hook that writes `value` into logit 5 of the model's first `calls` forwards (None: of every one)."""
+    seen = []
+
+    def hook(module, inputs, output):
+        seen.append(1)
+        if calls is None or len(seen) <= calls:
+            return output.index_fill(-1, torch.tensor([5], device=output.device), value)
+        return output
+
+    return model.lm_head.register_forward_hook(hook)
+
+
+@pytest.mark.parametrize("decode", ["generate", "static"])
+@pytest.mark.parametrize("value,calls", [(float("nan"), None), (float("inf"), None), (float("nan"), 1)])
+def test_both_decodes_flag_a_policy_with_non_finite_logits(setup, decode, value, calls):
+    """NaN or +inf logits, at every step or at the first one only (a later finite step must not clear
+    the flag), come back as `finite` False from either decode path; the rows are still sampled to
+    the end, as many as from a finite policy."""
+    _, model, prompts = setup
+    engine = make_engine("hf", pad_id=0, eos_id=2, decode=decode)
+    params = SamplingParams(group_size=2, max_new_tokens=6, seed=1, ignore_eos=True)
+    handle = non_finite_logits(model, value, calls)
+    try:
+        broken = engine.generate(model, prompts, params)
+    finally:
+        handle.remove()
+    assert not bool(broken.finite) and broken.response_mask.all()
+    healthy = engine.generate(model, prompts, params)
+    assert bool(healthy.finite) and broken.input_ids.shape == healthy.input_ids.shape
+
+
+def test_both_decodes_flag_nan_and_plus_inf_scores_but_not_minus_inf():
+    """-inf is a masked token (top-p, min_new_tokens), not a diverged policy; NaN and +inf are. A
+    flagged row is zeroed (sampled uniformly), the others are left as they are."""
+    from gspo_bench.rollout.hf import _RecordSamplingLogprobs
+    from gspo_bench.rollout.static_decode import DecodeRule, DecodeState, processed_scores
+
+    inf, nan = float("inf"), float("nan")
+    scores = torch.tensor([[0.0, 1.0, 2.0, nan], [0.0, inf, 1.0, 2.0], [-inf, 0.0, 1.0, 2.0]])  # [B=3, V=4]
+    rule = DecodeRule(eos_id=2, pad_id=0, min_new_tokens=0, temperature=1.0, top_p=1.0, seed=0)
+    for rows, flagged in (([2], False), ([0, 2], True), ([1, 2], True), ([0, 1, 2], True)):
+        state = DecodeState(torch.zeros(len(rows), 2, dtype=torch.long), torch.ones(len(rows), 2), 2,
+                            torch.arange(len(rows)), n_moe=0, top_k=0)
+        static = processed_scores(scores[rows], state, rule)
+        recorder = _RecordSamplingLogprobs()
+        generated = recorder(torch.zeros(len(rows), 1, dtype=torch.long), scores[rows])
+        assert bool(state.finite) is (not flagged) and bool(recorder.finite) is (not flagged), rows
+        for out in (static, generated):
+            expected = torch.stack([torch.zeros(4) if r < 2 else scores[r] for r in rows])
+            assert torch.equal(out, expected), rows
+
+
 def test_engine_options_are_checked(setup):
     _, model, prompts = setup
     with pytest.raises(ValueError, match="unknown engine_options decod"):
