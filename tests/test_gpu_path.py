@@ -210,6 +210,38 @@ def test_the_copy_is_made_on_a_gpu_and_in_bf16_only(setup):
     assert engine.weights.model is None
 
 
+@pytest.mark.parametrize("dtype,device,sharded,copy_weights,expected", [
+    (torch.bfloat16, "cuda", False, None, True),  # the default on a GPU
+    (torch.bfloat16, "cuda", False, False, False),  # copy_weights: false is obeyed on a GPU too
+    (torch.bfloat16, "cuda", False, True, True),
+    (torch.bfloat16, "cpu", False, None, False),  # CPU: autocast over the fp32 weights
+    (torch.bfloat16, "cpu", False, True, True),
+    (torch.bfloat16, "cpu", False, False, False),
+    (torch.bfloat16, "cuda", True, True, False),  # sharded (FSDP2): never, whatever it says
+    (torch.float32, "cuda", False, True, False),  # fp32 samples from the model itself
+    (torch.float32, "cpu", False, None, False),
+])
+def test_the_copy_decision_on_every_device(dtype, device, sharded, copy_weights, expected):
+    from gspo_bench.rollout.hf import wants_copy
+
+    assert wants_copy(dtype, device, sharded, copy_weights) is expected
+
+
+def test_the_engine_takes_copy_weights_from_the_suite_and_refuses_a_non_boolean(tmp_path):
+    from gspo_bench.config import SuiteConfig
+    from gspo_bench.rollout.hf import wants_copy
+    from gspo_bench.train.setup import make_run_engine
+
+    base = {"name": "s", "task": {"name": "sort"}, "budget": {"kind": "steps", "value": 1},
+            "objectives": [{"name": "grpo"}], "rollout": {"dtype": "bfloat16", "engine_options": {"copy_weights": False}}}
+    tok = build_char_tokenizer()
+    engine = make_run_engine(SuiteConfig.model_validate(base), tok, tmp_path, torch.device("cpu"))
+    assert engine.copy_weights is False and not wants_copy(engine.weights.dtype, "cuda", False, engine.copy_weights)
+    for option in ("copy_weights", "graph"):
+        with pytest.raises(ValueError, match=f"{option} must be true or false .* got 'false'"):
+            make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", **{option: "false"})
+
+
 def test_a_run_refreshes_the_copy_before_every_rollout(setup, monkeypatch):
     """`collect_rollout` pushes the policy's weights into the engine first (a stale copy would sample
     from the weights of an earlier step)."""
