@@ -298,6 +298,34 @@ def test_autocast_runs_the_experts_grouped_matmuls_in_bf16(setup):
     assert plain.seen and all(d == (torch.float32, torch.float32) for d in plain.seen)
 
 
+@pytest.mark.parametrize("shape,aligned", [
+    ((5, 8), True), ((5, 16), True), ((5, 12), False), ((5, 4), False),  # [tokens, K]: tokens may be anything
+    ((3, 8, 16), True), ((7, 8, 8), True), ((3, 8, 12), False), ((3, 12, 8), False),  # [E, K, N]: E may be anything
+])
+def test_alignment_is_of_the_inner_dimensions_in_multiples_of_8(shape, aligned):
+    assert precision._aligned(torch.empty(shape)) is aligned
+
+
+@pytest.mark.parametrize("k,n,cast", [(16, 16, True), (8, 24, True), (16, 12, False), (12, 16, False)])
+def test_the_autocast_rule_casts_only_when_every_operand_is_aligned(k, n, cast):
+    """x [5, K] @ w [2, K, N] in groups of 2 and 3 tokens under bf16 autocast: cast when K and N are
+    both multiples of 8; left fp32 when either is not (one aligned operand is not enough: a bf16
+    grouped matmul on 16-byte-misaligned rows fails)."""
+    x = torch.arange(5 * k, dtype=torch.float32).reshape(5, k) / 100
+    w = torch.arange(2 * k * n, dtype=torch.float32).reshape(2, k, n) / 1000
+    offs = torch.tensor([2, 5], dtype=torch.int32)
+    expected = torch.cat([x[:2] @ w[0], x[2:] @ w[1]])  # [5, N]
+    precision.register_grouped_mm_autocast("cpu")
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16), GroupedMMDtypes() as ruled:
+            out = torch._grouped_mm(x, w, offs=offs)
+    finally:
+        precision.unregister_grouped_mm_autocast("cpu")
+    dtype = torch.bfloat16 if cast else torch.float32
+    assert ruled.seen == [(dtype, dtype)] and out.dtype == dtype
+    assert_close(out.float(), expected, **({"atol": 0.05, "rtol": 0.02} if cast else {}))
+
+
 def test_bf16_training_precision_registers_the_rule_on_cuda_only():
     precision.unregister_grouped_mm_autocast("cuda")
     with Precision.named("bfloat16", "cpu").autocast():
