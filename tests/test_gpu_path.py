@@ -140,6 +140,21 @@ def test_both_decodes_flag_nan_and_plus_inf_scores_but_not_minus_inf():
             assert torch.equal(out, expected), rows
 
 
+def test_static_decode_masks_eos_while_fewer_than_min_new_tokens_are_sampled():
+    """Tokens 0 and 1 cannot be </s> at min_new_tokens = 2; token 2 can (as generate's
+    MinNewTokensLogitsProcessor: blocked while the count of new tokens is below the minimum)."""
+    from gspo_bench.rollout.static_decode import DecodeRule, DecodeState, processed_scores
+
+    rule = DecodeRule(eos_id=2, pad_id=0, min_new_tokens=2, temperature=1.0, top_p=1.0, seed=0)
+    state = DecodeState(torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2), 4, torch.arange(1), n_moe=0, top_k=0)
+    logits = torch.tensor([[0.5, -1.0, 3.0, 0.0]])
+    for step, eos_score in ((0, float("-inf")), (1, float("-inf")), (2, 3.0), (3, 3.0)):
+        state.step.fill_(step)
+        scores = processed_scores(logits, state, rule)
+        assert scores.tolist() == [[0.5, -1.0, eos_score, 0.0]], step
+    assert bool(state.finite)  # -inf where </s> is blocked is no divergence
+
+
 def test_engine_options_are_checked(setup):
     _, model, prompts = setup
     with pytest.raises(ValueError, match="unknown engine_options decod"):
