@@ -93,7 +93,7 @@ def test_parallel_is_refused_with_a_message_under_torchrun(suite_file, monkeypat
 
 
 def test_parallel_zero_fits_the_cores_at_the_suite_threads(monkeypatch):
-    from gspo_bench.suite.runner import launch
+    from gspo_bench.suite import launch
 
     monkeypatch.setattr(launch.os, "cpu_count", lambda: 16)
     assert launch.default_parallel(2) == 8 and launch.default_parallel(None) == 16
@@ -108,7 +108,7 @@ def worker(monkeypatch):
     import multiprocessing
     import threading
 
-    from gspo_bench.suite.runner import launch
+    from gspo_bench.suite import launch
 
     state = {"messages": None, "stop": threading.Event(), "reason": multiprocessing.Value("i", 0), "running": False,
              "stopping": False, "exit_after": False, "stopped": False}
@@ -123,7 +123,7 @@ def test_a_worker_that_saw_a_stop_starts_no_further_run(worker, tmp_path):
     import signal
     from types import SimpleNamespace
 
-    from gspo_bench.suite.runner import launch
+    from gspo_bench.suite import launch
 
     launch._worker_signal(signal.SIGINT, None)  # idle: no exception
     assert worker["stopped"] and not worker["stop"].is_set()

@@ -255,7 +255,7 @@ def test_an_empty_test_split_of_an_hf_dataset_is_named(tmp_path, cli):
 def test_a_dead_parallel_worker_names_its_run_and_says_resume(tmp_path):
     """A real worker process dies (os._exit, as kill -9 would): the pool breaks; the run that was
     training is marked failed in its folder, the queued one is named as not started, both say --resume."""
-    from gspo_bench.suite.runner import launch
+    from gspo_bench.suite import launch
 
     started, queued = (SimpleNamespace(run_dir=tmp_path / "tiny" / name) for name in ("grpo-s0", "gspo-s0"))
     RunDir(started.run_dir).write_status("running", step=3)
