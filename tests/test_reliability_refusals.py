@@ -124,7 +124,7 @@ REFUSALS = [
     case({"rollout": {"engine": "sglang"}}, [], "rollout.engine", id="engine-name"),
     case({"seeds": [0, 0]}, [], "seeds", id="seeds-distinct"),
     *(case({"name": name}, [], "name: a suite name is a folder name", id=f"suite-name-{i}")
-      for i, name in enumerate(["..", ".", "a/b", "x" * (MAX_NAME + 1)])),
+      for i, name in enumerate(["..", ".", "a/b", "x" * (MAX_NAME + 1), ""])),
     case({"sweep": {"train.lr": [1e-4, 1e-4]}}, [], "sweep points 1 (train.lr=0.0001) and 2 (train.lr=0.0001)",
          id="sweep-labels"),
     case({"objectives": [{"name": "grpo"}, {"name": "gspo", "label": "GRPO"}]}, [], "objectives.0 (grpo) and "
