@@ -6,6 +6,7 @@ the optimizer and the warm start's test split are checked by the functions a run
 
 from __future__ import annotations
 
+import importlib
 import math
 import sys
 from pathlib import Path
@@ -32,16 +33,17 @@ def bomb(levels: int = 9, width: int = 10) -> dict:
     return {"name": "sort", "params": {"max_len": 3, "x": node}}
 
 
-def vllm_installed() -> bool:
+def installed(module: str) -> bool:
     try:
-        import vllm  # noqa: F401
+        importlib.import_module(module)
     except ImportError:
         return False
     return True
 
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine runs this suite")
-NO_VLLM = pytest.mark.skipif(vllm_installed(), reason="vLLM is installed: the engine exists")
+NO_TORCHAO = pytest.mark.skipif(installed("torchao"), reason="torchao is installed: adamw8bit builds")
+NO_VLLM = pytest.mark.skipif(installed("vllm"), reason="vLLM is installed: the engine exists")
 TWO = {"objectives": [{"name": "grpo"}, {"name": "gspo"}]}
 
 
@@ -71,6 +73,10 @@ REFUSALS = [
     case({"task": {"name": "chain", "params": {"steps": True}}}, [], "task: params: expected a number, got a boolean "
          "at steps", id="bool-task-param"),
     case({"train": {"betas": [0.9, False]}}, [], "train.betas: expected a number, got a boolean at 1", id="bool-tuple"),
+    case({}, ["train.micro_batch_tokens=true"], "train.micro_batch_tokens: expected a number, got a boolean",
+         id="bool-field-added-later"),
+    case({}, ["rollout.kv_cache_gib=yes"], "rollout.kv_cache_gib: expected a number, got a boolean",
+         id="bool-float-field-added-later"),
     case({"objectives": [{"name": "dppo_binary_tv", "kwargs": {"delta": True}}]}, [], "objectives.0: kwargs: expected "
          "a number, got a boolean at delta", id="bool-kwargs"),
     case({"objectives": [{"name": "grpo", "correction": {"kind": "opsm", "delta": True}}]}, [],
@@ -109,6 +115,8 @@ REFUSALS = [
     case({"train": {"device": "cuda"}}, [], "train.device: cuda, but this machine has no CUDA device", NO_CUDA,
          id="train-device"),
     case({"train": {"betas": [1.5, -2.0]}}, [], "train: Invalid beta parameter at index 0: 1.5", id="optimizer-betas"),
+    case({"train": {"optimizer": "adamw8bit"}}, [], "train: train.optimizer: adamw8bit needs torchao", NO_TORCHAO,
+         id="optimizer-8bit-missing"),
     case({"warm_start": {"eval_examples": 300}}, [], "warm_start.eval_examples: the task's test split has fewer than "
          "300 distinct problems", id="warm-start-eval-examples"),
     # ---------------------------------------------------------------- earlier rounds
