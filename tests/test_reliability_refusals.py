@@ -188,15 +188,20 @@ def test_validate_and_run_refuse_alike_in_one_line_and_create_nothing(tmp_path, 
 # ------------------------------------------------------------------ numbers
 
 def test_yaml_exponents_and_ints_stay_numbers_and_booleans_stay_booleans(tmp_path):
-    text = yaml.safe_dump(tiny_suite(tmp_path / "cache")).replace("lr: 0.001", "lr: 1e-3")
-    text += "collapse: {reward_floor: 2e-2}\n"
+    data = tiny_suite(tmp_path / "cache")
+    data.pop("objectives")
+    text = yaml.safe_dump(data).replace("lr: 0.001", "lr: 1e-3")
+    text += "collapse: {reward_floor: 2e-2}\nobjectives: [{name: dppo_binary_tv, kwargs: {delta: 1e-1}}]\n"
     path = tmp_path / "s.yaml"
     path.write_text(text.replace("value: 3", "value: 3e0"))
     assert "lr: 1e-3" in text
-    suite = load_suite(path, parse_overrides(["train.grad_clip=2", "model.aux_loss=yes", "train.weight_decay=1e-2"]))
+    suite = load_suite(path, parse_overrides(["train.grad_clip=2", "model.aux_loss=yes", "train.weight_decay=1e-2",
+                                              "rollout.engine_options={router_noise: 2e-1}"]))
     assert suite.train.lr == 1e-3 and suite.collapse.reward_floor == 0.02 and suite.budget.value == 3.0
     assert suite.train.grad_clip == 2.0 and isinstance(suite.train.grad_clip, float)
     assert suite.model.aux_loss is True and suite.train.weight_decay == 0.01
+    # free-form settings are not converted by the schema: YAML itself reads 1e-1 as the number
+    assert suite.objectives[0].kwargs == {"delta": 0.1} and suite.rollout.engine_options == {"router_noise": 0.2}
 
 
 def test_a_boolean_is_refused_wherever_a_number_is_expected_in_any_section(tmp_path):
