@@ -5,6 +5,8 @@
 - `logratio/token_var`: variance of log w_it; `kl/old_new`: k3 estimate of KL(pi_old || pi_theta);
 - `clip/frac*`: token-weighted fraction of valid tokens whose term the clip cut (paper Figure 2);
   `clip/seq_frac`: the fraction of responses with at least one clipped token (the unit some peers report);
+  `clip/frac_dual`: with a dual clip on, the tokens its bound c A cut (A < 0, ratio > c), also counted
+  in `clip/frac` and `clip/seq_frac` (their gradient is zero, as a clipped token's);
 - `count/tokens_len{lo}-{hi}`, `count/clipped_len{lo}-{hi}`: valid and clipped tokens of responses
   whose length |y_i| is in [lo, hi] for power-of-two buckets 1-1, 2-3, 4-7, 8-15, ... up to the
   batch's width T (clipping by response length: GSPO's length-bias critique).
@@ -80,13 +82,16 @@ def ratio_metrics(batch: PolicyBatch) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBatch) -> dict[str, torch.Tensor]:
-    """Token-weighted clip fractions from per-token flags [B, T] (a clipped response flags all its tokens)."""
+def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBatch,
+                 cut_dual: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Token-weighted clip fractions from per-token flags [B, T] (a clipped response flags all its tokens);
+    `cut_dual` (a dual clip's, when on) adds `clip/frac_dual` and counts in `clip/frac`."""
     if not _ENABLED.get():
         return {}
     low = cut_low & batch.mask
     high = cut_high & batch.mask
-    clipped = low | high  # [B, T]
+    dual = cut_dual & batch.mask if cut_dual is not None else torch.zeros_like(batch.mask)
+    clipped = low | high | dual  # [B, T]
     n = batch.n_tokens.clamp(min=1)
     out = {
         "clip/frac": clipped.sum() / n,
@@ -95,6 +100,8 @@ def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBat
         # the same clipping counted in responses: the share of responses with any clipped token
         "clip/seq_frac": (clipped.any(-1) & batch.has_tokens).sum() / batch.n_responses.clamp(min=1),
     }
+    if cut_dual is not None:
+        out["clip/frac_dual"] = dual.sum() / n
     out.update(length_bucket_counts(clipped, batch))
     return out
 
