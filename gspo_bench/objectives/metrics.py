@@ -13,6 +13,8 @@
 All values are detached 0-d tensors, computed without copying anything to the host; variances
 are population variances (0 for a single element).
 `count/*` values are counts, to be summed (not averaged) across minibatches and steps.
+- `loss/max_token_share` (`term_share_metrics`): the largest |contribution| of one token to the loss
+  over the sum of every token's |contribution| (from `reduce.recording_terms`); 0 where every term is 0.
 
 `measurements_off()` makes both functions return {} (the performance benchmark uses it to measure
 what the measurements cost); objectives need no change for it.
@@ -79,6 +81,19 @@ def ratio_metrics(batch: PolicyBatch) -> dict[str, torch.Tensor]:
         "logratio/token_var": masked_var(log_w, batch.mask),
         "kl/old_new": masked_mean(k3(log_w), batch.mask),
     }
+
+
+@torch.no_grad()
+def term_share_metrics(recorded: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`loss/max_token_share` of one loss from the per-token contributions its `aggregate` calls recorded
+    (summed where an objective reduces several terms of the same tokens); {} when nothing was recorded
+    or measurements are off."""
+    if not _ENABLED.get() or not recorded:
+        return {}
+    per_token = torch.stack(recorded).sum(0).abs().double()  # [B, T]
+    total = per_token.sum()
+    share = per_token.max() / total.clamp(min=torch.finfo(torch.float64).tiny) if per_token.numel() else total
+    return {"loss/max_token_share": torch.where(total > 0, share, 0.0)}
 
 
 @torch.no_grad()

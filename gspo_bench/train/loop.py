@@ -32,7 +32,13 @@ from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.row import StepOutcome, build_row, step_values
 from gspo_bench.train.setup import Run, RunSpec, open_run
 from gspo_bench.train.state import Collapsed, RunState, budget_spent, collapse_reason
-from gspo_bench.train.update import UpdateSettings, drift_after_update, layer_means, update_policy
+from gspo_bench.train.update import (
+    UpdateSettings,
+    drift_after_one,
+    drift_after_update,
+    layer_means,
+    update_policy,
+)
 
 __all__ = ["RunSpec", "run_step", "step_seed", "train_run"]
 
@@ -131,9 +137,10 @@ def run_step(run: Run, step: int) -> StepOutcome:
     layers = update.layers
     if train.minibatches == 1 and after:  # no minibatch 2..K: the step's drift is the one after its update
         layers = {"moe/drift": after["moe/drift_layer"][None],
+                  "moe/drift_expert": after["moe/drift_expert_layer"][None],
                   **{key.removeprefix("layer:"): v[None] for key, v in after.items() if key.startswith("layer:")}}
-        values |= {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"],
-                   **layer_means({key: v[0] for key, v in layers.items()})}
+        drift = {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"]}
+        values |= {**drift, **drift_after_one(drift), **layer_means({key: v[0] for key, v in layers.items()})}
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
                 "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()}}
     outcome = build_row(identity, values, layers, {"rollout_finite": batch.finite,
