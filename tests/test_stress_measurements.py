@@ -15,14 +15,16 @@ import torch
 
 from gspo_bench.config import TrainConfig
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
+from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import routing_drift
 from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import SamplingParams, make_engine
 from gspo_bench.tasks import make_task
 from gspo_bench.train.measurements import to_host
-from gspo_bench.train.old_policy import old_policy_pass
+from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
+from gspo_bench.train.precision import Precision
 from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.update import UpdateSettings, update_minibatch, update_policy
 
@@ -89,3 +91,22 @@ def test_the_step_measures_drift_after_one_update_and_robust_ratios_over_every_m
     n_layers = len(results[1].drift["moe/drift_layer"])
     assert layers["moe/drift_expert"][:n_layers] == pytest.approx(first["moe/drift_expert_layer"], abs=0)
     assert len(layers["moe/drift_expert"]) == 2 * n_layers  # minibatches 2 and 3
+
+
+def test_the_floor_compares_log_probs_at_the_rollout_temperature(step):
+    """floor/logp_precision_max is max |log pi_bf16 - log pi_fp32| over response tokens at the rollout's
+    temperature (the log-probs the objective uses), here 0.5; at 1.0 it is another number."""
+    model, batch, _ = step
+    policy = Policy(model, rollout_precision=Precision(compute=torch.bfloat16))
+
+    def gap(temperature: float) -> float:
+        logps = []
+        for precision in (Precision(), Precision(compute=torch.bfloat16)):
+            with torch.no_grad(), precision.autocast():
+                logps.append(response_forward(model, batch.input_ids, batch.attention_mask, batch.n_response,
+                                              temperature)[0].double())
+        return float((logps[1] - logps[0]).abs()[batch.response_mask].max())
+
+    floor = to_host(nondeterminism_floor(policy, batch, temperature=0.5))
+    assert floor["floor/logp_precision_max"] == gap(0.5) and floor["floor/logp_repeat_max"] == 0.0
+    assert abs(gap(0.5) - gap(1.0)) > 1e-3

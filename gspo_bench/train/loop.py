@@ -130,7 +130,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
         after = drift_after_update(policy, batch, old)
     floor = {}
     if train.measure and step == 1:  # once per run: what identical forwards and the rollout precision give
-        floor = nondeterminism_floor(policy, batch, replay)
+        floor = nondeterminism_floor(policy, batch, replay, temperature=rollout_cfg.temperature)
     # ------------------------------------------------------------------ the row (one host copy)
     passes = 2 + (policy.reference is not None) + bool(after)  # generation, old pass, reference, drift after
     values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor
