@@ -24,6 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gspo_bench.models.families import SUPPORTED_FAMILIES
 
+# Sections of the suite one objective entry may set for its own runs (`ObjectiveEntry.set`): the model,
+# task, starting weights, budget and seeds stay every arm's, so arms stay paired and matched in compute.
+ARM_SECTIONS = ("rollout", "train")
+
 # Algorithms of the suite that are an objective plus a training option.
 ALGORITHMS: dict[str, dict[str, Any]] = {
     "grpo_rr": {"objective": "grpo", "replay": True},  # GRPO + Routing Replay (paper section 5.3)
@@ -296,8 +300,22 @@ class ObjectiveEntry(Strict):
     correction: dict[str, Any] | None = Field(
         None, description="training-inference mismatch correction composed with the objective: {kind: tis|mis|"
         "icepop|opsm, ...its params} (e.g. {kind: icepop, low: 0.5, high: 5.0}); see `gspo-bench ls`")
+    set: dict[str, Any] = Field(
+        default_factory=dict, description="suite fields this entry's runs alone use, by dotted path under "
+        "rollout. or train. (e.g. {rollout.engine_options.router_noise: 0.0}: a noise-free control arm of a "
+        "stress suite); its runs start from the same weights and spend the same budget as the other arms'")
 
     _finite_kwargs = field_validator("kwargs")(classmethod(lambda cls, v: finite_settings(v)))
+
+    @field_validator("set")
+    @classmethod
+    def _arm_sections(cls, v: dict[str, Any]) -> dict[str, Any]:
+        finite_settings(v)
+        outside = [path for path in v if path.split(".")[0] not in ARM_SECTIONS or "." not in path]
+        if outside:
+            raise ValueError(f"{', '.join(outside)}: an arm may set fields under {' and '.join(ARM_SECTIONS)} "
+                             "only (model, task, warm start, budget and seeds are every arm's)")
+        return v
 
     @field_validator("correction")
     @classmethod

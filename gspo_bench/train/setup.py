@@ -212,7 +212,7 @@ def resolved_config(spec, lr: float) -> str:
     run = {"label": entry.run_label, "algorithm": spec.algorithm or entry.run_label, "objective": entry.objective,
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
            "seed": spec.seed, "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs, "sweep": spec.sweep,
-           "correction": entry.correction, "overrides": spec.overrides}
+           "correction": entry.correction, "set": entry.set, "overrides": spec.overrides}
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
 
 
