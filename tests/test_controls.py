@@ -124,3 +124,57 @@ def test_resume_compares_an_arms_settings_like_any_other(tmp_path):
     changes = config_changes(run.run_dir, edited)
     assert "run.set.rollout.engine_options.router_noise: 0.0 -> 0.1" in changes
     assert "suite.rollout.engine_options.router_noise: 0.3 -> 0.3" not in changes
+
+
+# ------------------------------------------------------------------ several warm starts
+
+
+def test_rl_seeds_start_from_warm_starts_by_the_documented_rule():
+    parsed = parse_suite(suite(warm_start={"seeds": [7, 3]}, seeds=[0, 1, 2, 3, 4, 5]))
+    assert [parsed.warm_start.seed_for(s) for s in parsed.seeds] == [7, 3, 7, 3, 7, 3]  # seeds[s mod 2]
+    keys = {r.seed: weights_key(r) for r in plan_runs(parsed, Path("/out"))}
+    assert keys[0] == keys[2] == keys[4] != keys[1] == keys[3] == keys[5]
+    assert [keys[s][0] for s in (0, 1)] == [7, 3]
+    one = parse_suite(suite(warm_start={"seed": 0}, seeds=[0, 1]))
+    assert [one.warm_start.seed_for(s) for s in one.seeds] == [0, 0]
+    own = parse_suite(suite(seeds=[4, 9]))  # neither: each RL seed its own starting model
+    assert [own.warm_start.seed_for(s) for s in own.seeds] == [4, 9]
+
+
+@pytest.mark.parametrize("warm_start, seeds, match", [
+    ({"seed": 0, "seeds": [0, 1]}, [0, 1], "set seed .* or seeds .*, not both"),
+    ({"seeds": [1, 1]}, [0, 1], "seeds must be distinct"),
+    ({"seeds": [0, 1, 2]}, [0, 1], r"no RL seed starts from the warm start of seed\(s\) \[2\]"),
+    ({"seeds": [0, 1]}, [0, 2, 4], r"no RL seed starts from the warm start of seed\(s\) \[1\]"),
+])
+def test_warm_start_seeds_are_checked(warm_start, seeds, match):
+    with pytest.raises(SuiteError, match=match):
+        parse_suite(suite(warm_start=warm_start, seeds=seeds))
+
+
+def test_each_warm_start_is_cached_on_its_own_key(tmp_path, monkeypatch):
+    import gspo_bench.train.warmstart
+    from gspo_bench.suite.runner import starting_weights
+
+    keys = []
+
+    def fake_warm_start(build, tokenizer, task, params, key_parts, cache, on_eval):
+        keys.append((key_parts["seed"], params.seed))
+        return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.0, "steps": 0}
+
+    monkeypatch.setattr(gspo_bench.train.warmstart, "warm_start", fake_warm_start)
+    parsed = parse_suite(suite(warm_start={"seeds": [0, 1]}, seeds=[0, 1, 2]))
+    for run in plan_runs(parsed, Path("/out")):
+        starting_weights(run.start, run.seed, log=lambda m: None)
+    assert keys == [(0, 0), (1, 1), (0, 0)]
+
+
+def test_a_warm_start_judged_on_128_examples_needs_a_test_split_that_large():
+    chain = {"name": "chain", "params": {"steps": 30, "max_operand": 3, "max_value": 9}}
+    assert parse_suite(suite(task=chain, warm_start={"eval_examples": 128})).warm_start.eval_examples == 128
+    with pytest.raises(SuiteError, match=r"warm_start\.eval_examples \(128\): task sort \{'max_len': 3\}: the task's "
+                                         r"test split has fewer than 128 distinct problems \(102 found\)"):
+        parse_suite(suite(task={"name": "sort", "params": {"max_len": 3}}, warm_start={"eval_examples": 128}))
+    no_warm_start = suite(task={"name": "sort", "params": {"max_len": 3}},
+                          warm_start={"eval_examples": 128, "enabled": False})
+    assert not parse_suite(no_warm_start).warm_start.enabled

@@ -155,6 +155,10 @@ class WarmStartConfig(Strict):
     seed: int | None = Field(None, description="seed the starting model is built and warm-started with (default: each "
                              "run's seed; one value starts every seed from the same model, as RL runs from one base "
                              "model do, and seeds then vary the RL sampling only)")
+    seeds: list[int] | None = Field(None, min_length=1, description="several starting models, each built, warm-started "
+                                    "and cached with its own seed: RL seed s starts from the one of seeds[s mod "
+                                    "len(seeds)] (e.g. [0, 1] with seeds [0, ..., 5]: even RL seeds from warm start 0, "
+                                    "odd ones from 1); instead of `seed`")
 
     @field_validator("band")
     @classmethod
@@ -162,6 +166,21 @@ class WarmStartConfig(Strict):
         if not 0.0 <= v[0] <= v[1] <= 1.0:
             raise ValueError("expected 0 <= low <= high <= 1")
         return v
+
+    @model_validator(mode="after")
+    def _one_rule(self):
+        if self.seed is not None and self.seeds is not None:
+            raise ValueError("set seed (one starting model) or seeds (several), not both")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct (each is one starting model), got {self.seeds}")
+        return self
+
+    def seed_for(self, seed: int) -> int:
+        """The seed of the starting model RL seed `seed` starts from: seeds[seed mod len(seeds)], else
+        `seed` when set, else the RL seed itself."""
+        if self.seeds is not None:
+            return self.seeds[seed % len(self.seeds)]
+        return seed if self.seed is None else self.seed
 
 
 class RolloutConfig(Strict):
@@ -445,6 +464,31 @@ class SuiteConfig(Strict):
         if self.model.path is not None and self.warm_start.enabled:
             raise ValueError("warm_start is for tiny models built from a config; with model.path set "
                              "(a real checkpoint, already fine-tuned) set warm_start.enabled: false")
+        return self
+
+    @model_validator(mode="after")
+    def _every_warm_start_starts_a_run(self):
+        ws = self.warm_start
+        unused = [s for s in ws.seeds or [] if s not in {ws.seed_for(seed) for seed in self.seeds}]
+        if unused:
+            raise ValueError(f"warm_start.seeds {ws.seeds} with seeds {self.seeds}: no RL seed starts from the warm "
+                             f"start of seed(s) {unused} (RL seed s starts from warm_start.seeds[s mod "
+                             f"{len(ws.seeds)}])")
+        return self
+
+    @model_validator(mode="after")
+    def _warm_start_examples_exist(self):
+        if not self.warm_start.enabled or self.model.path is not None:
+            return self
+        try:
+            task = self.task.instance()
+        except ValueError:
+            return self  # check_runnable reports a task that does not build
+        try:
+            task.test_examples(self.warm_start.eval_examples)
+        except ValueError as err:
+            raise ValueError(f"warm_start.eval_examples ({self.warm_start.eval_examples}): task {self.task.name} "
+                             f"{self.task.params}: {err}; judge the warm start on fewer examples or widen the task") from None
         return self
 
     @model_validator(mode="after")

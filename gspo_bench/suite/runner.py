@@ -167,8 +167,8 @@ def weights_key(planned: PlannedRun) -> tuple[int, str]:
 
 
 def init_seed(suite: SuiteConfig, seed: int) -> int:
-    """The seed a run's starting model is built and warm-started with."""
-    return seed if suite.warm_start.seed is None else suite.warm_start.seed
+    """The seed a run's starting model is built and warm-started with (`WarmStartConfig.seed_for`)."""
+    return suite.warm_start.seed_for(seed)
 
 
 def _warm_start_eval(observer: Observer, seed: int, cfg, step: int, accuracy: float) -> None:

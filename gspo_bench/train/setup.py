@@ -3,6 +3,7 @@ results folder and loop state, fresh or from the run's last checkpoint."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from functools import partial
@@ -97,6 +98,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         state, prov = RunState(), provenance(str(device)) | {"overrides": spec.overrides}
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
+        prov["warm_start"] = warm_start_record(spec)
         prompt_format = run_prompt_format(suite, tokenizer)
         engine = make_run_engine(suite, tokenizer, weights, device)
         if spec.entry.use_replay and spec.entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
@@ -119,6 +121,22 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
     objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
     return Run(spec, out, policy, tokenizer, engine, suite.task.instance(), objective, n_active, prov, evaluator,
                lock, prompt_format, tracker), state
+
+
+def warm_start_seed(spec: RunSpec) -> int | None:
+    """The seed of the warm start the run starts from (`WarmStartConfig.seed_for`); None for a real
+    checkpoint (`model.path`)."""
+    return None if spec.suite.model.path is not None else spec.suite.warm_start.seed_for(spec.seed)
+
+
+def warm_start_record(spec: RunSpec) -> dict:
+    """The starting weights of the run, for provenance.json (the analysis stratifies by them): the warm
+    start's seed, its folder and, from its warmstart.json, its cache key, accuracy and steps."""
+    record = {"seed": warm_start_seed(spec), "path": str(spec.init_weights)}
+    info = Path(spec.init_weights) / "warmstart.json"
+    if info.is_file():
+        record |= {k: v for k, v in json.loads(info.read_text()).items() if k in ("key", "accuracy", "steps", "in_band")}
+    return record
 
 
 def end_unresumed(out: RunDir, err: BaseException) -> None:
