@@ -253,6 +253,10 @@ class BudgetConfig(Strict):
 
 
 class EvalConfig(Strict):
+    engine: Literal["lm_eval", "rollout"] = Field(
+        "lm_eval", description="what samples the test prompts: lm_eval (lm-eval's HFLM on the training model, "
+        "outside the rollout engine: no router noise) or rollout (the run's rollout engine with its router noise "
+        "off, our tasks only, no greedy; cheaper on CPU: docs/suites.md). eval.parquet's `engine` column says which")
     tasks: list[str] = Field(default_factory=list, description="our tasks by name (the suite's task uses its "
                              "params) or lm-eval task names with local data; empty: no evaluation")
     lm_eval_tasks: list[str] = Field(default_factory=list, description="standard lm-eval tasks by registry name "
@@ -276,6 +280,9 @@ class EvalConfig(Strict):
     def _greedy(self):
         if self.greedy and self.samples > 1:
             raise ValueError("greedy decoding gives one response per prompt: set samples: 1")
+        if self.engine == "rollout" and (self.greedy or self.lm_eval_tasks):
+            raise ValueError("engine rollout samples our tasks at a temperature: greedy and lm_eval_tasks need "
+                             "engine lm_eval")
         return self
 
 
@@ -464,6 +471,18 @@ class SuiteConfig(Strict):
         if self.model.path is not None and self.warm_start.enabled:
             raise ValueError("warm_start is for tiny models built from a config; with model.path set "
                              "(a real checkpoint, already fine-tuned) set warm_start.enabled: false")
+        return self
+
+    @model_validator(mode="after")
+    def _rollout_eval_tasks_are_ours(self):
+        if self.eval.engine != "rollout":
+            return self
+        from gspo_bench.tasks import generated_tasks
+
+        others = [t for t in self.eval.tasks if t != self.task.name and t not in generated_tasks()]
+        if others:
+            raise ValueError(f"eval.tasks {others}: eval.engine rollout evaluates the suite's task and the generated "
+                             "tasks (gspo-bench ls); an lm-eval task needs eval.engine lm_eval")
         return self
 
     @model_validator(mode="after")

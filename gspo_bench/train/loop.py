@@ -180,7 +180,7 @@ def evaluate(run: Run, state: RunState) -> None:
     scores = run.evaluator(run.policy.model, run.tokenizer, seed=step_seed(run.spec.seed, state.step, 3))
     elapsed = time.perf_counter() - start
     state.eval_rows += [{"step": state.step, "label": run.spec.entry.run_label, "seed": run.spec.seed, "task": task,
-                         "score": s["score"], "stderr": s["stderr"], "metric": s["metric"],
+                         "score": s["score"], "stderr": s["stderr"], "metric": s["metric"], "engine": s["engine"],
                          "samples": run.suite.eval.samples, "compute/cum_flops": state.cum_flops,
                          "time/eval_s": elapsed} for task, s in scores.items()]
     run.out.write_rows("eval.parquet", state.eval_rows)

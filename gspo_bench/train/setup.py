@@ -22,7 +22,7 @@ from gspo_bench.runtime.distributed import World, device_for, shard, world_from_
 from gspo_bench.tasks import Task
 from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state
 from gspo_bench.train.compute import active_parameters
-from gspo_bench.train.evaluation import Evaluator
+from gspo_bench.train.evaluation import EngineEvaluator, Evaluator
 from gspo_bench.train.optim import make_optimizer, set_lr
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.precision import DTYPES, Precision
@@ -56,7 +56,7 @@ class Run:
     objective: Objective
     n_active: int  # active parameters per token (FLOP accounting)
     provenance: dict
-    evaluator: Evaluator | None
+    evaluator: Evaluator | EngineEvaluator | None
     lock: RunLock | None = None  # this process's hold on the run folder (rank 0)
     prompt_format: PromptFormat = PromptFormat()  # raw prompts, or rendered with the chat template
     tracker: Tracker | None = None  # TensorBoard / W&B views of the rows (rank 0, when configured)
@@ -104,10 +104,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         if spec.entry.use_replay and spec.entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
             raise ValueError(f"{spec.entry.run_label}: rollout routing replay (R3) needs an engine that returns "
                              f"routed experts; rollout.engine {suite.rollout.engine} does not (hf does)")
-        evaluator = None
-        if suite.eval.enabled:
-            evaluator = Evaluator(suite.eval, out.path / "eval_tasks", suite.task.name, suite.task.params,
-                                  suite.rollout.max_new_tokens, suite.rollout.temperature, prompt_format)
+        evaluator = make_evaluator(suite, out.path, engine, prompt_format, policy)
         config = resolved_config(spec, lr=policy.optimizer.param_groups[0]["lr"])
         out.write_text("config.yaml", config)
         out.write_json("provenance.json", prov)
@@ -121,6 +118,18 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
     objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
     return Run(spec, out, policy, tokenizer, engine, suite.task.instance(), objective, n_active, prov, evaluator,
                lock, prompt_format, tracker), state
+
+
+def make_evaluator(suite: SuiteConfig, out: Path, engine: RolloutEngine, prompt_format: PromptFormat,
+                   policy: Policy) -> Evaluator | EngineEvaluator | None:
+    """The run's held-out evaluation (`eval:`): lm-eval's, or its rollout engine's with router noise off; None
+    without eval tasks."""
+    if not suite.eval.enabled:
+        return None
+    where = (suite.task.name, suite.task.params, suite.rollout.max_new_tokens, suite.rollout.temperature, prompt_format)
+    if suite.eval.engine == "rollout":
+        return EngineEvaluator(suite.eval, engine, *where, precision=policy.rollout_precision or policy.precision)
+    return Evaluator(suite.eval, out / "eval_tasks", *where)
 
 
 def warm_start_seed(spec: RunSpec) -> int | None:
