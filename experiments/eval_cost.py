@@ -18,6 +18,7 @@ import argparse
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -36,14 +37,14 @@ NEW_TOKENS = 200
 
 def never_ends(model: torch.nn.Module) -> None:
     """Every response runs to the token budget: the end-of-sequence logit is -inf."""
-    def hook(module, args, output):
+    def hook(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
         output[..., EOS_ID] = float("-inf")
         return output
 
     model.lm_head.register_forward_hook(hook)
 
 
-def timed(call) -> tuple[float, float]:
+def timed(call: Callable[[], object]) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process) of `call()`: on a shared machine the CPU time is the
     figure that does not depend on what else runs."""
     wall, cpu = time.perf_counter(), time.process_time()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gspo_bench.config import EvalConfig, parse_suite
 from gspo_bench.config.load import SuiteError
@@ -28,12 +29,9 @@ TASK = {"name": "sort", "params": {"max_len": 3}}
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """The tiny suite's warm-started MoE (sorting): rewards are neither all 0 nor all 1."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    cache = tmp_path_factory.mktemp("ws")
-    path = starting_weights(parse_suite(tiny_suite(cache)), 0, log=lambda m: None)
-    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path), cache
+    """The tiny suite's warm-started MoE (sorting): its rewards are neither all 0 nor all 1."""
+    path = starting_weights(parse_suite(tiny_suite(tmp_path_factory.mktemp("ws"))), 0, log=lambda m: None)
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
 
 
 def greedy_texts(model, tokenizer, examples, noise: float = 0.0) -> list[str]:
@@ -48,7 +46,7 @@ def greedy_texts(model, tokenizer, examples, noise: float = 0.0) -> list[str]:
 def test_lm_evals_path_scores_the_clean_model_however_noisy_the_engine(trained, tmp_path):
     """The evaluator the loop builds for `eval.engine: lm_eval` samples with the training model itself:
     its greedy score is the clean model's, not what the same model scores under router noise."""
-    model, tokenizer, _ = trained
+    model, tokenizer = trained
     task = make_task("sort", max_len=3)
     examples = task.test_examples(24)
     cfg = EvalConfig(tasks=["sort"], limit=24, greedy=True, max_new_tokens=8, batch_size=8)
@@ -69,7 +67,7 @@ def engine_evaluator(noise: float = 0.0, **cfg) -> EngineEvaluator:
 
 
 def test_the_rollout_engine_path_samples_with_the_router_noise_off(trained):
-    model, tokenizer, _ = trained
+    model, tokenizer = trained
     evaluator = engine_evaluator(noise=2.0)
     assert evaluator.engine.router_noise == 0.0 and evaluator.engine.weights is not None
     examples = evaluator.tasks[0][2]
@@ -86,7 +84,7 @@ def test_the_rollout_engine_path_samples_with_the_router_noise_off(trained):
 
 
 def test_the_rollout_engine_score_is_the_average_pass_at_1_and_repeats_per_seed(trained):
-    model, tokenizer, _ = trained
+    model, tokenizer = trained
     evaluator = engine_evaluator()
     examples = evaluator.tasks[0][2]
     task = make_task("sort", max_len=3)

@@ -168,7 +168,7 @@ class WarmStartConfig(Strict):
         return v
 
     @model_validator(mode="after")
-    def _one_rule(self):
+    def _one_rule(self) -> WarmStartConfig:
         if self.seed is not None and self.seeds is not None:
             raise ValueError("set seed (one starting model) or seeds (several), not both")
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
@@ -474,7 +474,7 @@ class SuiteConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _rollout_eval_tasks_are_ours(self):
+    def _rollout_eval_tasks_are_ours(self) -> SuiteConfig:
         if self.eval.engine != "rollout":
             return self
         from gspo_bench.tasks import generated_tasks
@@ -486,7 +486,7 @@ class SuiteConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _every_warm_start_starts_a_run(self):
+    def _every_warm_start_starts_a_run(self) -> SuiteConfig:
         ws = self.warm_start
         unused = [s for s in ws.seeds or [] if s not in {ws.seed_for(seed) for seed in self.seeds}]
         if unused:
@@ -496,7 +496,7 @@ class SuiteConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _warm_start_examples_exist(self):
+    def _warm_start_examples_exist(self) -> SuiteConfig:
         if not self.warm_start.enabled or self.model.path is not None:
             return self
         try:

@@ -26,10 +26,12 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
 
+from gspo_bench.config import EvalConfig
 from gspo_bench.models.chat import PromptFormat
 from gspo_bench.rollout import RolloutEngine, SamplingParams
 from gspo_bench.tasks import Example, Task, generated_tasks, make_task
@@ -231,9 +233,9 @@ class EngineEvaluator:
     the task's verifier. Scores are named as lm-eval's (`gspo_<task>`), metric `reward`, engine
     `rollout:<engine name>`; the stderr is that of the mean over prompts of their average Pass@1."""
 
-    def __init__(self, cfg, engine: RolloutEngine, suite_task: str | None = None, suite_params: dict | None = None,
-                 max_new_tokens: int = 32, temperature: float = 1.0, prompt_format: PromptFormat = PromptFormat(),
-                 precision: Precision = Precision()):
+    def __init__(self, cfg: EvalConfig, engine: RolloutEngine, suite_task: str | None = None,
+                 suite_params: dict | None = None, max_new_tokens: int = 32, temperature: float = 1.0,
+                 prompt_format: PromptFormat = PromptFormat(), precision: Precision = Precision()) -> None:
         if cfg.greedy or cfg.lm_eval_tasks:
             raise ValueError("eval.engine rollout samples our tasks: greedy decoding and lm_eval_tasks need "
                              "eval.engine lm_eval")
@@ -247,7 +249,7 @@ class EngineEvaluator:
             task = make_task(name, **params)
             self.tasks.append((lm_eval_name(name), task, task.test_examples(cfg.limit)))
 
-    def sample(self, model, tokenizer, examples: list[Example], seed: int) -> list[str]:
+    def sample(self, model: torch.nn.Module, tokenizer: Any, examples: list[Example], seed: int) -> list[str]:
         """`cfg.samples` responses per example (consecutive), decoded; batches of `cfg.batch_size` prompts,
         each row keyed by its index, so the responses do not depend on the batch size."""
         self.engine.sync_weights(model)  # a rollout copy of the weights (bf16 on a GPU) is refreshed first
@@ -262,7 +264,7 @@ class EngineEvaluator:
             texts += tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
         return texts
 
-    def __call__(self, model, tokenizer, seed: int = 0) -> dict[str, dict]:
+    def __call__(self, model: torch.nn.Module, tokenizer: Any, seed: int = 0) -> dict[str, dict]:
         """{task name: {score, stderr, metric, engine}} of `model` now."""
         scores, k = {}, self.cfg.samples
         for name, task, examples in self.tasks:

@@ -96,7 +96,7 @@ class TokenRatios:
 
     THRESHOLDS = (10, 100, 1000)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parts: list[torch.Tensor] = []
 
     def add(self, log_ratio: torch.Tensor, valid: torch.Tensor, kept: torch.Tensor) -> None:
