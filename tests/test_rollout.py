@@ -66,6 +66,9 @@ def test_batching_helpers():
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
     assert mask_after_eos(torch.tensor([[4, 2, 5, 2], [4, 4, 4, 4]]), 2).tolist() == [
         [True, True, False, False], [True, True, True, True]]
+    # </s> first, </s> last, </s> twice in a row: the first one ends the response and is part of it
+    assert mask_after_eos(torch.tensor([[2, 4, 4], [4, 4, 2], [4, 2, 2]]), 2).tolist() == [
+        [True, False, False], [True, True, True], [True, True, False]]
     with pytest.raises(ValueError):
         left_pad([[1], []], 0)
 
@@ -97,6 +100,21 @@ def test_logprob_mismatch_small_case():
     assert stats["mismatch/k3_kl"] == pytest.approx(float((log_r.exp() - 1 - log_r).mean()))
     assert stats["mismatch/max_abs"] == pytest.approx(math.log(3.0))
     assert stats["mismatch/frac_gt_ln2"] == pytest.approx(1 / 4)  # ln 3 > ln 2 > 0.5
+
+
+def test_logprob_mismatch_at_its_boundaries():
+    """A ratio of exactly 2 or 1/2 (|log r| = ln 2, exact in fp64) is not beyond ln 2; no valid token: 0."""
+    import math
+
+    from gspo_bench.rollout.mismatch import logprob_mismatch
+
+    train = torch.tensor([[0.0, -math.log(2.0), -1.0]], dtype=torch.float64)
+    rollout = torch.tensor([[-math.log(2.0), 0.0, -1.0]], dtype=torch.float64)
+    stats = logprob_mismatch(train, rollout, torch.ones(1, 3))
+    assert stats["mismatch/frac_gt_ln2"] == 0.0 and stats["mismatch/max_abs"] == math.log(2.0)
+    assert stats["mismatch/k3_kl"] == pytest.approx((2 - 1 - math.log(2.0) + 0.5 - 1 + math.log(2.0)) / 3)
+    empty = logprob_mismatch(train, rollout, torch.zeros(1, 3))
+    assert all(float(v) == 0.0 for v in empty.values())
 
 
 def test_hf_engine_has_no_mismatch_at_top_p_one(setup):

@@ -45,6 +45,14 @@ from gspo_bench.rollout.static_decode import DecodeRule, static_decode
 DECODES = ("generate", "static")
 
 
+def wants_copy(dtype: torch.dtype, device_type: str, sharded: bool, copy_weights: bool | None) -> bool:
+    """A rollout copy where the rollout `dtype` is below fp32, the model is whole on this process (not
+    `sharded`) and `copy_weights` says so (None: on a GPU, "cuda")."""
+    if dtype == torch.float32 or sharded:
+        return False
+    return copy_weights if copy_weights is not None else device_type == "cuda"
+
+
 class RolloutWeights:
     """The policy's weights in the rollout dtype, one copy for the whole run, refreshed in place."""
 
@@ -55,11 +63,9 @@ class RolloutWeights:
 
     @staticmethod
     def applies(model: torch.nn.Module, dtype: torch.dtype, copy_weights: bool | None) -> bool:
-        """A copy where the rollout dtype is below fp32, the model is whole on this process and
-        `copy_weights` says so (None: on a GPU)."""
-        if dtype == torch.float32 or any(hasattr(p, "to_local") for p in model.parameters()):
-            return False
-        return copy_weights if copy_weights is not None else next(model.parameters()).device.type == "cuda"
+        """`wants_copy` for `model`: sharded when its parameters are DTensors, on its first parameter's device."""
+        sharded = any(hasattr(p, "to_local") for p in model.parameters())
+        return wants_copy(dtype, next(model.parameters()).device.type, sharded, copy_weights)
 
     @torch.no_grad()
     def refresh(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -113,6 +119,9 @@ class HFEngine:
                  graph: bool | None = None, copy_weights: bool | None = None, router_noise: float = 0.0):
         if decode is not None and decode not in DECODES:
             raise ValueError(f"hf engine: decode must be one of {', '.join(DECODES)}, got {decode!r}")
+        for option, value in (("graph", graph), ("copy_weights", copy_weights)):
+            if value is not None and not isinstance(value, bool):  # a string "false" would read as true
+                raise ValueError(f"hf engine: {option} must be true or false (or left out), got {value!r}")
         if graph and decode == "generate":
             raise ValueError("hf engine: graph: true needs decode: static")
         self.pad_id = pad_id
