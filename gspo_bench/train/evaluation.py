@@ -9,8 +9,8 @@ itself, outside the rollout engine: no router noise of the engine reaches it.
 
 `rollout` (`EngineEvaluator`): the run's own rollout engine with its router noise off samples the
 test prompts, as a rollout does (rows keyed by their index, seeded per (seed, step)), and the task's
-verifier scores them: the same scores without lm-eval's per-token stop-string checks and request
-handling (what it costs on the stress suite's shapes: docs/suites.md).
+verifier scores them: the engine the run's rollouts use (its decoding, its bf16 weights copy or vLLM),
+without lm-eval. On CPU at the stress suite's shapes both cost about the same (docs/suites.md).
 
 Either way, with `samples` > 1 every document is sampled that many times and the score is the average
 Pass@1 (the paper's AIME'24 protocol uses 32 samples).
