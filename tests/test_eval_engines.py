@@ -98,8 +98,6 @@ def test_the_rollout_engine_score_is_the_average_pass_at_1_and_repeats_per_seed(
     assert result["metric"] == "reward" and result["engine"] == "rollout:hf"
     assert evaluator(model, tokenizer, seed=5) == {"gspo_sort": result}  # the same (seed, step): the same scores
     assert texts != evaluator.sample(model, tokenizer, examples, seed=6)
-    small_batches = engine_evaluator(batch_size=5)  # rows keyed by their index: batching changes nothing
-    assert small_batches.sample(model, tokenizer, examples, seed=5) == texts
 
 
 def test_the_rollout_engine_path_takes_our_tasks_and_samples_only():

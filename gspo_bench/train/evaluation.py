@@ -8,7 +8,7 @@ offline, with the datasets cache inside the output directory. HFLM generates wit
 itself, outside the rollout engine: no router noise of the engine reaches it.
 
 `rollout` (`EngineEvaluator`): the run's own rollout engine with its router noise off samples the
-test prompts, as a rollout does (rows keyed by their index, seeded per (seed, step)), and the task's
+test prompts in one call, as a rollout does, seeded per (seed, step), and the task's
 verifier scores them: the engine the run's rollouts use (its decoding, its bf16 weights copy or vLLM),
 without lm-eval. On CPU at the stress suite's shapes both cost about the same (docs/suites.md).
 
@@ -230,7 +230,7 @@ class EngineEvaluator:
     `cfg.samples` responses to each of `cfg.limit` test prompts per task (the suite's task with its
     params, other generated tasks with theirs by default), sampled at the eval temperature in the
     rollout precision with `seed` (one per (run seed, step): the same step scores the same), scored by
-    the task's verifier. Scores are named as lm-eval's (`gspo_<task>`), metric `reward`, engine
+    the task's verifier. `cfg.batch_size` is lm-eval's: the engine samples every test prompt in one call. Scores are named as lm-eval's (`gspo_<task>`), metric `reward`, engine
     `rollout:<engine name>`; the stderr is that of the mean over prompts of their average Pass@1."""
 
     def __init__(self, cfg: EvalConfig, engine: RolloutEngine, suite_task: str | None = None,
@@ -250,19 +250,14 @@ class EngineEvaluator:
             self.tasks.append((lm_eval_name(name), task, task.test_examples(cfg.limit)))
 
     def sample(self, model: torch.nn.Module, tokenizer: Any, examples: list[Example], seed: int) -> list[str]:
-        """`cfg.samples` responses per example (consecutive), decoded; batches of `cfg.batch_size` prompts,
-        each row keyed by its index, so the responses do not depend on the batch size."""
+        """`cfg.samples` responses per example (consecutive), decoded: one engine call over every test prompt,
+        as a rollout is one call over its prompts (so the draws depend on `seed` alone, with any engine)."""
         self.engine.sync_weights(model)  # a rollout copy of the weights (bf16 on a GPU) is refreshed first
-        k, texts = self.cfg.samples, []
-        for start in range(0, len(examples), self.cfg.batch_size):
-            part = examples[start : start + self.cfg.batch_size]
-            params = SamplingParams(group_size=k, seed=seed, capture_routing=False,
-                                    row_keys=tuple(range(start * k, (start + len(part)) * k)), **self.params)
-            with self.precision.autocast():  # the rollout's precision
-                rollout = self.engine.generate(model, [self.prompt_format.encode(tokenizer, ex.prompt) for ex in part],
-                                               params)
-            texts += tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
-        return texts
+        params = SamplingParams(group_size=self.cfg.samples, seed=seed, capture_routing=False, **self.params)
+        with self.precision.autocast():  # the rollout's precision
+            rollout = self.engine.generate(model, [self.prompt_format.encode(tokenizer, ex.prompt) for ex in examples],
+                                           params)
+        return tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
 
     def __call__(self, model: torch.nn.Module, tokenizer: Any, seed: int = 0) -> dict[str, dict]:
         """{task name: {score, stderr, metric, engine}} of `model` now."""
