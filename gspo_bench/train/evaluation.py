@@ -10,7 +10,7 @@ itself, outside the rollout engine: no router noise of the engine reaches it.
 `rollout` (`EngineEvaluator`): the run's own rollout engine with its router noise off samples the
 test prompts in one call, as a rollout does, seeded per (seed, step), and the task's
 verifier scores them: the engine the run's rollouts use (its decoding, its bf16 weights copy or vLLM),
-without lm-eval. On CPU at the stress suite's shapes both cost about the same (docs/suites.md).
+without lm-eval; on CPU at the stress suite's shapes it takes about 3/4 of lm-eval's CPU time (docs/suites.md).
 
 Either way, with `samples` > 1 every document is sampled that many times and the score is the average
 Pass@1 (the paper's AIME'24 protocol uses 32 samples).
