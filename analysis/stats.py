@@ -122,6 +122,8 @@ def sign_flip_p(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a) == 0:
         return float("nan")
+    if len(a) == 1:  # two patterns, one on each side: p = 2 x 1/2 (scipy wants two pairs)
+        return 1.0
     result = stats.permutation_test((a, b), lambda x, y, axis: np.mean(x - y, axis=axis), vectorized=True,
                                     permutation_type="samples", n_resamples=np.inf, alternative="two-sided")
     return float(result.pvalue)

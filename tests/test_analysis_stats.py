@@ -47,6 +47,7 @@ def test_the_sign_flip_p_of_three_seeds_that_all_agree_is_a_quarter():
     ([1.0, 1.0, -2.0], 1.0),  # observed sum 0: 5 of 8 on each side -> 10/8, at most 1
     ([0.5, 0.5, 0.5, 0.5, 0.5, 0.5], 2 / 64),  # six seeds that agree: the first p below 0.05
     ([0.0, 2.0, 2.0, 1.0, -1.0], 0.375),  # a zero difference: its two signs tie (12 of 32 >= 4)
+    ([0.7], 1.0),  # one pair: +0.7 and -0.7, one on each side
 ])
 def test_scipys_exact_sign_flip_p_equals_the_enumeration(differences, by_hand):
     d = np.array(differences)
