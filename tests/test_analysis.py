@@ -15,6 +15,7 @@ from analysis.matching import UnmatchedComputeError, check_matched
 from analysis.report import write_figures, write_report
 from analysis.stats import auc, bootstrap_ci, ema, final_value, first_value, iqm
 from gspo_bench.cli import app
+from gspo_bench.names import run_folder_name
 from gspo_bench.results import REQUIRED_COLUMNS, RunDir
 
 LABELS = {"grpo": ("grpo", False), "grpo_rr": ("grpo", True), "gspo": ("gspo", False)}
@@ -24,16 +25,17 @@ SEED_OFFSET = 0.03  # every objective's reward on seed s is 0.03 s higher: seeds
 
 
 def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", message="", bonus=None, sweep=None,
-             slope=0.01, suite="synth", columns=None):
+             slope=0.01, suite="synth", columns=None, kind=None):
     """A synthetic run: reward 0.2 + `slope` step + 0.03 seed + `bonus` (default 0.1 for GSPO, 0
     otherwise). The seed offset is shared by every objective, so a comparison paired by seed sees the
     bonuses only while an unpaired one sees the seeds' spread too. `sweep` ({field: value}) makes it
-    a run of that sweep point; `columns` ({column: value or [per step]}) adds or overrides columns."""
-    objective, replay = LABELS[label]
+    a run of that sweep point; `columns` ({column: value or [per step]}) adds or overrides columns; `kind`
+    (objective, replay) for a label not in LABELS."""
+    objective, replay = kind or LABELS[label]
     rng = np.random.default_rng(seed + 10 * len(label))
     bonus = (0.1 if objective == "gspo" else 0.0) if bonus is None else bonus
     algorithm, label = label, label + ("@" + ",".join(f"{k}={v}" for k, v in sweep.items()) if sweep else "")
-    run = RunDir(root / suite / f"{label}-s{seed}")
+    run = RunDir(root / suite / run_folder_name(label, seed))
     rows, layers = [], []
     for step in range(1, steps + 1):
         row = {c: float(rng.uniform(0.01, 0.2)) for c in REQUIRED_COLUMNS}
