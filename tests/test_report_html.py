@@ -103,8 +103,12 @@ def test_enough_seeds_and_no_difference_is_no_leader(tmp_path):
 
 
 def test_nothing_is_compared_where_no_objective_learned(tmp_path):
-    """Flat rewards (slope 0): no run rose from its start; GSPO ahead by 0.1 on 7 seeds names no leader."""
-    found = sentences(synth(tmp_path, {"grpo": [0.0] * 7, "gspo": [0.1] * 7}, slope=0.0))
+    """Flat rewards (slope 0): no run rose from its start; GSPO ahead by 0.1 on 7 seeds names no leader, and
+    no reward comparison enters the report's family (only the clip and depth checks are tested)."""
+    root = synth(tmp_path, {"grpo": [0.0] * 7, "gspo": [0.1] * 7}, slope=0.0)
+    found = sentences(root)
+    tests = gather(finished(load_results(root))).family.tests
+    assert [t.quantity for t in tests] == ["clipped-token fraction", "drift, last MoE layer minus the first"]
     assert found[1].startswith("**No objective learned** (start -> final, one-sided 5% test per seed: grpo 0.29 -> "
                                "0.29 (0 of 7 seeds rose); gspo 0.39 -> 0.39 (0 of 7 seeds rose)): which objective leads "
                                "is not asked, and rewards are not compared.")
