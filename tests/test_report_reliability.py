@@ -45,6 +45,9 @@ def test_unfinished_runs_are_shown_apart_and_never_compared(tmp_path):
     assert "grpo s2 (failed at step 9: out of memory)" in answer
     apart = md.split("## Unfinished runs")[1].split("<a id=")[0]
     assert "running" in apart and "out of memory" in apart
+    compared = md.split("## Every comparison")[1].split("<a id=")[0]
+    (reward,) = [line for line in compared.splitlines() if line.startswith("| final reward")]
+    assert "(s0 -0.1)" in reward and "s1" not in reward and "s2" not in reward
 
 
 def test_figures_draw_finished_runs_only(tmp_path):
@@ -96,15 +99,19 @@ def test_user_text_is_escaped_in_report_md(odd_report):
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
 
 
-def test_a_run_without_metric_rows_is_shown_as_unfinished(tmp_path):
+@pytest.mark.parametrize("status", ["running", "done"])
+def test_a_run_without_metric_rows_is_shown_as_unfinished(tmp_path, status):
+    """GRPO + RR's only run stopped before its first step (its label had no final reward: a KeyError once;
+    marked done, its 0 FLOPs once failed the compute check)."""
     root = synth(tmp_path, {"grpo": [0.0], "gspo": [0.1]})
-    run = RunDir(root / "gspo-s1")
+    make_run(tmp_path, "grpo_rr", 0)
+    run = RunDir(root / "grpo_rr-s0")
     run.write_rows("metrics.parquet", [])
-    (root / "gspo-s1" / "config.yaml").write_text((root / "gspo-s0" / "config.yaml").read_text().replace("seed: 0",
-                                                                                                         "seed: 1"))
-    run.write_status("done", step=0)
+    run.write_status(status, step=0)
     md = write_report(load_results(root), tmp_path / "r")["md"].read_text()
-    assert "gspo s1 (done at step 0)" in answer_of(md)
+    assert f"grpo_rr s0 ({status} at step 0)" in answer_of(md)
+    summary = md.split("## Summary per objective")[1].split("<a id=")[0]
+    assert re.search(r"^\| grpo_rr +\| +0 \|", summary, flags=re.MULTILINE)  # a row, with no finished seed
 
 
 @pytest.mark.parametrize(("name", "content", "why"), [
