@@ -141,3 +141,16 @@ def test_two_suites_of_one_name_with_different_settings_are_refused_whatever_the
                                                r"differ in train.lr: 0.001 vs 0.003"):
         load_results(tmp_path / "A" / "synth", tmp_path / "B" / "synth")
     assert json.loads((tmp_path / "A" / "synth" / "grpo-s0" / "status.json").read_text())["status"] == "done"
+
+
+@pytest.mark.parametrize("text", ["a_b", "_x_ **y** `z` [l](u) <i>&amp; | ~~s~~ $m$ # h \"q\" 'q'", "two\nlines", "\\*"])
+def test_escaped_text_reads_back_as_itself_in_html(text):
+    """report.html renders the markdown text: what `escape` protected comes out as the same characters."""
+    import html
+
+    from analysis.escape import escape, to_html
+
+    assert "\n" not in escape(text)
+    assert [escape(c) for c in "\\`*[]<>|&#~$"] == ["\\" + c for c in "\\`*[]<>|&#~$"]  # all markdown reads
+    assert to_html(escape(text)) == html.escape(text.replace("\n", " "))
+    assert to_html("**" + escape(text) + "**") == "<strong>" + html.escape(text.replace("\n", " ")) + "</strong>"
