@@ -132,20 +132,22 @@ def test_the_baseline_is_the_steps_before_not_the_step_itself():
 
 
 def heavy_metrics() -> pd.DataFrame:
-    """Two objectives, 10 steps each: r2's token variance is 0.01 but one step of 100; grpo's 0.02 flat."""
-    r2 = [0.01] * 9 + [100.0]
-    return pd.DataFrame({"label": ["grpo"] * 10 + ["r2"] * 10, "seed": 0, "step": list(range(1, 11)) * 2,
-                         "ratio/token_var": [0.02] * 10 + r2, "ratio/token_gt_10": [0] * 10 + [0] * 9 + [1],
-                         "ratio/token_gt_100": 0, "ratio/token_gt_1000": 0,
-                         "loss/max_token_share": [0.1] * 10 + [0.2] * 9 + [0.97],
-                         "ratio/token_median": [1.0] * 10 + [0.99] * 10})
+    """grpo: token variance 0.02 on each of 10 steps (seed 0). r2: 0.01 on every step of seeds 0 and 1 but
+    step 10 of seed 0, which is 100 and has the one token above 10 and a loss 97% one token's."""
+    r2 = [0.01] * 9 + [100.0] + [0.01] * 10
+    return pd.DataFrame({"label": ["grpo"] * 10 + ["r2"] * 20, "seed": [0] * 20 + [1] * 10,
+                         "step": list(range(1, 11)) * 3, "ratio/token_var": [0.02] * 10 + r2,
+                         "ratio/token_gt_10": [0] * 19 + [1] + [0] * 10, "ratio/token_gt_100": 0,
+                         "ratio/token_gt_1000": 0, "loss/max_token_share": [0.1] * 10 + [0.2] * 9 + [0.97] + [0.2] * 10,
+                         "ratio/token_median": [1.0] * 10 + [0.99] * 20})
 
 
 def test_heavy_columns_show_the_median_and_the_largest_steps_share():
     table = heavy_table(heavy_metrics()).set_index("objective")
     r2, grpo = table.loc["r2"], table.loc["grpo"]
-    assert r2["mean over steps"] == pytest.approx((9 * 0.01 + 100) / 10) and r2["median over steps"] == pytest.approx(0.01)
-    assert r2["10% trimmed mean"] == pytest.approx(0.01)  # one of ten cut from each side
+    assert r2["mean over steps"] == pytest.approx((19 * 0.01 + 100) / 20) and r2["median over steps"] == pytest.approx(0.01)
+    assert r2["10% trimmed mean"] == pytest.approx(0.01)  # two of twenty cut from each side
+    # of seed 0's run total (100.09), not of the objective's (100.19)
     assert r2["largest step's share of its run's total"] == pytest.approx(100 / 100.09) and r2["that step"] == "s0 step 10"
     assert grpo["median over steps"] > r2["median over steps"] and grpo["mean over steps"] < r2["mean over steps"]
 
@@ -153,7 +155,7 @@ def test_heavy_columns_show_the_median_and_the_largest_steps_share():
 def test_extreme_ratios_and_one_token_losses_are_counted():
     table = extremes_table(heavy_metrics()).set_index("objective")
     assert table.loc["r2", "tokens with ratio > 10"] == 1 and table.loc["grpo", "tokens with ratio > 10"] == 0
-    assert table.loc["r2", "steps where one token dominates its loss (share > 0.5)"] == "1 of 10"
+    assert table.loc["r2", "steps where one token dominates its loss (share > 0.5)"] == "1 of 20"
     assert table.loc["r2", "token ratio, step median (median over steps)"] == pytest.approx(0.99)
     assert "written before those measurements" in extremes_table(heavy_metrics()[["label", "seed", "step"]])
 
