@@ -161,12 +161,22 @@ def test_extreme_ratios_and_one_token_losses_are_counted():
 
 
 def test_the_ratio_variance_curve_is_a_median_over_seeds_of_rolling_medians():
-    """Seeds 0-2, steps 1-3: seed 2 has a spike of 50 at step 2; the 3-step trailing median ignores it."""
+    """Seeds 0-2 at 1, 2 and 6 per step; seed 2 has a spike of 50 at step 2. Step 3: trailing 3-step medians
+    1, 2, 6 -> median 2 (the mean would be 3), range 1..6; step 2: seed 2's median of 6 and 50 is 28."""
+    from analysis.figures import ratio_variance
+
     frame = pd.DataFrame({"label": "r2", "seed": [0, 0, 0, 1, 1, 1, 2, 2, 2], "step": [1, 2, 3] * 3,
-                          "ratio/token_var": [1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 50.0, 3.0]})
+                          "ratio/token_var": [1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 6.0, 50.0, 6.0]})
     curve = robust_curves(frame, "ratio/token_var", window=3).set_index("x")
-    assert curve.loc[3, "mean"] == 2.0 and (curve.loc[3, "low"], curve.loc[3, "high"]) == (1.0, 3.0)
-    assert curve.loc[2, "high"] == pytest.approx(26.5)  # two steps in: the median of 3 and 50
+    assert curve.loc[3, "mean"] == 2.0 and (curve.loc[3, "low"], curve.loc[3, "high"]) == (1.0, 6.0)
+    assert curve.loc[2, "high"] == pytest.approx(28.0)
+    ax = ratio_variance(frame.assign(**{"ratio/seq_var": 1e-4}), window=3)
+    try:
+        token = next(line for line in ax.get_lines() if line.get_label() == "r2 token")
+        assert list(token.get_ydata()) == pytest.approx([1.0, 2.0, 2.0])  # what the PNG draws: the medians
+        assert ax.get_yscale() == "log"
+    finally:
+        plt.close(ax.figure)
 
 
 # ------------------------------------------------------------------------- outcomes and the gate
