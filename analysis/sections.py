@@ -74,7 +74,7 @@ def _paper(c: Context) -> list[Section]:
 
 
 def _by_point(c: Context) -> list[Section]:
-    table = T.final_reward_by_facet(c.evidence)
+    table = T.final_reward_by_facet(c.results, c.evidence)
     return [] if table is None else [Section(anchors.BY_POINT, "Final reward per sweep point (mean [95% t-interval] "
                                              "(per seed))", table)]
 

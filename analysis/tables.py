@@ -8,10 +8,10 @@ import pandas as pd
 
 from analysis import figures as F
 from analysis.escape import escape
-from analysis.evidence import Evidence
+from analysis.evidence import Evidence, gather
 from analysis.family import REWARD
 from analysis.groups import Group
-from analysis.load import Results, is_finished, unfinished
+from analysis.load import Results, finished, is_finished, unfinished
 from analysis.matching import MATCH_TOLERANCE, spent
 from analysis.outcome import training_rise
 from analysis.paper import arms, paper_vs_run
@@ -29,9 +29,10 @@ from analysis.texts import difference_text, mean_text, p_text
 APART_WINDOW = 10  # steps per window when dating where one objective moves ahead of another
 
 
-def final_reward_by_facet(evidence: Evidence) -> pd.DataFrame | None:
-    """The outcome of each algorithm (rows) at each sweep point (columns): mean, t-interval and every
-    seed's value; None without a sweep."""
+def final_reward_by_facet(results: Results, evidence: Evidence | None = None) -> pd.DataFrame | None:
+    """The outcome of each algorithm (rows) at each sweep point (columns) over its finished seeds: mean,
+    t-interval and every seed's value; None without a sweep. `evidence`: that of `results`, if at hand."""
+    evidence = evidence or gather(finished(results))
     if not any(facet for _, facet in evidence.groups):
         return None
     cells = {}
