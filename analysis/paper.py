@@ -198,7 +198,7 @@ def _drift_check(results: Results, grpo: str, family: Family, group: Group) -> C
              "At least 5% of GRPO's token-layer routings change after one update (the paper's ~10% counts experts)")
     if not len(drift):
         overall = per_seed(results.metrics, grpo, "moe/drift_expert")
-        context = f"{mean_text(100 * overall)} over all updates of a step; " if len(overall) else ""
+        context = f"in %: {mean_text(100 * overall)} over all updates of a step; " if len(overall) else ""
         return Check(quantity, "~10%", f"{context}after one update: not measured", claim=claim, figure="drift")
     return Check(quantity, "~10%", mean_text(100 * drift), claim=claim, figure="drift",
                  **_noted(tested(family, group, DRIFT_ONE, grpo, f"{DRIFT_FLOOR:.0%}"), "at least 5%"))

@@ -40,3 +40,8 @@ def difference_text(result: Paired, spec: str = ".3g") -> str:
 def p_text(p: float) -> str:
     """A p-value in 2 significant digits ("-" for NaN)."""
     return "-" if not np.isfinite(p) else f"{p:.2g}"
+
+
+def count(n: int, noun: str) -> str:
+    """"1 comparison", "3 comparisons" (`noun` singular, plural with an s)."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")

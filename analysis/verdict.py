@@ -25,7 +25,7 @@ from analysis.matching import MATCH_TOLERANCE
 from analysis.outcome import HELD_OUT, Learning
 from analysis.paper import WITHHELD, Check, paper_checks
 from analysis.stats import ALPHA, Paired, smallest_p
-from analysis.texts import difference_text, p_text
+from analysis.texts import count, difference_text, p_text
 
 LEARNABILITY = "learnability"
 COMPARISONS = "comparisons"
@@ -83,16 +83,17 @@ def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where:
     a, b = escape(found.best), escape(found.second)
     m, n = evidence.family.size, found.result.n
     pair = (f"{a} {found.means[0]:.3g} and {b} {found.means[1]:.3g} (the best two) differ by "
-            f"{difference_text(found.result)} over {n} paired seeds, p = {p_text(found.result.p)} "
-            f"(Holm-adjusted over the report's {m} comparisons: {p_text(found.adjusted)})")
+            f"{difference_text(found.result)} over {count(n, 'paired seed')}, p = {p_text(found.result.p)} "
+            f"(Holm-adjusted over the report's {count(m, 'comparison')}: {p_text(found.adjusted)})")
     if found.leader is not None:
         leader = escape(found.leader)
         return Sentence(f"{where}**{leader} leads {compute}** (Holm-adjusted p = {p_text(found.leader_p)}, the largest "
-                        f"over its comparisons with every other objective; {m} comparisons in the report): {pair}; "
+                        f"over its comparisons with every other objective; {count(m, 'comparison')} in the report): "
+                        f"{pair}; "
                         f"P({a} > {b}) = {found.result.poi:.2g}.", links)
     if n < evidence.family.needed:
-        return Sentence(f"{where}**No leader named {compute}**: {pair}. {n} paired seeds cannot give a p below "
-                        f"{smallest_p(n):.2g}; with {m} comparisons a leader needs at least "
+        return Sentence(f"{where}**No leader named {compute}**: {pair}. {count(n, 'paired seed')} cannot give a p "
+                        f"below {smallest_p(n):.2g}; with {count(m, 'comparison')} a leader needs at least "
                         f"{evidence.family.needed} paired seeds.", links)
     return Sentence(f"{where}**No objective is ahead of every other {compute}** at a Holm-adjusted p below "
                     f"{ALPHA:g}: {pair}.", links)
@@ -111,7 +112,7 @@ def basis_sentence(found: Learning, where: str) -> Sentence:
 
 def learning_sentence(found: Learning, where: str) -> Sentence:
     arms = found.arms
-    moves = "; ".join(f"{escape(a)} {r.start:.3g} -> {r.final:.3g} ({r.learned_seeds} of {r.seeds} seeds rose)"
+    moves = "; ".join(f"{escape(a)} {r.start:.3g} -> {r.final:.3g} ({r.learned_seeds} of {count(r.seeds, 'seed')} rose)"
                       for a, r in arms.iterrows())
     if not found.learned:
         return Sentence(f"{where}**No objective learned** (start -> final, one-sided 5% test per seed: {moves}): "
@@ -132,10 +133,10 @@ def phenomenon_sentence(check: Check, evidence: Evidence, where: str, links: tup
     elif check.outcome is None:
         state = f"**not measured** in these runs ({check.this_run})"
     elif check.outcome == FEW:
-        state = (f"**too few seeds** ({check.seeds} paired; with the report's {evidence.family.size} comparisons "
+        state = (f"**too few seeds** ({check.seeds} paired; with the report's {count(evidence.family.size, 'comparison')} "
                  f"{evidence.family.needed} are needed): {check.evidence or check.this_run}")
     else:
-        state = (f"{_SHOWN[check.outcome]} ({check.evidence or check.this_run} over {check.seeds} seeds; "
+        state = (f"{_SHOWN[check.outcome]} ({check.evidence or check.this_run} over {count(check.seeds, 'seed')}; "
                  f"p = {p_text(check.p)}, Holm-adjusted {p_text(check.holm)})")
     return Sentence(f"{where}{check.claim}: {state}.", links)
 

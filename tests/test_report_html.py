@@ -60,9 +60,9 @@ def test_six_paired_seeds_that_all_favour_one_learning_arm_name_it_with_its_p(tm
     root = synth(tmp_path, {"grpo": [0.0] * 6, "grpo_rr": [0.05 + j for j in JITTER[:6]]})
     assert leader(sentences(root)) == (
         "**grpo_rr leads at equal compute** (Holm-adjusted p = 0.031, the largest over its comparisons with every "
-        "other objective; 1 comparisons in the report): grpo_rr 0.505 and grpo 0.455 (the best two) differ by "
+        "other objective; 1 comparison in the report): grpo_rr 0.505 and grpo 0.455 (the best two) differ by "
         "+0.05 [+0.0406, +0.0594] (s0 +0.05, s1 +0.04, s2 +0.06, s3 +0.05, s4 +0.04, s5 +0.06) over 6 paired seeds, "
-        "p = 0.031 (Holm-adjusted over the report's 1 comparisons: 0.031); P(grpo_rr > grpo) = 0.74.")
+        "p = 0.031 (Holm-adjusted over the report's 1 comparison: 0.031); P(grpo_rr > grpo) = 0.74.")
 
 
 def test_the_leader_flips_when_the_other_objective_is_ahead(tmp_path):
@@ -99,7 +99,7 @@ def test_enough_seeds_and_no_difference_is_no_leader(tmp_path):
     """6 seeds, differences +-0.01 in turn: p = 1 with one comparison (6 seeds are enough to tell)."""
     found = leader(sentences(synth(tmp_path, {"grpo": [0.0] * 6, "grpo_rr": [0.01, -0.01] * 3})))
     assert found.startswith("**No objective is ahead of every other at equal compute** at a Holm-adjusted p below 0.05:")
-    assert "over 6 paired seeds, p = 1 (Holm-adjusted over the report's 1 comparisons: 1)" in found
+    assert "over 6 paired seeds, p = 1 (Holm-adjusted over the report's 1 comparison: 1)" in found
 
 
 def test_nothing_is_compared_where_no_objective_learned(tmp_path):
