@@ -208,9 +208,17 @@ def ratio_variance(metrics: pd.DataFrame, ax=None, window: int = 5):
 
 
 def drift_over_steps(metrics: pd.DataFrame, ax=None):
-    """Expert-activation drift (fraction of (token, layer) routings changed vs the old policy)."""
+    """Expert-activation drift (fraction of (token, layer) routings changed vs the old policy) over a
+    step's minibatch forwards (solid) and, where measured, after exactly one update (`moe/drift_1`,
+    dashed: the paper's "per update")."""
     ax = plot_curves(metrics, "moe/drift", ax=ax, x="step", smooth=0.3, ylabel="expert drift (moe/drift)")
-    ax.set_title("Expert-activation drift per step")
+    if "moe/drift_1" in metrics and metrics["moe/drift_1"].notna().any():
+        n = len(ax.get_lines())
+        plot_curves(metrics, "moe/drift_1", ax=ax, x="step", smooth=0.3, linestyle="--",
+                    ylabel="token-layer drift: all updates (solid), after one update (dashed)")
+        for line in ax.get_lines()[n:]:
+            line.set_label(f"{line.get_label()}, after one update")
+    ax.set_title(f"Expert-activation drift per step ({band_words(metrics)})", fontsize=9)
     ax.legend(fontsize=8)
     return ax
 

@@ -164,8 +164,13 @@ def ratio_variance(results: Results, window: int = 5) -> list[go.Figure]:
 
 
 def drift(results: Results) -> list[go.Figure]:
-    return [curves(results.metrics, "moe/drift", "Expert-activation drift per step", "expert drift (moe/drift)",
-                   x="step", smooth=0.3)]
+    """Drift over a step's minibatch forwards, and after exactly one update (dashed) where measured."""
+    m = results.metrics
+    fig = add_curves(go.Figure(), m, "moe/drift", x="step", smooth=0.3)
+    if "moe/drift_1" in m and m["moe/drift_1"].notna().any():
+        add_curves(fig, m, "moe/drift_1", x="step", smooth=0.3, suffix=", after one update", dash="dash")
+    return [log_switch(_layout(fig, f"Expert-activation drift per step ({band_words(m)})", "step",
+                               "token-layer drift (moe/drift; dashed: moe/drift_1)"), False)]
 
 
 def clip_by_length(results: Results) -> list[go.Figure]:

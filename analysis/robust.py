@@ -19,6 +19,7 @@ HEAVY = ("ratio/token_var", "ratio/token_max", "ratio/seq_var", "logratio/token_
          "ratio/token_var_stable", "grad/norm", "loss")
 TRIM = 0.1  # cut from each side for the trimmed mean
 DOMINATES = 0.5  # loss/max_token_share above this: one token dominates its minibatch's loss
+SHOWN = 5  # flagged steps named in a cell
 EXTREME = {"ratio/token_gt_10": "tokens with ratio > 10", "ratio/token_gt_100": "tokens with ratio > 100",
            "ratio/token_gt_1000": "tokens with ratio > 1,000"}
 PER_STEP = {"ratio/token_median": "token ratio, step median (median over steps)",
@@ -71,9 +72,12 @@ def extremes_table(metrics: pd.DataFrame) -> pd.DataFrame | str:
         row = {"objective": label, "steps": len(frame)}
         row.update({EXTREME[c]: frame[c].sum() for c in counts})
         if dominance:
-            share = frame["loss/max_token_share"].dropna()
-            row["steps where one token dominates its loss (share > 0.5)"] = f"{int((share > DOMINATES).sum())} of {len(share)}"
-            row["largest one-token share of a loss"] = share.max()
+            share = frame.dropna(subset=["loss/max_token_share"])
+            flagged = share[share["loss/max_token_share"] > DOMINATES].sort_values(["seed", "step"])
+            row["steps where one token dominates its loss (share > 0.5)"] = f"{len(flagged)} of {len(share)}"
+            row["those steps"] = ", ".join(f"s{r.seed} step {r.step}" for r in flagged.head(SHOWN).itertuples()) + \
+                (f" and {len(flagged) - SHOWN} more" if len(flagged) > SHOWN else "") or "-"
+            row["largest one-token share of a loss"] = share["loss/max_token_share"].max()
         row.update({PER_STEP[c]: frame[c].median() for c in typical})
         rows.append(row)
     return pd.DataFrame(rows)

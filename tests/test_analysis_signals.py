@@ -113,6 +113,23 @@ def test_drift_after_one_update_prefers_the_expert_figure_and_says_which_it_show
     assert values.empty and text.startswith("not measured after exactly one update")
 
 
+def test_the_drift_figure_draws_drift_after_one_update_where_measured():
+    """Two seeds, drift 0.1 / 0.3 over all updates and 0.02 / 0.04 after one: means 0.2 and 0.03, dashed."""
+    from analysis.figures import drift_over_steps
+
+    metrics = pd.DataFrame({"label": "grpo", "seed": [0, 0, 1, 1], "step": [1, 2, 1, 2],
+                            "moe/drift": [0.1, 0.1, 0.3, 0.3], "moe/drift_1": [0.02, 0.02, 0.04, 0.04]})
+    ax = drift_over_steps(metrics)
+    try:
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert set(lines) == {"grpo", "grpo, after one update"}
+        assert lines["grpo, after one update"].get_linestyle() == "--"
+        assert list(lines["grpo, after one update"].get_ydata()) == pytest.approx([0.03] * 100)
+        assert list(lines["grpo"].get_ydata()) == pytest.approx([0.2] * 100)
+    finally:
+        plt.close(ax.figure)
+
+
 # ---------------------------------------------------------------------------------- late divergence
 
 
@@ -156,6 +173,7 @@ def test_extreme_ratios_and_one_token_losses_are_counted():
     table = extremes_table(heavy_metrics()).set_index("objective")
     assert table.loc["r2", "tokens with ratio > 10"] == 1 and table.loc["grpo", "tokens with ratio > 10"] == 0
     assert table.loc["r2", "steps where one token dominates its loss (share > 0.5)"] == "1 of 20"
+    assert table.loc["r2", "those steps"] == "s0 step 10" and table.loc["grpo", "those steps"] == "-"
     assert table.loc["r2", "token ratio, step median (median over steps)"] == pytest.approx(0.99)
     assert "written before those measurements" in extremes_table(heavy_metrics()[["label", "seed", "step"]])
 
