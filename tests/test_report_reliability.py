@@ -176,3 +176,33 @@ def test_the_committed_results_name_no_leader(suite):
     assert not any(" leads at " in s for s in found)
     if suite == "stress_cpu":
         assert any(s.startswith("**No objective learned**") for s in found)
+
+
+def test_a_report_of_runs_with_every_new_measurement(tmp_path):
+    """Runs that write drift after one update, token-ratio counts, medians and loss shares, and per-layer
+    rows by updates with margins: the paper check reads the expert drift after one update (8% + 1% seed),
+    the extreme-ratio table counts, the forecast is scored, and nothing is left "not measured"."""
+    import pandas as pd
+
+    new = {"moe/drift_1": 0.2, "ratio/token_median": 1.0, "ratio/token_trimmed_mean": 1.01, "ratio/token_gt_10": 2,
+           "ratio/token_gt_100": 1, "ratio/token_gt_1000": 0, "loss/max_token_share": [0.9] + [0.1] * 19}
+    for label in ("grpo", "gspo"):
+        for seed in range(3):
+            run = make_run(tmp_path, label, seed, columns={**new, "moe/drift_expert_1": 0.08 + 0.01 * seed})
+            layers = [{"step": step, "label": label, "seed": seed, "layer": layer, "updates": updates,
+                       "moe/drift": 0.01 * (layer + 1) * updates, "moe/drift_expert": 0.005 * updates,
+                       "moe/flip_pred": 0.012 * (layer + 1) * updates, "moe/margin_crossed": 0.01}
+                      for step in range(1, 21) for layer in range(2) for updates in (1, 2)]
+            pd.DataFrame(layers).to_parquet(run.path / "layers.parquet")
+    md = write_report(load_results(tmp_path / "synth"), tmp_path / "r")["md"].read_text()
+    paper = md.split("## Paper vs this run")[1].split("<a id=")[0]
+    assert "activated experts changed after one update (moe/drift_expert_1), GRPO, %" in paper
+    assert "9 \\[6.52, 11.5\\] (s0 8, s1 9, s2 10)" in paper  # 8, 9, 10 %: sd 1, t(2) 4.3027 / sqrt(3)
+    extreme = md.split("## Extreme token ratios")[1].split("<a id=")[0]
+    assert "| grpo        |      60 |                       120 |" in extreme  # 2 tokens > 10 on 60 steps
+    forecast = md.split("## Forecasting step t+1")[1].split("<a id=")[0]
+    assert "| grpo        |                              114 |" in forecast  # 3 seeds x 2 layers x 19 steps
+    answer = md.split("## The answer")[1].split("<a id=")[0]
+    assert [line for line in answer.splitlines() if "not measured" in line] == [
+        "- Routing Replay raises GRPO's final reward (Figure 3): **not measured** in these runs (no GRPO + RR runs). "
+        "([table](#paper-vs-run), [figure](#figure-fig3_routing_replay))"]  # the only arm these runs lack
