@@ -144,7 +144,7 @@ def reward_by_facet(metrics: pd.DataFrame, axes=None):
     return axes
 
 
-def fig2_clip_fraction(metrics: pd.DataFrame, ax=None):
+def fig2_clip_fraction(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Figure 2: fraction of clipped tokens per objective: the mean over seeds of each seed's mean over
     steps (bar), every seed (dots) and the band (`band`), log scale."""
     ax = _ax(ax)
@@ -187,7 +187,7 @@ def fig3_replay(metrics: pd.DataFrame, ax=None):
     return ax
 
 
-def ratio_variance(metrics: pd.DataFrame, ax=None, window: int = 5):
+def ratio_variance(metrics: pd.DataFrame, ax: plt.Axes | None = None, window: int = 5) -> plt.Axes:
     """Token (solid) and sequence (dashed) importance-ratio variance over steps, log scale: the median
     over seeds of each seed's trailing `window`-step median (analysis.robust.robust_curves), the band
     the range over seeds. One token in one step moves a mean over steps, not this."""
@@ -207,7 +207,7 @@ def ratio_variance(metrics: pd.DataFrame, ax=None, window: int = 5):
     return ax
 
 
-def drift_over_steps(metrics: pd.DataFrame, ax=None):
+def drift_over_steps(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Expert-activation drift (fraction of (token, layer) routings changed vs the old policy) over a
     step's minibatch forwards (solid) and, where measured, after exactly one update (`moe/drift_1`,
     dashed: the paper's "per update")."""

@@ -35,7 +35,7 @@ def sentence_markdown(sentence: Sentence) -> str:
     return f"- {sentence.text}" + (f" ({links})" if links else "")
 
 
-def body_markdown(body) -> str:
+def body_markdown(body: pd.DataFrame | str | list[Sentence]) -> str:
     if isinstance(body, str):
         return body
     if isinstance(body, list):

@@ -3,6 +3,8 @@ no table. Nothing here renders or writes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -75,7 +77,7 @@ def summary_table(results: Results, evidence: Evidence) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _per_seed(metrics: pd.DataFrame, fn) -> pd.Series:
+def _per_seed(metrics: pd.DataFrame, fn: Callable[[pd.DataFrame], float]) -> pd.Series:
     """`fn(run's metrics)` per seed (index: seed)."""
     if metrics.empty:
         return pd.Series(dtype=float)
@@ -110,12 +112,12 @@ def paired_against(evidence: Evidence) -> pd.DataFrame | str:
     return "Not compared: no objective learned where GRPO ran (see the learnability table)."
 
 
-def _label(evidence: Evidence, group, algorithm: str) -> str:
+def _label(evidence: Evidence, group: Group, algorithm: str) -> str:
     runs = evidence.subset(group).runs
     return str(runs.loc[runs["algorithm"] == algorithm, "label"].iloc[0])
 
 
-def _where(evidence: Evidence, group) -> dict:
+def _where(evidence: Evidence, group: Group) -> dict:
     """The group column of a table whose rows span several groups ({} for a report of one)."""
     return {"group": evidence.title(group)} if len(evidence.groups) > 1 else {}
 
