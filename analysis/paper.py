@@ -200,6 +200,7 @@ def _drift_check(results: Results, grpo: str, family: Family, group: Group) -> C
         context = f"; over all of a step's updates (moe/drift_expert): {mean_text(100 * overall)}" if len(overall) else ""
         return Check(f"{DRIFT_ONE}, GRPO, %", "~10%", text + context, claim=claim, figure="drift")
     return Check(f"{text}, GRPO, %", "~10%", mean_text(100 * drift), claim=claim, figure="drift",
+                 evidence=f"in %: {mean_text(100 * drift)}",
                  **_noted(tested(family, group, DRIFT_ONE, grpo, f"{DRIFT_FLOOR:.0%}"), "at least 5%"))
 
 
