@@ -151,7 +151,7 @@ class Learning:
         o = self.outcomes
         return o.groupby("algorithm", sort=False).agg(
             seeds=("seed", "size"), learned_seeds=("learned", lambda x: int(sum(v is True for v in x))),
-            judged=("learned", lambda x: int(sum(v is not None for v in x))), final=("final", "mean"),
+            final=("final", "mean"),
             start=("start", "mean")).assign(learned=lambda a: (a["learned_seeds"] == a["seeds"]) & (a["seeds"] > 0))
 
     @property

@@ -113,8 +113,8 @@ def drift_after_one(results: Results, algorithm: str) -> tuple[pd.Series, str]:
         values = per_seed(frame, algorithm, column)
         if len(values):
             return values, text
-    return pd.Series(dtype=float), ("not measured after exactly one update (these runs record drift over a "
-                                    "step's minibatch forwards, after 1 to K-1 updates)")
+    return pd.Series(dtype=float), ("these runs record drift over a step's minibatch forwards (after 1 to K-1 "
+                                    "updates), not after exactly one update")
 
 
 def depth_gap(results: Results, label: str) -> pd.Series:

@@ -131,7 +131,7 @@ def phenomenon_sentence(check: Check, evidence: Evidence, where: str, links: tup
     if check.this_run == WITHHELD:
         state = "**withheld**: no objective learned"
     elif check.outcome is None:
-        state = f"**not measured** in these runs ({check.this_run})"
+        state = f"**not measured** ({check.this_run})"
     elif check.outcome == FEW:
         state = (f"**too few seeds** ({check.seeds} paired; with the report's {count(evidence.family.size, 'comparison')} "
                  f"{evidence.family.needed} are needed): {check.evidence or check.this_run}")

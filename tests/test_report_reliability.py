@@ -204,5 +204,5 @@ def test_a_report_of_runs_with_every_new_measurement(tmp_path):
     assert "| grpo        |                              114 |" in forecast  # 3 seeds x 2 layers x 19 steps
     answer = md.split("## The answer")[1].split("<a id=")[0]
     assert [line for line in answer.splitlines() if "not measured" in line] == [
-        "- Routing Replay raises GRPO's final reward (Figure 3): **not measured** in these runs (no GRPO + RR runs). "
+        "- Routing Replay raises GRPO's final reward (Figure 3): **not measured** (no GRPO + RR runs). "
         "([table](#paper-vs-run), [figure](#figure-fig3_routing_replay))"]  # the only arm these runs lack
