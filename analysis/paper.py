@@ -197,7 +197,7 @@ def _drift_check(results: Results, grpo: str, family: Family, group: Group) -> C
              "At least 5% of GRPO's token-layer routings change after one update (the paper's ~10% counts experts)")
     if not len(drift):
         overall = per_seed(results.metrics, grpo, "moe/drift_expert")
-        context = f"; over all of a step's updates (moe/drift_expert): {mean_text(100 * overall)}" if len(overall) else ""
+        context = f"; over all of a step's updates (moe/drift_expert, in %): {mean_text(100 * overall)}" if len(overall) else ""
         return Check(f"{DRIFT_ONE}, GRPO, %", "~10%", text + context, claim=claim, figure="drift")
     return Check(f"{text}, GRPO, %", "~10%", mean_text(100 * drift), claim=claim, figure="drift",
                  evidence=f"in %: {mean_text(100 * drift)}",
