@@ -158,3 +158,39 @@ def test_a_row_samples_the_same_tokens_alone_or_in_any_batch(setup):
             assert int(part.response_mask[i].sum()) == n
             assert torch.equal(part.response_ids[i, :n], full.response_ids[key, :n])
             assert_close(part.sampling_logp[i, :n], full.sampling_logp[key, :n], rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- rows in chunks (rollout.kv_cache_gib)
+@pytest.mark.parametrize("decode", ["generate", "static"])
+def test_rows_in_kv_budget_chunks_give_the_tokens_logprobs_and_routes_of_one_batch(setup, decode):
+    from gspo_bench.rollout.chunks import GIB, kv_bytes_per_token
+
+    tok, model, prompts = setup
+    params = SamplingParams(group_size=3, max_new_tokens=10, seed=4)
+    whole = make_engine("hf", pad_id=0, eos_id=2, decode=decode).generate(model, prompts, params)
+    width = max(len(p) for p in prompts) + 10
+    per_row = width * kv_bytes_per_token(model.config, 4)
+    assert per_row == width * 2 * 2 * 2 * 8 * 4  # 2 L n_kv d_head fp32 bytes per token
+    budget = 4 * per_row / GIB  # chunks of 4, 4 and 1 of the 9 rows
+    chunked = make_engine("hf", pad_id=0, eos_id=2, decode=decode, kv_cache_gib=budget).generate(model, prompts, params)
+    assert torch.equal(chunked.response_mask, whole.response_mask)
+    assert whole.response_mask.sum(-1).unique().numel() > 1  # responses of different lengths (EOS)
+    assert torch.equal(chunked.input_ids, whole.input_ids) and torch.equal(chunked.attention_mask, whole.attention_mask)
+    assert_close(chunked.sampling_logp, whole.sampling_logp, rtol=0, atol=1e-6)
+    # positions that predict a token of the rollout: what log-probs depend on (a row's last token is
+    # routed in one batch while other rows go on, never in a chunk that ends with it: see routing_for_training)
+    mask = whole.attention_mask.bool()
+    routed = mask[:, :-1] & mask[:, 1:]
+    assert torch.equal(chunked.routing[:, routed], whole.routing[:, routed])
+
+
+def test_a_budget_below_one_row_and_a_prompt_over_the_limit_are_refused(setup):
+    tok, model, prompts = setup
+    params = SamplingParams(group_size=1, max_new_tokens=4, seed=0)
+    with pytest.raises(ValueError, match="below one row's KV cache"):
+        make_engine("hf", pad_id=0, eos_id=2, kv_cache_gib=1e-9).generate(model, prompts, params)
+    longest = max(len(p) for p in prompts)
+    with pytest.raises(ValueError, match=f"a prompt of {longest} tokens is longer than rollout.max_prompt_tokens"):
+        make_engine("hf", pad_id=0, eos_id=2, max_prompt_tokens=longest - 1).generate(model, prompts, params)
+    out = make_engine("hf", pad_id=0, eos_id=2, max_prompt_tokens=longest).generate(model, prompts, params)
+    assert out.input_ids.shape[0] == 3
