@@ -173,7 +173,7 @@ def test_the_report_tables_and_draws_predicted_against_measured_drift_per_layer(
                             "floor/drift_repeat": [0.0, 0.0, 0.0]})
     table = margin_table(metrics).set_index("objective")
     assert table.loc["grpo", "drift (measured)"] == pytest.approx(0.2)
-    assert table.loc["grpo", "flip rate (predicted)"] == pytest.approx(0.3)
+    assert table.loc["grpo", "independence flip rate"] == pytest.approx(0.3)
     assert table.loc["gspo", "floor: repeat"] == 0.0 and "median margin" not in table  # absent columns left out
     assert "no router-margin columns" in margin_table(metrics.drop(columns="moe/flip_pred"))
     layers = pd.DataFrame({"label": ["grpo"] * 4, "seed": 0, "step": 1, "updates": [1, 1, 2, 2], "layer": [0, 1, 0, 1],
@@ -181,6 +181,7 @@ def test_the_report_tables_and_draws_predicted_against_measured_drift_per_layer(
     assert has_margins(layers) and not has_margins(layers.drop(columns="moe/flip_pred"))
     per_layer, per_update = predicted_vs_measured_interactive(layers)
     traces = {t.name: list(t.y) for t in per_layer.data}
-    assert traces == {"grpo: measured": pytest.approx([0.2, 0.3]), "grpo: predicted": pytest.approx([0.1, 0.3])}
+    assert traces == {"grpo: measured drift": pytest.approx([0.2, 0.3]), "grpo: independence rate": pytest.approx([0.1, 0.3])}
     traces = {t.name: list(t.y) for t in per_update.data}  # updates 1 and 2: layers 0 and 1 averaged
-    assert traces == {"grpo: measured": pytest.approx([0.15, 0.35]), "grpo: predicted": pytest.approx([0.05, 0.35])}
+    assert traces == {"grpo: measured drift": pytest.approx([0.15, 0.35]),
+                      "grpo: independence rate": pytest.approx([0.05, 0.35])}

@@ -95,7 +95,7 @@ REFUSALS = [
     case({}, ["model.num_layers=100000"], "model.num_layers: Input should be less than or equal to", id="bound-layers"),
     case({"task": bomb()}, [], "YAML aliases expand to more than", id="alias-bomb"),
     # ---------------------------------------------------------------- what a run checks, checked by validate
-    case({"rollout": {"engine_options": {"router_noise": -1.0}}}, [], "rollout.engine_options: hf engine: "
+    case({"rollout": {"engine_options": {"router_noise": -1.0}}}, [], "rollout.engine_options (grpo, grpo_rr, gspo): hf engine: "
          "router_noise must be a finite number >= 0 (the noise's std), got -1.0", id="noise-negative"),
     case({"rollout": {"engine_options": {"router_noise": "a"}}}, [], "router_noise must be a finite number >= 0",
          id="noise-string"),
@@ -108,17 +108,17 @@ REFUSALS = [
     *(case({"model": {"family": family}, "rollout": {"engine_options": {"router_noise": 0.3}}}, [],
            f"router_noise perturbs top-k over the router logits; {family} selects otherwise", id=f"noise-{family}")
       for family in ("deepseek_v3", "ernie4_5_moe", "llama4_text")),
-    case({"rollout": {"engine": "vllm"}}, [], "rollout.engine: rollout.engine vllm needs vLLM", NO_VLLM,
+    case({"rollout": {"engine": "vllm"}}, [], "rollout.engine (grpo, grpo_rr, gspo): rollout.engine vllm needs vLLM", NO_VLLM,
          id="engine-vllm-missing"),
-    case({"warm_start": {"device": "cuda"}}, [], "warm_start.device: cuda, but this machine has no CUDA device",
+    case({"warm_start": {"device": "cuda"}}, [], "warm_start.device (grpo, grpo_rr, gspo): cuda, but this machine has no CUDA device",
          NO_CUDA, id="warm-start-device"),
-    case({"train": {"device": "cuda"}}, [], "train.device: cuda, but this machine has no CUDA device", NO_CUDA,
+    case({"train": {"device": "cuda"}}, [], "train.device (grpo, grpo_rr, gspo): cuda, but this machine has no CUDA device", NO_CUDA,
          id="train-device"),
-    case({"train": {"betas": [1.5, -2.0]}}, [], "train: Invalid beta parameter at index 0: 1.5", id="optimizer-betas"),
-    case({"train": {"optimizer": "adamw8bit"}}, [], "train: train.optimizer: adamw8bit needs torchao", NO_TORCHAO,
+    case({"train": {"betas": [1.5, -2.0]}}, [], "train (grpo, grpo_rr, gspo): Invalid beta parameter at index 0: 1.5", id="optimizer-betas"),
+    case({"train": {"optimizer": "adamw8bit"}}, [], "train (grpo, grpo_rr, gspo): train.optimizer: adamw8bit needs torchao", NO_TORCHAO,
          id="optimizer-8bit-missing"),
-    case({"warm_start": {"eval_examples": 300}}, [], "warm_start.eval_examples: the task's test split has fewer than "
-         "300 distinct problems", id="warm-start-eval-examples"),
+    case({"warm_start": {"eval_examples": 300}}, [], "warm_start.eval_examples (300): task sort {'max_len': 3}: the task's test split has "
+         "fewer than 300 distinct problems", id="warm-start-eval-examples"),
     # ---------------------------------------------------------------- earlier rounds
     case({"train": {"minibatches": 64}}, [], "minibatches", id="minibatches"),
     case({"model": {"path": "/no/such/model"}, "warm_start": {"enabled": False}}, [], "model.path", id="model-path"),
