@@ -115,6 +115,10 @@ REFUSALS = [
     case({"train": {"device": "cuda"}}, [], "train.device (grpo, grpo_rr, gspo): cuda, but this machine has no CUDA device", NO_CUDA,
          id="train-device"),
     case({"train": {"betas": [1.5, -2.0]}}, [], "train (grpo, grpo_rr, gspo): Invalid beta parameter at index 0: 1.5", id="optimizer-betas"),
+    case({"objectives": [{"name": "grpo", "set": {"train.betas": [1.5, 0.9]}}, {"name": "gspo"}]}, [],
+         "train (grpo): Invalid beta parameter at index 0: 1.5", id="optimizer-of-one-arm"),
+    case({"sweep": {"train.betas": [[0.9, 0.99], [0.9, -2.0]]}}, [], "train (grpo, grpo_rr, gspo): Invalid beta "
+         "parameter at index 1: -2.0", id="optimizer-of-one-sweep-point"),
     case({"train": {"optimizer": "adamw8bit"}}, [], "train (grpo, grpo_rr, gspo): train.optimizer: adamw8bit needs torchao", NO_TORCHAO,
          id="optimizer-8bit-missing"),
     case({"warm_start": {"eval_examples": 300}}, [], "warm_start.eval_examples (300): task sort {'max_len': 3}: the task's test split has "
