@@ -21,7 +21,7 @@ from gspo_bench.rundir.folder import RunDir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import assert_same_metrics, metrics, run_suite  # noqa: E402
-from test_reliability_process import quick_suite  # noqa: E402
+from test_reliability_process import interrupted, quick_suite  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -43,18 +43,9 @@ def one_line_error(result, code: int = 2) -> str:
 
 
 def stopped(cache: Path, out: Path, at_step: int, **changes) -> tuple[Path, Path]:
-    """A 3-step gspo run stopped after its step-`at_step` row, before that step's checkpoint, its
-    status.json as a kill -9 leaves it (running); (suite file, run folder)."""
-    data = quick_suite(cache, **changes)
-
-    def stop(row):
-        if row["step"] == at_step:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_suite(data, out, on_step=stop)
-    run_dir = out / "tiny" / "gspo-s0"
-    RunDir(run_dir).write_status("running", step=at_step)
+    """`interrupted` (a run whose weights change, stopped after its step-`at_step` row as a kill -9
+    leaves it), with its suite written to a file: (suite file, run folder)."""
+    data, run_dir = interrupted(cache, out, at_step, **changes)
     suite = out.parent / f"{out.name}.yaml"
     suite.write_text(yaml.safe_dump(data))
     return suite, run_dir

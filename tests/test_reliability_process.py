@@ -299,21 +299,22 @@ def test_a_damaged_warm_start_cache_is_named_removed_and_rebuilt(tmp_path, also_
     assert not any("rebuilt" in m for m in said) and any("reused" in m for m in said)
 
 
-def interrupted(cache: Path, out: Path) -> tuple[dict, Path]:
-    """A 3-step run stopped after its step-2 row, before that step's checkpoint: its checkpoint is
-    step 1's; status.json as a kill -9 would leave it (running)."""
+def interrupted(cache: Path, out: Path, at_step: int = 2, **changes) -> tuple[dict, Path]:
+    """A 3-step run (`quick_suite` with `changes`) stopped after its step-`at_step` row, before that
+    step's checkpoint: its checkpoint is the step before's; status.json as a kill -9 would leave it
+    (running)."""
     from test_harness import run_suite
 
-    data = quick_suite(cache)
+    data = quick_suite(cache, **changes)
 
     def stop(row):
-        if row["step"] == 2:
+        if row["step"] == at_step:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         run_suite(data, out, on_step=stop)
     run_dir = out / "tiny" / "gspo-s0"
-    RunDir(run_dir).write_status("running", step=2)
+    RunDir(run_dir).write_status("running", step=at_step)
     rows = RunDir(run_dir).read_rows("metrics.parquet")
     assert all(row["grad/norm"] > 0 for row in rows), rows  # the weights change: a resume from a wrong state shows
     return data, run_dir
