@@ -221,6 +221,15 @@ class TrainConfig(Strict):
     measure: bool = Field(True, description="ratio statistics, clip fractions, routing capture and drift, "
                           "engine mismatch. Off only to measure their cost (experiments/perf): such runs leave "
                           "those columns empty (NaN)")
+    micro_batch_tokens: int | None = Field(
+        None, ge=1, description="split each minibatch's forward/backward into micro-batches of at most this many "
+        "tokens per rank (rows x the micro-batch's padded width; rows packed by length, a response never split, a "
+        "row longer than this goes alone) and accumulate the exact minibatch gradient over them. Default: one "
+        "forward/backward per minibatch")
+    logprob_chunk_tokens: int | None = Field(
+        None, ge=1, description="compute log-probs and entropies from the last hidden states this many token "
+        "positions at a time (the fused head: no [tokens, vocabulary] logits or their gradient are kept), in the "
+        "old-policy pass and every update. Default: the model's own head, then a chunked log-softmax")
 
 
 class BudgetConfig(Strict):
