@@ -221,3 +221,40 @@ def test_three_steps_with_micro_batches_and_the_fused_head_give_the_plain_metric
         pd.testing.assert_frame_equal(one[numeric], two[numeric], rtol=1e-4, atol=1e-6)
         pd.testing.assert_frame_equal(one[noise], two[noise], rtol=0, atol=1e-5)
         assert (one["grad/norm"] > 0).sum() >= 2  # real updates (a step whose rewards all tie has none)
+
+
+@pytest.mark.slow
+def test_two_cpu_ranks_with_micro_batches_give_the_single_process_metrics(tmp_path):
+    """FSDP2 under torchrun (gloo): minibatches of 3, 3 and 2 rows over 2 ranks, one row per micro-batch,
+    so rank 1 runs a filler where rank 0 has two rows; gradients sync on each minibatch's last
+    micro-batch. The metrics are the plain single process's."""
+    import os
+    import subprocess
+
+    import yaml
+    from test_distributed import SUITE
+
+    suite = {**SUITE, "warm_start": {**SUITE["warm_start"], "cache_dir": str(tmp_path / "cache")},
+             "train": {**SUITE["train"], "minibatches": 3},
+             "objectives": [{"name": "grpo_rr"}, {"name": "clip_cov", "kwargs": KWARGS["clip_cov"]}]}
+    micro = {**suite, "train": {**suite["train"], "micro_batch_tokens": 1, "logprob_chunk_tokens": 5}}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("WORLD_SIZE", None)
+    for name, data in (("plain", suite), ("micro", micro)):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    runs = [[sys.executable, "-m", "gspo_bench.cli", "run", str(tmp_path / "plain.yaml"), "--out", str(tmp_path / "one")],
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "gspo_bench.cli",
+             "run", str(tmp_path / "micro.yaml"), "--out", str(tmp_path / "two")]]
+    for args in runs:
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for run in ("grpo_rr-s0", "clip_cov-s0"):  # clip_cov: coupled (a no-grad pass first) and drawing
+        one = metrics(tmp_path / "one", "dist", run).drop(columns=TIME_COLUMNS)
+        two = metrics(tmp_path / "two", "dist", run).drop(columns=TIME_COLUMNS)
+        assert list(one.columns) == list(two.columns) and len(one) == len(two) == 2
+        # sharded generation may route a near-tie otherwise (test_distributed); float-noise figures at 1e-5
+        loose = [c for c in one.columns if c.startswith(("moe/rollout_gap", "mismatch/", "floor/logp_"))]
+        numeric = one.drop(columns=loose).select_dtypes("number").columns
+        pd.testing.assert_frame_equal(one[numeric], two[numeric], rtol=1e-4, atol=1e-6)
+        pd.testing.assert_frame_equal(one[loose], two[loose], rtol=0, atol=0.02)
+        assert one["grad/norm"].gt(0).any()
