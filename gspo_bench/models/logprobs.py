@@ -114,12 +114,13 @@ class HeadChunks:
 
     def raw_gradient(self, z: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor,
                      grad_logp: torch.Tensor) -> torch.Tensor:
-        """[c, V] d loss / d (hidden @ W^T + b) from d loss / d logp [c]: (onehot - softmax) / (T s)."""
+        """[c, V] d loss / d (hidden @ W^T + b) from d loss / d logp [c]: (onehot - softmax) / (T s),
+        computed in `z`'s own memory (the block's logits are not needed after it)."""
         g = grad_logp[:, None].float() / self.temperature  # [c, 1]
-        grad = -torch.exp(z - lse[:, None]) * g
+        grad = z.sub_(lse[:, None]).exp_().mul_(-g)  # -softmax * g
         grad.scatter_add_(-1, targets[:, None], g)
         grad = grad.to(self.dtype)
-        return grad / self.scaling if self.scaling != 1.0 else grad
+        return grad.div_(self.scaling) if self.scaling != 1.0 else grad
 
 
 class _FusedHead(torch.autograd.Function):
@@ -137,7 +138,7 @@ class _FusedHead(torch.autograd.Function):
                 lse[part] = torch.logsumexp(z, dim=-1)
                 logp[part] = z.gather(-1, targets[part, None]).squeeze(-1) - lse[part]
                 if with_entropy:
-                    log_p = z - lse[part, None]
+                    log_p = z.sub_(lse[part, None])  # in place: the block's logits are done with
                     entropy[part] = -(log_p.exp() * log_p).sum(-1)
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
         ctx.plan = plan
