@@ -108,3 +108,16 @@ def test_fused_head_refuses_soft_capping_and_other_heads():
     model.lm_head = torch.nn.Sequential(model.lm_head)
     with pytest.raises(ValueError, match="nn.Linear"):
         response_forward(model, ids, attention, 5, head_chunk=4)
+
+
+def test_fused_head_under_bf16_autocast_projects_in_bf16_like_the_plain_head():
+    model = tiny("qwen3_moe")
+    ids, attention = batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain, _ = response_forward(model, ids, attention, 5, head_chunk=None)
+        fused, _ = response_forward(model, ids, attention, 5, head_chunk=4)
+    assert fused.dtype == torch.float32
+    # the same bf16 products (equal here; an fp32 projection of the same hidden states is 6e-4 away)
+    assert_close(fused, plain, rtol=0, atol=1e-4)
+    fused.sum().backward()
+    assert model.lm_head.weight.grad.dtype == torch.float32 and model.lm_head.weight.grad.abs().sum() > 0

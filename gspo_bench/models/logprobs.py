@@ -125,7 +125,8 @@ class HeadChunks:
 
 class _FusedHead(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, plan: HeadChunks, with_entropy: bool):
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                plan: HeadChunks, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
         n = hidden.shape[0]
         logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(logp)
@@ -146,7 +147,7 @@ class _FusedHead(torch.autograd.Function):
         return logp, entropy
 
     @staticmethod
-    def backward(ctx, grad_logp, _grad_entropy):
+    def backward(ctx, grad_logp: torch.Tensor, _grad_entropy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, bias, targets, lse = ctx.saved_tensors
         plan = ctx.plan
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
