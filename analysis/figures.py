@@ -1,5 +1,10 @@
 """Paper-style figures from tidy results. Every function takes `ax=None` (a new figure when None)
-and returns the axes; nothing here saves files (the report and figures commands do)."""
+and returns the axes; nothing here saves files (the report and figures commands do).
+
+Bands around a mean over seeds are the range over seeds (min to max) below MIN_BOOTSTRAP_SEEDS seeds
+and a 95% bootstrap interval from there on (`band_words` says which, in every title); heavy-tailed
+per-step columns (ratio variances) are drawn as medians over seeds of a rolling median, on a log scale
+(analysis.robust), so that one token in one step does not draw the curve."""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from analysis.stats import bootstrap_ci, ema
+from analysis.robust import robust_curves
+from analysis.stats import MIN_BOOTSTRAP_SEEDS, bootstrap_ci, ema
 
 COMPUTE = "compute/cum_flops"
 
@@ -29,10 +35,26 @@ def _labels(metrics: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(metrics["label"]))
 
 
+def band_words(metrics: pd.DataFrame) -> str:
+    """What the bands of a figure of `metrics` show: the range over seeds, or a 95% bootstrap interval
+    where every label has MIN_BOOTSTRAP_SEEDS seeds."""
+    seeds = metrics.groupby("label")["seed"].nunique() if len(metrics) else pd.Series(dtype=int)
+    enough = len(seeds) and seeds.min() >= MIN_BOOTSTRAP_SEEDS
+    return "band: 95% bootstrap CI over seeds" if enough else "band: range over seeds"
+
+
+def band(ys: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """[seeds, points] -> (low, high) per point: min and max below MIN_BOOTSTRAP_SEEDS seeds, else the
+    95% bootstrap interval of the mean (the same resampled seeds at every point)."""
+    if len(ys) < MIN_BOOTSTRAP_SEEDS:
+        return ys.min(axis=0), ys.max(axis=0)
+    return bootstrap_ci(ys, rng, reps=500)
+
+
 def curve_with_band(metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth: float | None = 0.2,
                     points: int = 100, rng: np.random.Generator | None = None) -> pd.DataFrame:
-    """Per label: mean over seeds of `column` (EMA-smoothed per run) on a common x grid, with a 95%
-    bootstrap band over seeds. Columns: label, x, mean, low, high."""
+    """Per label: mean over seeds of `column` (EMA-smoothed per run) on a common x grid, with a band
+    over seeds (`band`). Columns: label, x, mean, low, high."""
     rng = rng or np.random.default_rng(0)
     rows = []
     for label, frame in metrics.groupby("label", sort=False):
@@ -49,7 +71,7 @@ def curve_with_band(metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth
             y = ema(r[column].to_numpy(), smooth) if smooth else r[column].to_numpy()
             ys.append(np.interp(grid, r[x].to_numpy(), y))
         ys = np.array(ys)  # [seeds, points]
-        low, high = bootstrap_ci(ys, rng, reps=500)  # the mean over seeds at every grid point at once
+        low, high = band(ys, rng)
         rows += [{"label": label, "x": g, "mean": m, "low": lo, "high": hi}
                  for g, m, lo, hi in zip(grid, ys.mean(axis=0), low, high)]
     return pd.DataFrame(rows)
@@ -86,7 +108,7 @@ def fig1_reward_vs_compute(metrics: pd.DataFrame, ax=None, evals: pd.DataFrame |
     else:
         eval_axes = []
     ax = plot_curves(metrics, "reward/mean", ax=ax, ylabel="training reward")
-    ax.set_title("Training reward vs compute")
+    ax.set_title(f"Training reward vs compute (mean over seeds; {band_words(metrics)})", fontsize=9)
     ax.legend(fontsize=8)
     colors = palette(_labels(metrics))
     for task, eval_ax in zip(tasks, eval_axes):
@@ -122,30 +144,32 @@ def reward_by_facet(metrics: pd.DataFrame, axes=None):
     return axes
 
 
-def fig2_clip_fraction(metrics: pd.DataFrame, ax=None):
-    """Figure 2: fraction of clipped tokens per objective (mean over steps, then seeds), log scale."""
+def fig2_clip_fraction(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+    """Figure 2: fraction of clipped tokens per objective: the mean over seeds of each seed's mean over
+    steps (bar), every seed (dots) and the band (`band`), log scale."""
     ax = _ax(ax)
     labels = _labels(metrics)
     colors = palette(labels)
     rng = np.random.default_rng(0)
-    values, errs = [], []
+    values, errs, seeds = [], [], []
     for label in labels:
         per_seed = metrics[metrics["label"] == label].groupby("seed")["clip/frac"].mean().to_numpy()
-        m = per_seed.mean()
-        low, high = bootstrap_ci(per_seed, rng, reps=1000)
-        values.append(m)
-        errs.append((m - low, high - m))
+        low, high = band(per_seed[:, None], rng)
+        values.append(per_seed.mean())
+        errs.append((per_seed.mean() - low[0], high[0] - per_seed.mean()))
+        seeds.append(per_seed)
     floor = min([v for v in values if v > 0], default=1e-6) / 10
     shown = [max(v, floor) for v in values]
     ax.bar(labels, shown, color=[colors[lbl] for lbl in labels], yerr=np.array(errs).T if len(errs) else None,
            capsize=3)
-    for i, v in enumerate(values):
+    for i, (v, per_seed) in enumerate(zip(values, seeds)):
+        ax.scatter([i] * len(per_seed), np.maximum(per_seed, floor), color="#222", s=10, zorder=3)
         ax.annotate(f"{v:.2g}", (i, shown[i]), ha="center", va="bottom", fontsize=8,
                     xytext=(0, 3), textcoords="offset points")
     ax.set_yscale("log")
-    ax.set_ylim(top=max(shown) * 4)  # room for the value labels under the title
+    ax.set_ylim(top=max(shown, default=1.0) * 4)  # room for the value labels under the title
     ax.set_ylabel("clipped token fraction")
-    ax.set_title("Clipping fraction")
+    ax.set_title(f"Clipping fraction (dots: seeds; {band_words(metrics)})", fontsize=9)
     ax.tick_params(axis="x", rotation=20)
     return ax
 
@@ -163,26 +187,38 @@ def fig3_replay(metrics: pd.DataFrame, ax=None):
     return ax
 
 
-def ratio_variance(metrics: pd.DataFrame, ax=None):
-    """Token (solid) and sequence (dashed) importance-ratio variance over steps, log scale."""
+def ratio_variance(metrics: pd.DataFrame, ax: plt.Axes | None = None, window: int = 5) -> plt.Axes:
+    """Token (solid) and sequence (dashed) importance-ratio variance over steps, log scale: the median
+    over seeds of each seed's trailing `window`-step median (analysis.robust.robust_curves), the band
+    the range over seeds. One token in one step moves a mean over steps, not this."""
     ax = _ax(ax)
-    plot_curves(metrics, "ratio/token_var", ax=ax, x="step", smooth=0.3, log=True)
-    for line in ax.get_lines():
-        line.set_label(f"{line.get_label()} token")
-    n_token = len(ax.get_lines())
-    plot_curves(metrics, "ratio/seq_var", ax=ax, x="step", smooth=0.3, log=True, linestyle="--")
-    for line in ax.get_lines()[n_token:]:
-        line.set_label(f"{line.get_label()} seq")
+    colors = palette(_labels(metrics))
+    for column, style, kind in (("ratio/token_var", "-", "token"), ("ratio/seq_var", "--", "seq")):
+        data = robust_curves(metrics, column, window)
+        for label, d in data.groupby("label", sort=False):
+            ax.plot(d["x"], d["mean"], linestyle=style, color=colors[label], label=f"{label} {kind}")
+            ax.fill_between(d["x"], d["low"], d["high"], color=colors[label], alpha=0.15, linewidth=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
     ax.set_ylabel("importance-ratio variance")
-    ax.set_title("Ratio variance: token (solid) vs sequence (dashed)")
+    ax.set_title(f"Ratio variance, token (solid) vs sequence (dashed)\nmedian over seeds of {window}-step rolling "
+                 "medians; band: range over seeds", fontsize=8)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
 
 
-def drift_over_steps(metrics: pd.DataFrame, ax=None):
-    """Expert-activation drift (fraction of (token, layer) routings changed vs the old policy)."""
+def drift_over_steps(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+    """Expert-activation drift (fraction of (token, layer) routings changed vs the old policy) over a
+    step's minibatch forwards (solid) and, where measured, after exactly one update (`moe/drift_1`,
+    dashed: the paper's "per update")."""
     ax = plot_curves(metrics, "moe/drift", ax=ax, x="step", smooth=0.3, ylabel="expert drift (moe/drift)")
-    ax.set_title("Expert-activation drift per step")
+    if "moe/drift_1" in metrics and metrics["moe/drift_1"].notna().any():
+        n = len(ax.get_lines())
+        plot_curves(metrics, "moe/drift_1", ax=ax, x="step", smooth=0.3, linestyle="--",
+                    ylabel="token-layer drift: all updates (solid), after one update (dashed)")
+        for line in ax.get_lines()[n:]:
+            line.set_label(f"{line.get_label()}, after one update")
+    ax.set_title(f"Expert-activation drift per step ({band_words(metrics)})", fontsize=9)
     ax.legend(fontsize=8)
     return ax
 

@@ -5,11 +5,11 @@ switch); the verdict comes first, each sentence linking to its table or figure."
 from __future__ import annotations
 
 import html
-import re
 
 from plotly.offline import get_plotlyjs
 
 from analysis import anchors
+from analysis.escape import to_html
 from analysis.markdown import fmt
 from analysis.sections import Section
 from analysis.verdict import Sentence
@@ -23,23 +23,17 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;p
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
 
-def inline_markdown(text: str) -> str:
-    """Escaped text with **bold** and `code` of the verdict's and summary's markdown."""
-    text = html.escape(text)
-    text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
-
-
 def sentence_html(sentence: Sentence) -> str:
-    links = ", ".join(f"<a href='#{html.escape(anchor)}'>{html.escape(text)}</a>" for text, anchor in sentence.links)
-    return f"<li>{inline_markdown(sentence.text)}" + (f" ({links})" if links else "") + "</li>"
+    links = ", ".join(f"<a href='#{html.escape(anchors.link(anchor))}'>{html.escape(text)}</a>"
+                      for text, anchor in sentence.links)
+    return f"<li>{to_html(sentence.text)}" + (f" ({links})" if links else "") + "</li>"
 
 
 def section_html(section: Section) -> str:
     heading = f"<h2 id='{html.escape(section.anchor)}'>{html.escape(section.title)}</h2>"
     body = section.body
     if isinstance(body, str):
-        return heading + "".join(f"<p>{inline_markdown(line)}</p>" for line in body.splitlines())
+        return heading + "".join(f"<p>{to_html(line)}</p>" for line in body.splitlines())
     if isinstance(body, list):
         return heading + "<ul>" + "".join(sentence_html(s) for s in body) + "</ul>"
     return heading + fmt(body).to_html(index=False, border=0, escape=True)

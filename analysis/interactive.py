@@ -10,9 +10,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from matplotlib.colors import to_hex, to_rgba
 
-from analysis.figures import COMPUTE, clip_by_length_table, curve_with_band, palette
+from analysis.figures import COMPUTE, band, band_words, clip_by_length_table, curve_with_band, palette
 from analysis.load import Results
-from analysis.stats import bootstrap_ci, ema
+from analysis.robust import robust_curves
+from analysis.stats import ema
 
 X_TITLE = {COMPUTE: "training compute (FLOPs)", "step": "step"}
 
@@ -60,13 +61,15 @@ def _seed_traces(frame: pd.DataFrame, column: str, x: str, smooth: float | None,
 
 
 def add_curves(fig: go.Figure, metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth: float | None = 0.2,
-               suffix: str = "", dash: str = "solid") -> go.Figure:
-    """Per objective label: the mean over seeds with its 95% bootstrap band, and every seed's curve (in the
-    legend, hidden until clicked: the first view is the PNG's)."""
+               suffix: str = "", dash: str = "solid", curves: pd.DataFrame | None = None,
+               center: str = "mean") -> go.Figure:
+    """Per objective label: the mean over seeds with its band (analysis.figures.band), and every seed's
+    curve (in the legend, hidden until clicked: the first view is the PNG's). `curves`: the central line
+    and band to draw instead (columns label, x, mean, low, high), `center` what its line is over seeds."""
     colors = _colors(metrics)
-    band = curve_with_band(metrics, column, x=x, smooth=smooth)
+    lines = curve_with_band(metrics, column, x=x, smooth=smooth) if curves is None else curves
     for label, frame in metrics.groupby("label", sort=False):
-        d = band[band["label"] == label] if len(band) else band
+        d = lines[lines["label"] == label] if len(lines) else lines
         if d.empty:
             continue
         group, color = f"{label}{suffix}", colors[label]
@@ -75,10 +78,10 @@ def add_curves(fig: go.Figure, metrics: pd.DataFrame, column: str, x: str = COMP
         fig.add_trace(go.Scatter(x=d["x"], y=d["low"], mode="lines", line=dict(width=0), fill="tonexty",
                                  fillcolor=_fill(color), legendgroup=group, showlegend=False, hoverinfo="skip"))
         fig.add_trace(go.Scatter(
-            x=d["x"], y=d["mean"], mode="lines", name=f"{label}{suffix} mean", legendgroup=group,
+            x=d["x"], y=d["mean"], mode="lines", name=f"{label}{suffix} {center}", legendgroup=group,
             legendgrouptitle_text=f"{label}{suffix}", line=dict(color=color, width=2.5, dash=dash),
             customdata=np.stack([d["low"], d["high"]], axis=-1),
-            hovertemplate=f"{label}{suffix} mean over seeds<br>x %{{x:.4g}}<br>y %{{y:.4g}} "
+            hovertemplate=f"{label}{suffix} {center} over seeds<br>x %{{x:.4g}}<br>y %{{y:.4g}} "
                           "[%{customdata[0]:.4g}, %{customdata[1]:.4g}]<extra></extra>"))
         for trace in _seed_traces(frame, column, x, smooth, color, f"{label}{suffix}", dash):
             fig.add_trace(trace)
@@ -93,7 +96,8 @@ def curves(metrics: pd.DataFrame, column: str, title: str, y_title: str, x: str 
 
 def reward_vs_compute(results: Results) -> list[go.Figure]:
     """Figure 1: training reward vs compute; with held-out evaluations, one figure per eval task."""
-    figures = [curves(results.metrics, "reward/mean", "Training reward vs compute (EMA, 95% CI over seeds)",
+    figures = [curves(results.metrics, "reward/mean",
+                      f"Training reward vs compute (EMA, mean over seeds; {band_words(results.metrics)})",
                       "training reward")]
     colors = _colors(results.metrics)
     for task, frame in results.evals.groupby("task", sort=False) if len(results.evals) else []:
@@ -117,12 +121,13 @@ def reward_by_point(results: Results) -> list[go.Figure]:
 
 
 def clip_fraction(results: Results) -> list[go.Figure]:
-    """Figure 2: clipped-token fraction per objective (mean over steps, then seeds, 95% CI) and each seed."""
+    """Figure 2: clipped-token fraction per objective (mean over steps, then seeds, with the band of
+    analysis.figures.band) and each seed."""
     m, fig, rng = results.metrics, go.Figure(), np.random.default_rng(0)
     colors = _colors(m)
     for label, frame in m.groupby("label", sort=False):
         per_seed = frame.groupby("seed")["clip/frac"].mean()
-        low, high = bootstrap_ci(per_seed.to_numpy(), rng, reps=1000)
+        (low,), (high,) = band(per_seed.to_numpy()[:, None], rng)
         value = per_seed.mean()
         fig.add_trace(go.Bar(x=[label], y=[value], name=f"{label} mean", legendgroup=label, legendgrouptitle_text=label,
                              marker_color=colors[label], error_y=dict(type="data", symmetric=False,
@@ -132,7 +137,8 @@ def clip_fraction(results: Results) -> list[go.Figure]:
             fig.add_trace(go.Scatter(x=[label], y=[v], mode="markers", name=f"{label} s{seed}", legendgroup=label,
                                      marker=dict(color="#222", size=6, symbol="circle-open"),
                                      hovertemplate=f"{label} seed {seed}: %{{y:.4g}}<extra></extra>"))
-    return [log_switch(_layout(fig, "Clipped token fraction (Figure 2)", "objective", "clipped token fraction"), True)]
+    return [log_switch(_layout(fig, f"Clipped token fraction (Figure 2; {band_words(m)})", "objective",
+                               "clipped token fraction"), True)]
 
 
 def replay(results: Results) -> list[go.Figure]:
@@ -144,17 +150,27 @@ def replay(results: Results) -> list[go.Figure]:
     return [curves(grpo, "reward/mean", title, "training reward")]
 
 
-def ratio_variance(results: Results) -> list[go.Figure]:
-    """Token (solid) and sequence (dashed) importance-ratio variance per step."""
-    fig = add_curves(go.Figure(), results.metrics, "ratio/token_var", x="step", smooth=0.3, suffix=" token")
-    add_curves(fig, results.metrics, "ratio/seq_var", x="step", smooth=0.3, suffix=" seq", dash="dash")
-    return [log_switch(_layout(fig, "Importance-ratio variance: token (solid) vs sequence (dashed)", "step",
+def ratio_variance(results: Results, window: int = 5) -> list[go.Figure]:
+    """Token (solid) and sequence (dashed) importance-ratio variance per step: the median over seeds of
+    a rolling median, the band the range over seeds (as the PNG); each seed's raw values in the legend."""
+    m = results.metrics
+    fig = add_curves(go.Figure(), m, "ratio/token_var", x="step", smooth=None, suffix=" token",
+                     curves=robust_curves(m, "ratio/token_var", window), center="median")
+    add_curves(fig, m, "ratio/seq_var", x="step", smooth=None, suffix=" seq", dash="dash",
+               curves=robust_curves(m, "ratio/seq_var", window), center="median")
+    return [log_switch(_layout(fig, f"Importance-ratio variance, token (solid) vs sequence (dashed): median over seeds "
+                                    f"of a {window}-step rolling median; band: range over seeds", "step",
                                "importance-ratio variance"), True)]
 
 
 def drift(results: Results) -> list[go.Figure]:
-    return [curves(results.metrics, "moe/drift", "Expert-activation drift per step", "expert drift (moe/drift)",
-                   x="step", smooth=0.3)]
+    """Drift over a step's minibatch forwards, and after exactly one update (dashed) where measured."""
+    m = results.metrics
+    fig = add_curves(go.Figure(), m, "moe/drift", x="step", smooth=0.3)
+    if "moe/drift_1" in m and m["moe/drift_1"].notna().any():
+        add_curves(fig, m, "moe/drift_1", x="step", smooth=0.3, suffix=", after one update", dash="dash")
+    return [log_switch(_layout(fig, f"Expert-activation drift per step ({band_words(m)})", "step",
+                               "token-layer drift (moe/drift; dashed: moe/drift_1)"), False)]
 
 
 def clip_by_length(results: Results) -> list[go.Figure]:

@@ -7,15 +7,21 @@
     results.runs      # one row per run: status, steps, spent compute, budget, provenance
 Every table carries `label` (objective@sweep point), `algorithm` (the label without the point) and
 `facet` (the sweep point, e.g. "lr=0.0003,num_experts=64"; "" without a sweep). Results of several
-suites label every run by its suite (`quickstart/grpo`); one run given twice, or one label of two
-same-named suites with different settings, is refused (analysis.suites.MixedSuitesError).
+suites label every run by its suite (`quickstart/grpo`); one run given twice, or two same-named
+suites with different settings, is refused (analysis.suites.MixedSuitesError). A run whose files
+cannot be read is left out and named with the file and the reason (`Results.unreadable`).
+
+Only finished runs (`done`, with at least one step) are compared: `finished(results)` keeps them,
+`unfinished(results)` lists the others (running, failed, collapsed, killed before their budget).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -32,6 +38,13 @@ class SchemaVersionError(ValueError):
     """Results written by an incompatible version of gspo-bench."""
 
 
+class RunFileError(ValueError):
+    """One file of a run folder that cannot be read; the message names the file."""
+
+
+FINISHED = "done"  # the status of a run that spent its budget
+
+
 @dataclass(frozen=True)
 class Results:
     metrics: pd.DataFrame
@@ -43,6 +56,33 @@ class Results:
     @property
     def objectives(self) -> list[str]:
         return list(dict.fromkeys(self.runs["label"]))  # suite order
+
+    def select(self, keep: pd.Series) -> Results:
+        """The runs where `keep` (booleans over `runs`) holds, with their rows of every table."""
+        runs = self.runs[keep.to_numpy(dtype=bool)]
+        chosen = pd.MultiIndex.from_frame(runs[["label", "seed"]])
+
+        def rows(frame: pd.DataFrame) -> pd.DataFrame:
+            if frame.empty or not {"label", "seed"} <= set(frame.columns):
+                return frame
+            return frame[pd.MultiIndex.from_frame(frame[["label", "seed"]]).isin(chosen)]
+
+        return Results(rows(self.metrics), rows(self.layers), runs, rows(self.evals), self.unreadable)
+
+
+def is_finished(runs: pd.DataFrame) -> pd.Series:
+    """Runs that spent their budget: status `done` and at least one step of metrics."""
+    return (runs["status"] == FINISHED) & (runs["steps"] > 0)
+
+
+def finished(results: Results) -> Results:
+    """The finished runs only: the ones the report compares."""
+    return results.select(is_finished(results.runs))
+
+
+def unfinished(results: Results) -> pd.DataFrame:
+    """The runs that are not finished (running, failed, collapsed, stopped early, no metric rows)."""
+    return results.runs[~is_finished(results.runs)]
 
 
 def is_run_dir(path: Path) -> bool:
@@ -58,32 +98,73 @@ def find_run_dirs(path: Path) -> list[Path]:
     return found
 
 
+def read_file(path: Path, read: Callable[[Path], Any], kind: type | None = None, optional: bool = False) -> Any:
+    """`read(path)`, or RunFileError naming `path` and why it cannot be read; `kind`: the type its
+    content must have (a JSON or YAML mapping); an `optional` file that is absent reads as None."""
+    if optional and not path.exists():
+        return None
+    try:
+        value = read(path)
+    except Exception as err:  # a truncated parquet, invalid JSON or YAML, a folder in its place, ...
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise RunFileError(f"{path}: {type(err).__name__}: {first}") from None
+    if kind is not None and not isinstance(value, kind):
+        raise RunFileError(f"{path}: expected a {kind.__name__} at the top, found {type(value).__name__}")
+    return value
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
 def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    status = json.loads((run_dir / "status.json").read_text())
+    status = read_file(run_dir / "status.json", _json, dict)
     version = status.get("schema_version")
     if version != SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{run_dir}: results schema version {version}, this gspo-bench reads version {SCHEMA_VERSION}"
         )
-    config = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
-    prov_file = run_dir / "provenance.json"
-    prov = json.loads(prov_file.read_text()) if prov_file.is_file() else {}
-    metrics = pd.read_parquet(run_dir / "metrics.parquet")
+    config = read_file(run_dir / "config.yaml", _yaml, dict, optional=True) or {}
+    prov = read_file(run_dir / "provenance.json", _json, dict, optional=True) or {}
+    metrics = read_file(run_dir / "metrics.parquet", pd.read_parquet)
     # columns a run did not measure (train.measure off, results of an older release) read as NaN
     metrics = metrics.reindex(columns=list(dict.fromkeys([*REQUIRED_COLUMNS, *metrics.columns])))
-    layers = pd.read_parquet(run_dir / "layers.parquet") if (run_dir / "layers.parquet").is_file() else pd.DataFrame()
-    evals = pd.read_parquet(run_dir / "eval.parquet") if (run_dir / "eval.parquet").is_file() else pd.DataFrame()
-    run_cfg, suite_cfg = config.get("run", {}), config.get("suite", {})
-    budget = suite_cfg.get("budget", {})
+    layers = read_file(run_dir / "layers.parquet", pd.read_parquet, optional=True)
+    evals = read_file(run_dir / "eval.parquet", pd.read_parquet, optional=True)
+    layers = pd.DataFrame() if layers is None else layers
+    evals = pd.DataFrame() if evals is None else evals
+    try:
+        meta = _meta(run_dir, status, config, prov, metrics)
+    except (AttributeError, TypeError, ValueError, KeyError) as err:  # a setting of the wrong type
+        raise RunFileError(f"{run_dir / 'config.yaml'}: {type(err).__name__}: {err}") from None
+    for key in ("suite", "label", "algorithm", "facet", "objective", "replay", "seed"):
+        for frame in (metrics, layers, evals):
+            if len(frame) or frame is metrics:  # a run without steps still has its columns
+                frame[key] = meta[key]
+    return meta, metrics, layers, evals
+
+
+def _meta(run_dir: Path, status: dict, config: dict, prov: dict, metrics: pd.DataFrame) -> dict:
+    """One row of `runs`: what the run is (config.yaml), how far it got (status.json, metrics) and
+    where it ran (provenance.json)."""
+    run_cfg, suite_cfg = config.get("run") or {}, config.get("suite") or {}
+    budget, task = suite_cfg.get("budget") or {}, suite_cfg.get("task") or {}
     last = metrics.iloc[-1] if len(metrics) else {}
     label = run_cfg.get("label", run_dir.name.rsplit("-s", 1)[0])
-    meta = {
+    git = prov.get("git") or {}
+    return {
         "suite": suite_cfg.get("name", run_dir.parent.name),
         "label": label,
         "algorithm": run_cfg.get("algorithm") or label,  # the label without the sweep point
         "facet": ",".join(f"{k}={format(v, 'g') if isinstance(v, float) else v}"
                           for k, v in (run_cfg.get("sweep") or {}).items()),  # the sweep point ("" without)
         "objective": run_cfg.get("objective"),
+        "task": task.get("name"),
+        "task_params": task.get("params") or {},
         "replay": bool(run_cfg.get("replay", False)),
         "replay_from": run_cfg.get("replay_from") or ("old_pass" if run_cfg.get("replay") else None),
         "seed": int(run_cfg.get("seed", 0)),
@@ -97,8 +178,8 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
         "clip_low": run_cfg.get("clip_low"),
         "clip_high": run_cfg.get("clip_high"),
         "lr": run_cfg.get("lr"),
-        "commit": (prov.get("git") or {}).get("commit"),
-        "dirty": (prov.get("git") or {}).get("dirty"),
+        "commit": git.get("commit"),
+        "dirty": git.get("dirty"),
         "device": prov.get("device"),
         "torch": (prov.get("packages") or {}).get("torch"),
         "start": prov.get("start"),
@@ -106,11 +187,6 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
         "path": str(run_dir),
         "settings": suite_settings(suite_cfg),  # what makes two runs the same suite (analysis.suites)
     }
-    for key in ("suite", "label", "algorithm", "facet", "objective", "replay", "seed"):
-        for frame in (metrics, layers, evals):
-            if len(frame):
-                frame[key] = meta[key]
-    return meta, metrics, layers, evals
 
 
 def load_results(*paths: str | Path) -> Results:
@@ -133,8 +209,8 @@ def load_results(*paths: str | Path) -> Results:
                 meta, metrics, layers, evals = _read_run(run_dir)
             except SchemaVersionError:
                 raise
-            except Exception as err:  # a truncated parquet, a broken status.json, ...: skip, say so
-                unreadable.append(f"{run_dir}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+            except RunFileError as err:  # a truncated parquet, a broken status.json, ...: skip, say which file
+                unreadable.append(str(err))
                 continue
             metas.append(meta)
             metric_frames.append(metrics)

@@ -1,6 +1,19 @@
-"""Drift explained by router margins: per objective and per MoE layer, the measured drift beside the
-flip rate predicted from the margin and margin-change distributions (`gspo_bench.moe.margins`), the
-share of tokens near a tie, how far updates move the router, and the run's nondeterminism floor."""
+"""Router margins against drift: what they show, and what they do not.
+
+**An independence check, not a prediction.** Per objective and MoE layer, the measured drift beside
+`moe/flip_pred` = P(margin + d margin < 0) with the margin and its move drawn independently from the
+step's own distributions (`gspo_bench.moe.margins`), and `moe/margin_crossed`, the tokens whose own
+margin closed. The same updates' moves go into both: `flip_pred` near `margin_crossed` says that a
+token's margin and its move are about independent (small margins are not moved more or less than
+large ones); it does not say that drift can be foreseen.
+
+**A prediction** (`forecast_table`): step t+1's drift from what is known at the end of step t. The
+margin forecast is step t's `moe/flip_pred` of that layer; the naive one is persistence, step t's
+measured drift. Neither fits anything, so every scored step is out of sample; both are scored by their
+mean absolute error against step t+1's measured drift, per layer (after one update where the runs
+record `updates`, else over all of a step's updates).
+
+Also: the share of tokens near a tie, how far updates move the router, and the nondeterminism floor."""
 
 from __future__ import annotations
 
@@ -14,8 +27,8 @@ from analysis.figures import _ax, palette
 # column -> its name in the report's table, in order
 SUMMARY = {
     "moe/drift": "drift (measured)",
-    "moe/flip_pred": "flip rate (predicted)",
     "moe/margin_crossed": "margins crossed",
+    "moe/flip_pred": "independence flip rate",
     "moe/margin_lt_0.01": "margin < 0.01",
     "moe/margin_lt_0.1": "margin < 0.1",
     "moe/margin_lt_1": "margin < 1",
@@ -29,10 +42,13 @@ SUMMARY = {
 
 EXPLAINED = ("Margins are router-logit gaps between each token's k-th chosen and best unchosen expert under "
              "the old policy; d margin is how far the updates before a minibatch moved that gap, |d s| how far "
-             "they moved the two scores. The predicted flip rate is P(margin + d margin < 0) with the two "
-             "drawn independently; 'margins crossed' counts tokens whose own gap closed (a k-th / (k+1)-th "
-             "swap, part of the measured drift). Means over steps, minibatches, layers and seeds; the floors "
-             "are the drift of two identical forwards and of a forward in the rollout precision (step 1).")
+             "they moved the two scores. 'Margins crossed' counts tokens whose own gap closed (a k-th / (k+1)-th "
+             "swap, part of the measured drift). The independence flip rate is P(margin + d margin < 0) with the "
+             "two drawn independently from the same step's distributions: it reuses the same updates' moves, so "
+             "it is no prediction of drift. Where it matches the crossed margins, a token's margin and its move "
+             "are about independent. The forecast below is a prediction: step t+1's drift from step t. Means over "
+             "steps, minibatches, layers and seeds; the floors are the drift of two identical forwards and of a "
+             "forward in the rollout precision (step 1).")
 
 
 def margin_table(metrics: pd.DataFrame) -> pd.DataFrame | str:
@@ -41,38 +57,48 @@ def margin_table(metrics: pd.DataFrame) -> pd.DataFrame | str:
     if "moe/flip_pred" not in present:
         return "These results carry no router-margin columns (runs older than the margin measurement, or measure: false)."
     table = metrics.groupby("label", sort=False)[present].mean()
+    if "moe/margin_crossed" in table:
+        table["crossed / independence"] = table["moe/margin_crossed"] / table["moe/flip_pred"]
     return table.rename(columns=SUMMARY).reset_index().rename(columns={"label": "objective"})
 
 
 def drift_by(layers: pd.DataFrame, across: str = "layer") -> pd.DataFrame:
     """Per objective and MoE layer (or `across="updates"`: per number of updates the measured forward
-    ran after): mean measured drift, predicted flip rate and crossed margins."""
+    ran after): mean measured drift, independence flip rate and crossed margins."""
     columns = [c for c in ("moe/drift", "moe/flip_pred", "moe/margin_crossed") if c in layers.columns]
     return layers.groupby(["label", across], sort=False)[columns].mean().reset_index().sort_values(["label", across],
                                                                                                      kind="stable")
 
 
 def has_margins(layers: pd.DataFrame) -> bool:
+    """Some row has margin figures (rows of older steps or layers without them do not hide the figure)."""
     return "moe/flip_pred" in layers.columns and bool(layers["moe/flip_pred"].notna().any())
 
 
 PANELS = {"layer": "MoE layer", "updates": "updates since the old policy (minibatch forward after j updates)"}
 TITLES = {"layer": "per layer", "updates": "by updates since the old policy"}
+# the two curves of every panel: column, name in the legend, matplotlib style, plotly dash
+CURVES = (("moe/drift", "measured drift", "-o", "solid"), ("moe/flip_pred", "independence rate", "--x", "dash"))
+Y_TITLE = "share of tokens rerouted"
+
+
+def _title(across: str) -> str:
+    return f"Drift {TITLES[across]}: measured vs the independence flip rate (same updates)"
 
 
 def predicted_vs_measured(layers: pd.DataFrame, across: str = "layer", ax=None):
-    """Measured drift (solid) and the predicted flip rate (dashed), one colour per objective, per MoE
+    """Measured drift (solid) and the independence flip rate (dashed), one colour per objective, per MoE
     layer or per number of updates (`across`)."""
     ax = _ax(ax)
     table = drift_by(layers, across)
     colors = palette(list(dict.fromkeys(table["label"])))
     for label, rows in table.groupby("label", sort=False):
-        ax.plot(rows[across], rows["moe/drift"], "-o", color=colors[label], label=f"{label}: measured")
-        ax.plot(rows[across], rows["moe/flip_pred"], "--x", color=colors[label], label=f"{label}: predicted")
+        for column, name, style, _ in CURVES:
+            ax.plot(rows[across], rows[column], style, color=colors[label], label=f"{label}: {name}")
     ax.set_xlabel(PANELS[across])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("share of tokens rerouted")
-    ax.set_title(f"Drift {TITLES[across]}: measured vs predicted from router margins")
+    ax.set_ylabel(Y_TITLE)
+    ax.set_title(_title(across), fontsize=9)
     ax.legend(fontsize=7)
     return ax
 
@@ -94,11 +120,44 @@ def predicted_vs_measured_interactive(layers: pd.DataFrame) -> list[go.Figure]:
         colors = _colors(table)
         fig = go.Figure()
         for label, rows in table.groupby("label", sort=False):
-            for column, dash, kind in (("moe/drift", "solid", "measured"), ("moe/flip_pred", "dash", "predicted")):
+            for column, name, _, dash in CURVES:
                 fig.add_trace(go.Scatter(
-                    x=rows[across], y=rows[column], mode="lines+markers", name=f"{label}: {kind}", legendgroup=label,
+                    x=rows[across], y=rows[column], mode="lines+markers", name=f"{label}: {name}", legendgroup=label,
                     line=dict(color=colors[label], dash=dash),
-                    hovertemplate=f"{label} {kind}<br>{across} %{{x}}<br>%{{y:.4g}}<extra></extra>"))
-        figures.append(_layout(fig, f"Drift {TITLES[across]}: measured vs predicted from router margins",
-                               PANELS[across], "share of tokens rerouted"))
+                    hovertemplate=f"{label} {name}<br>{across} %{{x}}<br>%{{y:.4g}}<extra></extra>"))
+        figures.append(_layout(fig, _title(across), PANELS[across], Y_TITLE))
     return figures
+
+
+def step_series(layers: pd.DataFrame) -> pd.DataFrame:
+    """Per run, layer and step: measured drift and independence flip rate, after one update where the
+    rows record `updates`, else their mean over the step's updates."""
+    rows = layers[layers["updates"] == 1] if "updates" in layers.columns else layers
+    return rows.groupby(["label", "seed", "layer", "step"], sort=False)[["moe/drift", "moe/flip_pred"]].mean()
+
+
+def forecast_table(layers: pd.DataFrame) -> pd.DataFrame | str:
+    """Per objective: step t+1's measured drift forecast from step t, per layer, by the margin forecast
+    (step t's independence flip rate) and by persistence (step t's drift): mean absolute errors over
+    every (run, layer, t) with a step t+1, and the mean drift they are errors of."""
+    if not has_margins(layers):
+        return "These results carry no router-margin columns: nothing to forecast drift from."
+    series = step_series(layers).sort_index()
+    following = series.groupby(level=["label", "seed", "layer"], sort=False).shift(-1)  # step t+1 on row t
+    steps = series.index.get_level_values("step").to_numpy()
+    next_steps = pd.Series(steps, index=series.index).groupby(level=["label", "seed", "layer"]).shift(-1)
+    keep = (next_steps == steps + 1).to_numpy() & following["moe/drift"].notna().to_numpy() & \
+        series["moe/flip_pred"].notna().to_numpy()
+    truth, now = following["moe/drift"][keep], series[keep]
+    errors = pd.DataFrame({"margin": (now["moe/flip_pred"] - truth).abs(), "persistence": (now["moe/drift"] - truth).abs(),
+                           "drift": truth})
+    table = errors.groupby(level="label", sort=False).agg(
+        points=("drift", "size"), drift=("drift", "mean"), margin=("margin", "mean"), persistence=("persistence", "mean"))
+    if table.empty:
+        return "No two consecutive steps with margin figures: nothing to score a forecast on."
+    return pd.DataFrame({"objective": table.index, "scored steps (run x layer x t)": table["points"].to_numpy(),
+                         "mean drift at t+1": table["drift"].to_numpy(),
+                         "error: margin forecast (flip rate at t)": table["margin"].to_numpy(),
+                         "error: persistence (drift at t)": table["persistence"].to_numpy(),
+                         "closer": (table["margin"] < table["persistence"]).map({True: "margins", False: "persistence"}
+                                                                                ).to_numpy()})

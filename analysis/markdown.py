@@ -1,5 +1,6 @@
 """report.md: the sections in order (the verdict first, each sentence linking to its table or
-figure) and the static figures as PNG."""
+figure) and the static figures as PNG. Titles and table cells are plain text, escaped here; section
+text and sentences are markdown whose user text was escaped where it was written (analysis.escape)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import anchors
+from analysis.escape import escape
 from analysis.sections import FigureSpec, Section
 from analysis.verdict import Sentence
 
@@ -21,26 +23,34 @@ def fmt(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.map(cell)
 
 
+def table_markdown(frame: pd.DataFrame) -> str:
+    """A pipe table whose every cell and header is escaped text (no cell can hold a row break or a tag)."""
+    cells = fmt(frame).map(escape)
+    cells.columns = [escape(c) for c in frame.columns]
+    return cells.to_markdown(index=False)
+
+
 def sentence_markdown(sentence: Sentence) -> str:
-    links = ", ".join(f"[{text}](#{anchor})" for text, anchor in sentence.links)
+    links = ", ".join(f"[{escape(text)}](#{anchors.link(anchor)})" for text, anchor in sentence.links)
     return f"- {sentence.text}" + (f" ({links})" if links else "")
 
 
-def body_markdown(body) -> str:
+def body_markdown(body: pd.DataFrame | str | list[Sentence]) -> str:
     if isinstance(body, str):
         return body
     if isinstance(body, list):
         return "\n".join(sentence_markdown(s) for s in body)
-    return fmt(body).to_markdown(index=False)
+    return table_markdown(body)
 
 
 def render_markdown(sections: list[Section], figures: list[FigureSpec]) -> str:
-    """Every heading carries an explicit anchor (`<a id>`), the target of the verdict's links."""
+    """Every heading carries an explicit anchor (`<a id>`), the target of the verdict's links; figure
+    files are linked by their URL-escaped names (analysis.anchors.link)."""
     md = ["# gspo-bench report", ""]
     for section in sections:
-        md += [f'<a id="{section.anchor}"></a>', "", f"## {section.title}", "", body_markdown(section.body), ""]
+        md += [f'<a id="{section.anchor}"></a>', "", f"## {escape(section.title)}", "", body_markdown(section.body), ""]
     md += ['<a id="figures"></a>', "", "## Figures", ""]
     for f in figures:
-        md += [f'<a id="{anchors.figure(f.name)}"></a>', "", f"### {f.title}", "",
-               f"![{f.title}](figures/{f.name}.png)", ""]
+        md += [f'<a id="{anchors.figure(f.name)}"></a>', "", f"### {escape(f.title)}", "",
+               f"![{escape(f.title)}](figures/{anchors.link(f.name)}.png)", ""]
     return "\n".join(md)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.load import Results
+from analysis.load import Results, is_finished
 
 MATCH_TOLERANCE = 0.02  # relative spread of spent compute allowed between runs
 
@@ -33,8 +33,8 @@ def check_matched(results: Results, allow_unmatched: bool = False) -> float:
     """The largest relative spread (max - min) / min of spent compute between the finished runs of one
     sweep point (facet; the whole suite without a sweep); raises above 2% unless allowed. Points are
     never compared with each other: a sweep over the number of minibatches or experts changes the
-    compute of a step on purpose."""
-    finished = results.runs[results.runs["status"] == "done"]
+    compute of a step on purpose. Unfinished runs are not compared, so they are not checked."""
+    finished = results.runs[is_finished(results.runs)]
     worst = 0.0
     for facet, runs in finished.groupby("facet", sort=False):
         where = f" (sweep point {facet})" if facet else ""

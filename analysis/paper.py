@@ -1,33 +1,39 @@
-"""The GSPO paper's MoE observations side by side with a run's, each with a 95% bootstrap CI over
-seeds (rliable style: per-seed values, then a CI of their mean).
+"""The GSPO paper's MoE observations side by side with a group's runs (one suite at one sweep point).
 
 | quantity | paper | this run |
 |---|---|---|
 | clipped-token fraction, GSPO / GRPO (Figure 2) | ~0.15 / ~0.0013 | per-seed mean over steps |
-| experts changed per update (section 5.3) | ~10% of activated experts | `moe/drift_expert` |
+| experts changed after one update (section 5.3) | ~10% of activated experts | `moe/drift_expert_1` (see `drift_after_one`) |
 | drift trend over depth | deeper layers drift more | last minus first layer's `moe/drift` |
 | GRPO without / with Routing Replay (Figure 3) | without: does not converge | final reward, difference |
 | reward at equal compute (Figure 1) | GSPO above GRPO | final reward, difference |
 
-"agrees" says whether the CI of the run's difference lies on the paper's side of 0 ("yes"),
-straddles it ("not distinguishable") or lies on the other side ("no"); with fewer than 3 seeds
-there is no CI and no verdict.
+Each row shows the per-seed values, their mean with a t-interval (differences: paired by seed), the
+exact sign-flip p and its Holm-adjusted p over every comparison of the report (analysis.family).
+"agrees" is "yes" when the adjusted p is below 5% on the paper's side, "no" on the other side, "too
+few seeds" when the seeds could not get there whatever the data, else "not distinguishable". The
+reward rows are withheld where no objective learned (analysis.outcome).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
+from analysis.anchors import part
+from analysis.family import FEW, REWARD, Family, Test
+from analysis.groups import Group
 from analysis.load import Results
-from analysis.stats import bootstrap_ci, final_value
+from analysis.outcome import Learning
+from analysis.stats import paired
+from analysis.texts import difference_text, mean_text, p_text
 
-MIN_CI_SEEDS = 3  # a bootstrap over two values is only their range: no CI and no verdict below this
-
-# outcomes of a check: where the CI of the run's difference lies relative to 0, on the paper's side
-YES, NO, TIE, FEW = "yes", "no", "not distinguishable", "too few seeds"
+CLIP = "clipped-token fraction"
+DRIFT_ONE = "activated experts changed after one update"
+DEPTH = "drift, last MoE layer minus the first"
+DRIFT_FLOOR = 0.05  # the check: at least 5% of experts change per update (the paper: ~10%)
+WITHHELD = "withheld: no objective learned"
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class Check:
     this_run: str
     outcome: str | None = None
     seeds: int = 0
+    p: float = float("nan")
+    holm: float = float("nan")
     note: str = ""
     claim: str = ""
     figure: str | None = None
@@ -49,122 +57,179 @@ class Check:
     def agrees(self) -> str:
         if self.outcome is None:
             return ""
-        text = f"{self.seeds} seed(s): too few to tell" if self.outcome == FEW else self.outcome
-        return f"{text} ({self.note})" if self.note else text
+        return f"{self.outcome} ({self.note})" if self.note else self.outcome
 
 
-def _per_seed(metrics: pd.DataFrame, fn) -> pd.Series:
-    return metrics.groupby("seed").apply(fn, include_groups=False) if len(metrics) else pd.Series(dtype=float)
+@dataclass(frozen=True)
+class Arms:
+    """The group's GRPO and GSPO without replay and GRPO with Routing Replay of the old pass (not R3),
+    by algorithm name: the one named like the objective where there are several."""
+
+    grpo: str | None
+    gspo: str | None
+    grpo_rr: str | None
 
 
-def _fmt(values: np.ndarray, rng: np.random.Generator, spec: str = ".3g") -> str:
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    if not len(values):
-        return "-"
-    if len(values) < MIN_CI_SEEDS:
-        return f"{values.mean():{spec}} ({len(values)} seed{'s' if len(values) > 1 else ''}, no CI)"
-    low, high = bootstrap_ci(values, rng)
-    return f"{values.mean():{spec}} [{low:{spec}}, {high:{spec}}]"
-
-
-def outcome(difference: np.ndarray, rng: np.random.Generator, paper_sign: int) -> tuple[str, int]:
-    """Where the CI of a per-seed difference lies: on the paper's side of 0 (YES), on the other (NO),
-    across it (TIE), or FEW below MIN_CI_SEEDS seeds; with the number of seeds."""
-    difference = np.asarray(difference, dtype=float)
-    difference = difference[np.isfinite(difference)]
-    if len(difference) < MIN_CI_SEEDS:
-        return FEW, len(difference)
-    low, high = bootstrap_ci(difference, rng)
-    if low * paper_sign > 0 and high * paper_sign > 0:
-        return YES, len(difference)
-    if low * paper_sign < 0 and high * paper_sign < 0:
-        return NO, len(difference)
-    return TIE, len(difference)
-
-
-def _paired(a: pd.Series, b: pd.Series) -> np.ndarray:
-    """a - b over the seeds both have."""
-    seeds = a.index.intersection(b.index)
-    return (a[seeds] - b[seeds]).to_numpy()
-
-
-def _arms(results: Results) -> dict[str, pd.DataFrame]:
-    """Metrics of GRPO and GSPO without replay, and of GRPO with Routing Replay of the old pass (not R3)."""
-    runs, m = results.runs, results.metrics
-
-    def metrics_of(objective: str, replay: bool) -> pd.DataFrame:
-        keep = (runs["objective"] == objective) & (runs["replay"] == replay)
+def arms(runs: pd.DataFrame) -> Arms:
+    def pick(name: str, objective: str, replay: bool) -> str | None:
+        keep = (runs["objective"] == objective) & (runs["replay"].astype(bool) == replay)
         if replay:
             keep &= runs["replay_from"] == "old_pass"
-        return m[m["label"].isin(set(runs.loc[keep, "label"]))]
+        found = list(dict.fromkeys(runs.loc[keep, "algorithm"]))
+        exact = [a for a in found if a.rsplit("/", 1)[-1] == name]
+        return (exact or found or [None])[0]
 
-    return {"grpo": metrics_of("grpo", False), "gspo": metrics_of("gspo", False), "grpo_rr": metrics_of("grpo", True)}
+    return Arms(pick("grpo", "grpo", False), pick("gspo", "gspo", False), pick("grpo_rr", "grpo", True))
 
 
-def paper_checks(results: Results, seed: int = 0) -> list[Check] | None:
-    """The rows of the table above for the runs of `results` (one facet), or None without both GRPO and
-    GSPO runs."""
-    rng = np.random.default_rng(seed)
-    arms = _arms(results)
-    if arms["grpo"].empty or arms["gspo"].empty:
+def per_seed(frame: pd.DataFrame, algorithm: str, column: str) -> pd.Series:
+    """Per seed: the mean over steps (and rows) of `column` for one objective's rows of `frame`."""
+    rows = frame[(frame["algorithm"] == algorithm)] if "algorithm" in frame else frame.iloc[0:0]
+    if column not in rows or rows[column].isna().all():
+        return pd.Series(dtype=float)
+    return rows.groupby("seed")[column].mean().dropna()
+
+
+def _one_update_rows(layers: pd.DataFrame) -> pd.DataFrame:
+    return layers[layers["updates"] == 1] if "updates" in layers else layers.iloc[0:0]
+
+
+def drift_after_one(results: Results, algorithm: str) -> tuple[pd.Series, str]:
+    """Per seed, the drift after exactly one update (the paper's "per gradient update") and which
+    measurement it is: the expert-level figure where measured, else the token-layer one (older runs:
+    only `layers.parquet` rows with `updates == 1`); empty where neither was measured."""
+    layers = _one_update_rows(results.layers)
+    if not layers.empty and "algorithm" not in layers:
+        layers = layers.merge(results.runs[["label", "algorithm"]].drop_duplicates(), on="label")
+    sources = [
+        (results.metrics, "moe/drift_expert_1", "activated experts changed after one update (moe/drift_expert_1)"),
+        (layers, "moe/drift_expert", "activated experts changed after one update (layers.parquet, updates == 1)"),
+        (results.metrics, "moe/drift_1", "token-layer pairs rerouted after one update (moe/drift_1; the "
+                                         "expert-level figure was not measured)"),
+        (layers, "moe/drift", "token-layer pairs rerouted after one update (layers.parquet, updates == 1, "
+                              "moe/drift; the expert-level figure was not measured)"),
+    ]
+    for frame, column, text in sources:
+        values = per_seed(frame, algorithm, column)
+        if len(values):
+            return values, text
+    return pd.Series(dtype=float), ("these runs record drift over a step's minibatch forwards (after 1 to K-1 "
+                                    "updates), not after exactly one update")
+
+
+def depth_gap(results: Results, label: str) -> pd.Series:
+    """Per seed, the last MoE layer's mean drift minus the first's (after one update where recorded)."""
+    layers = results.layers
+    layers = layers[layers["label"] == label] if "label" in layers else layers
+    one = _one_update_rows(layers)
+    layers = one if len(one) else layers
+    if layers.empty or "moe/drift" not in layers:
+        return pd.Series(dtype=float)
+    table = layers.groupby(["seed", "layer"])["moe/drift"].mean().unstack("layer")
+    return (table[table.columns.max()] - table[table.columns.min()]).dropna()
+
+
+def label_of(results: Results, algorithm: str | None) -> str:
+    rows = results.runs[results.runs["algorithm"] == algorithm]
+    return str(rows["label"].iloc[0]) if len(rows) else ""
+
+
+def paper_tests(results: Results, group: Group) -> list[Test]:
+    """The paper checks' tests of one group's finished runs ([] without GRPO and GSPO runs); the
+    reward checks are the family's reward tests (analysis.family.reward_tests)."""
+    a = arms(results.runs)
+    if a.grpo is None or a.gspo is None:
+        return []
+    tests = [Test(group, CLIP, a.gspo, a.grpo, paired(per_seed(results.metrics, a.gspo, "clip/frac"),
+                                                      per_seed(results.metrics, a.grpo, "clip/frac")))]
+    drift, _ = drift_after_one(results, a.grpo)
+    if len(drift):
+        tests.append(Test(group, DRIFT_ONE, a.grpo, f"{DRIFT_FLOOR:.0%}", paired(drift, DRIFT_FLOOR)))
+    gap = depth_gap(results, label_of(results, a.grpo))
+    if len(gap):
+        tests.append(Test(group, DEPTH, a.grpo, "0", paired(gap, 0.0)))
+    return tests
+
+
+def tested(family: Family, group: Group, quantity: str, first: str, second: str, sign: int = 1) -> dict:
+    """The Check fields of one test of the family: outcome, seeds, p, Holm p."""
+    found = family.find(group, quantity, first, second)
+    if found is None:
+        return {}
+    result, adjusted = found
+    return {"outcome": family.outcome(result, adjusted, sign), "seeds": result.n, "p": result.p, "holm": adjusted,
+            "note": f"{family.needed} paired seeds needed" if family.outcome(result, adjusted, sign) == FEW else ""}
+
+
+def paper_checks(results: Results, learning: Learning, family: Family) -> list[Check] | None:
+    """The rows of the table above for one group's finished runs, or None without GRPO and GSPO runs."""
+    a, group = arms(results.runs), learning.group
+    if a.grpo is None or a.gspo is None:
         return None
-    clip = {name: _per_seed(arms[name], lambda f: f["clip/frac"].mean()) for name in ("gspo", "grpo")}
-    drift = _per_seed(arms["grpo"], lambda f: f["moe/drift_expert"].mean())
-    final = {name: _per_seed(frame, lambda f: final_value(f, "reward/mean")) for name, frame in arms.items()}
-    clip_text = {name: _fmt(values.to_numpy(), rng) for name, values in clip.items()}
+    m = results.metrics
+    clip = {name: per_seed(m, name, "clip/frac") for name in (a.gspo, a.grpo)}
+    clip_text = {name: mean_text(values) for name, values in clip.items()}
     return [
-        Check("clipped-token fraction, GSPO (Figure 2)", "~0.15", clip_text["gspo"]),
-        Check("clipped-token fraction, GRPO (Figure 2)", "~0.0013", clip_text["grpo"],
-              *outcome(_paired(clip["gspo"], clip["grpo"]), rng, +1), note="GSPO clips more",
+        Check("clipped-token fraction, GSPO (Figure 2)", "~0.15", clip_text[a.gspo]),
+        Check("clipped-token fraction, GRPO (Figure 2)", "~0.0013", clip_text[a.grpo],
               claim="GSPO clips more tokens than GRPO (Figure 2)", figure="fig2_clip_fraction",
-              evidence=f"GSPO {clip_text['gspo']} against GRPO {clip_text['grpo']}"),
-        Check("activated experts changed per update, GRPO (moe/drift_expert)", "~10%",
-              _fmt(100 * drift.to_numpy(), rng) + " %", *outcome(drift.to_numpy() - 0.05, rng, +1),
-              note="at least 5%", claim="At least 5% of GRPO's activated experts change per update (paper ~10%)",
-              figure="drift"),
-        _depth_check(results, rng),
-        _replay_check(final, rng),
-        Check("final reward at equal compute, GSPO minus GRPO (Figure 1)", "> 0",
-              _fmt(_paired(final["gspo"], final["grpo"]), rng), *outcome(_paired(final["gspo"], final["grpo"]), rng, +1),
-              claim="GSPO ends above GRPO at equal compute (Figure 1)", figure="fig1_reward_vs_compute"),
+              evidence=f"GSPO {clip_text[a.gspo]} against GRPO {clip_text[a.grpo]}",
+              **_noted(tested(family, group, CLIP, a.gspo, a.grpo), "GSPO clips more")),
+        _drift_check(results, a.grpo, family, group),
+        _depth_check(results, a.grpo, family, group),
+        _reward_check("final reward, GRPO with Routing Replay minus without (Figure 3)",
+                      "> 0 (without replay GRPO does not converge)", "Routing Replay raises GRPO's final reward (Figure 3)",
+                      "fig3_routing_replay", (a.grpo_rr, a.grpo), learning, family),
+        _reward_check("final reward at equal compute, GSPO minus GRPO (Figure 1)", "> 0",
+                      "GSPO ends above GRPO at equal compute (Figure 1)", "fig1_reward_vs_compute", (a.gspo, a.grpo),
+                      learning, family),
     ]
 
 
-def paper_vs_run(results: Results, seed: int = 0) -> pd.DataFrame | None:
-    """The table above for the runs of `results` (one facet), or None without both GRPO and GSPO runs."""
-    checks = paper_checks(results, seed)
+def _noted(fields: dict, note: str) -> dict:
+    """`fields` with `note` said of a decided outcome (the "too few seeds" note kept)."""
+    return {**fields, "note": fields.get("note") or (note if fields else "")}
+
+
+def _drift_check(results: Results, grpo: str, family: Family, group: Group) -> Check:
+    drift, text = drift_after_one(results, grpo)
+    claim = ("At least 5% of GRPO's activated experts change after one update (paper ~10%)" if "token-layer" not in text else
+             "At least 5% of GRPO's token-layer routings change after one update (the paper's ~10% counts experts)")
+    if not len(drift):
+        overall = per_seed(results.metrics, grpo, "moe/drift_expert")
+        context = f"; over all of a step's updates (moe/drift_expert, in %): {mean_text(100 * overall)}" if len(overall) else ""
+        return Check(f"{DRIFT_ONE}, GRPO, %", "~10%", text + context, claim=claim, figure="drift")
+    return Check(f"{text}, GRPO, %", "~10%", mean_text(100 * drift), claim=claim, figure="drift",
+                 evidence=f"in %: {mean_text(100 * drift)}",
+                 **_noted(tested(family, group, DRIFT_ONE, grpo, f"{DRIFT_FLOOR:.0%}"), "at least 5%"))
+
+
+def _depth_check(results: Results, grpo: str, family: Family, group: Group) -> Check:
+    gap = depth_gap(results, label_of(results, grpo))
+    quantity, paper = "drift of the last MoE layer minus the first, GRPO (moe/drift)", "> 0 (deeper layers drift more)"
+    claim, figure = "Deeper MoE layers drift more (GRPO)", "drift_layers_" + part(label_of(results, grpo))
+    if not len(gap):
+        return Check(quantity, paper, "-", claim=claim, figure=figure)
+    return Check(quantity, paper, mean_text(gap), claim=claim, figure=figure, **tested(family, group, DEPTH, grpo, "0"))
+
+
+def _reward_check(quantity: str, paper: str, claim: str, figure: str, pair: tuple[str | None, str], learning: Learning,
+                  family: Family) -> Check:
+    first, second = pair
+    if first is None:
+        return Check(quantity, paper, "no GRPO + RR runs", claim=claim, figure=figure)
+    if not learning.learned:
+        return Check(quantity, paper, WITHHELD, claim=claim, figure=figure, evidence=WITHHELD)
+    result, _ = family.find(learning.group, REWARD, first, second)
+    return Check(quantity, paper, difference_text(result), claim=claim, figure=figure,
+                 **tested(family, learning.group, REWARD, first, second))
+
+
+def paper_vs_run(results: Results, learning: Learning, family: Family) -> pd.DataFrame | None:
+    """The table above for one group, or None without GRPO and GSPO runs."""
+    checks = paper_checks(results, learning, family)
     if checks is None:
         return None
-    return pd.DataFrame([{"quantity": c.quantity, "paper": c.paper, "this run": c.this_run, "agrees": c.agrees}
-                         for c in checks])
+    return pd.DataFrame([{"quantity": c.quantity, "paper": c.paper, "this run": c.this_run,
+                          "p (sign-flip)": p_text(c.p), "Holm p": p_text(c.holm), "agrees": c.agrees} for c in checks])
 
-
-def _replay_check(final: dict[str, pd.Series], rng: np.random.Generator) -> Check:
-    quantity, paper = ("final reward, GRPO with Routing Replay minus without (Figure 3)",
-                       "> 0 (without replay GRPO does not converge)")
-    claim = "Routing Replay raises GRPO's final reward (Figure 3)"
-    if not len(final["grpo_rr"]):
-        return Check(quantity, paper, "no GRPO + RR runs", claim=claim, figure="fig3_routing_replay")
-    difference = _paired(final["grpo_rr"], final["grpo"])
-    return Check(quantity, paper, _fmt(difference, rng), *outcome(difference, rng, +1), claim=claim,
-                 figure="fig3_routing_replay")
-
-
-def _depth_check(results: Results, rng: np.random.Generator) -> Check:
-    layers = results.layers
-    grpo = results.runs[(results.runs["objective"] == "grpo") & ~results.runs["replay"].astype(bool)]
-    layers = layers[layers["label"].isin(set(grpo["label"]))]
-    quantity, paper = "drift of the last MoE layer minus the first, GRPO (moe/drift)", "> 0 (deeper layers drift more)"
-    claim, figure = "Deeper MoE layers drift more (GRPO)", "drift_layers_" + safe_name(next(iter(grpo["label"]), ""))
-    if layers.empty:
-        return Check(quantity, paper, "-", claim=claim, figure=figure)
-    first, last = layers["layer"].min(), layers["layer"].max()
-    per_seed = layers.groupby(["seed", "layer"])["moe/drift"].mean().unstack("layer")
-    gap = (per_seed[last] - per_seed[first]).to_numpy()
-    return Check(quantity, paper, _fmt(gap, rng), *outcome(gap, rng, +1), claim=claim, figure=figure)
-
-
-def safe_name(label: str) -> str:
-    """A label as it appears in a file or anchor name."""
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in label)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -15,15 +16,20 @@ from analysis import divergence as D
 from analysis import figures as F
 from analysis import interactive as plotly_figures
 from analysis import margins as M
+from analysis import robust as R
 from analysis import tables as T
-from analysis.load import Results
+from analysis.escape import escape
+from analysis.evidence import Evidence, gather
+from analysis.load import Results, finished, unfinished
 from analysis.matching import compute_table
-from analysis.paper import safe_name
-from analysis.verdict import Sentence, answer
+from analysis.verdict import COMPARISONS, LEARNABILITY, UNFINISHED, Sentence, answer
 
 
 @dataclass(frozen=True)
 class Section:
+    """`title` is plain text (the renderers escape it); a str `body` is markdown (user text in it
+    escaped with analysis.escape.escape); a table's cells are plain text."""
+
     anchor: str
     title: str
     body: pd.DataFrame | str | list[Sentence]
@@ -31,13 +37,22 @@ class Section:
 
 @dataclass(frozen=True)
 class Context:
-    """What a section is built from: the results, the compute spread found, the flag that allowed it,
-    and the names of the report's figures (for the verdict's links)."""
+    """What a section is built from: the results (every run), the compute spread found, the flag that
+    allowed it, and the names of the report's figures (for the verdict's links). `shown` holds the
+    finished runs, the only ones compared; `evidence` everything tested on them, computed once."""
 
     results: Results
     spread: float
     allow_unmatched: bool
     figures: frozenset[str]
+
+    @cached_property
+    def shown(self) -> Results:
+        return finished(self.results)
+
+    @cached_property
+    def evidence(self) -> Evidence:
+        return gather(self.shown)
 
 
 @dataclass(frozen=True)
@@ -52,15 +67,16 @@ def _one(anchor: str, title: str, body: Callable[[Context], pd.DataFrame | str |
 
 
 def _paper(c: Context) -> list[Section]:
-    title = "Paper vs this run (mean [95% bootstrap CI] over seeds)"
-    return [Section(anchors.paper(facet), title + (f": {facet}" if facet else ""), table)
-            for facet, table in T.paper_tables(c.results)]
+    title = "Paper vs this run (mean [95% t-interval] (per seed); exact sign-flip p, Holm-adjusted over the report)"
+    only = len(c.evidence.groups) == 1
+    return [Section(anchors.paper(group, only), title + (f": {c.evidence.title(group)}" if not only else ""), table)
+            for group, table in T.paper_tables(c.evidence)]
 
 
 def _by_point(c: Context) -> list[Section]:
-    table = T.final_reward_by_facet(c.results)
-    return [] if table is None else [Section(anchors.BY_POINT, "Final reward per sweep point (mean [95% CI] over seeds)",
-                                             table)]
+    table = T.final_reward_by_facet(c.results, c.evidence)
+    return [] if table is None else [Section(anchors.BY_POINT, "Final reward per sweep point (mean [95% t-interval] "
+                                             "(per seed))", table)]
 
 
 def _divergence(c: Context) -> list[Section]:
@@ -70,35 +86,56 @@ def _divergence(c: Context) -> list[Section]:
 
 
 def _unreadable(c: Context) -> list[Section]:
-    lines = "\n".join(f"unreadable: {u}" for u in c.results.unreadable)
+    lines = "\n".join(f"unreadable: {escape(u)}" for u in c.results.unreadable)
     return [Section("unreadable", "Unreadable runs (left out)", lines)] if lines else []
 
 
+def _unfinished(c: Context) -> list[Section]:
+    if unfinished(c.results).empty:
+        return []
+    return [Section(UNFINISHED, "Unfinished runs (shown apart, never compared)", T.unfinished_table(c.results))]
+
+
+def _margins(c: Context) -> list[Section]:
+    return [Section("router-margins", "Router margins against drift: an independence check (means over steps and "
+                    "seeds)", M.margin_table(c.shown.metrics)),
+            Section("router-margins-reading", "How the margin figures are measured, and what they show", M.EXPLAINED),
+            Section("drift-forecast", "Forecasting step t+1's drift from step t: router margins vs persistence "
+                    "(mean absolute error, per layer)", M.forecast_table(c.shown.layers))]
+
+
 SECTIONS: tuple[SectionSpec, ...] = (
-    SectionSpec("answer", _one(anchors.ANSWER, "The answer",
-                               lambda c: answer(c.results, c.spread, c.allow_unmatched, set(c.figures)))),
+    SectionSpec("answer", _one(anchors.ANSWER, "The answer", lambda c: answer(
+        c.evidence, unfinished(c.results), c.spread, c.allow_unmatched, set(c.figures)))),
     SectionSpec("suite-summary", _one("suite-summary", "Suite summary",
-                                      lambda c: T.suite_summary(c.results, c.spread, c.allow_unmatched))),
+                                      lambda c: T.suite_summary(c.results, c.spread, c.allow_unmatched, c.evidence))),
     SectionSpec("compute-matching", _one("compute-matching", "Compute matching", lambda c: compute_table(c.results))),
-    SectionSpec("summary", _one(anchors.SUMMARY, "Summary per objective", lambda c: T.summary_table(c.results))),
-    SectionSpec("paired-vs-grpo", _one("paired-vs-grpo", "Final reward against GRPO, paired by seed "
-                                       "(mean difference, 95% bootstrap CI over seeds)",
-                                       lambda c: T.paired_against(c.results, "grpo"))),
-    SectionSpec("paper-vs-run", _paper, when="per sweep point with GRPO and GSPO runs"),
+    SectionSpec("unfinished", _unfinished, when="with runs that did not finish"),
+    SectionSpec("learnability", _one(LEARNABILITY, "Did RL learn? Each finished run's outcome at its start and end "
+                                     "(one-sided 5% test), against the task's chance baseline",
+                                     lambda c: T.learnability_table(c.evidence))),
+    SectionSpec("summary", _one(anchors.SUMMARY, "Summary per objective (finished runs)",
+                                lambda c: T.summary_table(c.results, c.evidence))),
+    SectionSpec("paired-vs-grpo", _one("paired-vs-grpo", "Final reward against GRPO, paired by seed within each "
+                                       "suite and sweep point (paired t-interval, exact sign-flip p, Holm)",
+                                       lambda c: T.paired_against(c.evidence))),
+    SectionSpec("comparisons", _one(COMPARISONS, "Every comparison of this report (Holm's family)",
+                                    lambda c: T.comparisons_table(c.evidence))),
+    SectionSpec("paper-vs-run", _paper, when="per group with GRPO and GSPO runs"),
     SectionSpec("by-sweep-point", _by_point, when="with a sweep"),
     SectionSpec("held-out-evaluation", _one("held-out-evaluation", "Held-out evaluation (lm-eval)",
-                                            lambda c: T.eval_table(c.results))),
+                                            lambda c: T.eval_table(c.shown))),
     SectionSpec("clip-by-length", _one("clip-by-length", "Clip fraction by response length",
-                                       lambda c: T.clip_by_length_table(c.results))),
+                                       lambda c: T.clip_by_length_table(c.shown))),
+    SectionSpec("heavy-tailed", _one("heavy-tailed", "Heavy-tailed measurements: mean, median and trimmed mean over "
+                                     "steps, and the largest step's share", lambda c: R.heavy_table(c.shown.metrics))),
+    SectionSpec("extreme-ratios", _one("extreme-ratios", "Extreme token ratios and one-token losses",
+                                       lambda c: R.extremes_table(c.shown.metrics))),
     SectionSpec("ratio-variance-by-routing", _one(
-        "ratio-variance-by-routing",
-        "Token-ratio variance by routing: rerouted vs stable tokens (means over steps and seeds)",
-        lambda c: T.mechanism_table(c.results))),
-    SectionSpec("router-margins", lambda c: [
-        Section("router-margins", "Drift explained by router margins (means over steps and seeds)",
-                M.margin_table(c.results.metrics)),
-        Section("router-margins-reading", "How the margin figures are measured", M.EXPLAINED)]),
-    SectionSpec("gpu-figures", _one("gpu-figures", gpu.TITLE, lambda c: gpu.gpu_table(c.results))),
+        "ratio-variance-by-routing", "Token-ratio variance by routing: rerouted vs stable tokens (means and medians "
+        "over steps)", lambda c: T.mechanism_table(c.shown))),
+    SectionSpec("router-margins", _margins),
+    SectionSpec("gpu-figures", _one("gpu-figures", gpu.TITLE, lambda c: gpu.gpu_table(c.shown))),
     SectionSpec("late-divergence", _divergence),
     SectionSpec("provenance", _one("provenance", "Provenance", lambda c: T.provenance_table(c.results))),
     SectionSpec("unreadable", _unreadable, when="with runs that could not be read"),
@@ -131,25 +168,29 @@ FIGURES: tuple[FigureSpec, ...] = (
                plotly_figures.clip_fraction),
     FigureSpec("fig3_routing_replay", "Figure 3: GRPO with / without Routing Replay",
                lambda r: F.fig3_replay(r.metrics).figure, plotly_figures.replay),
-    FigureSpec("ratio_variance", "Importance-ratio variance", lambda r: F.ratio_variance(r.metrics).figure,
+    FigureSpec("ratio_variance", "Importance-ratio variance (medians over seeds of rolling medians, log scale)",
+               lambda r: F.ratio_variance(r.metrics).figure,
                plotly_figures.ratio_variance),
     FigureSpec("drift", "Expert-activation drift", lambda r: F.drift_over_steps(r.metrics).figure, plotly_figures.drift),
     FigureSpec("clip_by_length", "Clipping by response length", lambda r: F.clip_by_length(r.metrics).figure,
                plotly_figures.clip_by_length),
     FigureSpec("kl_entropy", "KL and entropy", lambda r: F.kl_entropy(r.metrics)[0].figure, plotly_figures.kl_entropy),
-    FigureSpec("margins_by_layer", "Drift per layer and by updates: measured vs predicted from router margins",
+    FigureSpec("margins_by_layer", "Drift per layer and by updates: measured vs the independence flip rate",
                lambda r: M.predicted_vs_measured_figure(r.layers), lambda r: M.predicted_vs_measured_interactive(r.layers),
                shown=lambda r: M.has_margins(r.layers)),
 )
 
 
 def _drift_layers(label: str) -> FigureSpec:
-    return FigureSpec(f"drift_layers_{safe_name(label)}", f"Drift by layer: {label}",
+    return FigureSpec(f"drift_layers_{anchors.part(label)}", f"Drift by layer: {label}",
                       lambda r: F.drift_heatmap(r.layers, label).figure, lambda r: plotly_figures.drift_heatmap(r, label))
 
 
 def figure_specs(results: Results) -> list[FigureSpec]:
-    """The declared figures that apply to `results`, then a per-layer drift heatmap per objective."""
+    """The declared figures that apply to `results` (the finished runs), then a per-layer drift heatmap
+    per objective; none without a metric row."""
+    if results.metrics.empty:
+        return []
     layered = set(results.layers["label"]) if not results.layers.empty else set()
     return [spec for spec in FIGURES if spec.shown(results)] + [
         _drift_layers(label) for label in results.objectives if label in layered]

@@ -46,8 +46,9 @@ def shown(items: list[str]) -> str:
 
 
 def check_not_mixed(runs: pd.DataFrame) -> None:
-    """MixedSuitesError for one run given twice, or a label of one suite name whose runs in two suite
-    folders have different settings (runs in one folder are one suite: `run` refuses an edited suite)."""
+    """MixedSuitesError for one run given twice, or one suite name whose runs in two folders have
+    different settings, whatever their labels (runs in one folder are one suite: `run` refuses an
+    edited suite). Same-named suites with the same settings are one suite, pooled."""
     twice = runs[runs.duplicated(["suite", "label", "seed"], keep=False)]
     if len(twice):
         key = ["suite", "label", "seed"]
@@ -55,16 +56,16 @@ def check_not_mixed(runs: pd.DataFrame) -> None:
         b = twice[(twice[key] == a[key]).all(axis=1)].iloc[1]
         raise MixedSuitesError(f"the same run twice: {a['path']} and {b['path']} (suite {a['suite']}, label "
                                f"{a['label']}, seed {a['seed']}); give each results folder once")
-    for (suite, label), group in runs.groupby(["suite", "label"], sort=False):
-        first = group.iloc[0]
-        for _, other in group.iloc[1:].iterrows():
-            if Path(other["path"]).parent == Path(first["path"]).parent:
-                continue
-            changed = differences(first["settings"], other["settings"])
+    folder = runs["path"].map(lambda path: str(Path(path).parent))
+    for suite, group in runs.groupby("suite", sort=False):
+        first, *others = [(name, rows.iloc[0]) for name, rows in group.groupby(folder[group.index], sort=False)]
+        for name, other in others:
+            changed = differences(first[1]["settings"], other["settings"])
             if changed:
                 raise MixedSuitesError(
-                    f"{first['path']} and {other['path']} are label {label} of two suites named {suite} with "
-                    f"different settings ({shown(changed)}): report them separately")
+                    f"two suites named {suite} with different settings: {first[0]} and {name} differ in "
+                    f"{shown(changed)}; one report compares the runs of one suite: report each folder separately "
+                    "or give the suites different names")
 
 
 def label_by_suite(frames: list[pd.DataFrame]) -> None:

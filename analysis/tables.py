@@ -3,89 +3,159 @@ no table. Nothing here renders or writes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
 from analysis import figures as F
-from analysis.load import Results
-from analysis.matching import MATCH_TOLERANCE
-from analysis.paper import paper_vs_run
-from analysis.stats import FINAL_FRACTION, auc, bootstrap_ci, final_value, iqm, mean, per_run
+from analysis.escape import escape
+from analysis.evidence import Evidence, gather
+from analysis.family import REWARD
+from analysis.groups import Group
+from analysis.load import Results, finished, is_finished, unfinished
+from analysis.matching import MATCH_TOLERANCE, spent
+from analysis.outcome import training_rise
+from analysis.paper import arms, paper_vs_run
+from analysis.stats import (
+    FINAL_FRACTION,
+    MIN_BOOTSTRAP_SEEDS,
+    auc,
+    final_value,
+    iqm,
+    mean,
+    stratified_bootstrap_ci,
+)
+from analysis.texts import difference_text, mean_text, p_text
 
 APART_WINDOW = 10  # steps per window when dating where one objective moves ahead of another
 
 
-def final_reward_by_facet(results: Results, seed: int = 0) -> pd.DataFrame | None:
-    """Final reward of each algorithm (rows) at each sweep point (columns), "mean [CI low, CI high]"
-    over seeds; None without a sweep."""
-    if not results.runs["facet"].astype(bool).any():
+def final_reward_by_facet(results: Results, evidence: Evidence | None = None) -> pd.DataFrame | None:
+    """The outcome of each algorithm (rows) at each sweep point (columns) over its finished seeds: mean,
+    t-interval and every seed's value; None without a sweep. `evidence`: that of `results`, if at hand."""
+    evidence = evidence or gather(finished(results))
+    if not any(facet for _, facet in evidence.groups):
         return None
-    rng = np.random.default_rng(seed)
-    final = results.metrics.groupby(["algorithm", "facet", "seed"], sort=False).apply(
-        lambda frame: final_value(frame, "reward/mean"), include_groups=False)
     cells = {}
-    for (algorithm, facet), values in final.groupby(level=["algorithm", "facet"], sort=False):
-        low, high = bootstrap_ci(values.to_numpy(), rng)
-        cells[(algorithm, facet)] = f"{values.mean():.3f} [{low:.3f}, {high:.3f}]" if len(values) > 1 else \
-            f"{values.mean():.3f}"
+    for (_, facet), found in evidence.learnings.items():
+        for algorithm in dict.fromkeys(found.outcomes["algorithm"]):
+            cells[(algorithm, facet)] = mean_text(found.values(algorithm))
     table = pd.Series(cells).unstack()
     table.index.name, table.columns.name = "algorithm", None
     return table.reset_index()
 
 
-def summary_table(results: Results, seed: int = 0) -> pd.DataFrame:
-    """One row per objective label: final reward (mean, 95% CI over seeds, IQM), AUC, measurements."""
-    rng = np.random.default_rng(seed)
-    metrics = results.metrics
-    final = per_run(metrics, lambda f: final_value(f, "reward/mean"))
-    areas = per_run(metrics, lambda f: auc(f["compute/cum_flops"], f["reward/mean"]))
+def summary_table(results: Results, evidence: Evidence) -> pd.DataFrame:
+    """One row per objective label: its finished seeds' final training reward (mean, 95% t-interval,
+    per seed; IQM with a stratified bootstrap CI from MIN_BOOTSTRAP_SEEDS seeds), AUC, start, how many
+    seeds learned, the distance to the task's chance baseline, measurements, and its unfinished runs."""
     rows = []
     for label in results.objectives:
-        runs = results.runs[results.runs["label"] == label]
-        m = metrics[metrics["label"] == label]
-        low, high = bootstrap_ci(final[label], rng) if len(final[label]) > 1 else (np.nan, np.nan)
-        collapsed = runs[runs["status"].isin(["collapsed", "failed"])]
+        m = evidence.results.metrics[evidence.results.metrics["label"] == label]
+        final = _per_seed(m, lambda f: final_value(f, "reward/mean"))
+        group = next((g for g in evidence.groups if label in set(evidence.subset(g).runs["label"])), None)
+        found = evidence.learnings.get(group)
+        outcomes = found.outcomes[found.outcomes["label"] == label] if found else pd.DataFrame()
+        iqm_low, iqm_high = stratified_bootstrap_ci([final.to_numpy()], np.random.default_rng(0))
         rows.append({
             "objective": label,
-            "seeds": len(runs),
-            "final reward": mean(final[label]),
-            "CI low": low,
-            "CI high": high,
-            "IQM": iqm(final[label]),
-            "AUC (reward x compute)": mean(areas[label]),
+            "seeds": len(final),
+            "final reward": mean_text(final),
+            "IQM [95% CI]": f"{iqm(final):.3g} [{iqm_low:.3g}, {iqm_high:.3g}]" if np.isfinite(iqm_low) else "-",
+            "AUC (reward x compute)": mean(_per_seed(m, lambda f: auc(f["compute/cum_flops"], f["reward/mean"]))),
+            "start (first 10 steps)": mean(_per_seed(m, lambda f: training_rise(
+                f["reward/mean"].to_numpy(dtype=float))[0])),
+            "learned": f"{sum(v is True for v in outcomes['learned'])} of {len(outcomes)}" if len(outcomes) else "-",
+            "minus chance baseline": final.mean() - found.baseline.mean if found and found.baseline else np.nan,
             "clip/frac": m["clip/frac"].mean(),
-            "ratio/token_var": m["ratio/token_var"].mean(),
-            "ratio/seq_var": m["ratio/seq_var"].mean(),
             "moe/drift": m["moe/drift"].mean(),
             "moe/drift_expert": m["moe/drift_expert"].mean(),
-            "collapsed / failed": "; ".join(f"s{r.seed} {r.status} at step {r.steps}: {r.message}"
-                                            for r in collapsed.itertuples()) or "-",
+            "unfinished runs": "; ".join(f"s{r.seed} {r.status} at step {r.steps}" + (f": {r.message}" if r.message else "")
+                                         for r in unfinished(results).query("label == @label").itertuples()) or "-",
         })
     return pd.DataFrame(rows)
 
 
-def paired_against(results: Results, baseline: str = "grpo", seed: int = 0) -> pd.DataFrame | str:
-    """Each other objective's final reward minus `baseline`'s on the same seeds: the mean difference,
-    its 95% bootstrap CI over seeds and the per-seed differences (> 0: ahead of the baseline)."""
-    final = results.metrics.groupby(["label", "seed"], sort=False).apply(
-        lambda frame: final_value(frame.sort_values("step"), "reward/mean"), include_groups=False)
-    labels = list(dict.fromkeys(final.index.get_level_values("label")))
-    if baseline not in labels:
-        return f"No {baseline} runs to pair the others with."
-    rng, base = np.random.default_rng(seed), final[baseline]
+def _per_seed(metrics: pd.DataFrame, fn: Callable[[pd.DataFrame], float]) -> pd.Series:
+    """`fn(run's metrics)` per seed (index: seed)."""
+    if metrics.empty:
+        return pd.Series(dtype=float)
+    return metrics.sort_values("step").groupby("seed").apply(fn, include_groups=False).astype(float)
+
+
+def paired_against(evidence: Evidence) -> pd.DataFrame | str:
+    """Within each group where RL learned, each objective's outcome minus GRPO's on the same seeds: the
+    mean difference with its paired t-interval and per-seed differences, the exact sign-flip p and its
+    Holm-adjusted p, P(objective > GRPO), and (descriptive, read off the curves, no test) the step from
+    which its training reward stays ahead of or behind GRPO's on every seed."""
     rows = []
-    for label in labels:
-        if label == baseline:
+    for group, found in evidence.learnings.items():
+        grpo = arms(evidence.subset(group).runs).grpo
+        if grpo is None or not found.learned:
             continue
-        seeds = final[label].index.intersection(base.index)
-        difference = (final[label][seeds] - base[seeds]).to_numpy()
-        low, high = bootstrap_ci(difference, rng) if len(difference) > 1 else (np.nan, np.nan)
-        ahead, behind = apart_from(results.metrics, label, baseline)
-        rows.append({"objective": label, "seeds": len(seeds), f"minus {baseline}": mean(difference),
-                     "CI low": low, "CI high": high,
-                     "per seed": ", ".join(f"s{s}: {d:+.4f}" for s, d in zip(seeds, difference)),
-                     "ahead on every seed from step": ahead, "behind on every seed from step": behind})
-    return pd.DataFrame(rows)
+        for algorithm in dict.fromkeys(found.outcomes["algorithm"]):
+            if algorithm == grpo:
+                continue
+            result, adjusted = evidence.family.find(group, REWARD, algorithm, grpo)
+            labels = [_label(evidence, group, a) for a in (algorithm, grpo)]
+            ahead, behind = apart_from(evidence.results.metrics, *labels)
+            rows.append({**_where(evidence, group), "objective": algorithm, "GRPO": grpo, "seeds": result.n,
+                         "minus GRPO (per seed)": difference_text(result, ".4f"), "p (sign-flip)": p_text(result.p),
+                         "Holm p": p_text(adjusted), "P(objective > GRPO)": result.poi,
+                         "descriptive: ahead on every seed from step": ahead,
+                         "descriptive: behind on every seed from step": behind})
+    if rows:
+        return pd.DataFrame(rows)
+    if not any(arms(evidence.subset(g).runs).grpo for g in evidence.groups):
+        return "No GRPO runs to pair the others with."
+    return "Not compared: no objective learned where GRPO ran (see the learnability table)."
+
+
+def _label(evidence: Evidence, group: Group, algorithm: str) -> str:
+    runs = evidence.subset(group).runs
+    return str(runs.loc[runs["algorithm"] == algorithm, "label"].iloc[0])
+
+
+def _where(evidence: Evidence, group: Group) -> dict:
+    """The group column of a table whose rows span several groups ({} for a report of one)."""
+    return {"group": evidence.title(group)} if len(evidence.groups) > 1 else {}
+
+
+def comparisons_table(evidence: Evidence) -> pd.DataFrame | str:
+    """Every comparison of the report (the Holm family): per-seed differences with their mean and
+    paired t-interval, the exact sign-flip p, the Holm-adjusted p and P(first > second)."""
+    if not evidence.family.size:
+        return "This report makes no comparison."
+    return pd.DataFrame([{**_where(evidence, t.group), "quantity": t.quantity, "first": t.first, "second": t.second,
+                          "seeds": t.result.n, "first minus second (per seed)": difference_text(t.result),
+                          "p (sign-flip)": p_text(t.result.p), "Holm p": p_text(adjusted),
+                          "P(first > second)": t.result.poi}
+                         for t, adjusted in zip(evidence.family.tests, evidence.family.adjusted)])
+
+
+def learnability_table(evidence: Evidence) -> pd.DataFrame | str:
+    """Per finished run: the outcome at its start and at its end, the one-sided p of the rise, whether
+    it learned, and the task's chance baseline (analysis.outcome)."""
+    rows = []
+    for group, found in evidence.learnings.items():
+        chance = found.baseline.mean if found.baseline else np.nan
+        rows += [{**_where(evidence, group), "objective": r.label, "seed": r.seed, "compared on": found.source.kind,
+                  "start": r.start, "final": r.final, "rise": r.rise, "p (one-sided)": p_text(r.p_rise),
+                  "learned": {True: "yes", False: "no", None: "too short to tell"}[r.learned],
+                  "chance baseline": chance, "final minus baseline": r.final - chance}
+                 for r in found.outcomes.itertuples()]
+    return pd.DataFrame(rows) if rows else "No run finished."
+
+
+def unfinished_table(results: Results) -> pd.DataFrame | str:
+    """The runs that did not finish, by name: never compared with the finished ones."""
+    runs = unfinished(results)
+    if runs.empty:
+        return "Every run finished."
+    return pd.DataFrame({"objective": runs["label"], "seed": runs["seed"], "status": runs["status"],
+                         "steps": runs["steps"], "spent / budget": spent(runs) / runs["budget_value"],
+                         "message": runs["message"]})
 
 
 def apart_from(metrics: pd.DataFrame, label: str, baseline: str, window: int = APART_WINDOW) -> tuple:
@@ -133,54 +203,54 @@ MECHANISM_COLUMNS = ("moe/rerouted_token_frac", "ratio/token_var_rerouted", "rat
 
 
 def mechanism_table(results: Results) -> pd.DataFrame | str:
-    """Where the token-ratio variance comes from, per objective (means over steps and seeds): the
-    fraction of tokens whose routed experts changed in some layer since the old policy, the ratio
-    variance of those tokens and of the others, and the rerouted tokens' share of the within-group
-    variance, f v_r / (f v_r + (1 - f) v_s)."""
+    """Where the token-ratio variance comes from, per objective: the fraction of tokens whose routed
+    experts changed in some layer since the old policy, the ratio variance of those tokens and of the
+    others, and the rerouted tokens' share of the within-group variance, f v_r / (f v_r + (1 - f) v_s):
+    from means over steps and seeds, and (heavy tails: one step can hold a run's sum) as medians over
+    steps, the share computed per step."""
     m = results.metrics
     if not set(MECHANISM_COLUMNS) <= set(m.columns) or m[list(MECHANISM_COLUMNS)].isna().all().all():
         return "These results carry no per-routing ratio statistics."
-    means = m.groupby("label", sort=False)[list(MECHANISM_COLUMNS)].mean()
+    steps = m[["label", *MECHANISM_COLUMNS]].dropna()
+    f, v_r, v_s = (steps[c] for c in MECHANISM_COLUMNS)
+    steps = steps.assign(share=f * v_r / (f * v_r + (1 - f) * v_s))
+    means = steps.groupby("label", sort=False).mean()
+    medians = steps.groupby("label", sort=False).median()
     f, v_r, v_s = (means[c] for c in MECHANISM_COLUMNS)
     return pd.DataFrame({
-        "objective": means.index, "rerouted tokens": f.to_numpy(), "ratio var, rerouted": v_r.to_numpy(),
-        "ratio var, stable": v_s.to_numpy(), "rerouted / stable": (v_r / v_s).to_numpy(),
-        "rerouted share of variance": (f * v_r / (f * v_r + (1 - f) * v_s)).to_numpy(),
+        "objective": means.index, "rerouted tokens": f.to_numpy(), "ratio var, rerouted (mean)": v_r.to_numpy(),
+        "ratio var, rerouted (median)": medians[MECHANISM_COLUMNS[1]].to_numpy(),
+        "ratio var, stable (mean)": v_s.to_numpy(), "ratio var, stable (median)": medians[MECHANISM_COLUMNS[2]].to_numpy(),
+        "rerouted / stable (means)": (v_r / v_s).to_numpy(),
+        "rerouted / stable (medians)": (medians[MECHANISM_COLUMNS[1]] / medians[MECHANISM_COLUMNS[2]]).to_numpy(),
+        "rerouted share of variance (means)": (f * v_r / (f * v_r + (1 - f) * v_s)).to_numpy(),
+        "rerouted share of variance (median over steps)": medians["share"].to_numpy(),
     })
 
 
-def suite_summary(results: Results, spread: float, allow_unmatched: bool) -> str:
+def suite_summary(results: Results, spread: float, allow_unmatched: bool, evidence: Evidence) -> str:
     runs = results.runs
     unmatched = " (**unmatched, allowed by flag**)" if allow_unmatched and spread > MATCH_TOLERANCE else ""
+    done = int(is_finished(runs).sum())
     return (
-        f"Suite(s) **{', '.join(sorted(runs['suite'].unique()))}**: {runs['label'].nunique()} objectives x "
-        f"{runs['seed'].nunique()} seed(s), {len(runs)} runs ({(runs['status'] == 'done').sum()} done, "
-        f"{(runs['status'] == 'collapsed').sum()} collapsed, {(runs['status'] == 'failed').sum()} failed). "
-        f"Budget: {runs['budget_kind'].iloc[0]} = {runs['budget_value'].iloc[0]:.4g}; spent compute spread between "
-        f"finished runs: {'n/a' if spread != spread else f'{spread:.2%}'}{unmatched}. Final reward: mean of the "
-        f"last {FINAL_FRACTION:.0%} of steps, 95% bootstrap CI over seeds (none with one seed); AUC: mean reward "
-        "over compute; other columns: means over all steps."
+        f"Suite(s) **{escape(', '.join(sorted(runs['suite'].unique())))}**: {runs['label'].nunique()} objectives x "
+        f"{runs['seed'].nunique()} seed(s), {len(runs)} runs ({done} finished and compared, {len(runs) - done} not "
+        f"finished: {', '.join(f'{n} {s}' for s, n in unfinished(results)['status'].value_counts().items()) or 'none'}). "
+        f"Budget: {escape(runs['budget_kind'].iloc[0])} = {runs['budget_value'].iloc[0]:.4g}; spent compute spread "
+        f"between finished runs: {'n/a' if spread != spread else f'{spread:.2%}'}{unmatched}.\n"
+        f"Final reward: mean of the last {FINAL_FRACTION:.0%} of steps. Intervals are 95% Student-t intervals over "
+        "seeds (differences: paired by seed), which assume the per-seed values (differences) roughly normal; every "
+        "p is an exact two-sided sign-flip p (no normality assumed), Holm-adjusted over all "
+        f"{evidence.family.size} comparisons of this report; P(X > Y) is rliable's probability of improvement. IQM "
+        f"and bootstrap intervals only from {MIN_BOOTSTRAP_SEEDS} seeds on. AUC: mean reward over compute; other "
+        "columns: means over all steps (heavy-tailed ones with their medians in their own table)."
     )
 
 
-def facet_subset(results: Results, facet: str) -> Results:
-    """The runs of one sweep point ("" without a sweep), evaluations included."""
-    labels = set(results.runs.loc[results.runs["facet"] == facet, "label"])
-    return Results(metrics=results.metrics[results.metrics["label"].isin(labels)],
-                   layers=results.layers[results.layers["label"].isin(labels)],
-                   runs=results.runs[results.runs["label"].isin(labels)],
-                   evals=results.evals[results.evals["label"].isin(labels)] if len(results.evals) else results.evals)
-
-
-def facets(results: Results) -> list[str]:
-    """The sweep points in suite order ([""] without a sweep)."""
-    return list(dict.fromkeys(results.runs["facet"]))
-
-
-def paper_tables(results: Results) -> list[tuple[str, pd.DataFrame]]:
-    """(facet, "Paper vs this run" table), one per sweep point whose runs include GRPO and GSPO."""
-    tables = [(facet, paper_vs_run(facet_subset(results, facet))) for facet in facets(results)]
-    return [(facet, table) for facet, table in tables if table is not None]
+def paper_tables(evidence: Evidence) -> list[tuple[Group, pd.DataFrame]]:
+    """(group, "Paper vs this run" table), one per group whose runs include GRPO and GSPO."""
+    tables = [(g, paper_vs_run(evidence.subset(g), evidence.learnings[g], evidence.family)) for g in evidence.groups]
+    return [(group, table) for group, table in tables if table is not None]
 
 
 def provenance_table(results: Results) -> pd.DataFrame:

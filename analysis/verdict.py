@@ -1,24 +1,35 @@
-"""The answer a reader wants first, as sentences generated from the numbers: which objective is ahead
-at equal compute (with the CI of its lead over the next best, or "no difference within the CI"), and
-which of the paper's phenomena these runs show. Every sentence links to the table or figure it reads.
+"""The answer a reader wants first, as sentences generated from the numbers, per group (suite and
+sweep point): what the objectives are compared on and against which chance level, whether RL learned
+at all, which objective leads at equal compute, and which of the paper's phenomena these runs show.
+Every sentence links to the table or figure it reads.
 
-The lead is the paired difference of final rewards (the same seeds) between the objective with the
-highest mean and the next one, with a 95% bootstrap CI; below MIN_CI_SEEDS common seeds there is no
-CI and no leader."""
+A leader is named only when it is ahead of every other objective of its group with a Holm-adjusted
+exact sign-flip p below 5% (analysis.family): never with fewer than 6 paired seeds, and more when the
+report makes more comparisons; otherwise the sentence says how many paired seeds the claim needs.
+Nothing is named where no objective learned, and unfinished runs are never set against finished ones.
+
+Sentence text is markdown: user text (labels, messages) goes in through `analysis.escape.escape`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from analysis import anchors
-from analysis.load import Results
+from analysis.escape import escape
+from analysis.evidence import Evidence
+from analysis.family import FEW, NO, REWARD, TIE, YES
+from analysis.groups import Group
 from analysis.matching import MATCH_TOLERANCE
-from analysis.paper import FEW, MIN_CI_SEEDS, NO, TIE, YES, Check, paper_checks
-from analysis.stats import bootstrap_ci, final_value
-from analysis.tables import facet_subset, facets
+from analysis.outcome import HELD_OUT, Learning
+from analysis.paper import WITHHELD, Check, paper_checks
+from analysis.stats import ALPHA, Paired, smallest_p
+from analysis.texts import count, difference_text, p_text
+
+LEARNABILITY = "learnability"
+COMPARISONS = "comparisons"
+UNFINISHED = "unfinished-runs"
 
 
 @dataclass(frozen=True)
@@ -31,42 +42,33 @@ class Sentence:
 
 @dataclass(frozen=True)
 class Lead:
-    """The comparison behind the leader sentence: `first` has the higher mean final reward."""
+    """The two objectives with the highest mean outcome, their paired comparison (`best - second`) and
+    its Holm-adjusted p; `leader`: the objective ahead of every other at Holm p < 5%, if one is, with
+    the largest of its adjusted p-values."""
 
-    first: str
+    best: str
     second: str
     means: tuple[float, float]
-    difference: float
-    ci: tuple[float, float]
-    seeds: int
-
-    @property
-    def outcome(self) -> str:
-        if self.seeds < MIN_CI_SEEDS:
-            return FEW
-        return YES if self.ci[0] > 0 else TIE
+    result: Paired
+    adjusted: float
+    leader: str | None = None
+    leader_p: float = float("nan")
 
 
-def final_rewards(results: Results) -> dict[str, pd.Series]:
-    """algorithm -> final reward per seed (index: seed), in suite order."""
-    finals = results.metrics.groupby(["algorithm", "seed"], sort=False).apply(
-        lambda frame: final_value(frame, "reward/mean"), include_groups=False)
-    return {algorithm: values.droplevel("algorithm") for algorithm, values in finals.groupby(level="algorithm", sort=False)}
-
-
-def lead(results: Results, seed: int = 0) -> Lead | None:
-    """The best objective against the next one (None with fewer than two objectives)."""
-    finals = final_rewards(results)
-    if len(finals) < 2:
+def lead(found: Learning, evidence: Evidence) -> Lead | None:
+    """The comparison behind the leader sentence of one group (None with fewer than two objectives)."""
+    arms = found.arms.sort_values("final", ascending=False, kind="stable")
+    if len(arms) < 2:
         return None
-    first, second = sorted(finals, key=lambda a: -finals[a].mean())[:2]
-    seeds = finals[first].index.intersection(finals[second].index)
-    difference = (finals[first][seeds] - finals[second][seeds]).to_numpy()
-    low, high = bootstrap_ci(difference, np.random.default_rng(seed)) if len(difference) else (np.nan, np.nan)
-    if high < 0:  # the other one is ahead on the seeds both have
-        first, second, difference, (low, high) = second, first, -difference, (-high, -low)
-    return Lead(first, second, (finals[first].mean(), finals[second].mean()), float(np.mean(difference)),
-                (float(low), float(high)), len(difference))
+    family, group = evidence.family, found.group
+    leader, leader_p = None, float("nan")
+    for first in arms.index:
+        tests = [family.find(group, REWARD, first, other) for other in arms.index if other != first]
+        if all(t is not None and t[0].mean > 0 and t[1] < ALPHA for t in tests):
+            leader, leader_p = first, max(t[1] for t in tests)
+    best, second = arms.index[:2]
+    result, adjusted = family.find(group, REWARD, best, second)
+    return Lead(best, second, (arms.loc[best, "final"], arms.loc[second, "final"]), result, adjusted, leader, leader_p)
 
 
 def _compute_words(spread: float, allow_unmatched: bool) -> str:
@@ -75,53 +77,108 @@ def _compute_words(spread: float, allow_unmatched: bool) -> str:
     return "at equal compute"
 
 
-def leader_sentence(found: Lead | None, compute: str, where: str, links: tuple) -> Sentence:
+def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where: str, links: tuple) -> Sentence:
     if found is None:
         return Sentence(f"{where}One objective only: nothing to compare.", links)
-    a, b = found.first, found.second
-    if found.outcome == FEW:
-        return Sentence(f"{where}**Too few seeds to name a leader** {compute}: {a} {found.means[0]:.3g} and {b} "
-                        f"{found.means[1]:.3g} over {found.seeds} common seed(s) ({MIN_CI_SEEDS} needed for a CI).",
-                        links)
-    ci = f"{found.difference:+.3g} [{found.ci[0]:+.3g}, {found.ci[1]:+.3g}]"
-    if found.outcome == YES:
-        return Sentence(f"{where}**{a} leads {compute}**: final reward {found.means[0]:.3g} against {b}'s "
-                        f"{found.means[1]:.3g} (the next best), ahead by {ci} over {found.seeds} seeds.", links)
-    return Sentence(f"{where}**No difference within the CI {compute}**: {a} {found.means[0]:.3g} and {b} "
-                    f"{found.means[1]:.3g} (the best two) differ by {ci} over {found.seeds} seeds.", links)
+    a, b = escape(found.best), escape(found.second)
+    m, n = evidence.family.size, found.result.n
+    pair = (f"{a} {found.means[0]:.3g} and {b} {found.means[1]:.3g} (the best two) differ by "
+            f"{difference_text(found.result)} over {count(n, 'paired seed')}, p = {p_text(found.result.p)} "
+            f"(Holm-adjusted over the report's {count(m, 'comparison')}: {p_text(found.adjusted)})")
+    if found.leader is not None:
+        leader = escape(found.leader)
+        return Sentence(f"{where}**{leader} leads {compute}** (Holm-adjusted p = {p_text(found.leader_p)}, the largest "
+                        f"over its comparisons with every other objective; {count(m, 'comparison')} in the report): "
+                        f"{pair}; "
+                        f"P({a} > {b}) = {found.result.poi:.2g}.", links)
+    if n < evidence.family.needed:
+        return Sentence(f"{where}**No leader named {compute}**: {pair}. {count(n, 'paired seed')} cannot give a p "
+                        f"below {smallest_p(n):.2g}; with {count(m, 'comparison')} a leader needs at least "
+                        f"{evidence.family.needed} paired seeds.", links)
+    return Sentence(f"{where}**No objective is ahead of every other {compute}** at a Holm-adjusted p below "
+                    f"{ALPHA:g}: {pair}.", links)
+
+
+def basis_sentence(found: Learning, where: str) -> Sentence:
+    """What the group's objectives are compared on, and the task's chance level."""
+    source = found.source
+    why = f" (not the held-out reward: {source.why})" if source.why else ""
+    chance = (f"; chance baseline of the task: {found.baseline.mean:.3g} ({escape(found.baseline.text)})"
+              if found.baseline else "; the task declares no chance baseline")
+    kind = "**held-out reward**" if source.kind == HELD_OUT else "**training reward**"
+    return Sentence(f"{where}Objectives are compared on the {kind}: {escape(source.text)}{why}{chance}.",
+                    (("learnability", LEARNABILITY),))
+
+
+def learning_sentence(found: Learning, where: str) -> Sentence:
+    arms = found.arms
+    moves = "; ".join(f"{escape(a)} {r.start:.3g} -> {r.final:.3g} ({r.learned_seeds} of {count(r.seeds, 'seed')} rose)"
+                      for a, r in arms.iterrows())
+    if not found.learned:
+        return Sentence(f"{where}**No objective learned** (start -> final, one-sided 5% test per seed: {moves}): "
+                        "which objective leads is not asked, and rewards are not compared.", (("table", LEARNABILITY),))
+    not_all = [a for a in arms.index if a not in found.learned]
+    rest = f"; not on every seed: {', '.join(map(escape, not_all))}" if not_all else ""
+    return Sentence(f"{where}RL learned ({moves}): on every seed for {', '.join(map(escape, found.learned))}{rest}.",
+                    (("table", LEARNABILITY),))
 
 
 _SHOWN = {YES: "**shown**", NO: "**not shown**: these runs show the opposite",
-          TIE: "**not shown**: no difference within the CI"}
+          TIE: "**not shown**: no difference at a Holm-adjusted p below 0.05"}
 
 
-def phenomenon_sentence(check: Check, where: str, links: tuple) -> Sentence:
-    if check.outcome is None:
-        state = f"**not measured** in these runs ({check.this_run})"
+def phenomenon_sentence(check: Check, evidence: Evidence, where: str, links: tuple) -> Sentence:
+    if check.this_run == WITHHELD:
+        state = "**withheld**: no objective learned"
+    elif check.outcome is None:
+        state = f"**not measured** ({check.this_run})"
     elif check.outcome == FEW:
-        state = f"**too few seeds** ({check.seeds}; {MIN_CI_SEEDS} needed for a CI)"
+        state = (f"**too few seeds** ({check.seeds} paired; with the report's {count(evidence.family.size, 'comparison')} "
+                 f"{evidence.family.needed} are needed): {check.evidence or check.this_run}")
     else:
-        state = f"{_SHOWN[check.outcome]} ({check.evidence or check.this_run} over {check.seeds} seeds)"
+        state = (f"{_SHOWN[check.outcome]} ({check.evidence or check.this_run} over {count(check.seeds, 'seed')}; "
+                 f"p = {p_text(check.p)}, Holm-adjusted {p_text(check.holm)})")
     return Sentence(f"{where}{check.claim}: {state}.", links)
 
 
-def answer(results: Results, spread: float, allow_unmatched: bool, figures: set[str]) -> list[Sentence]:
-    """The leader, then each of the paper's phenomena, for every sweep point."""
-    sentences = []
-    compute = _compute_words(spread, allow_unmatched)
-    for facet in facets(results):
-        subset = facet_subset(results, facet)
-        where = f"At {facet}: " if facet else ""
-        table = ("final rewards", anchors.BY_POINT) if facet else ("final rewards", anchors.SUMMARY)
-        figure = "reward_by_sweep_point" if facet else "fig1_reward_vs_compute"
-        links = (table, *([("figure", anchors.figure(figure))] if figure in figures else []))
-        sentences.append(leader_sentence(lead(subset), compute, where, links))
-        checks = paper_checks(subset)
-        if checks is None:
-            sentences.append(Sentence(f"{where}The paper's phenomena are not checked: that needs GRPO and GSPO runs.",
-                                      ()))
-        for check in checks or []:
-            if check.claim:
-                shown = [("figure", anchors.figure(check.figure))] if check.figure in figures else []
-                sentences.append(phenomenon_sentence(check, where, (("table", anchors.paper(facet)), *shown)))
+def unfinished_sentence(unfinished: pd.DataFrame) -> list[Sentence]:
+    """The runs left out of every comparison, by name ([] when every run finished)."""
+    if unfinished.empty:
+        return []
+    named = "; ".join(f"{escape(r.label)} s{r.seed} ({escape(str(r.status))} at step {r.steps}"
+                      + (f": {escape(str(r.message))}" if r.message else "") + ")" for r in unfinished.itertuples())
+    return [Sentence(f"**{len(unfinished)} run(s) did not finish** and are left out of every comparison (a collapse "
+                     f"is a result in itself: read them apart): {named}.", (("table", UNFINISHED),))]
+
+
+def group_sentences(group: Group, evidence: Evidence, compute: str, figures: set[str]) -> list[Sentence]:
+    title = evidence.title(group)
+    where = f"At {escape(title)}: " if title else ""
+    found = evidence.learnings[group]
+    sentences = [basis_sentence(found, where), learning_sentence(found, where)]
+    figure = "reward_by_sweep_point" if group[1] else "fig1_reward_vs_compute"
+    links = (("comparisons", COMPARISONS), *([("figure", anchors.figure(figure))] if figure in figures else []))
+    if found.learned:
+        sentences.append(leader_sentence(lead(found, evidence), evidence, compute, where, links))
+    checks = paper_checks(evidence.subset(group), found, evidence.family)
+    if checks is None:
+        return sentences + [Sentence(f"{where}The paper's phenomena are not checked: that needs GRPO and GSPO runs.", ())]
+    table = ("table", anchors.paper(group, len(evidence.groups) == 1))
+    for check in (c for c in checks if c.claim):
+        shown = [("figure", anchors.figure(check.figure))] if check.figure in figures else []
+        sentences.append(phenomenon_sentence(check, evidence, where, (table, *shown)))
     return sentences
+
+
+def answer(evidence: Evidence, unfinished: pd.DataFrame, spread: float, allow_unmatched: bool,
+           figures: set[str]) -> list[Sentence]:
+    """The unfinished runs, then for every group: the basis, the gate, the leader, the phenomena."""
+    sentences = unfinished_sentence(unfinished)
+    if not evidence.groups:
+        return sentences + [Sentence("No run finished: nothing is compared.", ())]
+    compute = _compute_words(spread, allow_unmatched)
+    for group in evidence.groups:
+        sentences += group_sentences(group, evidence, compute, figures)
+    return sentences
+
+

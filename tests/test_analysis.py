@@ -16,30 +16,39 @@ from analysis.report import write_figures, write_report
 from analysis.stats import auc, bootstrap_ci, ema, final_value, first_value, iqm
 from gspo_bench.cli import app
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, RunDir
+from gspo_bench.rundir.names import run_folder_name
 
 LABELS = {"grpo": ("grpo", False), "grpo_rr": ("grpo", True), "gspo": ("gspo", False)}
 
 
-def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", message="", bonus=None, sweep=None):
-    """A synthetic run: reward 0.2 + 0.01 step + `bonus` (default 0.1 for GSPO, 0 otherwise); `sweep`
-    ({field: value}) makes it a run of that sweep point."""
-    objective, replay = LABELS[label]
+SEED_OFFSET = 0.03  # every objective's reward on seed s is 0.03 s higher: seeds differ, as real ones do
+
+
+def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", message="", bonus=None, sweep=None,
+             slope=0.01, suite="synth", columns=None, kind=None):
+    """A synthetic run: reward 0.2 + `slope` step + 0.03 seed + `bonus` (default 0.1 for GSPO, 0
+    otherwise). The seed offset is shared by every objective, so a comparison paired by seed sees the
+    bonuses only while an unpaired one sees the seeds' spread too. `sweep` ({field: value}) makes it
+    a run of that sweep point; `columns` ({column: value or [per step]}) adds or overrides columns; `kind`
+    (objective, replay) for a label not in LABELS."""
+    objective, replay = kind or LABELS[label]
     rng = np.random.default_rng(seed + 10 * len(label))
     bonus = (0.1 if objective == "gspo" else 0.0) if bonus is None else bonus
     algorithm, label = label, label + ("@" + ",".join(f"{k}={v}" for k, v in sweep.items()) if sweep else "")
-    run = RunDir(root / "synth" / f"{label}-s{seed}")
+    run = RunDir(root / suite / run_folder_name(label, seed))
     rows, layers = [], []
     for step in range(1, steps + 1):
         row = {c: float(rng.uniform(0.01, 0.2)) for c in REQUIRED_COLUMNS}
         row.update({
             "step": step, "objective": objective, "label": label, "seed": seed,
-            "reward/mean": 0.2 + 0.01 * step + bonus,
+            "reward/mean": 0.2 + slope * step + SEED_OFFSET * seed + bonus,
             "clip/frac": 0.15 if objective == "gspo" else 0.0013,
             "compute/flops": flops_per_step, "compute/cum_flops": flops_per_step * step,
             "compute/cum_tokens": 100.0 * step,
             "count/tokens_len4-7": 40.0, "count/clipped_len4-7": 6.0 if objective == "gspo" else 0.0,
             "count/tokens_len8-15": 60.0, "count/clipped_len8-15": 9.0 if objective == "gspo" else 0.1,
         })
+        row.update({k: (v[step - 1] if isinstance(v, list) else v) for k, v in (columns or {}).items()})
         rows.append(row)
         layers += [{"step": step, "label": label, "seed": seed, "layer": i, "moe/drift": 0.01 * (i + 1)}
                    for i in range(4)]
@@ -47,7 +56,7 @@ def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", mes
     run.write_rows("layers.parquet", layers)
     config = {"run": {"label": label, "algorithm": algorithm, "objective": objective, "replay": replay, "seed": seed,
                       "sweep": sweep or {}},
-              "suite": {"name": "synth", "budget": {"kind": "flops", "value": flops_per_step * steps}}}
+              "suite": {"name": suite, "budget": {"kind": "flops", "value": flops_per_step * steps}}}
     run.write_text("config.yaml", yaml.safe_dump(config))
     run.write_json("provenance.json", {"git": {"commit": "abc", "dirty": False}, "packages": {"torch": "x"},
                                        "device": "cpu", "start": "s", "end": "e"})
@@ -174,7 +183,11 @@ def test_collapsed_runs_are_reported_with_step_and_reason(tmp_path):
     make_run(tmp_path, "gspo", 0, steps=20)
     make_run(tmp_path, "grpo_rr", 0, steps=7, status="collapsed", message="reward collapsed to 0.01")
     md = write_report(load_results(tmp_path / "synth"), tmp_path / "r")["md"].read_text()
-    assert "s0 collapsed at step 7: reward collapsed to 0.01" in md
+    assert "s0 collapsed at step 7: reward collapsed to 0.01" in md  # the summary's "unfinished runs" column
+    unfinished = md.split("## Unfinished runs")[1].split("<a id=")[0]
+    assert "grpo_rr" in unfinished and "collapsed" in unfinished and "reward collapsed to 0.01" in unfinished
+    answer = md.split("## The answer")[1].split("<a id=")[0]
+    assert "**1 run(s) did not finish**" in answer and "grpo_rr s0 (collapsed at step 7: reward collapsed to 0.01)" in answer
 
 
 def test_cli_figures_and_not_results(results_dir, tmp_path):
@@ -185,78 +198,124 @@ def test_cli_figures_and_not_results(results_dir, tmp_path):
     assert bad.exit_code == 2 and "holds no gspo-bench results" in bad.output
 
 
-def test_reward_curve_band_uses_every_seed(results_dir):
-    from analysis.figures import curve_with_band
+def test_reward_curve_band_is_the_range_of_few_seeds(tmp_path):
+    """4 seeds (offsets 0, 0.03, 0.06, 0.09): the band is their range, not a bootstrap interval (which
+    would be narrower: all four resampled from one seed has probability 4 x (1/4)^4 = 1.6% < 2.5%)."""
+    from analysis.figures import band_words, curve_with_band
 
-    metrics = load_results(results_dir).metrics
+    for seed in range(4):
+        make_run(tmp_path, "gspo", seed)
+    metrics = load_results(tmp_path / "synth").metrics
     band = curve_with_band(metrics, "reward/mean", smooth=None, points=5)
-    gspo = band[band["label"] == "gspo"]
-    assert len(gspo) == 5 and (gspo["low"] <= gspo["mean"]).all() and (gspo["mean"] <= gspo["high"]).all()
-    assert gspo["mean"].iloc[-1] == pytest.approx(0.2 + 0.01 * 20 + 0.1)
-    assert isinstance(band, pd.DataFrame)
+    end = 0.2 + 0.01 * 20 + 0.1
+    assert len(band) == 5 and band["mean"].iloc[-1] == pytest.approx(end + 0.045)
+    assert (band["low"].iloc[-1], band["high"].iloc[-1]) == pytest.approx((end, end + 0.09))
+    assert band_words(metrics) == "band: range over seeds"
 
 
 def test_mechanism_table_splits_ratio_variance_by_rerouting(tmp_path):
-    """Exact small case: 25% rerouted tokens with 9x the stable tokens' variance hold 75% of it."""
-    run = make_run(tmp_path, "grpo", 0, steps=4)
-    frame = pd.read_parquet(run.path / "metrics.parquet")
-    frame["moe/rerouted_token_frac"], frame["ratio/token_var_rerouted"], frame["ratio/token_var_stable"] = 0.25, 9e-3, 1e-3
-    frame.to_parquet(run.path / "metrics.parquet")
+    """Exact small case: 25% rerouted tokens with 9x the stable tokens' variance hold 75% of it; one step
+    of rerouted variance 1 moves the means, not the medians."""
+    rerouted = [9e-3, 9e-3, 9e-3, 1.0]
+    make_run(tmp_path, "grpo", 0, steps=4, columns={"moe/rerouted_token_frac": 0.25, "ratio/token_var_rerouted": rerouted,
+                                                    "ratio/token_var_stable": 1e-3})
     from analysis.tables import mechanism_table
 
     table = mechanism_table(load_results(tmp_path / "synth")).set_index("objective")
-    assert table.loc["grpo", "rerouted / stable"] == pytest.approx(9.0)
-    assert table.loc["grpo", "rerouted share of variance"] == pytest.approx(0.75)  # .25*9 / (.25*9 + .75*1)
+    assert table.loc["grpo", "rerouted / stable (medians)"] == pytest.approx(9.0)
+    assert table.loc["grpo", "rerouted share of variance (median over steps)"] == pytest.approx(0.75)  # .25*9 / (.25*9 + .75)
+    assert table.loc["grpo", "ratio var, rerouted (mean)"] == pytest.approx((3 * 9e-3 + 1.0) / 4)
+    assert table.loc["grpo", "rerouted / stable (means)"] == pytest.approx((3 * 9e-3 + 1.0) / 4 / 1e-3)
 
 
-def test_paper_vs_run_verdicts_on_a_known_case(results_dir):
-    """Synthetic runs: GSPO clips 0.15 vs GRPO 0.0013 and ends 0.1 higher; GRPO with and without replay
-    have the same rewards; drift per layer grows with depth (0.01 per layer)."""
+def evidence_of(root):
+    from analysis.evidence import gather
+    from analysis.load import finished
+
+    return gather(finished(load_results(root)))
+
+
+def paper_table(root) -> pd.DataFrame:
     from analysis.paper import paper_vs_run
 
-    table = paper_vs_run(load_results(results_dir)).set_index("quantity")
-    agrees = table["agrees"]
-    assert agrees["clipped-token fraction, GRPO (Figure 2)"] == "yes (GSPO clips more)"
-    assert agrees["final reward at equal compute, GSPO minus GRPO (Figure 1)"] == "yes"
-    assert table.loc["final reward at equal compute, GSPO minus GRPO (Figure 1)", "this run"].startswith("0.1 [")
-    assert agrees["final reward, GRPO with Routing Replay minus without (Figure 3)"] == "not distinguishable"
-    assert agrees["drift of the last MoE layer minus the first, GRPO (moe/drift)"] == "yes"
-    assert table.loc["drift of the last MoE layer minus the first, GRPO (moe/drift)", "this run"].startswith("0.03 [")
+    evidence = evidence_of(root)
+    (group,) = evidence.groups
+    return paper_vs_run(evidence.subset(group), evidence.learnings[group], evidence.family).set_index("quantity")
 
 
-def test_paper_vs_run_gives_no_verdict_below_three_seeds(tmp_path):
+FIG1 = "final reward at equal compute, GSPO minus GRPO (Figure 1)"
+FIG3 = "final reward, GRPO with Routing Replay minus without (Figure 3)"
+DEPTH = "drift of the last MoE layer minus the first, GRPO (moe/drift)"
+
+
+def test_paper_vs_run_on_a_known_case(tmp_path):
+    """6 seeds: GSPO clips 0.15 vs GRPO 0.0013 and ends 0.1 higher (per seed 0.09..0.11); GRPO with and
+    without replay differ by +-0.01; drift grows by 0.01 per layer. The family: three reward pairs, the
+    clip and the depth tests (no drift after one update here): 5 tests, four at p = 2/64 -> Holm 5 x 2/64."""
+    from test_report_html import synth
+
+    root = synth(tmp_path, {"grpo": [0.0] * 6, "grpo_rr": [0.01, -0.01, 0.01, -0.01, 0.01, -0.01],
+                            "gspo": [0.1, 0.09, 0.11, 0.1, 0.09, 0.11]})
+    table = paper_table(root)
+    assert table.loc[FIG1, "this run"].startswith("+0.1 [+0.0906, +0.109] (s0 +0.1, s1 +0.09, s2 +0.11,")
+    assert table.loc[FIG1, "p (sign-flip)"] == "0.031" and table.loc[FIG1, "Holm p"] == "0.16"
+    assert table.loc[FIG1, "agrees"] == "too few seeds (8 paired seeds needed)"  # 5 tests: 5 x 2/2^n < 0.05 from n = 8
+    assert table.loc[FIG3, "p (sign-flip)"] == "1" and table.loc[FIG3, "Holm p"] == "1"
+    assert table.loc[DEPTH, "this run"].startswith("0.03 [0.03, 0.03] (s0 0.03,")
+    assert table.loc["clipped-token fraction, GSPO (Figure 2)", "this run"].startswith("0.15 [0.15, 0.15] (s0 0.15,")
+    assert evidence_of(root).family.size == 5
+
+
+def test_paper_vs_run_says_how_many_seeds_a_verdict_needs(tmp_path):
+    """Two seeds: p >= 0.5 whatever the data; the family (the pair, clip, depth: 3 tests) needs 7 paired seeds."""
     for label in ("grpo", "gspo"):
         for seed in range(2):
             make_run(tmp_path, label, seed)
-    table = paper_vs_run_table(tmp_path / "synth")
-    assert table.loc["final reward at equal compute, GSPO minus GRPO (Figure 1)", "agrees"] == "2 seed(s): too few to tell"
-    assert table.loc["clipped-token fraction, GSPO (Figure 2)", "this run"] == "0.15 (2 seeds, no CI)"
+    table = paper_table(tmp_path / "synth")
+    assert table.loc[FIG1, "agrees"] == "too few seeds (7 paired seeds needed)"
+    assert table.loc["clipped-token fraction, GSPO (Figure 2)", "this run"] == "0.15 [0.15, 0.15] (s0 0.15, s1 0.15)"
+    assert table.loc[FIG1, "p (sign-flip)"] == "0.5"
 
 
-def paper_vs_run_table(root):
-    from analysis.paper import paper_vs_run
-
-    return paper_vs_run(load_results(root)).set_index("quantity")
-
-
-def test_objectives_are_paired_with_grpo_by_seed():
-    from types import SimpleNamespace
-
+def test_objectives_are_paired_with_grpo_by_seed_within_each_sweep_point(tmp_path):
+    """Two sweep points; at k=1 grpo_rr gains 0.1, -0.1, 0.3 on seeds 0, 1, 2, at k=2 0.05 on every seed:
+    each point pairs by seed within itself (labels grpo_rr@k=1, grpo@k=1). Sign flips of 0.1, -0.1, 0.3:
+    3 of 8 sums >= 0.3 -> p 0.75; of 0.05 x 3: p 0.25; Holm over the 2: 0.5 and 0.75."""
     from analysis.tables import paired_against
 
-    rows = []
-    finals = {"grpo": {0: 0.5, 1: 0.4, 2: 0.6}, "grpo_r3": {0: 0.6, 1: 0.3, 2: 0.9}, "gspo": {1: 0.5}}
-    for label, by_seed in finals.items():
-        for seed, final in by_seed.items():  # 4 steps: the final value is the last step's (25%)
-            rows += [{"label": label, "seed": seed, "step": step, "reward/mean": 0.0 if step < 4 else final}
-                     for step in (4, 3, 2, 1)]
-    table = paired_against(SimpleNamespace(metrics=pd.DataFrame(rows))).set_index("objective")
-    assert table.loc["grpo_r3", "minus grpo"] == pytest.approx((0.1 - 0.1 + 0.3) / 3)
-    assert table.loc["grpo_r3", "per seed"] == "s0: +0.1000, s1: -0.1000, s2: +0.3000"
-    assert table.loc["grpo_r3", "CI low"] < table.loc["grpo_r3", "minus grpo"] < table.loc["grpo_r3", "CI high"]
-    assert table.loc["gspo", "seeds"] == 1 and table.loc["gspo", "minus grpo"] == pytest.approx(0.1)
-    assert np.isnan(table.loc["gspo", "CI low"])  # one seed: no CI
-    assert "No grpo runs" in paired_against(SimpleNamespace(metrics=pd.DataFrame(rows[12:])))
+    for k, gains in ((1, [0.1, -0.1, 0.3]), (2, [0.05, 0.05, 0.05])):
+        for seed, gain in enumerate(gains):
+            make_run(tmp_path, "grpo", seed, sweep={"k": k})
+            make_run(tmp_path, "grpo_rr", seed, sweep={"k": k}, bonus=gain)
+    table = paired_against(evidence_of(tmp_path / "synth")).set_index(["group", "objective"])
+    row = table.loc[("k=1", "grpo_rr")]
+    half = 4.302653 * 0.2 / np.sqrt(3)  # differences 0.1, -0.1, 0.3: mean 0.1, sd 0.2
+    assert row["minus GRPO (per seed)"] == (f"+0.1000 [{0.1 - half:+.4f}, {0.1 + half:+.4f}] "
+                                            "(s0 +0.1000, s1 -0.1000, s2 +0.3000)")
+    assert row["p (sign-flip)"] == "0.75" and row["Holm p"] == "0.75" and row["GRPO"] == "grpo" and row["seeds"] == 3
+    assert table.loc[("k=2", "grpo_rr"), "minus GRPO (per seed)"].startswith("+0.0500 [+0.0500, +0.0500]")
+    assert table.loc[("k=2", "grpo_rr"), "Holm p"] == "0.5"  # 0.25 x 2 comparisons
+
+
+def test_objectives_are_paired_with_grpo_within_each_suite(tmp_path):
+    """Two suites, each with grpo and grpo_rr (labels alpha/grpo, beta/grpo_rr): one row per suite."""
+    from analysis.tables import paired_against
+
+    for suite, gain in (("alpha", 0.02), ("beta", -0.02)):
+        for seed in range(3):
+            make_run(tmp_path / suite, "grpo", seed, suite=suite)
+            make_run(tmp_path / suite, "grpo_rr", seed, suite=suite, bonus=gain + 0.01 * seed)
+    table = paired_against(gather_of(tmp_path / "alpha" / "alpha", tmp_path / "beta" / "beta")).set_index("objective")
+    assert list(table.index) == ["alpha/grpo_rr", "beta/grpo_rr"]
+    assert table.loc["alpha/grpo_rr", "GRPO"] == "alpha/grpo" and table.loc["alpha/grpo_rr", "group"] == "suite alpha"
+    assert table.loc["beta/grpo_rr", "minus GRPO (per seed)"].startswith("-0.0100 [")
+
+
+def gather_of(*roots):
+    from analysis.evidence import gather
+    from analysis.load import finished
+
+    return gather(finished(load_results(*roots)))
 
 
 def test_the_step_from_which_an_objective_stays_ahead_on_every_seed():
@@ -275,3 +334,15 @@ def test_the_step_from_which_an_objective_stays_ahead_on_every_seed():
     assert apart_from(metrics, "grpo_r3", "grpo") == (21, "-")
     assert apart_from(metrics, "grpo", "grpo_r3") == ("-", 21)
     assert apart_from(metrics, "grpo_r3", "grpo", window=40) == (1, "-")  # one window: 0.075 and 0.125 ahead
+
+
+def test_the_windows_start_at_step_one():
+    """Windows of 2 steps: 1-2, 3-4, 5-6. Ahead from step 3 on: the gap is -1 at steps 1-2 and +1 after.
+    Windows one step late (2-3, 4-5, 6) would mix step 2's -1 into the first window past it."""
+    from analysis.tables import apart_from
+
+    gap = {1: -1.0, 2: -1.0, 3: 0.5, 4: 0.5, 5: 0.5, 6: 0.5}
+    rows = [{"label": label, "seed": 0, "step": step, "reward/mean": g if label == "a" else 0.0}
+            for step, g in gap.items() for label in ("a", "b")]
+    rows[2]["reward/mean"] = -2.0  # step 2 of a: -2 outweighs step 3's +0.5 in a window of steps 2-3
+    assert apart_from(pd.DataFrame(rows), "a", "b", window=2) == (3, "-")

@@ -87,6 +87,74 @@ def test_static_decode_rows_depend_on_their_key_not_their_batch(setup):
     assert torch.equal(both.response_ids[1, :n], alone.response_ids[0, :n])
 
 
+def non_finite_logits(model, value: float, calls: int | None):
+    """A hook that writes `value` into logit 5 of the model's first `calls` forwards (None: of every one)."""
+    seen = []
+
+    def hook(module, inputs, output):
+        seen.append(1)
+        if calls is None or len(seen) <= calls:
+            return output.index_fill(-1, torch.tensor([5], device=output.device), value)
+        return output
+
+    return model.lm_head.register_forward_hook(hook)
+
+
+@pytest.mark.parametrize("decode", ["generate", "static"])
+@pytest.mark.parametrize("value,calls", [(float("nan"), None), (float("inf"), None), (float("nan"), 1)])
+def test_both_decodes_flag_a_policy_with_non_finite_logits(setup, decode, value, calls):
+    """NaN or +inf logits, at every step or at the first one only (a later finite step must not clear
+    the flag), come back as `finite` False from either decode path; the rows are still sampled to
+    the end, as many as from a finite policy."""
+    _, model, prompts = setup
+    engine = make_engine("hf", pad_id=0, eos_id=2, decode=decode)
+    params = SamplingParams(group_size=2, max_new_tokens=6, seed=1, ignore_eos=True)
+    handle = non_finite_logits(model, value, calls)
+    try:
+        broken = engine.generate(model, prompts, params)
+    finally:
+        handle.remove()
+    assert not bool(broken.finite) and broken.response_mask.all()
+    healthy = engine.generate(model, prompts, params)
+    assert bool(healthy.finite) and broken.input_ids.shape == healthy.input_ids.shape
+
+
+def test_both_decodes_flag_nan_and_plus_inf_scores_but_not_minus_inf():
+    """-inf is a masked token (top-p, min_new_tokens), not a diverged policy; NaN and +inf are. A
+    flagged row is zeroed (sampled uniformly), the others are left as they are."""
+    from gspo_bench.rollout.hf import _RecordSamplingLogprobs
+    from gspo_bench.rollout.static_decode import DecodeRule, DecodeState, processed_scores
+
+    inf, nan = float("inf"), float("nan")
+    scores = torch.tensor([[0.0, 1.0, 2.0, nan], [0.0, inf, 1.0, 2.0], [-inf, 0.0, 1.0, 2.0]])  # [B=3, V=4]
+    rule = DecodeRule(eos_id=2, pad_id=0, min_new_tokens=0, temperature=1.0, top_p=1.0, seed=0)
+    for rows, flagged in (([2], False), ([0, 2], True), ([1, 2], True), ([0, 1, 2], True)):
+        state = DecodeState(torch.zeros(len(rows), 2, dtype=torch.long), torch.ones(len(rows), 2), 2,
+                            torch.arange(len(rows)), n_moe=0, top_k=0)
+        static = processed_scores(scores[rows], state, rule)
+        recorder = _RecordSamplingLogprobs()
+        generated = recorder(torch.zeros(len(rows), 1, dtype=torch.long), scores[rows])
+        assert bool(state.finite) is (not flagged) and bool(recorder.finite) is (not flagged), rows
+        for out in (static, generated):
+            expected = torch.stack([torch.zeros(4) if r < 2 else scores[r] for r in rows])
+            assert torch.equal(out, expected), rows
+
+
+def test_static_decode_masks_eos_while_fewer_than_min_new_tokens_are_sampled():
+    """Tokens 0 and 1 cannot be </s> at min_new_tokens = 2; token 2 can (as generate's
+    MinNewTokensLogitsProcessor: blocked while the count of new tokens is below the minimum)."""
+    from gspo_bench.rollout.static_decode import DecodeRule, DecodeState, processed_scores
+
+    rule = DecodeRule(eos_id=2, pad_id=0, min_new_tokens=2, temperature=1.0, top_p=1.0, seed=0)
+    state = DecodeState(torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2), 4, torch.arange(1), n_moe=0, top_k=0)
+    logits = torch.tensor([[0.5, -1.0, 3.0, 0.0]])
+    for step, eos_score in ((0, float("-inf")), (1, float("-inf")), (2, 3.0), (3, 3.0)):
+        state.step.fill_(step)
+        scores = processed_scores(logits, state, rule)
+        assert scores.tolist() == [[0.5, -1.0, eos_score, 0.0]], step
+    assert bool(state.finite)  # -inf where </s> is blocked is no divergence
+
+
 def test_engine_options_are_checked(setup):
     _, model, prompts = setup
     with pytest.raises(ValueError, match="unknown engine_options decod"):
@@ -157,6 +225,38 @@ def test_the_copy_is_made_on_a_gpu_and_in_bf16_only(setup):
     assert engine.weights.model is None
 
 
+@pytest.mark.parametrize("dtype,device,sharded,copy_weights,expected", [
+    (torch.bfloat16, "cuda", False, None, True),  # the default on a GPU
+    (torch.bfloat16, "cuda", False, False, False),  # copy_weights: false is obeyed on a GPU too
+    (torch.bfloat16, "cuda", False, True, True),
+    (torch.bfloat16, "cpu", False, None, False),  # CPU: autocast over the fp32 weights
+    (torch.bfloat16, "cpu", False, True, True),
+    (torch.bfloat16, "cpu", False, False, False),
+    (torch.bfloat16, "cuda", True, True, False),  # sharded (FSDP2): never, whatever it says
+    (torch.float32, "cuda", False, True, False),  # fp32 samples from the model itself
+    (torch.float32, "cpu", False, None, False),
+])
+def test_the_copy_decision_on_every_device(dtype, device, sharded, copy_weights, expected):
+    from gspo_bench.rollout.hf import wants_copy
+
+    assert wants_copy(dtype, device, sharded, copy_weights) is expected
+
+
+def test_the_engine_takes_copy_weights_from_the_suite_and_refuses_a_non_boolean(tmp_path):
+    from gspo_bench.config import SuiteConfig
+    from gspo_bench.rollout.hf import wants_copy
+    from gspo_bench.train.setup import make_run_engine
+
+    base = {"name": "s", "task": {"name": "sort"}, "budget": {"kind": "steps", "value": 1},
+            "objectives": [{"name": "grpo"}], "rollout": {"dtype": "bfloat16", "engine_options": {"copy_weights": False}}}
+    tok = build_char_tokenizer()
+    engine = make_run_engine(SuiteConfig.model_validate(base), tok, tmp_path, torch.device("cpu"))
+    assert engine.copy_weights is False and not wants_copy(engine.weights.dtype, "cuda", False, engine.copy_weights)
+    for option in ("copy_weights", "graph"):
+        with pytest.raises(ValueError, match=f"{option} must be true or false .* got 'false'"):
+            make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", **{option: "false"})
+
+
 def test_a_run_refreshes_the_copy_before_every_rollout(setup, monkeypatch):
     """`collect_rollout` pushes the policy's weights into the engine first (a stale copy would sample
     from the weights of an earlier step)."""
@@ -211,6 +311,34 @@ def test_autocast_runs_the_experts_grouped_matmuls_in_bf16(setup):
         model(input_ids=ids)
     assert ruled.seen and all(d == (torch.bfloat16, torch.bfloat16) for d in ruled.seen)
     assert plain.seen and all(d == (torch.float32, torch.float32) for d in plain.seen)
+
+
+@pytest.mark.parametrize("shape,aligned", [
+    ((5, 8), True), ((5, 16), True), ((5, 12), False), ((5, 4), False),  # [tokens, K]: tokens may be anything
+    ((3, 8, 16), True), ((7, 8, 8), True), ((3, 8, 12), False), ((3, 12, 8), False),  # [E, K, N]: E may be anything
+])
+def test_alignment_is_of_the_inner_dimensions_in_multiples_of_8(shape, aligned):
+    assert precision._aligned(torch.empty(shape)) is aligned
+
+
+@pytest.mark.parametrize("k,n,cast", [(16, 16, True), (8, 24, True), (16, 12, False), (12, 16, False)])
+def test_the_autocast_rule_casts_only_when_every_operand_is_aligned(k, n, cast):
+    """x [5, K] @ w [2, K, N] in groups of 2 and 3 tokens under bf16 autocast: cast when K and N are
+    both multiples of 8; left fp32 when either is not (one aligned operand is not enough: a bf16
+    grouped matmul on 16-byte-misaligned rows fails)."""
+    x = torch.arange(5 * k, dtype=torch.float32).reshape(5, k) / 100
+    w = torch.arange(2 * k * n, dtype=torch.float32).reshape(2, k, n) / 1000
+    offs = torch.tensor([2, 5], dtype=torch.int32)
+    expected = torch.cat([x[:2] @ w[0], x[2:] @ w[1]])  # [5, N]
+    precision.register_grouped_mm_autocast("cpu")
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16), GroupedMMDtypes() as ruled:
+            out = torch._grouped_mm(x, w, offs=offs)
+    finally:
+        precision.unregister_grouped_mm_autocast("cpu")
+    dtype = torch.bfloat16 if cast else torch.float32
+    assert ruled.seen == [(dtype, dtype)] and out.dtype == dtype
+    assert_close(out.float(), expected, **({"atol": 0.05, "rtol": 0.02} if cast else {}))
 
 
 def test_bf16_training_precision_registers_the_rule_on_cuda_only():

@@ -93,7 +93,7 @@ def test_parallel_is_refused_with_a_message_under_torchrun(suite_file, monkeypat
 
 
 def test_parallel_zero_fits_the_cores_at_the_suite_threads(monkeypatch):
-    from gspo_bench.suite.runner import launch
+    from gspo_bench.suite import launch
 
     monkeypatch.setattr(launch.os, "cpu_count", lambda: 16)
     assert launch.default_parallel(2) == 8 and launch.default_parallel(None) == 16
@@ -108,7 +108,7 @@ def worker(monkeypatch):
     import multiprocessing
     import threading
 
-    from gspo_bench.suite.runner import launch
+    from gspo_bench.suite import launch
 
     state = {"messages": None, "stop": threading.Event(), "reason": multiprocessing.Value("i", 0), "running": False,
              "stopping": False, "exit_after": False, "stopped": False}
@@ -123,7 +123,7 @@ def test_a_worker_that_saw_a_stop_starts_no_further_run(worker, tmp_path):
     import signal
     from types import SimpleNamespace
 
-    from gspo_bench.suite.runner import launch
+    from gspo_bench.suite import launch
 
     launch._worker_signal(signal.SIGINT, None)  # idle: no exception
     assert worker["stopped"] and not worker["stop"].is_set()
@@ -149,3 +149,84 @@ def test_a_stop_outside_the_training_loop_records_the_run_failed(tmp_path):
     never = tmp_path / "never"
     assert _record_stopped(SimpleNamespace(run_dir=never), Stopped(signal.SIGINT))["status"] == "failed"
     assert RunDir(never).read_status() is None
+
+
+class StoppedPool:
+    """What `run_local_processes` uses of its ProcessPoolExecutor, in process: run 0 has finished, run
+    1 is running and run 2 is queued when a stop (KeyboardInterrupt) comes, while run 3 is submitted.
+    Once the suite's stop event is set (a few seconds at most: a missing stop fails, never hangs), the
+    pool does what a process pool and its workers do: the queued run, unless cancelled, goes to a
+    worker that starts no run after a stop; the running run records its end as failed."""
+
+    def __init__(self, max_workers, mp_context, initializer, initargs):
+        self.stop = initargs[1]
+        self.futures = []
+
+    def submit(self, fn, spec, mode):
+        import threading
+        from concurrent.futures import Future
+
+        if len(self.futures) == 3:
+            threading.Thread(target=self._stop_running, daemon=True).start()
+            raise KeyboardInterrupt
+        future = Future()
+        if len(self.futures) < 2:
+            future.set_running_or_notify_cancel()
+        if not self.futures:
+            future.set_result({"status": "done", "message": "", "step": 3})
+        self.futures.append(future)
+        return future
+
+    def _stop_running(self):
+        stopped = self.stop.wait(timeout=5)
+        if self.futures[2].set_running_or_notify_cancel():  # not cancelled: a worker takes it
+            self.futures[2].set_result({"status": "not started", "message": "the suite was stopped", "step": None})
+        self.futures[1].set_result({"status": "failed", "message": "stopped by Ctrl-C (SIGINT)", "step": 1} if stopped
+                                   else {"status": "done", "message": "", "step": 3})
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+
+def test_a_stop_waits_for_the_running_runs_and_reports_them_not_the_cancelled_ones(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from gspo_bench.suite import launch
+
+    ended = []
+
+    class Recorder(launch.Observer):
+        def end_run(self, name: str, status: dict) -> None:
+            ended.append((name, status["status"], status["step"]))
+
+    pools = []
+    monkeypatch.setattr(launch, "start_process_server", lambda: None)
+    monkeypatch.setattr(launch, "ProcessPoolExecutor", lambda **kw: pools.append(StoppedPool(**kw)) or pools[-1])
+    specs = [SimpleNamespace(run_dir=tmp_path / f"r{i}") for i in range(4)]
+    with pytest.raises(KeyboardInterrupt):
+        launch.run_local_processes(specs, {}, Recorder(), workers=2)
+    assert sorted(ended) == [("r0", "done", 3), ("r1", "failed", 1)]  # the queued run 2 is not reported
+    assert pools[0].futures[2].cancelled() and pools[0].stop.is_set()
+
+
+@pytest.mark.parametrize("recorded,expected", [
+    ({"status": "done", "step": 4}, ("done", 4, "")),  # finished, then its worker was stopped before replying
+    ({"status": "collapsed", "step": 2, "message": "reward collapsed"}, ("collapsed", 2, "reward collapsed")),
+    ({"status": "failed", "step": 2, "message": "stopped by SIGTERM"}, ("failed", 2, "stopped by SIGTERM")),
+    ({"status": "running", "step": 1}, ("failed", 1, "Stopped: stopped by Ctrl-C (SIGINT)")),
+    (None, ("failed", 0, "Stopped: stopped by Ctrl-C (SIGINT)")),  # never wrote a status
+])
+def test_a_worker_stopped_after_its_run_reports_what_the_run_folder_records(tmp_path, recorded, expected):
+    import signal
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from gspo_bench.runtime.stopping import Stopped
+    from gspo_bench.suite.launch import _outcome
+
+    if recorded is not None:
+        RunDir(tmp_path / "run").write_status(recorded.pop("status"), recorded.pop("message", ""), **recorded)
+    future = Future()
+    future.set_exception(Stopped(signal.SIGINT))
+    outcome = _outcome(future, SimpleNamespace(run_dir=tmp_path / "run"))
+    assert (outcome["status"], outcome["step"], outcome["message"]) == expected

@@ -72,6 +72,33 @@ def test_the_predicted_rate_assumes_margins_and_changes_independent():
     assert float(((margin + dm) < 0).float().mean()) == 0.0
 
 
+def test_a_margin_closed_exactly_to_zero_is_not_a_flip():
+    """Ties at every boundary (values exact in binary): a margin moved exactly to 0, a margin that was
+    already 0 and stays there, a change that equals another token's margin, a margin equal to a
+    threshold. A flip needs the order to reverse (m + dm < 0); a tie keeps the chosen expert."""
+    old, new = pairs([0.5, 0.25, 1.0, 0.0], [-0.5, -0.5, 0.25, 0.0], [0.0, 0.0, 0.0, 0.0])
+    stats = margin_stats(old[None], new[None], torch.ones(1, 4))
+    # m + dm = 0, -0.25, 1.25, 0: only the second token's order reversed
+    assert stats["moe/margin_crossed"].tolist() == [0.25]
+    # -dm_j = 0.5, 0.5, -0.25, 0: margins strictly below are {0, 0.25}, {0, 0.25}, {}, {} -> 4 of 16
+    # (a margin equal to -dm_j, 0.5 or 0, is a tie: not counted)
+    assert stats["moe/flip_pred"].tolist() == [4 / 16]
+    assert stats["moe/margin_lt_1"].tolist() == [0.75]  # 1.0 is not below 1
+    assert stats["moe/margin_lt_0.01"].tolist() == [0.25] and stats["moe/margin_median"].tolist() == [0.25]
+
+
+def test_the_predicted_rate_is_a_mean_over_pairs_per_layer():
+    """n margins and n changes make n * n pairs; each layer is its own sample (here n = 2 and 3)."""
+    margin = torch.tensor([[0.0, 2.0, 0.0], [1.0, 3.0, 5.0]])
+    dm = torch.tensor([[-4.0, -1.0, 0.0], [-3.0, -3.0, -6.0]])
+    # layer 0 (sizes 3): -dm = 4 -> {0, 2, 0}, 1 -> {0, 0}, 0 -> {} : 5 / 9
+    # layer 1: -dm = 3 -> {1}, 3 -> {1}, 6 -> {1, 3, 5}: 5 / 9
+    assert predicted_flip_rate(margin, dm).tolist() == pytest.approx([5 / 9, 5 / 9])
+    assert predicted_flip_rate(margin[:, :2], dm[:, :2]).tolist() == pytest.approx([3 / 4, 2 / 4])
+    assert predicted_flip_rate(torch.tensor([[0.5]]), torch.tensor([[-0.5]])).tolist() == [0.0]  # a lone tie
+    assert predicted_flip_rate(margin[:, :0], dm[:, :0]).isnan().all()  # no token: undefined
+
+
 @pytest.fixture(scope="module")
 def model():
     return build_tiny_moe(vocab_size=40, num_layers=2, hidden_size=32, expert_hidden=32, num_experts=6, top_k=2, seed=3)
@@ -146,7 +173,7 @@ def test_the_report_tables_and_draws_predicted_against_measured_drift_per_layer(
                             "floor/drift_repeat": [0.0, 0.0, 0.0]})
     table = margin_table(metrics).set_index("objective")
     assert table.loc["grpo", "drift (measured)"] == pytest.approx(0.2)
-    assert table.loc["grpo", "flip rate (predicted)"] == pytest.approx(0.3)
+    assert table.loc["grpo", "independence flip rate"] == pytest.approx(0.3)
     assert table.loc["gspo", "floor: repeat"] == 0.0 and "median margin" not in table  # absent columns left out
     assert "no router-margin columns" in margin_table(metrics.drop(columns="moe/flip_pred"))
     layers = pd.DataFrame({"label": ["grpo"] * 4, "seed": 0, "step": 1, "updates": [1, 1, 2, 2], "layer": [0, 1, 0, 1],
@@ -154,6 +181,7 @@ def test_the_report_tables_and_draws_predicted_against_measured_drift_per_layer(
     assert has_margins(layers) and not has_margins(layers.drop(columns="moe/flip_pred"))
     per_layer, per_update = predicted_vs_measured_interactive(layers)
     traces = {t.name: list(t.y) for t in per_layer.data}
-    assert traces == {"grpo: measured": pytest.approx([0.2, 0.3]), "grpo: predicted": pytest.approx([0.1, 0.3])}
+    assert traces == {"grpo: measured drift": pytest.approx([0.2, 0.3]), "grpo: independence rate": pytest.approx([0.1, 0.3])}
     traces = {t.name: list(t.y) for t in per_update.data}  # updates 1 and 2: layers 0 and 1 averaged
-    assert traces == {"grpo: measured": pytest.approx([0.15, 0.35]), "grpo: predicted": pytest.approx([0.05, 0.35])}
+    assert traces == {"grpo: measured drift": pytest.approx([0.15, 0.35]),
+                      "grpo: independence rate": pytest.approx([0.05, 0.35])}

@@ -208,7 +208,7 @@ def test_library_output_goes_to_the_run_log_and_the_console_stays_clean(tmp_path
 def test_a_run_sends_library_output_to_its_run_log(tmp_path, monkeypatch, capsys):
     from tqdm import tqdm
 
-    from gspo_bench.suite.runner import launch
+    from gspo_bench.suite import launch
     from gspo_bench.train import loop
 
     def train_run(spec, on_step=None, **mode):

@@ -285,7 +285,7 @@ def test_sigterm_ends_a_run_as_failed_with_a_message(tmp_path, cache):
 
 
 def test_an_interrupt_says_what_happened(tmp_path, cache, monkeypatch):
-    from gspo_bench.suite.runner import runner as suite_module
+    from gspo_bench.suite import runner as suite_module
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -309,7 +309,7 @@ def test_small_cli_mistakes_are_named(tmp_path, cache):
 
 
 def test_an_unexpected_error_is_one_line_unless_debug(tmp_path, cache, monkeypatch):
-    from gspo_bench.suite.runner import runner as suite_module
+    from gspo_bench.suite import runner as suite_module
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("something deep")

@@ -5,6 +5,7 @@ dataset split and of a dead --parallel worker."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import multiprocessing
@@ -26,9 +27,9 @@ from typer.testing import CliRunner
 from analysis.load import load_results
 from analysis.suites import suite_differences, suite_settings
 from gspo_bench import cli as cli_module
-from gspo_bench.config import dump_config, load_suite
+from gspo_bench.config import SuiteConfig, dump_config, load_suite
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, RunDir
-from gspo_bench.rundir.names import MAX_NAME, folder_name, run_folder_name
+from gspo_bench.rundir.names import MAX_NAME, folder_name, is_folder_name, run_folder_name
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import tiny_suite  # noqa: E402
@@ -80,6 +81,45 @@ def test_plain_labels_keep_their_folder_names():
     assert run_folder_name("a/b", 0) == "a%2Fb-s0" and folder_name("../x") == "%2E%2E%2Fx"
 
 
+def cut_name(head: str, text: str) -> str:
+    return f"{head}~{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+@pytest.mark.parametrize("k,head", [
+    (99, "a" * 99 + "%2Fb"), (100, "a" * 100 + "%2F"),  # the escape whole in the kept part
+    (101, "a" * 101), (102, "a" * 102),  # it would be cut after its '%2' or its '%': it goes whole
+    (103, "a" * 103),
+])
+def test_a_cut_name_never_ends_inside_an_escape(k, head):
+    """The kept part of a cut name is 120 - 16 - 1 = 103 characters, or fewer where the cut would
+    split an escape; here '/' (%2F) sits at each position around the cut."""
+    text = "a" * k + "/" + "b" * 200
+    assert folder_name(text) == cut_name(head, text)
+
+
+def test_names_at_the_length_limit():
+    assert folder_name("x" * MAX_NAME) == "x" * MAX_NAME  # 120 characters: kept whole
+    assert folder_name("x" * (MAX_NAME + 1)) == cut_name("x" * 103, "x" * (MAX_NAME + 1))
+    assert folder_name("/" * 40) == "%2F" * 40  # 120 once escaped: whole
+    assert folder_name("/" * 41) == cut_name("%2F" * 34, "/" * 41)  # the 35th escape would be cut: 119 characters
+
+
+def test_a_tilde_is_escaped_so_no_label_takes_a_cut_names_name():
+    assert folder_name("a~b") == "a%7Eb" and folder_name("~") == "%7E"
+    long = "x" * 300
+    cut = folder_name(long)
+    assert len(cut) == MAX_NAME and "~" in cut
+    assert folder_name(cut) != cut  # the cut name written as a label is a different folder
+    assert not is_folder_name(cut)
+
+
+def test_the_empty_name_is_no_folder_name():
+    assert not is_folder_name("") and is_folder_name("a") and folder_name("") == ""
+    with pytest.raises(ValueError, match="a suite name is a folder name"):
+        SuiteConfig.model_validate({"name": "", "task": {"name": "sort"}, "budget": {"kind": "steps", "value": 1},
+                                    "objectives": [{"name": "grpo"}]})
+
+
 def test_a_swept_path_like_value_stays_in_the_suite_folder_and_report_finds_it(tmp_path, cli):
     values = ["../../../../ESCAPED", "be/brief"]
     data = tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo"}], warm_start={"enabled": False},
@@ -99,7 +139,7 @@ def test_a_swept_path_like_value_stays_in_the_suite_folder_and_report_finds_it(t
     assert set(load_results(out / "tiny").runs["label"]) == {f"grpo@system_prompt={v}" for v in values}
 
 
-@pytest.mark.parametrize("name", ["..", ".", "a/b", "x" * (MAX_NAME + 1)])
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "x" * (MAX_NAME + 1), ""])
 def test_a_suite_name_that_is_not_a_folder_name_is_refused(tmp_path, cli, name):
     suite = write_suite(tmp_path / "s.yaml", tiny_suite(tmp_path / "cache", name=name))
     for command in (["validate", suite], ["run", suite, "--out", tmp_path / "out"]):
@@ -255,7 +295,7 @@ def test_an_empty_test_split_of_an_hf_dataset_is_named(tmp_path, cli):
 def test_a_dead_parallel_worker_names_its_run_and_says_resume(tmp_path):
     """A real worker process dies (os._exit, as kill -9 would): the pool breaks; the run that was
     training is marked failed in its folder, the queued one is named as not started, both say --resume."""
-    from gspo_bench.suite.runner import launch
+    from gspo_bench.suite import launch
 
     started, queued = (SimpleNamespace(run_dir=tmp_path / "tiny" / name) for name in ("grpo-s0", "gspo-s0"))
     RunDir(started.run_dir).write_status("running", step=3)

@@ -66,6 +66,9 @@ def test_batching_helpers():
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
     assert mask_after_eos(torch.tensor([[4, 2, 5, 2], [4, 4, 4, 4]]), 2).tolist() == [
         [True, True, False, False], [True, True, True, True]]
+    # </s> first, </s> last, </s> twice in a row: the first one ends the response and is part of it
+    assert mask_after_eos(torch.tensor([[2, 4, 4], [4, 4, 2], [4, 2, 2]]), 2).tolist() == [
+        [True, False, False], [True, True, True], [True, True, False]]
     with pytest.raises(ValueError):
         left_pad([[1], []], 0)
 
@@ -97,6 +100,21 @@ def test_logprob_mismatch_small_case():
     assert stats["mismatch/k3_kl"] == pytest.approx(float((log_r.exp() - 1 - log_r).mean()))
     assert stats["mismatch/max_abs"] == pytest.approx(math.log(3.0))
     assert stats["mismatch/frac_gt_ln2"] == pytest.approx(1 / 4)  # ln 3 > ln 2 > 0.5
+
+
+def test_logprob_mismatch_at_its_boundaries():
+    """A ratio of exactly 2 or 1/2 (|log r| = ln 2, exact in fp64) is not beyond ln 2; no valid token: 0."""
+    import math
+
+    from gspo_bench.rollout.mismatch import logprob_mismatch
+
+    train = torch.tensor([[0.0, -math.log(2.0), -1.0]], dtype=torch.float64)
+    rollout = torch.tensor([[-math.log(2.0), 0.0, -1.0]], dtype=torch.float64)
+    stats = logprob_mismatch(train, rollout, torch.ones(1, 3))
+    assert stats["mismatch/frac_gt_ln2"] == 0.0 and stats["mismatch/max_abs"] == math.log(2.0)
+    assert stats["mismatch/k3_kl"] == pytest.approx((2 - 1 - math.log(2.0) + 0.5 - 1 + math.log(2.0)) / 3)
+    empty = logprob_mismatch(train, rollout, torch.zeros(1, 3))
+    assert all(float(v) == 0.0 for v in empty.values())
 
 
 def test_hf_engine_has_no_mismatch_at_top_p_one(setup):
@@ -140,3 +158,39 @@ def test_a_row_samples_the_same_tokens_alone_or_in_any_batch(setup):
             assert int(part.response_mask[i].sum()) == n
             assert torch.equal(part.response_ids[i, :n], full.response_ids[key, :n])
             assert_close(part.sampling_logp[i, :n], full.sampling_logp[key, :n], rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- rows in chunks (rollout.kv_cache_gib)
+@pytest.mark.parametrize("decode", ["generate", "static"])
+def test_rows_in_kv_budget_chunks_give_the_tokens_logprobs_and_routes_of_one_batch(setup, decode):
+    from gspo_bench.rollout.chunks import GIB, kv_bytes_per_token
+
+    tok, model, prompts = setup
+    params = SamplingParams(group_size=3, max_new_tokens=10, seed=4)
+    whole = make_engine("hf", pad_id=0, eos_id=2, decode=decode).generate(model, prompts, params)
+    width = max(len(p) for p in prompts) + 10
+    per_row = width * kv_bytes_per_token(model.config, 4)
+    assert per_row == width * 2 * 2 * 2 * 8 * 4  # 2 L n_kv d_head fp32 bytes per token
+    budget = 4 * per_row / GIB  # chunks of 4, 4 and 1 of the 9 rows
+    chunked = make_engine("hf", pad_id=0, eos_id=2, decode=decode, kv_cache_gib=budget).generate(model, prompts, params)
+    assert torch.equal(chunked.response_mask, whole.response_mask)
+    assert whole.response_mask.sum(-1).unique().numel() > 1  # responses of different lengths (EOS)
+    assert torch.equal(chunked.input_ids, whole.input_ids) and torch.equal(chunked.attention_mask, whole.attention_mask)
+    assert_close(chunked.sampling_logp, whole.sampling_logp, rtol=0, atol=1e-6)
+    # positions that predict a token of the rollout: what log-probs depend on (a row's last token is
+    # routed in one batch while other rows go on, never in a chunk that ends with it: see routing_for_training)
+    mask = whole.attention_mask.bool()
+    routed = mask[:, :-1] & mask[:, 1:]
+    assert torch.equal(chunked.routing[:, routed], whole.routing[:, routed])
+
+
+def test_a_budget_below_one_row_and_a_prompt_over_the_limit_are_refused(setup):
+    tok, model, prompts = setup
+    params = SamplingParams(group_size=1, max_new_tokens=4, seed=0)
+    with pytest.raises(ValueError, match="below one row's KV cache"):
+        make_engine("hf", pad_id=0, eos_id=2, kv_cache_gib=1e-9).generate(model, prompts, params)
+    longest = max(len(p) for p in prompts)
+    with pytest.raises(ValueError, match=f"a prompt of {longest} tokens is longer than rollout.max_prompt_tokens"):
+        make_engine("hf", pad_id=0, eos_id=2, max_prompt_tokens=longest - 1).generate(model, prompts, params)
+    out = make_engine("hf", pad_id=0, eos_id=2, max_prompt_tokens=longest).generate(model, prompts, params)
+    assert out.input_ids.shape[0] == 3

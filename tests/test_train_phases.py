@@ -151,6 +151,23 @@ def test_minibatch_loss_pairs_each_row_with_its_own_advantage_and_old_logp(parts
     assert result.n_tokens == batch.response_mask[rows].sum() and bool(result.applied)
 
 
+def test_a_minibatch_log_ratio_is_of_the_forward_before_its_step_and_holds_no_graph(parts):
+    """`log_ratio` [b, T] = log pi_theta - log pi_old of the rows in their order, from the forward the
+    step was computed on; it is kept past the step for measurements, so it must hold no graph (a
+    graph would keep the whole forward's activations alive)."""
+    batch = rollout(parts)
+    old = off_policy(old_policy_pass(Policy(parts[1]), batch, temperature=1.0), batch)
+    rows = torch.tensor([5, 0, 2])
+    policy = new_policy(parts[1], lr=0.1)
+    with torch.no_grad():
+        before, _ = response_forward(policy.model, batch.input_ids[rows], batch.attention_mask[rows], batch.n_response)
+    result = update_minibatch(policy, GRPO, batch, old, rows, UpdateSettings())
+    assert result.log_ratio.grad_fn is None and not result.log_ratio.requires_grad
+    assert result.log_ratio.dtype == torch.float32 and bool(result.applied)
+    assert_close(result.log_ratio, before - old.logp[rows])
+    assert result.log_ratio[batch.response_mask[rows]].abs().min() > 0  # pi_old moved on every row
+
+
 def test_update_forward_replays_the_routing_it_is_given(parts):
     batch = rollout(parts)
     old = old_policy_pass(Policy(parts[1]), batch, temperature=1.0)

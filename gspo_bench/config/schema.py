@@ -190,6 +190,14 @@ class RolloutConfig(Strict):
         "warm start and evaluation. Default: on when the tokenizer has one and the model is not a tiny built-in; "
         "true on a tiny model gives its character tokenizer a small template")
     system_prompt: str | None = Field(None, description="system message before each prompt (chat template only)")
+    kv_cache_gib: float | None = Field(
+        None, gt=0, description="KV-cache budget of the hf engine in GiB: the rows of a step are generated in "
+        "chunks whose keys and values at full length (prompt width + max_new_tokens) fit it; each row's tokens "
+        "are those of one batch (row-keyed sampling). Default: off (one batch)")
+    max_prompt_tokens: int | None = Field(
+        None, ge=1, description="longest prompt in tokens (after the chat template): a longer one is refused "
+        "at rollout, never truncated. The dry run plans activations and KV cache with it; default: none, and "
+        "the dry run measures the first step's prompts where it can")
 
     @model_validator(mode="after")
     def _system_prompt_needs_chat(self):
@@ -197,9 +205,19 @@ class RolloutConfig(Strict):
             raise ValueError("system_prompt needs the chat template; chat_template is false")
         return self
 
+    @model_validator(mode="after")
+    def _kv_budget_is_the_hf_engines(self):
+        if self.kv_cache_gib is not None and self.engine != "hf":
+            raise ValueError(f"kv_cache_gib sizes the hf engine's row chunks; {self.engine} manages its own KV "
+                             "cache (vllm: engine_options.gpu_memory_utilization)")
+        return self
+
 
 class TrainConfig(Strict):
-    optimizer: Literal["adamw"] = "adamw"
+    optimizer: Literal["adamw", "adamw8bit"] = Field(
+        "adamw", description="adamw: torch's AdamW, fp32 moments (8 bytes per parameter); adamw8bit: torchao's "
+        "AdamW8bit, both moments blockwise 8-bit (~2 bytes per parameter; extra: lowmem), for a model whose "
+        "training state does not fit one GPU otherwise")
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -221,6 +239,10 @@ class TrainConfig(Strict):
     measure: bool = Field(True, description="ratio statistics, clip fractions, routing capture and drift, "
                           "engine mismatch. Off only to measure their cost (experiments/perf): such runs leave "
                           "those columns empty (NaN)")
+    activation_checkpointing: bool = Field(
+        False, description="checkpoint every decoder layer (non-reentrant): a training forward keeps one hidden "
+        "state per layer and token instead of the layer's activations, and the backward recomputes each layer, "
+        "routing as its forward did (moe.recompute). Costs one more forward per update")
     micro_batch_tokens: int | None = Field(
         None, ge=1, description="split each minibatch's forward/backward into micro-batches of at most this many "
         "tokens per rank (rows x the micro-batch's padded width; rows packed by length, a response never split, a "
@@ -230,6 +252,8 @@ class TrainConfig(Strict):
         None, ge=1, description="compute log-probs and entropies from the last hidden states this many token "
         "positions at a time (the fused head: no [tokens, vocabulary] logits or their gradient are kept), in the "
         "old-policy pass and every update. Default: the model's own head, then a chunked log-softmax")
+    gpu_memory_gb: float = Field(80.0, gt=0, description="memory of one GPU in GB (as sold: 80 for an H100, "
+                                 "141 for an H200) that the dry run checks the step's peak against")
 
 
 class BudgetConfig(Strict):

@@ -37,8 +37,11 @@ Gate scores (`gate_scores`, `probe_scores`) are the family's normalised selectio
 tensor kept per layer.
 
 Hooks are removed when the context exits, also on exceptions. Contexts nest: an inner capture
-records what the model chose, not what an outer replay forced. A router running twice for the same
-chunk (activation-checkpoint recomputation in backward) is replayed again but recorded once.
+records what the model chose, not what an outer replay forced. Activation checkpointing: under
+`moe.recompute.RouteKeeper` (what `train.activation_checkpointing` installs) the recompute in
+backward is the keeper's business: a capture neither records nor replays it, whether or not it is
+still open then. Under a checkpoint without the keeper, a router running twice for the same chunk
+is replayed again but recorded once.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from __future__ import annotations
 import torch
 
 from gspo_bench.moe.margins import router_margins
+from gspo_bench.moe.recompute import recomputing
 from gspo_bench.moe.routers import Router, find_routers
 from gspo_bench.moe.sites import attach
 
@@ -172,6 +176,8 @@ class RoutingCapture:
 
     def _on_route(self, layer: int, router: Router):
         def on_route(logits, weights, ids):
+            if recomputing():  # the forward recorded this call; the route keeper replays it
+                return None
             if self._chunk is None:
                 raise RuntimeError(
                     f"router {router.name} ran outside a call of the captured model; call the model "

@@ -6,7 +6,8 @@ select in a method of the MoE block (DBRX, Jamba: `route_tokens_to_experts`), wh
 temporary instance attribute for the life of the capture.
 
 `attach(router, on_route)` calls `on_route(logits [N, E], weights [N, k], ids [N, k])` with the
-routing the model itself chose (also under an outer replay) and, when it returns `(weights, ids)`,
+routing the model itself chose (also under an outer replay; with `final=True`: the routing the
+experts receive, a replay attached before it included) and, when it returns `(weights, ids)`,
 hands those to the experts instead: as a replay (marked, so a capture attached after it still
 reports the model's own choice), or with `own=True` as the model's own choice (router noise: a
 capture attached after it records the replacement).
@@ -24,9 +25,11 @@ OnRoute = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "tuple[torch.Tens
 
 
 class _Replaced(tuple):
-    """A routing output replaced by a replay; `own` keeps the (weights, ids) the model itself chose."""
+    """A routing output replaced by a replay; `own` keeps the (weights, ids) the model itself chose,
+    `used` the (weights, ids) the experts receive."""
 
     own: tuple[torch.Tensor, torch.Tensor]
+    used: tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -72,24 +75,33 @@ class _MethodHandle:
             self.owner.__dict__[self.name] = self.previous
 
 
-def attach(site: Site, router_module: torch.nn.Module, block: torch.nn.Module, on_route: OnRoute, own: bool = False):
+def attach(site: Site, router_module: torch.nn.Module, block: torch.nn.Module, on_route: OnRoute, own: bool = False,
+           final: bool = False):
     """Install `on_route` at `site`; returns a handle whose `remove()` undoes it. With `own`, a
-    replacement is the model's own choice (written unmarked); it refuses to run under a replay."""
+    replacement is the model's own choice (written unmarked); it refuses to run under a replay.
+    With `final`, `on_route` sees what the experts receive (an earlier replay's experts), not the
+    model's own choice, and gets a fourth argument: whether a replay replaced the routing.
+
+    The read runs without autograd: the logits are the router's own tensor (a replay's gate
+    weights take their gradient from them), the weights read are for their dtype and values."""
 
     def routed(module, args, output):
-        logits, weights, ids = site.read(module, args, output)
-        if isinstance(output, _Replaced):  # an outer replay replaced it: report the model's own choice
-            weights, ids = output.own
-        if own and isinstance(output, _Replaced):
+        with torch.no_grad():  # a read that computes (Llama 4's top-k) must leave nothing to autograd
+            logits, weights, ids = site.read(module, args, output)
+        replaced = isinstance(output, _Replaced)
+        if replaced:  # an outer replay replaced it: the model's own choice, or the replay's
+            weights, ids = output.used if final else output.own
+        if own and replaced:
             raise RuntimeError("an own-choice routing (router noise) under a replay attached before it would override the replay")
-        replacement = on_route(logits, weights, ids)
+        replacement = on_route(logits, weights, ids, replaced) if final else on_route(logits, weights, ids)
         if replacement is None:
             return None
         if own:
             return site.write(logits, *replacement)
-        replaced = _Replaced(site.write(logits, *replacement))
-        replaced.own = (weights, ids)
-        return replaced
+        written = _Replaced(site.write(logits, *replacement))
+        written.own = output.own if replaced else (weights, ids)
+        written.used = tuple(replacement)
+        return written
 
     if site.method is None:
         return router_module.register_forward_hook(routed)

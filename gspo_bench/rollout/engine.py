@@ -45,6 +45,17 @@ class Rollout:
         return self.input_ids[:, self.prompt_width :]  # [B, T]
 
 
+def check_prompt_lengths(prompts: list[list[int]], limit: int | None) -> None:
+    """ValueError when a prompt is longer than `limit` tokens (`rollout.max_prompt_tokens`; None: no limit).
+    A prompt is never truncated: the run's plan (`--dry-run`) counted on the limit."""
+    if limit is None:
+        return
+    longest = max((len(p) for p in prompts), default=0)
+    if longest > limit:
+        raise ValueError(f"a prompt of {longest} tokens is longer than rollout.max_prompt_tokens = {limit}: raise "
+                         "the limit (and check the dry run's memory plan), or shorten the task's prompts")
+
+
 class RolloutEngine(Protocol):
     name: str
 

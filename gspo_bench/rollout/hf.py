@@ -16,6 +16,10 @@ Decoding (`decode`): `generate` is transformers' `model.generate`; `static` is o
 sampling by the same rule, routing included: the same tokens, 7-18x faster on an H100
 (`results/perf/gpu/`). Default: `static` on a GPU, `generate` on CPU and under torchrun.
 
+Rows in chunks (`rollout.kv_cache_gib`, default off): the rows are generated in chunks whose KV
+cache at full length fits the budget (`rollout.chunks`), on both decode paths; a row's tokens,
+log-probs and routes are those of one batch.
+
 Router noise (`router_noise: sigma`, default 0: off) perturbs the engine's expert selection, and
 only the engine's, to top-k(router logits + sigma * z) with counter-based Gaussian z
 (`rollout.router_noise`): a controlled routing mismatch that `moe/rollout_gap` measures and R3
@@ -37,12 +41,21 @@ from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogits
 from gspo_bench.models.padding import left_pad
 from gspo_bench.moe import RoutingCapture
 from gspo_bench.rollout.batching import mask_after_eos
-from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
+from gspo_bench.rollout.chunks import join_rollouts, kv_bytes_per_token, rows_per_chunk
+from gspo_bench.rollout.engine import Rollout, SamplingParams, check_prompt_lengths, register_engine
 from gspo_bench.rollout.router_noise import RouterNoise, check_sigma
 from gspo_bench.rollout.sampling import GumbelNoise
 from gspo_bench.rollout.static_decode import DecodeRule, static_decode
 
 DECODES = ("generate", "static")
+
+
+def wants_copy(dtype: torch.dtype, device_type: str, sharded: bool, copy_weights: bool | None) -> bool:
+    """A rollout copy where the rollout `dtype` is below fp32, the model is whole on this process (not
+    `sharded`) and `copy_weights` says so (None: on a GPU, "cuda")."""
+    if dtype == torch.float32 or sharded:
+        return False
+    return copy_weights if copy_weights is not None else device_type == "cuda"
 
 
 class RolloutWeights:
@@ -55,11 +68,9 @@ class RolloutWeights:
 
     @staticmethod
     def applies(model: torch.nn.Module, dtype: torch.dtype, copy_weights: bool | None) -> bool:
-        """A copy where the rollout dtype is below fp32, the model is whole on this process and
-        `copy_weights` says so (None: on a GPU)."""
-        if dtype == torch.float32 or any(hasattr(p, "to_local") for p in model.parameters()):
-            return False
-        return copy_weights if copy_weights is not None else next(model.parameters()).device.type == "cuda"
+        """`wants_copy` for `model`: sharded when its parameters are DTensors, on its first parameter's device."""
+        sharded = any(hasattr(p, "to_local") for p in model.parameters())
+        return wants_copy(dtype, next(model.parameters()).device.type, sharded, copy_weights)
 
     @torch.no_grad()
     def refresh(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -110,9 +121,13 @@ class HFEngine:
     returns_routing = True  # with SamplingParams.capture_routing
 
     def __init__(self, pad_id: int, eos_id: int, dtype: str = "float32", decode: str | None = None,
-                 graph: bool | None = None, copy_weights: bool | None = None, router_noise: float = 0.0):
+                 graph: bool | None = None, copy_weights: bool | None = None, router_noise: float = 0.0,
+                 kv_cache_gib: float | None = None, max_prompt_tokens: int | None = None):
         if decode is not None and decode not in DECODES:
             raise ValueError(f"hf engine: decode must be one of {', '.join(DECODES)}, got {decode!r}")
+        for option, value in (("graph", graph), ("copy_weights", copy_weights)):
+            if value is not None and not isinstance(value, bool):  # a string "false" would read as true
+                raise ValueError(f"hf engine: {option} must be true or false (or left out), got {value!r}")
         if graph and decode == "generate":
             raise ValueError("hf engine: graph: true needs decode: static")
         self.pad_id = pad_id
@@ -122,6 +137,8 @@ class HFEngine:
         self.copy_weights = copy_weights  # None: a bf16 rollout copy on CUDA
         self.router_noise = check_sigma(router_noise)  # std of the router-logit noise while generating (0: off)
         self.weights = RolloutWeights({"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype])
+        self.kv_cache_gib = kv_cache_gib  # rows generated in chunks whose KV cache fits it (None: one batch)
+        self.max_prompt_tokens = max_prompt_tokens  # longer prompts are refused (None: no limit)
 
     def sync_weights(self, model) -> None:
         """Refresh the rollout copy from the policy (nothing to do in fp32: it samples from the model)."""
@@ -138,6 +155,7 @@ class HFEngine:
     def generate(self, model, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         if params.temperature <= 0 or not 0 < params.top_p <= 1:
             raise ValueError("hf engine: temperature must be > 0 and top_p in (0, 1]")
+        check_prompt_lengths(prompts, self.max_prompt_tokens)
         sampler = self.sampler(model)
         device = next(sampler.parameters()).device
         rows = [p for p in prompts for _ in range(params.group_size)]  # groups of G consecutive rows
@@ -150,13 +168,17 @@ class HFEngine:
         sampler.eval()
         # the copy is already in the rollout dtype: autocast would only add a cast check per op
         own_precision = torch.autocast(device.type, enabled=False) if sampler is not model else nullcontext()
+        per_row = (prompt_ids.shape[1] + params.max_new_tokens) * kv_bytes_per_token(sampler.config,
+                                                                                     self.weights.dtype.itemsize)
+        chunk = rows_per_chunk(len(rows), per_row, self.kv_cache_gib)
+        decode = self._static if self.decoding(device, params) == "static" else self._generate
         try:
-            with own_precision:
-                if self.decoding(device, params) == "static":
-                    return self._static(sampler, prompt_ids, prompt_mask, keys, params)
-                return self._generate(sampler, prompt_ids, prompt_mask, keys, params)
+            with own_precision:  # every chunk at the batch's prompt width, each row with its own key
+                parts = [decode(sampler, prompt_ids[start : start + chunk], prompt_mask[start : start + chunk],
+                                keys[start : start + chunk], params) for start in range(0, len(rows), chunk)]
         finally:
             sampler.train(was_training)
+        return parts[0] if len(parts) == 1 else join_rollouts(parts, self.pad_id)
 
     def decoding(self, device: torch.device, params: SamplingParams) -> str:
         if self.decode is not None:
@@ -221,10 +243,12 @@ class HFEngine:
 @register_engine("hf")
 def make_hf_engine(pad_id: int, eos_id: int, dtype: str = "float32", decode: str | None = None,
                    graph: bool | None = None, copy_weights: bool | None = None, router_noise: float = 0.0,
-                   model_path=None, device=None, **unknown: object) -> HFEngine:
-    """`model_path` and `device` are the run's (the engine samples from the policy it is handed)."""
+                   model_path=None, device=None, kv_cache_gib: float | None = None,
+                   max_prompt_tokens: int | None = None, **unknown: object) -> HFEngine:
+    """`model_path` and `device` are the run's (the engine samples from the policy it is handed);
+    `kv_cache_gib` and `max_prompt_tokens` are the suite's rollout fields."""
     if unknown:
         raise ValueError(f"hf engine: unknown engine_options {', '.join(sorted(unknown))}; valid: decode "
                          f"({' or '.join(DECODES)}), graph, copy_weights (true/false), router_noise (std >= 0)")
     return HFEngine(pad_id=pad_id, eos_id=eos_id, dtype=dtype, decode=decode, graph=graph, copy_weights=copy_weights,
-                    router_noise=router_noise)
+                    router_noise=router_noise, kv_cache_gib=kv_cache_gib, max_prompt_tokens=max_prompt_tokens)

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from gspo_bench.models.padding import left_pad
-from gspo_bench.rollout.engine import Rollout, SamplingParams, register_engine
+from gspo_bench.rollout.engine import Rollout, SamplingParams, check_prompt_lengths, register_engine
 from gspo_bench.rollout.weights import checkpoint_tensors
 
 
@@ -67,8 +67,10 @@ class VLLMEngine:
     returns_routing = False
 
     def __init__(self, pad_id: int, eos_id: int, model_path: str | Path, dtype: str = "float32",
-                 device: str = "cpu", parity_tolerance: float | None = None, **options):
+                 device: str = "cpu", parity_tolerance: float | None = None, max_prompt_tokens: int | None = None,
+                 **options):
         self.pad_id, self.eos_id = pad_id, eos_id
+        self.max_prompt_tokens = max_prompt_tokens  # rollout.max_prompt_tokens: longer prompts are refused
         self.model_path, self.dtype, self.device = str(model_path), dtype, device
         self.options = options
         self.llm = None
@@ -162,6 +164,7 @@ class VLLMEngine:
     def generate(self, model, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         if params.synced:
             raise ValueError("the vllm engine does not run under torchrun yet; use rollout.engine: hf")
+        check_prompt_lengths(prompts, self.max_prompt_tokens)
         vllm = import_vllm()
         from vllm.inputs import TokensPrompt
 

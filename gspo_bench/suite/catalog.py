@@ -3,11 +3,13 @@ corrections and MoE families. Each table is built from its registry; nothing is 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.markup import escape
 from rich.table import Table
 
 
-def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Table:
+def _table(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> Table:
     table = Table(title=title)
     for col in columns:
         table.add_column(col)

@@ -285,9 +285,10 @@ def _outcome(future, spec) -> dict:
         return worker_outcome(future, spec)
     except BaseException as err:
         recorded = RunDir(spec.run_dir).read_status() or {}
+        if recorded.get("status") in ("done", "collapsed", "failed"):  # the run had ended: its own end, as recorded
+            return {"status": recorded["status"], "message": recorded.get("message", ""), "step": recorded.get("step", 0)}
         message = recorded.get("message") or f"{type(err).__name__}: {err}"
-        ended = recorded.get("status") if recorded.get("status") in ("done", "collapsed", "failed") else "failed"
-        return {"status": ended, "message": message, "step": recorded.get("step", 0)}
+        return {"status": "failed", "message": message, "step": recorded.get("step", 0)}
 
 
 def _next_ray(messages, empty: type):

@@ -7,6 +7,11 @@ A task is any object with these members (composition: tasks differ by registry n
     test_examples(n: int) -> list[Example]           # the held-out split, deterministic
     reward(response: str, example: Example) -> float # in [0, 1]
 
+A generated task may declare a chance baseline: a `baseline_policy(example, rng) -> response` that
+writes well-formed responses with random choices (for `chain`: right arithmetic, random operations),
+whose mean reward `GeneratedTask.baseline()` estimates by simulation. A reward at that level is
+what a policy gets without solving anything.
+
 Generated tasks split their problem space by a hash of the prompt: a prompt belongs to the test
 split iff `in_test_split(prompt)`, so the splits are disjoint whatever the seed.
 """
@@ -15,11 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 TEST_SHARE = 0.1  # share of a generated task's problem space held out for testing
+BASELINE_SAMPLES = 4000  # simulated responses behind a baseline: standard error about std / 63
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,9 @@ class GeneratedTask:
     seed: int = 0  # of the test set
     # (start, end, right) character spans of a response's steps, for tasks that can check steps
     steps: Callable[[str, Example], list[tuple[int, int, bool]]] | None = None
+    # a response with random choices but the right format, for the chance baseline (see `baseline`)
+    baseline_policy: Callable[[Example, random.Random], str] | None = None
+    baseline_text: str = ""  # what `baseline_policy` writes, in words
 
     def train_example(self, rng: random.Random) -> Example:
         return sample_split(self.make, rng, test=False)
@@ -95,3 +105,26 @@ class GeneratedTask:
 
     def reward(self, response: str, example: Example) -> float:
         return self.verify(response, example)
+
+    def baseline(self, samples: int = BASELINE_SAMPLES, seed: int = 0) -> Baseline | None:
+        """The mean and per-response standard deviation of the reward of `baseline_policy` over `samples`
+        problems of the generator (seeded); None for a task that declares no baseline policy."""
+        if self.baseline_policy is None:
+            return None
+        rng = random.Random(seed)
+        rewards = []
+        for _ in range(samples):
+            example = self.make(rng)
+            rewards.append(self.verify(self.baseline_policy(example, rng), example))
+        return Baseline(statistics.fmean(rewards), statistics.pstdev(rewards), samples, self.baseline_text)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A task's chance level: the reward of a policy that writes well-formed responses with random
+    choices (`policy` says which), simulated over `samples` problems."""
+
+    mean: float
+    std: float  # per response
+    samples: int
+    policy: str

@@ -14,6 +14,11 @@ reward (`partial`, the default) is the share of right steps among max(n, steps w
 step and a step beyond the n-th count as wrong, so only the reference chain scores 1, and a
 response scores 1 only if its last value is the final answer. With `partial: false` the reward is
 1 when every step is right and 0 otherwise.
+
+Chance baseline (`random_operations`): a policy that writes n well-formed, arithmetically right steps
+from the start, each with an operation drawn uniformly from those that keep its own value in
+0..max_value. A step is right with probability 1/6 to 1/3 (max_operand 3): about 0.169 (std 0.070 per
+response) for `{steps: 30, max_operand: 3, max_value: 9}`.
 """
 
 from __future__ import annotations
@@ -101,6 +106,19 @@ class ChainProblems:
         return Example(prompt=prompt, answer=SEPARATOR.join(lines), meta={"start": start, "ops": ops, "values": values})
 
 
+def random_operations(example: Example, rng: random.Random, max_operand: int, max_value: int) -> str:
+    """n right steps from the prompt's start, each operation drawn uniformly from the (op, b) pairs that
+    keep the policy's own value in 0..max_value: the chain task's chance baseline."""
+    current, lines = example.meta["start"], []
+    for _ in example.meta["ops"]:
+        op, b = rng.choice([(op, b) for b in range(1, max_operand + 1) for op in "+-"
+                            if 0 <= (current + b if op == "+" else current - b) <= max_value])
+        value = current + b if op == "+" else current - b
+        lines.append(f"{current}{op}{b}={value}")
+        current = value
+    return SEPARATOR.join(lines)
+
+
 @register_task("chain", "apply `steps` +/- operations to a start number writing every step (long responses, "
                         "step-level verdicts); reward: share of right steps, or all-or-nothing")
 def make_chain(steps: int = 30, max_operand: int = 9, max_value: int = 99, partial: bool = True,
@@ -111,4 +129,9 @@ def make_chain(steps: int = 30, max_operand: int = 9, max_value: int = 99, parti
     def verify(response: str, example: Example) -> float:
         return chain_reward(response, example, partial)
 
-    return GeneratedTask("chain", ChainProblems(steps, max_operand, max_value), verify, seed, steps=step_verdicts)
+    def baseline_policy(example: Example, rng: random.Random) -> str:
+        return random_operations(example, rng, max_operand, max_value)
+
+    return GeneratedTask("chain", ChainProblems(steps, max_operand, max_value), verify, seed, steps=step_verdicts,
+                         baseline_policy=baseline_policy,
+                         baseline_text="well-formed, arithmetically right steps with random operations")

@@ -7,6 +7,10 @@ Each step combines two available numbers (given ones, each at most once, or earl
 + - * / and states the result; the answer is right when every step is exact and the last result
 is the target. A bare expression ("(4+7)*3-9") is accepted too. Everything is checked by a safe
 evaluator over exact fractions: no `eval` of model text.
+
+Chance baseline (`random_steps`): exact, well-formed steps that combine a random 2..count of the
+given numbers in random order with random + - * (as the generator does), right only when they happen
+to reach the target.
 """
 
 from __future__ import annotations
@@ -85,6 +89,25 @@ def check_expression(response: str, numbers: list[int], target: int) -> bool:
     return not (Counter(used) - Counter(numbers)) and value == Fraction(target)
 
 
+def random_combination(numbers: list[int], rng: random.Random) -> tuple[int, list[str]]:
+    """A random 2..len(numbers) of `numbers` in random order, combined left to right with random + - *
+    (the larger number first for -): the value reached and the steps written."""
+    order = rng.sample(numbers, rng.randint(2, len(numbers)))
+    current, steps = order[0], []
+    for n in order[1:]:
+        op = rng.choice("+-*")
+        a, b = (current, n) if op != "-" or current >= n else (n, current)
+        value = a + b if op == "+" else a - b if op == "-" else a * b
+        steps.append(f"{a}{op}{b}={value}")
+        current = value
+    return current, steps
+
+
+def random_steps(example: Example, rng: random.Random) -> str:
+    """The countdown task's chance baseline: exact steps over a random combination of the given numbers."""
+    return ",".join(random_combination(example.meta["numbers"], rng)[1])
+
+
 @dataclass(frozen=True)
 class CountdownProblems:
     count: int = 3  # numbers given
@@ -98,14 +121,7 @@ class CountdownProblems:
     def __call__(self, rng: random.Random) -> Example:
         while True:
             numbers = [rng.randint(1, self.max_number) for _ in range(self.count)]
-            order = rng.sample(numbers, rng.randint(2, self.count))
-            current, steps = order[0], []
-            for n in order[1:]:
-                op = rng.choice("+-*")
-                a, b = (current, n) if op != "-" or current >= n else (n, current)
-                value = a + b if op == "+" else a - b if op == "-" else a * b
-                steps.append(f"{a}{op}{b}={value}")
-                current = value
+            current, steps = random_combination(numbers, rng)
             if 1 <= current <= self.max_target:
                 prompt = f"{current}:{','.join(map(str, numbers))}="
                 return Example(prompt=prompt, answer=",".join(steps), meta={"target": current, "numbers": numbers})
@@ -123,4 +139,5 @@ def countdown_reward(response: str, example: Example) -> float:
 @register_task("countdown", "reach a target from given numbers with + - * /, step by step; safe evaluator")
 def make_countdown(count: int = 3, max_number: int = 9, max_target: int = 99, seed: int = 0) -> GeneratedTask:
     return GeneratedTask("countdown", CountdownProblems(count, max_number, max_target), countdown_reward, seed,
-                         steps=step_verdicts)
+                         steps=step_verdicts, baseline_policy=random_steps,
+                         baseline_text="exact steps combining the given numbers in random order with random + - *")

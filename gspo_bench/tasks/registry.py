@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
-from gspo_bench.tasks.base import Task
+from gspo_bench.tasks.base import Baseline, Task
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,17 @@ def make_task(name: str, **params) -> Task:
     if unknown:
         raise ValueError(f"task {name!r} has no params {sorted(unknown)}; valid: {sorted(valid)}")
     return task_spec(name).factory(**params)
+
+
+def task_baseline(name: str, params: dict | None = None) -> Baseline | None:
+    """The chance baseline of task `name` built with `params` (simulated once per setting), or None for
+    a task that declares none or is built from the user's data."""
+    if task_spec(name).needs_params:
+        return None
+    return _baseline(name, json.dumps(params or {}, sort_keys=True))
+
+
+@lru_cache(maxsize=64)
+def _baseline(name: str, params: str) -> Baseline | None:
+    baseline = getattr(make_task(name, **json.loads(params)), "baseline", None)
+    return baseline() if baseline is not None else None

@@ -18,8 +18,43 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, lr: float, distribu
     param_groups[0] is every other parameter at `lr` (the lr the loop logs). Build it after
     sharding: the groups hold the model's parameter objects (DTensors under FSDP2) by identity."""
     device = next(model.parameters()).device
-    return torch.optim.AdamW(param_groups(model, lr, cfg.router_lr_scale), lr=lr, betas=cfg.betas,
-                             weight_decay=cfg.weight_decay, fused=device.type in ("cpu", "cuda") and not distributed)
+    groups = param_groups(model, lr, cfg.router_lr_scale)
+    if cfg.optimizer == "adamw8bit":
+        return adamw_8bit(groups, lr, cfg)
+    return torch.optim.AdamW(groups, lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+                             fused=device.type in ("cpu", "cuda") and not distributed)
+
+
+def adamw_8bit(groups: list[dict], lr: float, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """torchao's AdamW8bit (`train.optimizer: adamw8bit`): AdamW with both moments kept blockwise in
+    8 bits (a byte per value and an fp32 scale per block of 256; tensors under 4,096 values stay fp32),
+    ~2 bytes per parameter instead of 8, on the GPU or the CPU. The update is AdamW's, with quantised
+    moments: not bit-equal to `adamw`'s. Learning rates stay plain floats in `param_groups` (what the
+    loop logs and `set_lr` sets); torchao's step gets them as tensors."""
+    try:
+        from torchao.optim import AdamW8bit
+    except ImportError as err:
+        raise RuntimeError("train.optimizer: adamw8bit needs torchao, which is not installed here: pip install "
+                           "'gspo-bench[lowmem]' (a GPU machine without a network: bring its wheel, docs/scale.md), "
+                           "or set train.optimizer: adamw") from err
+
+    class FloatLrAdamW8bit(AdamW8bit):
+        def __init__(self, params, **kwargs):
+            super().__init__(params, **kwargs)
+            for group in self.param_groups:  # torchao made them tensors
+                group["lr"] = float(group["lr"])
+
+        def step(self, closure=None):
+            rates = [group["lr"] for group in self.param_groups]
+            for group in self.param_groups:
+                group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32)
+            try:
+                return super().step(closure)
+            finally:
+                for group, rate in zip(self.param_groups, rates, strict=True):
+                    group["lr"] = rate
+
+    return FloatLrAdamW8bit(groups, lr=lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
 
 
 def param_groups(model: torch.nn.Module, lr: float, router_lr_scale: float) -> list[dict]:

@@ -26,6 +26,16 @@ class Policy:
         return next(self.model.parameters()).device
 
 
+def checkpoint_activations(model: torch.nn.Module) -> int:
+    """Checkpoint every decoder layer of `model` (`train.activation_checkpointing`), each recompute
+    routing as the forward it recomputes (the replayed experts under R2/R3, the recorded ones
+    otherwise: `moe.recompute`); returns how many layers."""
+    from gspo_bench.models.checkpointing import checkpoint_layers
+    from gspo_bench.moe.recompute import RouteKeeper
+
+    return checkpoint_layers(model, RouteKeeper(model))
+
+
 def capturing(model: torch.nn.Module, enabled: bool, replay: torch.Tensor | None = None,
               probe: torch.Tensor | None = None, margins: bool = False, pairs: torch.Tensor | None = None):
     """A RoutingCapture (recording, replaying `replay`, reading the live gate scores of the experts in

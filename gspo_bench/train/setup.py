@@ -23,7 +23,7 @@ from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state
 from gspo_bench.train.compute import active_parameters
 from gspo_bench.train.evaluation import Evaluator
 from gspo_bench.train.optim import make_optimizer, set_lr
-from gspo_bench.train.policy import Policy
+from gspo_bench.train.policy import Policy, checkpoint_activations
 from gspo_bench.train.precision import DTYPES, Precision
 from gspo_bench.train.state import RunState
 from gspo_bench.train.tracking import Tracker, open_tracker
@@ -167,6 +167,8 @@ def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World
     tokenizer = AutoTokenizer.from_pretrained(weights, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True, dtype=torch.float32).to(device)
     n_active = active_parameters(model)
+    if train.activation_checkpointing:
+        checkpoint_activations(model)
     if world.distributed:
         shard(model)
     model.train()
@@ -186,8 +188,10 @@ def make_run_engine(suite: SuiteConfig, tokenizer, weights: Path, device: torch.
 
     eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+    limits = {"kv_cache_gib": suite.rollout.kv_cache_gib, "max_prompt_tokens": suite.rollout.max_prompt_tokens}
     return make_engine(suite.rollout.engine, pad_id=pad_id, eos_id=eos_id, model_path=weights,
-                       dtype=suite.rollout.dtype or suite.train.dtype, device=str(device), **suite.rollout.engine_options)
+                       dtype=suite.rollout.dtype or suite.train.dtype, device=str(device), **suite.rollout.engine_options,
+                       **{name: value for name, value in limits.items() if value is not None})
 
 
 def check_distributed(suite: SuiteConfig, world: World) -> None:

@@ -1,0 +1,34 @@
+"""User text in report.md: labels, suite names, sweep points, run messages and paths go into markdown
+text and tables only through `escape`, so that none of them can start a tag (`<script>`, `<img
+onerror=...>`), a link, emphasis or a table cell, or end a table row (a newline). report.html renders
+the same markdown text with `to_html`, which reads the escapes back as plain characters."""
+
+from __future__ import annotations
+
+import html
+import re
+
+SPECIAL = "\\`*_[]<>|&#~$"  # characters markdown (CommonMark, GFM tables, math) gives a meaning
+_ESCAPED = re.compile(r"\\([" + re.escape(SPECIAL) + "])")
+_PLACEHOLDER = 0xE000  # private-use code points stand for escaped characters while markup is parsed
+
+
+def escape(text: object) -> str:
+    """`text` on one line, every markdown-special character backslash-escaped (but `_` between two
+    letters or digits, which CommonMark never reads as emphasis: `grpo_rr` stays readable)."""
+    line = re.sub(r"[\r\n\t\v\f\u2028\u2029]+", " ", str(text))
+    return "".join("\\" + c if c in SPECIAL and not _intraword(line, i) else c for i, c in enumerate(line))
+
+
+def _intraword(line: str, i: int) -> bool:
+    return line[i] == "_" and 0 < i < len(line) - 1 and line[i - 1].isalnum() and line[i + 1].isalnum()
+
+
+def to_html(markdown: str) -> str:
+    """The report's markdown text (user text escaped, `**bold**` and `` `code` `` ours) as HTML."""
+    hidden = _ESCAPED.sub(lambda m: chr(_PLACEHOLDER + ord(m[1])), markdown)
+    text = html.escape(hidden)
+    text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
+    text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+    return re.sub(f"[{chr(_PLACEHOLDER)}-{chr(_PLACEHOLDER + 127)}]",
+                  lambda m: html.escape(chr(ord(m[0]) - _PLACEHOLDER)), text)

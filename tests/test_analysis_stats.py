@@ -1,0 +1,132 @@
+"""The statistics behind every interval and p-value of the report, on cases small enough to work out by
+hand: scipy's exact sign-flip p against a plain enumeration (with ties), the paired t-interval, Holm's
+adjustment, rliable's probability of improvement, and why no bootstrap is shown below 10 seeds."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.stats import (
+    MIN_BOOTSTRAP_SEEDS,
+    bootstrap_ci,
+    holm,
+    paired,
+    paired_t_interval,
+    probability_of_improvement,
+    seeds_needed,
+    sign_flip_p,
+    smallest_p,
+    stratified_bootstrap_ci,
+    t_interval,
+)
+
+
+def enumerated_p(differences: list[float]) -> float:
+    """Two-sided sign-flip p by listing every sign pattern: 2 min(P(sum <= observed), P(sum >= observed))."""
+    observed = sum(differences)
+    sums = [sum(s * d for s, d in zip(signs, differences)) for signs in itertools.product((1, -1), repeat=len(differences))]
+    low = sum(s <= observed + 1e-12 for s in sums) / len(sums)
+    high = sum(s >= observed - 1e-12 for s in sums) / len(sums)
+    return min(1.0, 2 * min(low, high))
+
+
+def test_the_sign_flip_p_of_three_seeds_that_all_agree_is_a_quarter():
+    """The stress suite's grpo_r3 - grpo: +0.0116, +0.0124, +0.0098: one pattern of 8 as extreme, each side."""
+    a, b = np.array([0.2145, 0.2261, 0.2018]), np.array([0.2029, 0.2137, 0.1920])
+    assert sign_flip_p(a, b) == pytest.approx(0.25)
+    assert smallest_p(3) == 0.25 and smallest_p(6) == pytest.approx(0.03125)
+
+
+@pytest.mark.parametrize("differences, by_hand", [
+    ([3.0, 1.0, 1.0, -1.0], 0.5),  # sums 3 + (+-1 +-1 +-1): >= 4 in 4 of 16 patterns -> 2 x 4/16
+    ([1.0, 1.0, 2.0], 0.25),  # ties: only +1 +1 +2 reaches 4
+    ([1.0, 1.0, -2.0], 1.0),  # observed sum 0: 5 of 8 on each side -> 10/8, at most 1
+    ([0.5, 0.5, 0.5, 0.5, 0.5, 0.5], 2 / 64),  # six seeds that agree: the first p below 0.05
+    ([0.0, 2.0, 2.0, 1.0, -1.0], 0.375),  # a zero difference: its two signs tie (12 of 32 >= 4)
+    ([0.7], 1.0),  # one pair: +0.7 and -0.7, one on each side
+])
+def test_scipys_exact_sign_flip_p_equals_the_enumeration(differences, by_hand):
+    d = np.array(differences)
+    assert enumerated_p(differences) == pytest.approx(by_hand)
+    assert sign_flip_p(d + 10.0, np.full(len(d), 10.0)) == pytest.approx(by_hand)  # paired: only a - b counts
+
+
+def test_the_paired_t_interval_by_hand():
+    """Differences 1, 2, 3: mean 2, sd 1, t(0.975, 2 df) = 4.302653: 2 -+ 4.302653 / sqrt(3)."""
+    low, high = paired_t_interval(np.array([11.0, 12.0, 13.0]), np.array([10.0, 10.0, 10.0]))
+    half = 4.302653 / np.sqrt(3)
+    assert (low, high) == pytest.approx((2 - half, 2 + half), abs=1e-5)
+    assert t_interval(np.array([1.0, 2.0, 3.0])) == pytest.approx((2 - half, 2 + half), abs=1e-5)
+    assert np.isnan(paired_t_interval(np.array([1.0]), np.array([0.0]))[0])  # one pair: no interval
+    assert t_interval(np.array([0.3, 0.3])) == (0.3, 0.3)  # no spread
+
+
+def test_paired_differs_from_unpaired_when_seeds_share_an_offset():
+    """Seed effects 0, 0.2, 0.4 shared by both objectives; differences 0.10, 0.12, 0.08: the paired
+    interval is that of the differences, far narrower than the two objectives' own spread."""
+    seeds = [0, 1, 2]
+    a = pd.Series([0.50, 0.72, 0.88], index=seeds)
+    b = pd.Series([0.40, 0.60, 0.80], index=seeds)
+    found = paired(a, b)
+    half = 4.302653 * 0.02 / np.sqrt(3)
+    assert found.mean == pytest.approx(0.10) and (found.low, found.high) == pytest.approx((0.1 - half, 0.1 + half), abs=1e-6)
+    assert found.p == pytest.approx(0.25) and found.seeds == (0, 1, 2)
+    assert found.poi == pytest.approx(6 / 9)  # 0.50 beats 0.40 only; 0.72 beats 0.40, 0.60; 0.88 all three
+    shuffled = paired(a, pd.Series([0.80, 0.40, 0.60], index=seeds))  # the same values on other seeds
+    assert shuffled.mean == pytest.approx(0.10) and shuffled.high - shuffled.low > 0.5
+
+
+def test_paired_uses_the_seeds_both_have_and_a_constant_as_a_one_sample_test():
+    a = pd.Series([0.1, 0.2, 0.3, 0.4], index=[0, 1, 2, 5])
+    b = pd.Series([0.0, 0.0, np.nan], index=[2, 5, 7])
+    found = paired(a, b)
+    assert found.seeds == (2, 5) and found.first == (0.3, 0.4) and found.mean == pytest.approx(0.35)
+    one = paired(a, 0.05)
+    assert one.n == 4 and one.mean == pytest.approx(0.2) and one.p == pytest.approx(2 / 16)
+
+
+def test_holm_by_hand():
+    """p 0.01, 0.04, 0.03, 0.005: sorted x 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> non-decreasing 0.06."""
+    assert holm(np.array([0.01, 0.04, 0.03, 0.005])) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm(np.array([0.5, np.nan, 0.4])) == pytest.approx([0.8, np.nan, 0.8], nan_ok=True)
+    assert holm(np.array([0.9, 0.6])) == pytest.approx([1.0, 1.0])  # at most 1
+    assert holm(np.array([0.03125])) == pytest.approx([0.03125])  # one comparison: unchanged
+
+
+def test_how_many_paired_seeds_a_claim_needs():
+    assert seeds_needed(1) == 6  # 2/64 < 0.05 <= 2/32
+    assert seeds_needed(3) == 7  # 3 x 2/128 = 0.047
+    assert seeds_needed(4) == 8 and seeds_needed(10) == 9
+
+
+def test_probability_of_improvement_counts_ties_as_half():
+    """x = 1, 2, 3 against y = 2, 2, 0: wins 1 + (0.5 + 0.5 + 1) + 3 = 6 of 9."""
+    assert probability_of_improvement(np.array([1.0, 2.0, 3.0]), np.array([2.0, 2.0, 0.0])) == pytest.approx(6 / 9)
+    assert probability_of_improvement(np.array([1.0]), np.array([1.0])) == 0.5
+
+
+def coverage(n: int, trials: int, rng: np.random.Generator) -> float:
+    hits = 0
+    for _ in range(trials):
+        sample = rng.normal(0.0, 1.0, size=n)
+        low, high = bootstrap_ci(sample, rng, reps=500)
+        hits += low <= 0.0 <= high
+    return hits / trials
+
+
+def test_a_percentile_bootstrap_is_no_95_percent_interval_below_ten_seeds():
+    """Why MIN_BOOTSTRAP_SEEDS is 10: at 3 seeds the nominal 95% interval covers about 3 times in 4."""
+    rng = np.random.default_rng(2024)
+    assert 0.66 <= coverage(3, 600, rng) <= 0.80
+    assert coverage(MIN_BOOTSTRAP_SEEDS, 600, rng) >= 0.87
+
+
+def test_the_stratified_bootstrap_resamples_within_each_stratum_and_refuses_few_runs():
+    rng = np.random.default_rng(0)
+    low, high = stratified_bootstrap_ci([np.zeros(10), np.ones(10)], rng, statistic=lambda x, axis: x.mean(axis=axis))
+    assert (low, high) == (0.5, 0.5)  # every resample keeps ten zeros and ten ones: the strata never mix
+    assert np.isnan(stratified_bootstrap_ci([np.arange(9.0)], rng)[0])  # 9 runs: no interval

@@ -1,0 +1,208 @@
+"""What makes a report believable besides its statistics: only finished runs are compared, figure files
+and ids never collide, runs without steps or with damaged files do not crash it, user text cannot
+break report.md, and two different suites of one name are refused."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from analysis.evidence import gather
+from analysis.load import finished, load_results
+from analysis.report import write_report
+from analysis.suites import MixedSuitesError
+from gspo_bench.rundir.folder import RunDir
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_analysis import make_run  # noqa: E402
+from test_report_html import synth  # noqa: E402
+
+
+def answer_of(md: str) -> str:
+    return md.split("## The answer")[1].split("<a id=")[0]
+
+
+def test_unfinished_runs_are_shown_apart_and_never_compared(tmp_path):
+    """GSPO s1 was killed at step 4 of 20 with a reward far above the rest, GRPO s2 failed: the comparison
+    pairs GSPO with GRPO on seed 0 only (the seeds both finished), and the answer names the two runs."""
+    root = synth(tmp_path, {"grpo": [0.0, 0.0], "gspo": [0.1]})
+    make_run(tmp_path, "gspo", 1, steps=4, status="running", bonus=5.0)
+    make_run(tmp_path, "grpo", 2, steps=9, status="failed", message="out of memory")
+    results = load_results(root)
+    evidence = gather(finished(results))
+    result, _ = evidence.family.find(("synth", ""), "final reward", "gspo", "grpo")
+    assert result.seeds == (0,) and result.mean == pytest.approx(0.1)
+    assert sorted(evidence.results.runs["path"].map(lambda p: Path(p).name)) == ["grpo-s0", "grpo-s1", "gspo-s0"]
+    md = write_report(results, tmp_path / "r")["md"].read_text()
+    answer = answer_of(md)
+    assert "**2 run(s) did not finish**" in answer and "gspo s1 (running at step 4)" in answer
+    assert "grpo s2 (failed at step 9: out of memory)" in answer
+    apart = md.split("## Unfinished runs")[1].split("<a id=")[0]
+    assert "running" in apart and "out of memory" in apart
+    compared = md.split("## Every comparison")[1].split("<a id=")[0]
+    (reward,) = [line for line in compared.splitlines() if line.startswith("| final reward")]
+    assert "(s0 -0.1)" in reward and "s1" not in reward and "s2" not in reward
+
+
+def test_figures_draw_finished_runs_only(tmp_path):
+    """A run killed at step 4 would end the reward curve at step 4 (the curves share an x range)."""
+    from analysis.figures import curve_with_band
+
+    root = synth(tmp_path, {"grpo": [0.0, 0.0]})
+    make_run(tmp_path, "grpo", 2, steps=4, status="failed")
+    curve = curve_with_band(finished(load_results(root)).metrics, "reward/mean", points=5)
+    assert curve["x"].max() == pytest.approx(20 * 1e9)
+
+
+LABELS = ["a.b", "a,b", "x" * 300, "<script>alert(1)</script>", "two\nlines|pipe", "<img src=x onerror=alert(1)>"]
+
+
+@pytest.fixture(scope="module")
+def odd_report(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("odd")
+    for label in LABELS:
+        make_run(root, label, 0, kind=("grpo", False), status="failed" if "img" in label else "done",
+                 message="<b>bold</b>\nsecond line" if "img" in label else "")
+    return write_report(load_results(root / "synth"), root / "out")["md"].parent
+
+
+def test_labels_that_differ_only_in_punctuation_or_are_long_get_their_own_figure_files(odd_report):
+    """`a.b` and `a,b` once both wrote drift_layers_a_b.png; a 300-character label failed with ENAMETOOLONG."""
+    files = sorted(p.name for p in (odd_report / "figures").glob("drift_layers_*.png"))
+    assert "drift_layers_a.b.png" in files and "drift_layers_a,b.png" in files
+    assert len(files) == 5 and all(len(name) < 160 for name in files)  # five finished labels, five files
+
+
+def test_every_figure_link_finds_its_file_and_every_html_id_is_unique(odd_report):
+    md = (odd_report / "report.md").read_text()
+    links = re.findall(r"\]\(figures/([^)]+)\)", md)
+    assert links and all((odd_report / "figures" / unquote(link)).is_file() for link in links)
+    html = (odd_report / "report.html").read_text()
+    ids = re.findall(r"""\bid=['"]([^'"]+)['"]""", html)
+    assert [i for i, n in Counter(ids).items() if n > 1] == []
+
+
+def test_user_text_is_escaped_in_report_md(odd_report):
+    md = (odd_report / "report.md").read_text()
+    assert re.findall(r"(?<!\\)<(?:script|img|b>)", md) == []  # every < of user text escaped
+    assert "\\<script\\>alert(1)\\</script\\>" in md
+    for table in re.findall(r"(?:^\|.*\n)+", md, flags=re.MULTILINE):  # a label's newline or | breaks no row
+        cells = [len(re.findall(r"(?<!\\)\|", line)) for line in table.splitlines()]
+        assert len(set(cells)) == 1, table
+    html = (odd_report / "report.html").read_text()
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
+
+
+@pytest.mark.parametrize("status", ["running", "done"])
+def test_a_run_without_metric_rows_is_shown_as_unfinished(tmp_path, status):
+    """GRPO + RR's only run stopped before its first step (its label had no final reward: a KeyError once;
+    marked done, its 0 FLOPs once failed the compute check)."""
+    root = synth(tmp_path, {"grpo": [0.0], "gspo": [0.1]})
+    make_run(tmp_path, "grpo_rr", 0)
+    run = RunDir(root / "grpo_rr-s0")
+    run.write_rows("metrics.parquet", [])
+    run.write_status(status, step=0)
+    md = write_report(load_results(root), tmp_path / "r")["md"].read_text()
+    assert f"grpo_rr s0 ({status} at step 0)" in answer_of(md)
+    summary = md.split("## Summary per objective")[1].split("<a id=")[0]
+    assert re.search(r"^\| grpo_rr +\| +0 \|", summary, flags=re.MULTILINE)  # a row, with no finished seed
+
+
+@pytest.mark.parametrize(("name", "content", "why"), [
+    ("status.json", "{not json", "JSONDecodeError"),
+    ("status.json", "[1, 2]", "expected a dict at the top, found list"),
+    ("config.yaml", "run: [unclosed", "ParserError"),
+    ("config.yaml", "run: {seed: many}", "ValueError"),
+])
+def test_a_damaged_run_file_is_named_with_the_reason(tmp_path, name, content, why):
+    root = synth(tmp_path, {"grpo": [0.0, 0.0]})
+    (root / "grpo-s1" / name).write_text(content)
+    results = load_results(root)
+    (unreadable,) = results.unreadable
+    assert unreadable.startswith(f"{root / 'grpo-s1' / name}: ") and why in unreadable
+    assert f"unreadable: {root / 'grpo-s1' / name}" in write_report(results, tmp_path / "r")["md"].read_text()
+
+
+def test_two_suites_of_one_name_with_different_settings_are_refused_whatever_their_labels(tmp_path):
+    """Folder A ran grpo at lr 1e-3, folder B gspo at 3e-3, both named synth: never one suite."""
+    make_run(tmp_path / "A", "grpo", 0)
+    make_run(tmp_path / "B", "gspo", 0)
+    config = tmp_path / "B" / "synth" / "gspo-s0" / "config.yaml"
+    config.write_text(config.read_text().replace("budget:", "train: {lr: 0.003}\n  budget:"))
+    (tmp_path / "A" / "synth" / "grpo-s0" / "config.yaml").write_text(
+        (tmp_path / "A" / "synth" / "grpo-s0" / "config.yaml").read_text().replace("budget:", "train: {lr: 0.001}\n  budget:"))
+    with pytest.raises(MixedSuitesError, match=r"two suites named synth with different settings: .*A/synth and .*B/synth "
+                                               r"differ in train.lr: 0.001 vs 0.003"):
+        load_results(tmp_path / "A" / "synth", tmp_path / "B" / "synth")
+    assert json.loads((tmp_path / "A" / "synth" / "grpo-s0" / "status.json").read_text())["status"] == "done"
+
+
+@pytest.mark.parametrize("text", ["a_b", "_x_ **y** `z` [l](u) <i>&amp; | ~~s~~ $m$ # h \"q\" 'q'", "two\nlines", "\\*"])
+def test_escaped_text_reads_back_as_itself_in_html(text):
+    """report.html renders the markdown text: what `escape` protected comes out as the same characters."""
+    import html
+
+    from analysis.escape import escape, to_html
+
+    assert "\n" not in escape(text)
+    assert [escape(c) for c in "\\`*[]<>|&#~$"] == ["\\" + c for c in "\\`*[]<>|&#~$"]  # all markdown reads
+    assert to_html(escape(text)) == html.escape(text.replace("\n", " "))
+    assert to_html("**" + escape(text) + "**") == "<strong>" + html.escape(text.replace("\n", " ")) + "</strong>"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("suite", ["stress_cpu", "paper_cpu"])
+def test_the_committed_results_name_no_leader(suite):
+    """3 seeds each: no sign-flip p below 0.25, so no leader whatever the rewards (and in the stress suite
+    nothing learned). A rerun with 6 or more seeds per objective may name one: then this test goes."""
+    from analysis.load import unfinished
+    from analysis.verdict import answer
+
+    path = ROOT / "results" / suite
+    if not path.is_dir():
+        pytest.skip(f"results/{suite} is not in this checkout")
+    results = load_results(path)
+    assert results.runs.groupby("label")["seed"].nunique().max() < 6
+    evidence = gather(finished(results))
+    found = [s.text for s in answer(evidence, unfinished(results), 0.0, False, set())]
+    assert not any(" leads at " in s for s in found)
+    if suite == "stress_cpu":
+        assert any(s.startswith("**No objective learned**") for s in found)
+
+
+def test_a_report_of_runs_with_every_new_measurement(tmp_path):
+    """Runs that write drift after one update, token-ratio counts, medians and loss shares, and per-layer
+    rows by updates with margins: the paper check reads the expert drift after one update (8% + 1% seed),
+    the extreme-ratio table counts, the forecast is scored, and nothing is left "not measured"."""
+    import pandas as pd
+
+    new = {"moe/drift_1": 0.2, "ratio/token_median": 1.0, "ratio/token_trimmed_mean": 1.01, "ratio/token_gt_10": 2,
+           "ratio/token_gt_100": 1, "ratio/token_gt_1000": 0, "loss/max_token_share": [0.9] + [0.1] * 19}
+    for label in ("grpo", "gspo"):
+        for seed in range(3):
+            run = make_run(tmp_path, label, seed, columns={**new, "moe/drift_expert_1": 0.08 + 0.01 * seed})
+            layers = [{"step": step, "label": label, "seed": seed, "layer": layer, "updates": updates,
+                       "moe/drift": 0.01 * (layer + 1) * updates, "moe/drift_expert": 0.005 * updates,
+                       "moe/flip_pred": 0.012 * (layer + 1) * updates, "moe/margin_crossed": 0.01}
+                      for step in range(1, 21) for layer in range(2) for updates in (1, 2)]
+            pd.DataFrame(layers).to_parquet(run.path / "layers.parquet")
+    md = write_report(load_results(tmp_path / "synth"), tmp_path / "r")["md"].read_text()
+    paper = md.split("## Paper vs this run")[1].split("<a id=")[0]
+    assert "activated experts changed after one update (moe/drift_expert_1), GRPO, %" in paper
+    assert "9 \\[6.52, 11.5\\] (s0 8, s1 9, s2 10)" in paper  # 8, 9, 10 %: sd 1, t(2) 4.3027 / sqrt(3)
+    extreme = md.split("## Extreme token ratios")[1].split("<a id=")[0]
+    assert "| grpo        |      60 |                       120 |" in extreme  # 2 tokens > 10 on 60 steps
+    forecast = md.split("## Forecasting step t+1")[1].split("<a id=")[0]
+    assert "| grpo        |                              114 |" in forecast  # 3 seeds x 2 layers x 19 steps
+    answer = md.split("## The answer")[1].split("<a id=")[0]
+    assert [line for line in answer.splitlines() if "not measured" in line] == [
+        "- Routing Replay raises GRPO's final reward (Figure 3): **not measured** (no GRPO + RR runs). "
+        "([table](#paper-vs-run), [figure](#figure-fig3_routing_replay))"]  # the only arm these runs lack
