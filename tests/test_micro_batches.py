@@ -24,7 +24,7 @@ from gspo_bench.runtime.distributed import World
 from gspo_bench.train.micro_batches import plan_micro_batches
 from gspo_bench.train.old_policy import old_policy_pass
 from gspo_bench.train.optim import make_optimizer
-from gspo_bench.train.policy import Policy
+from gspo_bench.train.policy import Policy, checkpoint_activations
 from gspo_bench.train.rollout import RolloutBatch
 from gspo_bench.train.update import UpdateSettings, update_minibatch
 
@@ -118,10 +118,14 @@ def setting():
     return moved, batch, old
 
 
-def update(setting, objective_name: str, budget: int | None, correction: str | None = None, **overrides):
-    """One update of a fresh copy of the moved policy (no clipping, lr 0): its gradients and result."""
+def update(setting, objective_name: str, budget: int | None, correction: str | None = None,
+           checkpointed: bool = False, **overrides):
+    """One update of a fresh copy of the moved policy (no clipping, lr 0; its decoder layers
+    checkpointed where asked): its gradients and result."""
     model, batch, old = setting
     policy = Policy(copy.deepcopy(model))
+    if checkpointed:
+        checkpoint_activations(policy.model)
     policy.optimizer = make_optimizer(policy.model, TrainConfig(), lr=0.0)
     spec = objective_spec(objective_name)
     objective = partial(spec.fn, **KWARGS.get(objective_name, {}))
@@ -134,9 +138,10 @@ def update(setting, objective_name: str, budget: int | None, correction: str | N
     return grads, result, settings
 
 
-def assert_same_update(setting, objective_name: str, correction: str | None = None, **overrides) -> None:
+def assert_same_update(setting, objective_name: str, correction: str | None = None, checkpointed: bool = False,
+                       **overrides) -> None:
     plain_grads, plain, _ = update(setting, objective_name, None, correction)
-    grads, micro, _ = update(setting, objective_name, BUDGET, correction, **overrides)
+    grads, micro, _ = update(setting, objective_name, BUDGET, correction, checkpointed, **overrides)
     norm = torch.cat([g.flatten() for g in plain_grads.values()]).norm()
     assert norm > 1e-3, "no gradient: the comparison would be empty"
     assert grads.keys() == plain_grads.keys()
@@ -181,6 +186,13 @@ def test_accumulated_gradient_equals_the_one_shot_gradient_with_each_correction(
 def test_fused_head_in_micro_batches_equals_the_plain_update(setting):
     assert_same_update(setting, "gspo_token", head_chunk=5)
     assert_same_update(setting, "kl_cov", head_chunk=3)
+
+
+@pytest.mark.parametrize("name", ["grpo", "clip_cov"])
+def test_micro_batches_of_checkpointed_layers_equal_the_plain_update(setting, name):
+    """With activation checkpointing every micro-batch's backward recomputes its layers, routing as
+    their forward did; a coupled objective's no-grad pass records no route for a recompute."""
+    assert_same_update(setting, name, checkpointed=True)
 
 
 def test_a_drawing_objective_draws_once_per_update(setting):
