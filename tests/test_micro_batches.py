@@ -227,10 +227,13 @@ def test_three_steps_with_micro_batches_and_the_fused_head_give_the_plain_metric
         two = metrics(tmp_path / "micro", "tiny", run).drop(columns=TIME_COLUMNS)
         assert len(one) == 3 and list(one.columns) == list(two.columns)
         # the engine-vs-trainer gaps and the repeat floor are float-noise figures themselves (1e-6): the fused
-        # head's other summation order shows there at that scale; everything else agrees to rtol 1e-4
+        # head's other summation order shows there at that scale. Step 1 agrees to rtol 1e-4; from step 2 on
+        # the weights carry the first updates' float noise, which the ratio statistics show at up to 1.2e-4
+        # relative (measured, clip_cov's ratio/token_var): rtol 1e-3
         noise = [c for c in one.columns if c.startswith(("mismatch/", "floor/logp_"))]
         numeric = one.drop(columns=noise).select_dtypes("number").columns
-        pd.testing.assert_frame_equal(one[numeric], two[numeric], rtol=1e-4, atol=1e-6)
+        pd.testing.assert_frame_equal(one[numeric][:1], two[numeric][:1], rtol=1e-4, atol=1e-6)
+        pd.testing.assert_frame_equal(one[numeric], two[numeric], rtol=1e-3, atol=1e-6)
         pd.testing.assert_frame_equal(one[noise], two[noise], rtol=0, atol=1e-5)
         assert (one["grad/norm"] > 0).sum() >= 2  # real updates (a step whose rewards all tie has none)
 
