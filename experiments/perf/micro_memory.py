@@ -15,7 +15,12 @@ runs (forward, backward, clip, AdamW): its peak memory is the peak RSS minus the
 setting, interleaved (order reversed every other repeat, after a warm-up round), and reports the
 median and the median ratio to the plain update of the same repeat. `m2po` couples rows, so its
 micro-batched update runs a no-grad pass over the minibatch first: its ratio beside `grpo`'s is
-that pass's cost. Writes `micro_memory.csv`, `micro_memory_times.csv` and `micro_memory.md`.
+that pass's cost. The peak is the median of `--memory-repeats` fresh processes per setting, with
+glibc's mmap threshold fixed at 64 KiB (`MALLOC_MMAP_THRESHOLD_`): every large tensor is then its
+own mapping, returned when freed, and the RSS follows what torch holds (with glibc's adaptive
+threshold, freed blocks stay in the heap and the same update's peak moved between 340 and 488 MiB
+over three runs). Writes `micro_memory.csv` (every process), `micro_memory_times.csv` and
+`micro_memory.md`.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import ctypes
 import dataclasses
 import gc
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -114,17 +120,29 @@ def measure(name: str, threads: int) -> dict:
             "rss_before_mib": before / 1024, "peak_rss_mib": peak / 1024, "update_peak_mib": (peak - before) / 1024}
 
 
+NO_GRAD_PASS = "the no-grad pass alone (m2po's, micro 1/8)"
+
+
 def timing(repeats: int, threads: int) -> list[dict]:
-    """Seconds per update of every setting, interleaved in one process (order reversed every other repeat)."""
-    from gspo_bench.train.update import update_minibatch
+    """Seconds per update of every setting, and of the coupled objective's no-grad pass alone,
+    interleaved in one process (order reversed every other repeat)."""
+    from gspo_bench.train.micro_batches import plan_micro_batches
+    from gspo_bench.train.update import no_grad_pass, update_minibatch
 
     policy, batch, old, rows = setup(threads)
     out = []
+    names = [*SETTINGS, NO_GRAD_PASS]
     for r in range(repeats + 1):  # repeat 0 warms up
-        for name in list(SETTINGS) if r % 2 == 0 else list(SETTINGS)[::-1]:
-            objective, settings = update_for(name, rows[r % MINIBATCHES])
+        minibatch = rows[r % MINIBATCHES]
+        for name in names if r % 2 == 0 else names[::-1]:
+            coupled_micro = "micro 1/8, m2po (no-grad pass first)"
+            objective, settings = update_for(name if name in SETTINGS else coupled_micro, minibatch)
             start = time.perf_counter()
-            update_minibatch(policy, objective, batch, old, rows[r % MINIBATCHES], settings)
+            if name == NO_GRAD_PASS:
+                plan = plan_micro_batches(batch.attention_mask[minibatch], batch.n_response, settings.micro_batch_tokens)
+                no_grad_pass(policy, batch, old, minibatch, plan, settings)
+            else:
+                update_minibatch(policy, objective, batch, old, minibatch, settings)
             if r:
                 out.append({"setting": name, "repeat": r, "update_s": time.perf_counter() - start})
     return out
@@ -134,38 +152,51 @@ def timing(repeats: int, threads: int) -> list[dict]:
 def main(out: Path = typer.Option(Path("results/perf"), help="where micro_memory.csv and .md go"),
          repeats: int = typer.Option(5, min=1, help="timed updates per setting (interleaved, after a warm-up round)"),
          threads: int = typer.Option(1, min=1, help="torch threads"),
+         memory_repeats: int = typer.Option(3, min=1, help="fresh processes per setting for the peak (median, range)"),
          one: str | None = typer.Option(None, hidden=True, help="measure this setting's peak here, print JSON")) -> None:
     if one is not None:  # a fresh process per setting: its peak RSS is its own
         print(json.dumps(measure(one, threads)))
         return
+    # every large tensor its own mmap, returned to the system when freed: RSS follows what torch holds
+    # (glibc's adaptive threshold would otherwise keep freed blocks in the heap, at random sizes)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
     rows = []
-    for name in SETTINGS:
-        done = subprocess.run([sys.executable, __file__, "--one", name, "--threads", str(threads)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"  {name}: update peak {rows[-1]['update_peak_mib']:.0f} MiB", flush=True)
+    for r in range(memory_repeats):
+        for name in SETTINGS:
+            done = subprocess.run([sys.executable, __file__, "--one", name, "--threads", str(threads)],
+                                  capture_output=True, text=True, env=env)
+            if done.returncode != 0:
+                raise RuntimeError(f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+            rows.append({**json.loads(done.stdout.strip().splitlines()[-1]), "repeat": r})
+            print(f"  {name}: update peak {rows[-1]['update_peak_mib']:.0f} MiB", flush=True)
+    peaks = pd.DataFrame(rows)
     times = pd.DataFrame(timing(repeats, threads))
-    frame = pd.DataFrame(rows).set_index("setting")
+    frame = peaks.groupby("setting", sort=False).median(numeric_only=True).drop(columns="repeat")
+    frame["update_peak_min_mib"] = peaks.groupby("setting")["update_peak_mib"].min()
+    frame["update_peak_max_mib"] = peaks.groupby("setting")["update_peak_mib"].max()
     frame["update_s_median"] = times.groupby("setting")["update_s"].median()
     per_repeat = times.pivot(index="repeat", columns="setting", values="update_s")
     frame["time_vs_plain"] = per_repeat.div(per_repeat["plain"], axis=0).median()  # paired within a repeat
     frame["peak_vs_plain"] = frame["update_peak_mib"] / frame.loc["plain", "update_peak_mib"]
+    extra = per_repeat[NO_GRAD_PASS].div(per_repeat["micro 1/8"]).median()  # paired within a repeat
     frame = frame.reset_index()
     out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "micro_memory.csv", index=False)
+    peaks.to_csv(out / "micro_memory.csv", index=False)
     times.to_csv(out / "micro_memory_times.csv", index=False)
     command = "python experiments/perf/micro_memory.py " + " ".join(sys.argv[1:])
     shown = frame[["setting", "micro_batch_tokens", "logprob_chunk_tokens", "rss_before_mib", "update_peak_mib",
-                   "peak_vs_plain", "update_s_median", "time_vs_plain"]]
+                   "update_peak_min_mib", "update_peak_max_mib", "peak_vs_plain", "update_s_median", "time_vs_plain"]]
     text = (f"# Peak memory of one minibatch update on CPU\n\n`{command.strip()}`\n\n"
             f"qwen3_moe, 8 layers, hidden 128, 8 experts x 128, top-2, vocabulary {VOCAB}; a minibatch of "
             f"{ROWS // MINIBATCHES} rows x {PROMPT + RESPONSE} tokens; {threads} thread(s); torch {torch.__version__}, "
-            f"{platform.machine()}. update_peak_mib: peak RSS during one update minus the RSS before it (a fresh "
-            f"process per setting); update_s_median: median of {repeats} updates per setting, interleaved in one "
+            f"{platform.machine()}. update_peak_mib: peak RSS during one update minus the RSS before it, median of "
+            f"{memory_repeats} fresh processes per setting (min, max beside it; glibc's mmap threshold fixed at 64 KiB "
+            f"so that freed tensors leave the RSS); peak_vs_plain: of the medians; update_s_median: median of {repeats} updates per setting, interleaved in one "
             f"process; time_vs_plain: median over repeats of the ratio to plain's update in the same repeat.\n\n"
-            + shown.to_markdown(index=False, floatfmt=".3g") + "\n")
+            + shown.to_markdown(index=False, floatfmt=".3g") + "\n\n"
+            f"The no-grad pass a coupled objective runs before its micro-batches, timed alone: median "
+            f"{times[times.setting == NO_GRAD_PASS].update_s.median():.3g} s, {extra:.2f} x the micro-batched grpo "
+            f"update of the same repeat (median of the paired ratios).\n")
     (out / "micro_memory.md").write_text(text)
     print(text)
 
