@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 
+import pytest
+import scipy.stats
 import torch
+from torch.testing import assert_close
 
-from gspo_bench.objectives import get_objective
-from gspo_bench.objectives.metrics import measurements_off
-from gspo_bench.train.measurements import MeanOf, StepMeasurements, to_host
+from gspo_bench.objectives import get_objective, list_objectives, objective_spec
+from gspo_bench.objectives.metrics import measurements_off, term_share_metrics
+from gspo_bench.objectives.reduce import recording_terms
+from gspo_bench.train.measurements import MeanOf, StepMeasurements, TokenRatios, to_host
 
 KEPT, SKIPPED = torch.tensor(True), torch.tensor(False)
 
@@ -77,3 +81,76 @@ def test_measurements_off_skips_metrics_but_not_the_loss():
         assert torch.equal(loss_on, loss_off)
     with measurements_off(False):  # off=False leaves them on
         assert get_objective("grpo")(logp=logp, old_logp=old, advantages=adv, mask=mask)[1]
+
+
+# ------------------------------------------------------------ robust ratio statistics, one token's share
+
+
+def log_of(*ratios):
+    return torch.tensor([list(ratios)], dtype=torch.float64).log()
+
+
+def test_token_ratios_median_trimmed_mean_and_tail_counts_by_hand():
+    """Ten measured ratios over two applied minibatches (a tie at 1; padding and a skipped minibatch's
+    huge ratios left out): sorted 0.25 0.5 1 1 2 3 9 20 150 2000."""
+    ratios = TokenRatios()
+    ratios.add(log_of(0.5, 2000.0, 1.0, 3.0, 5e6), torch.tensor([[True, True, True, True, False]]), KEPT)
+    ratios.add(log_of(20.0, 1.0, 150.0, 0.25, 2.0, 9.0), torch.ones(1, 6, dtype=torch.bool), KEPT)
+    ratios.add(log_of(5000.0, 4000.0), torch.ones(1, 2, dtype=torch.bool), SKIPPED)
+    out = to_host(ratios.result())
+    assert out["ratio/token_median"] == pytest.approx((2.0 + 3.0) / 2)  # even count: the two middle values
+    # 10% of 10 = 1 value cut at each end (0.25 and 2000)
+    assert out["ratio/token_trimmed_mean"] == pytest.approx((0.5 + 1 + 1 + 2 + 3 + 9 + 20 + 150) / 8)
+    assert (out["ratio/token_gt_10"], out["ratio/token_gt_100"], out["ratio/token_gt_1000"]) == (3.0, 2.0, 1.0)
+    values = [0.5, 2000.0, 1.0, 3.0, 20.0, 1.0, 150.0, 0.25, 2.0, 9.0]
+    assert out["ratio/token_trimmed_mean"] == pytest.approx(scipy.stats.trim_mean(values, 0.1))
+
+
+def test_token_ratios_odd_count_and_nothing_measured():
+    ratios = TokenRatios()
+    ratios.add(log_of(3.0, 0.5, 1.5), torch.ones(1, 3, dtype=torch.bool), KEPT)
+    out = to_host(ratios.result())
+    assert out["ratio/token_median"] == pytest.approx(1.5)
+    assert out["ratio/token_trimmed_mean"] == pytest.approx(5.0 / 3)  # floor(3 / 10) = 0: nothing cut
+    nothing = TokenRatios()
+    nothing.add(log_of(3.0), torch.ones(1, 1, dtype=torch.bool), SKIPPED)
+    out = to_host(nothing.result())
+    assert math.isnan(out["ratio/token_median"]) and math.isnan(out["ratio/token_trimmed_mean"])
+    assert out["ratio/token_gt_10"] == 0.0 and TokenRatios().result() == {}
+
+
+def test_the_share_of_one_token_in_a_grpo_loss_by_hand():
+    """GRPO's contributions: w terms over (B |y_i|): response 0 (A=+1, 3 tokens) 1.1, 0.5, 1.27 (clipped)
+    over 6; response 1 (A=-1, 2 tokens) -0.8 (clipped), -1.3 over 4. The largest is 1.3 / 4."""
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -0.7, -3.0]])
+    logp = old + torch.tensor([[1.1, 0.5, 1.5], [0.7, 1.3, 1.0]]).log()
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    with recording_terms() as terms:
+        loss, _ = get_objective("grpo")(logp=logp, old_logp=old, advantages=torch.tensor([1.0, -1.0]), mask=mask)
+    share = to_host(term_share_metrics(terms))["loss/max_token_share"]
+    assert share == pytest.approx((1.3 / 4) / ((1.1 + 0.5 + 1.27) / 6 + (0.8 + 1.3) / 4))
+    assert float(terms[0][1, 2]) == 0.0  # padding contributes nothing
+    with measurements_off():
+        assert term_share_metrics(terms) == {}
+    assert term_share_metrics([torch.zeros(2, 3)]) == {"loss/max_token_share": torch.tensor(0.0, dtype=torch.float64)}
+
+
+@pytest.mark.parametrize("name", list_objectives())
+def test_the_recorded_contributions_add_up_to_every_objectives_loss(name):
+    torch.manual_seed(3)
+    logp, old = -torch.rand(3, 4) * 2, -torch.rand(3, 4) * 2
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    extra = {"sampling_logp": old, "router_shift": torch.zeros(3, 4), "generator": torch.Generator().manual_seed(0)}
+    inputs = {k: v for k, v in extra.items() if k in objective_spec(name).inputs}
+    with recording_terms() as terms:
+        loss, _ = get_objective(name)(logp=logp, old_logp=old, advantages=torch.tensor([1.0, -0.5, 0.3]), mask=mask,
+                                      **inputs)
+    assert len(terms) >= 1
+    assert_close(-torch.stack(terms).sum(), loss)
+
+
+def test_the_step_keeps_the_largest_share_of_its_applied_minibatches():
+    acc = StepMeasurements()
+    for share, kept in ((0.3, KEPT), (0.6, KEPT), (0.9, SKIPPED)):
+        acc.add({"loss/max_token_share": t(share)}, n_tokens=t(10), n_responses=t(2), kept=kept)
+    assert to_host(acc.result())["loss/max_token_share"] == pytest.approx(0.6)

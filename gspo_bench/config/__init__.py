@@ -5,6 +5,7 @@ transformers."""
 from gspo_bench.config.load import (
     SuiteError,
     apply_overrides,
+    arm_suite,
     check_run_names,
     dump_config,
     load_suite,
@@ -31,5 +32,6 @@ from gspo_bench.config.schema import (
 __all__ = [
     "ALGORITHMS", "BudgetConfig", "CollapseConfig", "EvalConfig", "ModelConfig", "ObjectiveEntry", "RolloutConfig",
     "SuiteConfig", "SuiteError", "TaskConfig", "TrackingConfig", "TrainConfig", "WarmStartConfig", "apply_overrides",
+    "arm_suite",
     "check_run_names", "dump_config", "load_suite", "parse_overrides", "parse_suite", "problems_text", "sweep_points",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from gspo_bench.config.schema import SuiteConfig
+from gspo_bench.config.schema import ObjectiveEntry, SuiteConfig
 
 
 class SuiteError(ValueError):
@@ -50,7 +50,9 @@ def parse_suite(data: Any, source: str = "<suite>") -> SuiteConfig:
         suite = SuiteConfig.model_validate(data)
     except ValidationError as err:
         raise SuiteError(_format_errors(source, err)) from None
-    check_run_names(suite, sweep_points(suite, source), source)
+    points = sweep_points(suite, source)
+    check_run_names(suite, points, source)
+    check_arms(suite, points, source)
     return suite
 
 
@@ -99,6 +101,48 @@ def sweep_points(suite: SuiteConfig, source: str = "<suite>") -> list[tuple[dict
         except ValidationError as err:
             raise SuiteError(_format_errors(f"{source} (sweep point {_point_text(point)})", err)) from None
     return expanded
+
+
+def arm_suite(suite: SuiteConfig, entry: ObjectiveEntry, source: str = "<suite>") -> SuiteConfig:
+    """The suite the runs of objective `entry` use: `suite` (one sweep point's) with the entry's own
+    `set:` values, validated like a sweep point; `suite` itself for an entry without. SuiteError naming
+    the entry's field for a path that does not exist or a value that does not validate."""
+    from gspo_bench.config import sweep
+
+    if not entry.set:
+        return suite
+    where = f"{source}: {_entry_name(suite, entry)}.set"
+    dumped = suite.model_dump(mode="json")
+    for path in entry.set:
+        try:
+            sweep.field_of(dumped, path)
+        except KeyError as err:
+            raise SuiteError(f"{where}.{path}: {err.args[0]}") from None
+    try:
+        return SuiteConfig.model_validate(sweep.apply(suite, entry.set))
+    except ValidationError as err:
+        raise SuiteError(f"{where}: {'; '.join(_problems(err))}") from None
+
+
+def check_arms(suite: SuiteConfig, points: list[tuple[dict[str, Any], SuiteConfig]], source: str = "<suite>") -> None:
+    """Every objective entry's own suite (`set:`) validates at every sweep point (`points`); SuiteError
+    for an entry that sets a field the suite sweeps (which value would hold?)."""
+    from gspo_bench.config import sweep
+
+    swept = [p for key in suite.sweep for p in sweep.axis_paths(key)]
+    for entry in suite.objectives:
+        for path in entry.set:
+            if any(path == p or path.startswith(f"{p}.") or p.startswith(f"{path}.") for p in swept):
+                raise SuiteError(f"{source}: {_entry_name(suite, entry)}.set.{path}: the suite sweeps this field; "
+                                 "an arm cannot set it as well")
+    for _, point_suite in points:
+        for entry in point_suite.objectives:
+            arm_suite(point_suite, entry, source)
+
+
+def _entry_name(suite: SuiteConfig, entry: ObjectiveEntry) -> str:
+    """`objectives.i (label)` of `entry` (labels are unique in a suite)."""
+    return f"objectives.{[e.run_label for e in suite.objectives].index(entry.run_label)} ({entry.run_label})"
 
 
 def _point_text(point: dict[str, Any]) -> str:
@@ -156,7 +200,8 @@ def apply_overrides(suite: SuiteConfig, overrides: dict[str, Any], source: str =
         changed = SuiteConfig.model_validate(data)
     except ValidationError as err:
         raise SuiteError(f"{source}: --set {_point_text(overrides)}: {'; '.join(_problems(err))}") from None
-    sweep_points(changed, f"{source} with --set {_point_text(overrides)}")
+    where = f"{source} with --set {_point_text(overrides)}"
+    check_arms(changed, sweep_points(changed, where), where)
     return changed
 
 

@@ -24,6 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gspo_bench.models.families import SUPPORTED_FAMILIES
 
+# Sections of the suite one objective entry may set for its own runs (`ObjectiveEntry.set`): the model,
+# task, starting weights, budget and seeds stay every arm's, so arms stay paired and matched in compute.
+ARM_SECTIONS = ("rollout", "train")
+
 # Algorithms of the suite that are an objective plus a training option.
 ALGORITHMS: dict[str, dict[str, Any]] = {
     "grpo_rr": {"objective": "grpo", "replay": True},  # GRPO + Routing Replay (paper section 5.3)
@@ -151,6 +155,10 @@ class WarmStartConfig(Strict):
     seed: int | None = Field(None, description="seed the starting model is built and warm-started with (default: each "
                              "run's seed; one value starts every seed from the same model, as RL runs from one base "
                              "model do, and seeds then vary the RL sampling only)")
+    seeds: list[int] | None = Field(None, min_length=1, description="several starting models, each built, warm-started "
+                                    "and cached with its own seed: RL seed s starts from the one of seeds[s mod "
+                                    "len(seeds)] (e.g. [0, 1] with seeds [0, ..., 5]: even RL seeds from warm start 0, "
+                                    "odd ones from 1); instead of `seed`")
 
     @field_validator("band")
     @classmethod
@@ -158,6 +166,21 @@ class WarmStartConfig(Strict):
         if not 0.0 <= v[0] <= v[1] <= 1.0:
             raise ValueError("expected 0 <= low <= high <= 1")
         return v
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> WarmStartConfig:
+        if self.seed is not None and self.seeds is not None:
+            raise ValueError("set seed (one starting model) or seeds (several), not both")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct (each is one starting model), got {self.seeds}")
+        return self
+
+    def seed_for(self, seed: int) -> int:
+        """The seed of the starting model RL seed `seed` starts from: seeds[seed mod len(seeds)], else
+        `seed` when set, else the RL seed itself."""
+        if self.seeds is not None:
+            return self.seeds[seed % len(self.seeds)]
+        return seed if self.seed is None else self.seed
 
 
 class RolloutConfig(Strict):
@@ -263,6 +286,10 @@ class BudgetConfig(Strict):
 
 
 class EvalConfig(Strict):
+    engine: Literal["lm_eval", "rollout"] = Field(
+        "lm_eval", description="what samples the test prompts: lm_eval (lm-eval's HFLM on the training model, "
+        "outside the rollout engine: no router noise) or rollout (the run's rollout engine with its router noise "
+        "off, our tasks only, no greedy; cheaper on CPU: docs/suites.md). eval.parquet's `engine` column says which")
     tasks: list[str] = Field(default_factory=list, description="our tasks by name (the suite's task uses its "
                              "params) or lm-eval task names with local data; empty: no evaluation")
     lm_eval_tasks: list[str] = Field(default_factory=list, description="standard lm-eval tasks by registry name "
@@ -286,6 +313,9 @@ class EvalConfig(Strict):
     def _greedy(self):
         if self.greedy and self.samples > 1:
             raise ValueError("greedy decoding gives one response per prompt: set samples: 1")
+        if self.engine == "rollout" and (self.greedy or self.lm_eval_tasks):
+            raise ValueError("engine rollout samples our tasks at a temperature: greedy and lm_eval_tasks need "
+                             "engine lm_eval")
         return self
 
 
@@ -329,8 +359,22 @@ class ObjectiveEntry(Strict):
     correction: dict[str, Any] | None = Field(
         None, description="training-inference mismatch correction composed with the objective: {kind: tis|mis|"
         "icepop|opsm, ...its params} (e.g. {kind: icepop, low: 0.5, high: 5.0}); see `gspo-bench ls`")
+    set: dict[str, Any] = Field(
+        default_factory=dict, description="suite fields this entry's runs alone use, by dotted path under "
+        "rollout. or train. (e.g. {rollout.engine_options.router_noise: 0.0}: a noise-free control arm of a "
+        "stress suite); its runs start from the same weights and spend the same budget as the other arms'")
 
     _finite_kwargs = field_validator("kwargs")(classmethod(lambda cls, v: finite_settings(v)))
+
+    @field_validator("set")
+    @classmethod
+    def _arm_sections(cls, v: dict[str, Any]) -> dict[str, Any]:
+        finite_settings(v)
+        outside = [path for path in v if path.split(".")[0] not in ARM_SECTIONS or "." not in path]
+        if outside:
+            raise ValueError(f"{', '.join(outside)}: an arm may set fields under {' and '.join(ARM_SECTIONS)} "
+                             "only (model, task, warm start, budget and seeds are every arm's)")
+        return v
 
     @field_validator("correction")
     @classmethod
@@ -460,6 +504,43 @@ class SuiteConfig(Strict):
         if self.model.path is not None and self.warm_start.enabled:
             raise ValueError("warm_start is for tiny models built from a config; with model.path set "
                              "(a real checkpoint, already fine-tuned) set warm_start.enabled: false")
+        return self
+
+    @model_validator(mode="after")
+    def _rollout_eval_tasks_are_ours(self) -> SuiteConfig:
+        if self.eval.engine != "rollout":
+            return self
+        from gspo_bench.tasks import generated_tasks
+
+        others = [t for t in self.eval.tasks if t != self.task.name and t not in generated_tasks()]
+        if others:
+            raise ValueError(f"eval.tasks {others}: eval.engine rollout evaluates the suite's task and the generated "
+                             "tasks (gspo-bench ls); an lm-eval task needs eval.engine lm_eval")
+        return self
+
+    @model_validator(mode="after")
+    def _every_warm_start_starts_a_run(self) -> SuiteConfig:
+        ws = self.warm_start
+        unused = [s for s in ws.seeds or [] if s not in {ws.seed_for(seed) for seed in self.seeds}]
+        if unused:
+            raise ValueError(f"warm_start.seeds {ws.seeds} with seeds {self.seeds}: no RL seed starts from the warm "
+                             f"start of seed(s) {unused} (RL seed s starts from warm_start.seeds[s mod "
+                             f"{len(ws.seeds)}])")
+        return self
+
+    @model_validator(mode="after")
+    def _warm_start_examples_exist(self) -> SuiteConfig:
+        if not self.warm_start.enabled or self.model.path is not None:
+            return self
+        try:
+            task = self.task.instance()
+        except ValueError:
+            return self  # check_runnable reports a task that does not build
+        try:
+            task.test_examples(self.warm_start.eval_examples)
+        except ValueError as err:
+            raise ValueError(f"warm_start.eval_examples ({self.warm_start.eval_examples}): task {self.task.name} "
+                             f"{self.task.params}: {err}; judge the warm start on fewer examples or widen the task") from None
         return self
 
     @model_validator(mode="after")

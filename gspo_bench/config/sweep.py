@@ -11,24 +11,41 @@ Paths joined by commas move together (zipped, not crossed), each value a list of
       model.num_experts,model.top_k: [[8, 2], [64, 8]]
 
 Each point is a complete suite, validated like one; compute is matched within a point (a facet).
+Inside the free-form mappings (`FREE_FORM`: rollout.engine_options, task.params, an objective's
+kwargs and correction) a path may name a key the suite does not set yet
+(`rollout.engine_options.router_noise: [0.0, 0.3]`); what checks those mappings checks the value.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 from typing import Any
 
 from pydantic import BaseModel
+
+# suite fields holding free-form mappings: a sweep or `--set` may add a key to them
+FREE_FORM = ("rollout.engine_options", "task.params", "objectives.*.kwargs", "objectives.*.correction")
+_ABSENT = object()
 
 
 def split_path(path: str) -> list[str]:
     return path.split(".")
 
 
+def is_free_form(path: str) -> bool:
+    """Whether dotted `path` names a free-form mapping of the suite (`FREE_FORM`)."""
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in FREE_FORM)
+
+
 def field_of(data: Any, path: str) -> Any:
-    """The value at dotted `path` of a dumped suite; KeyError naming the first missing part."""
+    """The value at dotted `path` of a dumped suite (a key a free-form mapping does not hold yet: absent);
+    KeyError naming the first missing part."""
     node = data
-    for i, part in enumerate(split_path(path)):
+    parts = split_path(path)
+    for i, part in enumerate(parts):
+        if isinstance(node, dict) and part not in node and i == len(parts) - 1 and is_free_form(".".join(parts[:i])):
+            return _ABSENT
         if isinstance(node, dict) and part in node:
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):

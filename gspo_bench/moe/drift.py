@@ -11,7 +11,8 @@ def routing_drift(old: torch.Tensor, new: torch.Tensor, mask: torch.Tensor | Non
     - `moe/drift`: fraction of (token, layer) pairs whose top-k expert *set* changed;
     - `moe/drift_expert`: fraction of activated experts that changed, |old \\ new| / k averaged over
       pairs (the paper's "about 10% of activated experts change");
-    - `moe/drift_layer`: [L], `moe/drift` of each MoE layer.
+    - `moe/drift_layer`: [L], `moe/drift` of each MoE layer;
+    - `moe/drift_expert_layer`: [L], `moe/drift_expert` of each MoE layer.
     `mask` [B, T] (bool or 0/1) excludes padding; None counts every position. Values are tensors on
     the routing's device (no host copy); the training loop copies them with the rest of its step.
     """
@@ -29,6 +30,7 @@ def routing_drift(old: torch.Tensor, new: torch.Tensor, mask: torch.Tensor | Non
         "moe/drift": per_layer.mean() if n_layers else per_layer.new_zeros(()),
         "moe/drift_expert": (lost * valid).sum() / (n_valid * max(n_layers, 1) * k),
         "moe/drift_layer": per_layer,
+        "moe/drift_expert_layer": (lost * valid).sum((1, 2)).float() / (n_valid * k),  # [L]
     }
 
 

@@ -14,7 +14,7 @@ from gspo_bench.objectives.inputs import PolicyBatch, prepare, safe_exp
 from gspo_bench.objectives.metrics import clip_metrics, masked_mean, ratio_metrics
 from gspo_bench.objectives.reduce import aggregate
 from gspo_bench.objectives.registry import Metrics, register_objective
-from gspo_bench.objectives.surrogate import check_clip_range, clipped_surrogate
+from gspo_bench.objectives.surrogate import check_clip_range, check_dual_clip, clipped_surrogate, dual_clipped
 
 
 @torch.no_grad()
@@ -85,6 +85,7 @@ def clip_cov_loss(
     ratio_k: float = 2e-4,
     cov_low: float = 1.0,
     cov_high: float = 5.0,
+    dual_clip: float | None = None,
     weights: torch.Tensor | None = None,
     *,
     generator: torch.Generator,
@@ -95,19 +96,24 @@ def clip_cov_loss(
     makes one per seed and step, so runs repeat on any device); the dropped tokens' terms count 0 in
     the token mean.
     `clip/frac` counts the PPO clip and the dropped tokens (as the released code's clip fraction).
+    `dual_clip` c > 1 (default off) bounds a term with A < 0 below by c A, as in `grpo`.
     """
     check_clip_range("clip_cov", clip_low, clip_high)
+    check_dual_clip("clip_cov", dual_clip)
     if not 0.0 < ratio_k <= 1.0 or not cov_low < cov_high:
         raise ValueError(f"clip_cov: ratio_k must be in (0, 1] and cov_low < cov_high, got {ratio_k}, {cov_low}, {cov_high}")
     batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="clip_cov")
-    terms, cut_low, cut_high = clipped_surrogate(safe_exp(batch.log_ratio), batch.advantages, clip_low, clip_high)
+    w = safe_exp(batch.log_ratio)  # [B, T]
+    terms, cut_low, cut_high = clipped_surrogate(w, batch.advantages, clip_low, clip_high)
+    terms, cut_dual = dual_clipped(terms, w, batch.advantages, dual_clip)
     cov = centred_covariance(batch)
-    eligible = batch.mask & ~(cut_low | cut_high) & (cov > cov_low) & (cov < cov_high)
+    clipped = cut_low | cut_high if cut_dual is None else cut_low | cut_high | cut_dual
+    eligible = batch.mask & ~clipped & (cov > cov_low) & (cov < cov_high)
     # the n-th valid token (row-major) draws the n-th number, whatever the padding around it
     pool = torch.rand(batch.mask.numel(), generator=generator).to(batch.mask.device)
     draw = pool[(batch.mask.flatten().cumsum(0) - 1).clamp(min=0)].reshape(batch.mask.shape)
     dropped = _pick(draw, eligible, _budget(ratio_k, batch))  # [B, T]
     loss = -aggregate(torch.where(dropped, 0.0, terms), batch, "token_mean")
     measured = {"cov/frac": masked_mean(dropped.float(), batch.mask), "cov/mean": masked_mean(cov, batch.mask)}
-    return loss, {**clip_metrics(cut_low | (dropped & (batch.advantages < 0)), cut_high | (dropped & (batch.advantages >= 0)), batch),
-                  **ratio_metrics(batch), **measured}
+    return loss, {**clip_metrics(cut_low | (dropped & (batch.advantages < 0)), cut_high | (dropped & (batch.advantages >= 0)), batch,
+                                 cut_dual=cut_dual), **ratio_metrics(batch), **measured}

@@ -20,12 +20,14 @@ def dapo_loss(
     mask: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
+    dual_clip: float | None = None,
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """DAPO: J = sum_i sum_t min(w_it A_it, clip(w_it, 1-eps_low, 1+eps_high) A_it) / sum_i |y_i|.
 
     Every token weighs the same, whatever the length of its response (token-level policy gradient
     loss); eps_high > eps_low ("clip-higher"). Dynamic sampling is a rollout choice, not part of the loss.
+    `dual_clip` c > 1 (default off) bounds a term with A < 0 below by c A, as in `grpo`.
     """
     return token_clip_objective("dapo", logp, old_logp, advantages, mask, clip_low, clip_high, "token_mean",
-                                weights=weights)
+                                weights=weights, dual_clip=dual_clip)

@@ -23,6 +23,7 @@ def dr_grpo_loss(
     clip_high: float = 0.2,
     *,
     max_tokens: int | None = None,
+    dual_clip: float | None = None,
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """Dr. GRPO: J = 1/(B T_max) sum_i sum_t min(w_it A_i, clip(w_it) A_i).
@@ -30,8 +31,9 @@ def dr_grpo_loss(
     T_max is a constant (the generation budget) so that no response's tokens are weighted by its own
     length; pass it as `max_tokens`, or leave None to use the longest valid response in the batch.
     The paper's other change, advantages without std scaling, is `group_advantages(scale="none")`.
+    `dual_clip` c > 1 (default off) bounds a term with A < 0 below by c A, as in `grpo`.
     """
     return token_clip_objective(
         "dr_grpo", logp, old_logp, advantages, mask, clip_low, clip_high,
-        "seq_mean_token_sum_norm", max_tokens=max_tokens, weights=weights,
+        "seq_mean_token_sum_norm", max_tokens=max_tokens, weights=weights, dual_clip=dual_clip,
     )

@@ -12,7 +12,7 @@ from gspo_bench.objectives.inputs import prepare, safe_exp
 from gspo_bench.objectives.metrics import clip_metrics, ratio_metrics
 from gspo_bench.objectives.reduce import Reduction, aggregate
 from gspo_bench.objectives.registry import Metrics, register_objective
-from gspo_bench.objectives.surrogate import check_clip_range, clipped_surrogate
+from gspo_bench.objectives.surrogate import check_clip_range, check_dual_clip, clipped_surrogate, dual_clipped
 
 
 def token_clip_objective(
@@ -26,14 +26,18 @@ def token_clip_objective(
     reduction: Reduction,
     max_tokens: int | None = None,
     weights: torch.Tensor | None = None,
+    dual_clip: float | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
-    """-J for J = reduce_t min(w_it A_it, clip(w_it) A_it): the token-ratio family (GRPO, DAPO, Dr. GRPO)."""
+    """-J for J = reduce_t min(w_it A_it, clip(w_it) A_it): the token-ratio family (GRPO, DAPO, Dr. GRPO);
+    with `dual_clip` c, a term with A < 0 is bounded below by c A (`surrogate.dual_clipped`)."""
     check_clip_range(name, clip_low, clip_high)
+    check_dual_clip(name, dual_clip)
     batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective=name)
     w = safe_exp(batch.log_ratio)  # [B, T] w_it
     terms, cut_low, cut_high = clipped_surrogate(w, batch.advantages, clip_low, clip_high)  # [B, T]
+    terms, cut_dual = dual_clipped(terms, w, batch.advantages, dual_clip)  # [B, T]
     loss = -aggregate(terms, batch, reduction, max_tokens=max_tokens)
-    return loss, {**clip_metrics(cut_low, cut_high, batch), **ratio_metrics(batch)}
+    return loss, {**clip_metrics(cut_low, cut_high, batch, cut_dual=cut_dual), **ratio_metrics(batch)}
 
 
 @register_objective(
@@ -48,12 +52,16 @@ def grpo_loss(
     mask: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.27,
+    dual_clip: float | None = None,
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """GRPO (eq. 2): J = 1/B sum_i 1/|y_i| sum_t min(w_it A_i, clip(w_it, 1-eps_low, 1+eps_high) A_i).
 
     Unclipped gradient (eq. 12): every valid token gets weight w_it A_i / (B |y_i|).
+    `dual_clip` c > 1 (default None: the paper's GRPO) bounds a term with A_i < 0 below by c A_i, so
+    one token with a huge ratio cannot dominate the loss (dual-clip PPO; verl's `clip_ratio_c`).
     """
     return token_clip_objective(
-        "grpo", logp, old_logp, advantages, mask, clip_low, clip_high, "seq_mean_token_mean", weights=weights
+        "grpo", logp, old_logp, advantages, mask, clip_low, clip_high, "seq_mean_token_mean", weights=weights,
+        dual_clip=dual_clip,
     )

@@ -5,12 +5,16 @@
 - `logratio/token_var`: variance of log w_it; `kl/old_new`: k3 estimate of KL(pi_old || pi_theta);
 - `clip/frac*`: token-weighted fraction of valid tokens whose term the clip cut (paper Figure 2);
   `clip/seq_frac`: the fraction of responses with at least one clipped token (the unit some peers report);
+  `clip/frac_dual`: with a dual clip on, the tokens its bound c A cut (A < 0, ratio > c), also counted
+  in `clip/frac` and `clip/seq_frac` (their gradient is zero, as a clipped token's);
 - `count/tokens_len{lo}-{hi}`, `count/clipped_len{lo}-{hi}`: valid and clipped tokens of responses
   whose length |y_i| is in [lo, hi] for power-of-two buckets 1-1, 2-3, 4-7, 8-15, ... up to the
   batch's width T (clipping by response length: GSPO's length-bias critique).
 All values are detached 0-d tensors, computed without copying anything to the host; variances
 are population variances (0 for a single element).
 `count/*` values are counts, to be summed (not averaged) across minibatches and steps.
+- `loss/max_token_share` (`term_share_metrics`): the largest |contribution| of one token to the loss
+  over the sum of every token's |contribution| (from `reduce.recording_terms`); 0 where every term is 0.
 
 `measurements_off()` makes both functions return {} (the performance benchmark uses it to measure
 what the measurements cost); objectives need no change for it.
@@ -80,13 +84,29 @@ def ratio_metrics(batch: PolicyBatch) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBatch) -> dict[str, torch.Tensor]:
-    """Token-weighted clip fractions from per-token flags [B, T] (a clipped response flags all its tokens)."""
+def term_share_metrics(recorded: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`loss/max_token_share` of one loss from the per-token contributions its `aggregate` calls recorded
+    (summed where an objective reduces several terms of the same tokens); {} when nothing was recorded
+    or measurements are off."""
+    if not _ENABLED.get() or not recorded:
+        return {}
+    per_token = torch.stack(recorded).sum(0).abs().double()  # [B, T]
+    total = per_token.sum()
+    share = per_token.max() / total.clamp(min=torch.finfo(torch.float64).tiny) if per_token.numel() else total
+    return {"loss/max_token_share": torch.where(total > 0, share, 0.0)}
+
+
+@torch.no_grad()
+def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBatch,
+                 cut_dual: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Token-weighted clip fractions from per-token flags [B, T] (a clipped response flags all its tokens);
+    `cut_dual` (a dual clip's, when on) adds `clip/frac_dual` and counts in `clip/frac`."""
     if not _ENABLED.get():
         return {}
     low = cut_low & batch.mask
     high = cut_high & batch.mask
-    clipped = low | high  # [B, T]
+    dual = cut_dual & batch.mask if cut_dual is not None else torch.zeros_like(batch.mask)
+    clipped = low | high | dual  # [B, T]
     n = batch.n_tokens.clamp(min=1)
     out = {
         "clip/frac": clipped.sum() / n,
@@ -95,6 +115,8 @@ def clip_metrics(cut_low: torch.Tensor, cut_high: torch.Tensor, batch: PolicyBat
         # the same clipping counted in responses: the share of responses with any clipped token
         "clip/seq_frac": (clipped.any(-1) & batch.has_tokens).sum() / batch.n_responses.clamp(min=1),
     }
+    if cut_dual is not None:
+        out["clip/frac_dual"] = dual.sum() / n
     out.update(length_bucket_counts(clipped, batch))
     return out
 

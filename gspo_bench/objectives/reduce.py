@@ -9,10 +9,18 @@ B' counts responses with at least one valid token, so an all-padding row changes
 Per-token weights of an off-policy correction (`PolicyBatch.weights`) multiply x_it; the
 denominators stay those of the unweighted objective (a masked token is a zero term, as in the
 IcePop, MIS and OPSM formulas).
+
+Within `recording_terms()`, every `aggregate` call also hands over its per-token contributions
+(x_it times the reduction's weight of that token: they sum to the value it returns), detached, so the
+training loop can measure how much of a loss one token makes (`loss/max_token_share`) without any
+objective returning them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Literal
 
 import torch
@@ -21,6 +29,19 @@ from gspo_bench.objectives.inputs import PolicyBatch
 
 Reduction = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 REDUCTIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
+_RECORDED: ContextVar[list[torch.Tensor] | None] = ContextVar("gspo_bench_recorded_terms", default=None)
+
+
+@contextmanager
+def recording_terms() -> Iterator[list[torch.Tensor]]:
+    """Within the block, each `aggregate` call appends its per-token contributions [B, T] (detached,
+    0 at padding; their sum is the value it returns) to the list this yields."""
+    recorded: list[torch.Tensor] = []
+    token = _RECORDED.set(recorded)
+    try:
+        yield recorded
+    finally:
+        _RECORDED.reset(token)
 
 
 def aggregate(
@@ -36,10 +57,15 @@ def aggregate(
         terms = terms * batch.weights
     masked = torch.where(batch.mask, terms, zero)  # [B, T]
     n_resp = batch.n_responses.clamp(min=1)
+    recorded = _RECORDED.get()
     if reduction == "seq_mean_token_mean":
-        per_response = masked.sum(-1) / batch.lengths.clamp(min=1.0)  # [B]
-        return per_response.sum() / n_resp
+        lengths = batch.lengths.clamp(min=1.0)  # [B]
+        if recorded is not None:
+            recorded.append((masked / lengths[:, None] / n_resp).detach())
+        return (masked.sum(-1) / lengths).sum() / n_resp
     if reduction == "token_mean":
+        if recorded is not None:
+            recorded.append((masked / batch.n_tokens.clamp(min=1)).detach())
         return masked.sum() / batch.n_tokens.clamp(min=1)
     if reduction == "seq_mean_token_sum_norm":
         if max_tokens is None:
@@ -48,5 +74,7 @@ def aggregate(
             if max_tokens < 1:
                 raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
             t_max = terms.new_tensor(float(max_tokens))
+        if recorded is not None:
+            recorded.append((masked / (n_resp * t_max)).detach())
         return masked.sum() / (n_resp * t_max)
     raise ValueError(f"unknown reduction {reduction!r}; valid: {', '.join(REDUCTIONS)}")

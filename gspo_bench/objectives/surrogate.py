@@ -1,6 +1,6 @@
 """The PPO clipped surrogate min(r A, clip(r, 1-eps_low, 1+eps_high) A), shared by the hard-clip
-objectives; the masked surrogate r A with some tokens left out, shared by the masking ones (M2PO,
-DPPO); and the one check of a ratio band."""
+objectives; its dual clip (a lower bound c A on the terms with A < 0); the masked surrogate r A with
+some tokens left out, shared by the masking ones (M2PO, DPPO); and the one check of a ratio band."""
 
 from __future__ import annotations
 
@@ -42,6 +42,28 @@ def clipped_surrogate(
     cut_high = (adv > 0) & (ratio > 1.0 + clip_high)
     cut_low = (adv < 0) & (ratio < 1.0 - clip_low)
     return terms, cut_low, cut_high
+
+
+def check_dual_clip(objective: str, dual_clip: float | None) -> None:
+    """None (off) or a number c > 1: the dual clip bounds a term with A < 0 below by c A, which only
+    binds where the ratio is above 1 (dual-clip PPO; verl's `clip_ratio_c` asserts the same)."""
+    if dual_clip is None:
+        return
+    if isinstance(dual_clip, bool) or not isinstance(dual_clip, int | float) or not dual_clip > 1.0:
+        raise ValueError(f"{objective}: dual_clip must be a number > 1 (the bound c of c * A for A < 0) or "
+                         f"None (off), got {dual_clip!r}")
+
+
+def dual_clipped(terms: torch.Tensor, ratio: torch.Tensor, adv: torch.Tensor,
+                 dual_clip: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Dual clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games", arXiv 1912.09729; verl's
+    `clip_ratio_c`): for A < 0 the term min(r A, clip(r) A) is bounded below by c A, i.e.
+    max(c A, min(r A, clip(r) A)); the bound binds exactly where r > c, and those terms are the
+    constant c A (zero gradient). Returns `(terms, cut_dual)`; (terms, None) when `dual_clip` is None."""
+    if dual_clip is None:
+        return terms, None
+    cut_dual = (adv < 0) & (ratio > dual_clip)  # [B, T]
+    return torch.where(cut_dual, dual_clip * adv, terms), cut_dual
 
 
 def masked_surrogate(batch: PolicyBatch, masked: torch.Tensor,

@@ -37,7 +37,8 @@ REQUIRED_COLUMNS = [
     "mismatch/k3_kl", "mismatch/max_abs", "mismatch/frac_gt_ln2", "nonfinite/minibatches", "time/rollout_s",
     "time/update_s", "time/step_s", "compute/tokens_forward", "compute/tokens_trained", "compute/tokens",
     "compute/cum_tokens", "compute/flops", "compute/cum_flops", "lr", "gpu/peak_mem_gib", "perf/rollout_tokens_per_s",
-    "perf/train_tokens_per_s", "perf/mfu",
+    "perf/train_tokens_per_s", "perf/mfu", "ratio/token_median", "ratio/token_trimmed_mean", "ratio/token_gt_10",
+    "ratio/token_gt_100", "ratio/token_gt_1000", "loss/max_token_share", "moe/drift_1", "moe/drift_expert_1",
 ]
 # GPU figures (gspo_bench.runtime.hardware) that are blank (NaN) in every row off CUDA; MFU also on a GPU
 # whose bf16 peak is not in hardware.BF16_DENSE_PEAK

@@ -21,7 +21,7 @@ def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
     objective accepts its clip range and kwargs, every eval task is known. SuiteError naming the file
     and the field."""
     problems = [p for check in (_check_task, _check_device, _check_model_path, _check_objectives, _check_eval_tasks,
-                                _check_tracking) for p in check(suite)]
+                                _check_tracking, _check_hf_engine_options) for p in check(suite)]
     if problems:
         raise SuiteError(problems_text(source, problems))
 
@@ -82,6 +82,25 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
         except (TypeError, ValueError) as err:
             problems.append(f"objectives.{i} ({entry.run_label}): {err}")
     return problems
+
+
+def _check_hf_engine_options(suite: SuiteConfig) -> list[str]:
+    """The hf engine takes the engine_options of every sweep point and arm (a sweep or an arm's `set:`
+    may add a key, so a misspelt one is caught here rather than when its runs start)."""
+    from gspo_bench.config import arm_suite, sweep_points
+    from gspo_bench.rollout import make_engine
+
+    refused: dict[str, list[str]] = {}  # the engine's error -> the labels of the arms it refuses
+    for _, point in sweep_points(suite):
+        for entry in point.objectives:
+            rollout = arm_suite(point, entry).rollout
+            if rollout.engine != "hf":
+                continue
+            try:
+                make_engine("hf", pad_id=0, eos_id=1, **rollout.engine_options)
+            except (TypeError, ValueError) as err:
+                refused.setdefault(str(err), []).append(entry.run_label)
+    return [f"rollout.engine_options ({', '.join(dict.fromkeys(labels))}): {err}" for err, labels in refused.items()]
 
 
 def _check_tracking(suite: SuiteConfig) -> list[str]:

@@ -27,6 +27,13 @@ class PlannedRun:
     sweep: dict[str, Any] = field(default_factory=dict)  # swept values by short name ({} without a sweep)
     algorithm: str = ""  # the entry's label before the sweep point was added
     overrides: dict[str, Any] = field(default_factory=dict)  # `--set` values by dotted path ({} without)
+    weights_suite: SuiteConfig | None = None  # the suite whose starting weights the run uses (the sweep
+    # point's, without the entry's own `set:`, so every arm of a seed starts alike); None: `suite`
+
+    @property
+    def start(self) -> SuiteConfig:
+        """The suite that decides the run's starting weights."""
+        return self.weights_suite if self.weights_suite is not None else self.suite
 
     @property
     def name(self) -> str:
@@ -35,10 +42,11 @@ class PlannedRun:
 
 def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seeds: list[int] | None = None,
               overrides: dict[str, Any] | None = None) -> list[PlannedRun]:
-    """Every objective x seed at every sweep point, each with its own results folder. `only` keeps
-    the entries of those labels (the labels before a sweep point is added); `overrides`: the `--set`
-    values `suite` was loaded with, recorded with each run."""
-    from gspo_bench.config import sweep
+    """Every objective x seed at every sweep point, each with its own results folder and its own suite
+    (the point's, with the entry's `set:` values). `only` keeps the entries of those labels (the labels
+    before a sweep point is added); `overrides`: the `--set` values `suite` was loaded with, recorded
+    with each run."""
+    from gspo_bench.config import arm_suite, sweep
     from gspo_bench.rundir.names import run_folder_name
 
     entries = suite.objectives
@@ -54,9 +62,10 @@ def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seed
         for s in seeds if seeds is not None else suite.seeds:
             for e in entries:
                 entry = e.model_copy(update={"label": sweep.run_label(e.run_label, point)}) if point else e
-                runs.append(PlannedRun(suite=point_suite, entry=entry, seed=s, algorithm=e.run_label,
+                runs.append(PlannedRun(suite=arm_suite(point_suite, e), entry=entry, seed=s, algorithm=e.run_label,
                                        run_dir=out / suite.name / run_folder_name(entry.run_label, s),
-                                       sweep={names[p]: v for p, v in point.items()}, overrides=dict(overrides or {})))
+                                       sweep={names[p]: v for p, v in point.items()}, overrides=dict(overrides or {}),
+                                       weights_suite=point_suite))
     return runs
 
 
@@ -154,12 +163,12 @@ def write_suite_file(suite: SuiteConfig, out: Path) -> None:
 
 def weights_key(planned: PlannedRun) -> tuple[int, str]:
     """What the starting weights of a run depend on."""
-    return init_seed(planned.suite, planned.seed), planned.suite.model_dump_json(include={"model", "task", "warm_start", "rollout"})
+    return init_seed(planned.start, planned.seed), planned.start.model_dump_json(include={"model", "task", "warm_start", "rollout"})
 
 
 def init_seed(suite: SuiteConfig, seed: int) -> int:
-    """The seed a run's starting model is built and warm-started with."""
-    return seed if suite.warm_start.seed is None else suite.warm_start.seed
+    """The seed a run's starting model is built and warm-started with (`WarmStartConfig.seed_for`)."""
+    return suite.warm_start.seed_for(seed)
 
 
 def _warm_start_eval(observer: Observer, seed: int, cfg, step: int, accuracy: float) -> None:
@@ -185,14 +194,14 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
     for planned in todo:  # cached on disk: the first call per (model, task, seed) trains, the others find it
         key = weights_key(planned)
         if key not in weights:
-            seed, cfg = init_seed(planned.suite, planned.seed), planned.suite.warm_start
+            seed, cfg = init_seed(planned.start, planned.seed), planned.start.warm_start
             on_eval = functools.partial(_warm_start_eval, observer, seed, cfg)
             if world.is_main:
-                weights[key] = starting_weights(planned.suite, planned.seed, log=log, on_eval=on_eval)
+                weights[key] = starting_weights(planned.start, planned.seed, log=log, on_eval=on_eval)
                 observer.warm_start_done(seed)
             barrier(world)
             if not world.is_main:
-                weights[key] = starting_weights(planned.suite, planned.seed, log=log, on_eval=on_eval)
+                weights[key] = starting_weights(planned.start, planned.seed, log=log, on_eval=on_eval)
     specs = [RunSpec(suite=p.suite, entry=p.entry, seed=p.seed, run_dir=p.run_dir, init_weights=weights[weights_key(p)],
                      sweep=p.sweep, algorithm=p.algorithm, overrides=p.overrides) for p in todo]
     mode = {"resume": resume, "allow_changed": allow_changed}

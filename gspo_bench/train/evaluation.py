@@ -1,26 +1,41 @@
-"""Held-out evaluation through lm-eval (no hand-written eval loop).
+"""Held-out evaluation of the policy on test splits, by one of two engines (`eval.engine`).
 
-Each task of this suite writes its test split as an lm-eval task: a JSONL file, a YAML config
-(`generate_until`) and a small `process_results` module that scores every sampled response with the
-task's own verifier. The in-memory policy is wrapped by lm-eval's `HFLM` and evaluated with
-`simple_evaluate` and a `TaskManager` over those files, fully offline, with the datasets cache inside
-the output directory. With `samples` > 1 every document is sampled that many times and the score is
-the average Pass@1 (the paper's AIME'24 protocol uses 32 samples).
+`lm_eval` (the default, no hand-written eval loop): each task of this suite writes its test split as
+an lm-eval task: a JSONL file, a YAML config (`generate_until`) and a small `process_results` module
+that scores every sampled response with the task's own verifier. The in-memory policy is wrapped by
+lm-eval's `HFLM` and evaluated with `simple_evaluate` and a `TaskManager` over those files, fully
+offline, with the datasets cache inside the output directory. HFLM generates with the training model
+itself, outside the rollout engine: no router noise of the engine reaches it.
+
+`rollout` (`EngineEvaluator`): the run's own rollout engine with its router noise off samples the
+test prompts in one call, as a rollout does, seeded per (seed, step), and the task's
+verifier scores them: the engine the run's rollouts use (its decoding, its bf16 weights copy or vLLM),
+without lm-eval; on CPU at the stress suite's shapes it takes about 3/4 of lm-eval's CPU time (docs/suites.md).
+
+Either way, with `samples` > 1 every document is sampled that many times and the score is the average
+Pass@1 (the paper's AIME'24 protocol uses 32 samples).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import torch
 import yaml
 
+from gspo_bench.config import EvalConfig
 from gspo_bench.models.chat import PromptFormat
-from gspo_bench.tasks import generated_tasks, make_task
+from gspo_bench.rollout import RolloutEngine, SamplingParams
+from gspo_bench.tasks import Example, Task, generated_tasks, make_task
+from gspo_bench.train.precision import Precision
 
 PREFIX = "gspo_"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -193,10 +208,68 @@ class Evaluator:
         self.names += [name for name in cfg.lm_eval_tasks if name not in self.names]
 
     def __call__(self, model, tokenizer, seed: int = 0) -> dict[str, dict]:
-        """{lm-eval task name: {score, stderr, metric}} of `model` now."""
+        """{lm-eval task name: {score, stderr, metric, engine}} of `model` now."""
         limit = self.cfg.limit if self.cfg.lm_eval_tasks else None  # ours already hold `limit` documents
-        return evaluate(model, tokenizer, self.names, self.include_paths, batch_size=self.cfg.batch_size, seed=seed,
-                        limit=limit, prompt_format=self.prompt_format)
+        scores = evaluate(model, tokenizer, self.names, self.include_paths, batch_size=self.cfg.batch_size, seed=seed,
+                          limit=limit, prompt_format=self.prompt_format)
+        return {task: {**score, "engine": "lm_eval"} for task, score in scores.items()}
+
+
+def without_router_noise(engine: RolloutEngine) -> RolloutEngine:
+    """`engine`, or where it perturbs routing (the hf engine's `router_noise`) a shallow copy with the
+    noise off: the same decoding and weights copy, clean routing."""
+    if not getattr(engine, "router_noise", 0.0):
+        return engine
+    clean = copy.copy(engine)
+    clean.router_noise = 0.0
+    return clean
+
+
+class EngineEvaluator:
+    """Held-out evaluation with the run's rollout engine (`eval.engine: rollout`), its router noise off:
+    `cfg.samples` responses to each of `cfg.limit` test prompts per task (the suite's task with its
+    params, other generated tasks with theirs by default), sampled at the eval temperature in the
+    rollout precision with `seed` (one per (run seed, step): the same step scores the same), scored by
+    the task's verifier. `cfg.batch_size` is lm-eval's: the engine samples every test prompt in one call. Scores are named as lm-eval's (`gspo_<task>`), metric `reward`, engine
+    `rollout:<engine name>`; the stderr is that of the mean over prompts of their average Pass@1."""
+
+    def __init__(self, cfg: EvalConfig, engine: RolloutEngine, suite_task: str | None = None,
+                 suite_params: dict | None = None, max_new_tokens: int = 32, temperature: float = 1.0,
+                 prompt_format: PromptFormat = PromptFormat(), precision: Precision = Precision()) -> None:
+        if cfg.greedy or cfg.lm_eval_tasks:
+            raise ValueError("eval.engine rollout samples our tasks: greedy decoding and lm_eval_tasks need "
+                             "eval.engine lm_eval")
+        self.cfg, self.engine, self.prompt_format, self.precision = cfg, without_router_noise(engine), prompt_format, precision
+        self.params = dict(max_new_tokens=cfg.max_new_tokens or max_new_tokens, temperature=cfg.temperature or temperature)
+        self.tasks: list[tuple[str, Task, list[Example]]] = []
+        for name, params in resolve_tasks(cfg.tasks, suite_task, suite_params or {}):
+            if params is None:
+                raise ValueError(f"eval.engine rollout: {name!r} is not one of our tasks (an lm-eval task needs "
+                                 "eval.engine lm_eval)")
+            task = make_task(name, **params)
+            self.tasks.append((lm_eval_name(name), task, task.test_examples(cfg.limit)))
+
+    def sample(self, model: torch.nn.Module, tokenizer: Any, examples: list[Example], seed: int) -> list[str]:
+        """`cfg.samples` responses per example (consecutive), decoded: one engine call over every test prompt,
+        as a rollout is one call over its prompts (so the draws depend on `seed` alone, with any engine)."""
+        self.engine.sync_weights(model)  # a rollout copy of the weights (bf16 on a GPU) is refreshed first
+        params = SamplingParams(group_size=self.cfg.samples, seed=seed, capture_routing=False, **self.params)
+        with self.precision.autocast():  # the rollout's precision
+            rollout = self.engine.generate(model, [self.prompt_format.encode(tokenizer, ex.prompt) for ex in examples],
+                                           params)
+        return tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
+
+    def __call__(self, model: torch.nn.Module, tokenizer: Any, seed: int = 0) -> dict[str, dict]:
+        """{task name: {score, stderr, metric, engine}} of `model` now."""
+        scores, k = {}, self.cfg.samples
+        for name, task, examples in self.tasks:
+            texts = self.sample(model, tokenizer, examples, seed)
+            rewards = torch.tensor([task.reward(t, examples[i // k]) for i, t in enumerate(texts)], dtype=torch.float64)
+            per_prompt = rewards.reshape(len(examples), k).mean(1)  # average Pass@1 of each prompt
+            stderr = float(per_prompt.std() / math.sqrt(len(examples))) if len(examples) > 1 else float("nan")
+            scores[name] = {"score": float(per_prompt.mean()), "stderr": stderr, "metric": "reward",
+                            "engine": f"rollout:{self.engine.name}"}
+        return scores
 
 
 def unknown_eval_tasks(names: list[str], suite_task: str | None = None, include: str | None = None) -> list[str]:

@@ -30,9 +30,15 @@ from gspo_bench.train.checkpoint import save_checkpoint
 from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.row import StepOutcome, build_row, step_values
-from gspo_bench.train.setup import Run, RunSpec, open_run
+from gspo_bench.train.setup import Run, RunSpec, open_run, warm_start_seed
 from gspo_bench.train.state import Collapsed, RunState, budget_spent, collapse_reason
-from gspo_bench.train.update import UpdateSettings, drift_after_update, layer_means, update_policy
+from gspo_bench.train.update import (
+    UpdateSettings,
+    drift_after_one,
+    drift_after_update,
+    layer_means,
+    update_policy,
+)
 
 __all__ = ["RunSpec", "run_step", "step_seed", "train_run"]
 
@@ -126,18 +132,21 @@ def run_step(run: Run, step: int) -> StepOutcome:
         after = drift_after_update(policy, batch, old)
     floor = {}
     if train.measure and step == 1:  # once per run: what identical forwards and the rollout precision give
-        floor = nondeterminism_floor(policy, batch, replay, head_chunk=train.logprob_chunk_tokens)
+        floor = nondeterminism_floor(policy, batch, replay, temperature=rollout_cfg.temperature,
+                                     head_chunk=train.logprob_chunk_tokens)
     # ------------------------------------------------------------------ the row (one host copy)
     passes = 2 + (policy.reference is not None) + bool(after)  # generation, old pass, reference, drift after
     values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor
     layers = update.layers
     if train.minibatches == 1 and after:  # no minibatch 2..K: the step's drift is the one after its update
         layers = {"moe/drift": after["moe/drift_layer"][None],
+                  "moe/drift_expert": after["moe/drift_expert_layer"][None],
                   **{key.removeprefix("layer:"): v[None] for key, v in after.items() if key.startswith("layer:")}}
-        values |= {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"],
-                   **layer_means({key: v[0] for key, v in layers.items()})}
+        drift = {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"]}
+        values |= {**drift, **drift_after_one(drift), **layer_means({key: v[0] for key, v in layers.items()})}
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
-                "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()}}
+                "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()},
+                **({} if warm_start_seed(run.spec) is None else {"warm_start/seed": warm_start_seed(run.spec)})}
     outcome = build_row(identity, values, layers, {"rollout_finite": batch.finite,
                                                    "params_finite": all_finite(policy.model, policy.world)})
     t_step = time.perf_counter() - start
@@ -174,7 +183,7 @@ def evaluate(run: Run, state: RunState) -> None:
     scores = run.evaluator(run.policy.model, run.tokenizer, seed=step_seed(run.spec.seed, state.step, 3))
     elapsed = time.perf_counter() - start
     state.eval_rows += [{"step": state.step, "label": run.spec.entry.run_label, "seed": run.spec.seed, "task": task,
-                         "score": s["score"], "stderr": s["stderr"], "metric": s["metric"],
+                         "score": s["score"], "stderr": s["stderr"], "metric": s["metric"], "engine": s["engine"],
                          "samples": run.suite.eval.samples, "compute/cum_flops": state.cum_flops,
                          "time/eval_s": elapsed} for task, s in scores.items()]
     run.out.write_rows("eval.parquet", state.eval_rows)

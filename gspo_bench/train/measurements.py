@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import torch
 
+from gspo_bench.objectives.inputs import LOG_RATIO_CLAMP
+
 # Metrics whose natural unit is the response (weighted by responses); the rest are token-weighted.
 _RESPONSE_WEIGHTED = ("ratio/seq_", "clip/seq_frac")
+# Metrics combined over minibatches as a maximum (besides the `*_max` ones)
+_MAXIMA = ("loss/max_token_share",)
 
 
 def to_host(values: dict[str, torch.Tensor | float | int]) -> dict[str, float | list[float]]:
@@ -28,7 +32,8 @@ def to_host(values: dict[str, torch.Tensor | float | int]) -> dict[str, float | 
 
 class StepMeasurements:
     """Weighted means over the minibatches whose update was applied (`kept`); extremes (`*_min`,
-    `*_max`) combine as min / max, counts (`count/*`) add up. Nothing leaves the device."""
+    `*_max`, `loss/max_token_share`) combine as min / max, counts (`count/*`) add up. Nothing leaves
+    the device."""
 
     def __init__(self):
         self.sums: dict[str, torch.Tensor] = {}
@@ -42,7 +47,7 @@ class StepMeasurements:
             value = torch.as_tensor(value, dtype=torch.float64, device=kept.device)
             if key.startswith("count/"):
                 self.extremes[key] = self.extremes.get(key, 0.0) + torch.where(kept, value, 0.0)
-            elif key.endswith("_min") or key.endswith("_max"):
+            elif key.endswith("_min") or key.endswith("_max") or key in _MAXIMA:
                 self._extreme(key, value, kept)
             else:
                 weight = torch.where(kept, n_responses if key.startswith(_RESPONSE_WEIGHTED) else n_tokens, 0.0)
@@ -50,7 +55,7 @@ class StepMeasurements:
                 self.weights[key] = self.weights.get(key, 0.0) + weight
 
     def _extreme(self, key: str, value: torch.Tensor, kept: torch.Tensor) -> None:
-        largest = key.endswith("_max")
+        largest = key.endswith("_max") or key in _MAXIMA
         value = torch.where(kept, value, float("-inf") if largest else float("inf"))
         if key in self.extremes:
             value = torch.maximum(self.extremes[key], value) if largest else torch.minimum(self.extremes[key], value)
@@ -79,6 +84,41 @@ class MeanOf:
 
     def result(self) -> dict[str, torch.Tensor]:
         return {k: v / self.count for k, v in self.sums.items()} if self.count else {}
+
+
+class TokenRatios:
+    """Every measured token ratio w = pi_theta / pi_old of the step (valid tokens of the minibatches
+    whose update was applied), kept on the device, and the statistics a heavy tail does not move:
+    `ratio/token_median` (the mean of the two middle values for an even count), `ratio/token_trimmed_mean`
+    (the mean after cutting floor(n / 10) values at each end, scipy.stats.trim_mean's rule at 0.1) and
+    `ratio/token_gt_{10,100,1000}` (how many ratios exceed each). NaN statistics (and 0 counts) where
+    no token was measured."""
+
+    THRESHOLDS = (10, 100, 1000)
+
+    def __init__(self) -> None:
+        self.parts: list[torch.Tensor] = []
+
+    def add(self, log_ratio: torch.Tensor, valid: torch.Tensor, kept: torch.Tensor) -> None:
+        """`log_ratio`, `valid`: [b, T] of one minibatch's response tokens; `kept`: 0-d bool, its update applied."""
+        w = torch.exp(log_ratio.detach().double().clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        self.parts.append(torch.where(valid.bool() & kept, w, float("nan")).flatten())
+
+    def result(self) -> dict[str, torch.Tensor]:
+        if not self.parts:
+            return {}
+        w = torch.sort(torch.cat(self.parts)).values  # the measured ratios ascending, NaN (not measured) last
+        n = (~torch.isnan(w)).sum()  # 0-d: counts stay on the device
+        w = torch.cat([w, w.new_full((1,), float("nan"))])  # a NaN to read where nothing was measured
+        middle = torch.index_select(w, 0, torch.stack([((n - 1) // 2).clamp(min=0), n // 2]))  # [2]
+        cut = n // 10
+        position = torch.arange(w.numel(), device=w.device)
+        inside = (position >= cut) & (position < n - cut)
+        out = {"ratio/token_median": middle.mean(),  # NaN when n = 0
+               "ratio/token_trimmed_mean": torch.where(inside, w, 0.0).sum() / (n - 2 * cut)}  # 0 / 0 when n = 0
+        for threshold in self.THRESHOLDS:
+            out[f"ratio/token_gt_{threshold}"] = (w > threshold).sum().double()
+        return out
 
 
 class RatioByRouting:

@@ -91,12 +91,13 @@ def reference_logp(policy: Policy, batch: RolloutBatch, temperature: float,
     return logp
 
 
-def nondeterminism_floor(policy: Policy, batch: RolloutBatch, replay: ReplaySource | None = None,
-                         head_chunk: int | None = None) -> dict[str, torch.Tensor]:
+def nondeterminism_floor(policy: Policy, batch: RolloutBatch, replay: ReplaySource | None = None, *,
+                         temperature: float, head_chunk: int | None = None) -> dict[str, torch.Tensor]:
     """What routing and log-probs move by without any update (once per run): two identical training
     forwards (`floor/drift_repeat`, `floor/logp_repeat_max`: max |delta log-prob| over response
     tokens) and, where the rollout precision differs from training's, one under the rollout's
-    (`floor/drift_precision`, `floor/logp_precision_max`). Drift at or below these is noise."""
+    (`floor/drift_precision`, `floor/logp_precision_max`). Drift at or below these is noise. Log-probs
+    at the rollout's `temperature`, as the objective sees them."""
     passes = {"reference": policy.precision, "repeat": policy.precision}
     if policy.rollout_precision is not None and policy.rollout_precision != policy.precision:
         passes["precision"] = policy.rollout_precision
@@ -107,7 +108,7 @@ def nondeterminism_floor(policy: Policy, batch: RolloutBatch, replay: ReplaySour
     for name, precision in passes.items():
         with torch.no_grad(), precision.autocast(), RoutingCapture(policy.model, replay=forced) as capture:
             logp, _ = response_forward(policy.model, batch.input_ids[mine], batch.attention_mask[mine],
-                                       batch.n_response, 1.0, head_chunk=head_chunk)
+                                       batch.n_response, temperature, head_chunk=head_chunk)
         seen[name] = (gather_rows(world, logp, rows).double(), gather_rows(world, capture.routing, rows, dim=1))
     logp, routing = seen.pop("reference")
     floor = {}

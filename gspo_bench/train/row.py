@@ -34,7 +34,7 @@ def step_values(batch: RolloutBatch, old: OldPolicy, update: UpdateResult, after
         "response/len_mean": lengths.mean(), "response/len_max": lengths.max(),
         **update.metrics,
         "entropy/mean": torch.where(batch.response_mask.any(), entropy, float("nan")),
-        **{k: v for k, v in after.items() if k != "moe/drift_layer" and not k.startswith("layer:")}, **old.metrics,
+        **{k: v for k, v in after.items() if not k.endswith("_layer") and not k.startswith("layer:")}, **old.metrics,
         "compute/tokens_forward": tokens_forward, "compute/tokens_trained": update.tokens_trained,
     }
 

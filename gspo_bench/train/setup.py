@@ -3,6 +3,7 @@ results folder and loop state, fresh or from the run's last checkpoint."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,7 +22,7 @@ from gspo_bench.runtime.distributed import World, device_for, shard, world_from_
 from gspo_bench.tasks import Task
 from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state
 from gspo_bench.train.compute import active_parameters
-from gspo_bench.train.evaluation import Evaluator
+from gspo_bench.train.evaluation import EngineEvaluator, Evaluator
 from gspo_bench.train.optim import make_optimizer, set_lr
 from gspo_bench.train.policy import Policy, checkpoint_activations
 from gspo_bench.train.precision import DTYPES, Precision
@@ -55,7 +56,7 @@ class Run:
     objective: Objective
     n_active: int  # active parameters per token (FLOP accounting)
     provenance: dict
-    evaluator: Evaluator | None
+    evaluator: Evaluator | EngineEvaluator | None
     lock: RunLock | None = None  # this process's hold on the run folder (rank 0)
     prompt_format: PromptFormat = PromptFormat()  # raw prompts, or rendered with the chat template
     tracker: Tracker | None = None  # TensorBoard / W&B views of the rows (rank 0, when configured)
@@ -97,15 +98,13 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         state, prov = RunState(), provenance(str(device)) | {"overrides": spec.overrides}
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
+        prov["warm_start"] = warm_start_record(spec)
         prompt_format = run_prompt_format(suite, tokenizer)
         engine = make_run_engine(suite, tokenizer, weights, device)
         if spec.entry.use_replay and spec.entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
             raise ValueError(f"{spec.entry.run_label}: rollout routing replay (R3) needs an engine that returns "
                              f"routed experts; rollout.engine {suite.rollout.engine} does not (hf does)")
-        evaluator = None
-        if suite.eval.enabled:
-            evaluator = Evaluator(suite.eval, out.path / "eval_tasks", suite.task.name, suite.task.params,
-                                  suite.rollout.max_new_tokens, suite.rollout.temperature, prompt_format)
+        evaluator = make_evaluator(suite, out.path, engine, prompt_format, policy)
         config = resolved_config(spec, lr=policy.optimizer.param_groups[0]["lr"])
         out.write_text("config.yaml", config)
         out.write_json("provenance.json", prov)
@@ -119,6 +118,34 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
     objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
     return Run(spec, out, policy, tokenizer, engine, suite.task.instance(), objective, n_active, prov, evaluator,
                lock, prompt_format, tracker), state
+
+
+def make_evaluator(suite: SuiteConfig, out: Path, engine: RolloutEngine, prompt_format: PromptFormat,
+                   policy: Policy) -> Evaluator | EngineEvaluator | None:
+    """The run's held-out evaluation (`eval:`): lm-eval's, or its rollout engine's with router noise off; None
+    without eval tasks."""
+    if not suite.eval.enabled:
+        return None
+    where = (suite.task.name, suite.task.params, suite.rollout.max_new_tokens, suite.rollout.temperature, prompt_format)
+    if suite.eval.engine == "rollout":
+        return EngineEvaluator(suite.eval, engine, *where, precision=policy.rollout_precision or policy.precision)
+    return Evaluator(suite.eval, out / "eval_tasks", *where)
+
+
+def warm_start_seed(spec: RunSpec) -> int | None:
+    """The seed of the warm start the run starts from (`WarmStartConfig.seed_for`); None for a real
+    checkpoint (`model.path`)."""
+    return None if spec.suite.model.path is not None else spec.suite.warm_start.seed_for(spec.seed)
+
+
+def warm_start_record(spec: RunSpec) -> dict:
+    """The starting weights of the run, for provenance.json (the analysis stratifies by them): the warm
+    start's seed, its folder and, from its warmstart.json, its cache key, accuracy and steps."""
+    record = {"seed": warm_start_seed(spec), "path": str(spec.init_weights)}
+    info = Path(spec.init_weights) / "warmstart.json"
+    if info.is_file():
+        record |= {k: v for k, v in json.loads(info.read_text()).items() if k in ("key", "accuracy", "steps", "in_band")}
+    return record
 
 
 def end_unresumed(out: RunDir, err: BaseException) -> None:
@@ -216,7 +243,7 @@ def resolved_config(spec, lr: float) -> str:
     run = {"label": entry.run_label, "algorithm": spec.algorithm or entry.run_label, "objective": entry.objective,
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
            "seed": spec.seed, "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs, "sweep": spec.sweep,
-           "correction": entry.correction, "overrides": spec.overrides}
+           "correction": entry.correction, "set": entry.set, "overrides": spec.overrides}
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
 
 

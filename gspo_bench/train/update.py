@@ -12,10 +12,11 @@ from gspo_bench.models.padding import position_ids
 from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
 from gspo_bench.moe.margins import margin_stats
 from gspo_bench.objectives.kl import k3
-from gspo_bench.objectives.metrics import masked_mean, measurements_off
+from gspo_bench.objectives.metrics import masked_mean, measurements_off, term_share_metrics
+from gspo_bench.objectives.reduce import recording_terms
 from gspo_bench.objectives.rspo import router_shift_from_scores
 from gspo_bench.runtime.distributed import World, gather_rows, local_tensor, with_local_grad
-from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements
+from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements, TokenRatios
 from gspo_bench.train.micro_batches import MicroBatch, plan_micro_batches
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.optim import guarded_step
@@ -100,7 +101,8 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
     drift, rerouted = minibatch_drift(old, forward.routing, batch, rows)
     layers = None
     if drift is not None:
-        layers = {"moe/drift": drift["moe/drift_layer"], **minibatch_margins(old, forward.pair_logits, batch, rows)}
+        layers = {"moe/drift": drift["moe/drift_layer"], "moe/drift_expert": drift["moe/drift_expert_layer"],
+                  **minibatch_margins(old, forward.pair_logits, batch, rows)}
     mask = batch.response_mask[rows]
     return MinibatchResult(loss=loss.detach(), grad_norm=grad_norm, applied=applied, metrics=metrics, drift=drift,
                            layers=layers,
@@ -255,16 +257,18 @@ def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch:
     per-token terms weighted by `settings.correction` (from pi_old, the engine's mu and pi_theta) when
     given, plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference
     is given. The objective gets the extra inputs it declares (`settings.inputs`, see
-    `objectives.registry.EXTRA_INPUTS`)."""
+    `objectives.registry.EXTRA_INPUTS`). `loss/max_token_share`: the largest share of one token's
+    |contribution| in the objective's sum of them (`objectives.metrics.term_share_metrics`)."""
     mask = batch.response_mask[rows]  # [b, T]
     advantages = batch.token_advantages if batch.token_advantages is not None else batch.advantages  # [B, T] or [B]
     weights, corrected = None, {}
     if settings.correction is not None:
         weights, corrected = settings.correction(old_logp=old.logp[rows], sampling_logp=batch.sampling_logp[rows],
                                                  logp=logp.detach(), advantages=advantages[rows], mask=mask)
-    loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=advantages[rows], mask=mask,
-                              weights=weights, **extra_inputs(settings, batch, rows, router_shift))
-    metrics = {**metrics, **corrected}
+    with recording_terms() as terms:  # the per-token contributions of the loss: how much one token makes of it
+        loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=advantages[rows], mask=mask,
+                                  weights=weights, **extra_inputs(settings, batch, rows, router_shift))
+    metrics = {**metrics, **corrected, **term_share_metrics(terms)}
     if old.ref_logp is not None and settings.kl_coef > 0:
         kl_ref = masked_mean(k3(old.ref_logp[rows].float() - logp.float()), mask)
         loss = loss + settings.kl_coef * kl_ref
@@ -353,8 +357,11 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
                   minibatches: int, settings: UpdateSettings) -> UpdateResult:
     """K = `minibatches` updates over the rows of `batch` in `order`; the step's update measurements:
     loss and grad norm (means over applied updates), the objective's measurements (token- or
-    response-weighted over applied updates) and the drift of minibatches 2..K from the old policy."""
-    measured, drift, by_routing = StepMeasurements(), MeanOf(), RatioByRouting()
+    response-weighted over applied updates), the token ratios' median, trimmed mean and tail counts
+    over every applied update (`TokenRatios`), the drift of minibatches 2..K from the old policy
+    (means) and that of minibatch 2 alone, after exactly one update (`moe/drift_1`, `moe/drift_expert_1`)."""
+    measured, drift, by_routing, ratios = StepMeasurements(), MeanOf(), RatioByRouting(), TokenRatios()
+    after_one: dict[str, torch.Tensor] = {}
     per_layer: list[dict[str, torch.Tensor]] = []
     losses, grad_norms, skipped = [], [], 0
     tokens_trained = 0
@@ -367,29 +374,38 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
         grad_norms.append(torch.where(result.applied, result.grad_norm.double(), float("nan")))
         skipped = skipped + (~result.applied).long()
         tokens_trained = tokens_trained + result.tokens_trained
+        if settings.measure:
+            ratios.add(result.log_ratio, batch.response_mask[rows], result.applied)
         if result.drift is not None:
             drift.add({**result.drift, **layer_means(result.layers)})
             per_layer.append(result.layers)
+            after_one = after_one or drift_after_one(result.drift)  # minibatch 2: one update since the old policy
         if result.rerouted is not None and settings.measure:
             by_routing.add(result.log_ratio, batch.response_mask[rows], result.rerouted)
     means = drift.result()
     metrics = {"loss": torch.stack(losses).nanmean(), "grad/norm": torch.stack(grad_norms).nanmean(),
-               **measured.result(), "nonfinite/minibatches": skipped}
-    metrics |= {k: v for k, v in means.items() if k != "moe/drift_layer"} | by_routing.result()
+               **measured.result(), "nonfinite/minibatches": skipped, **ratios.result(), **after_one}
+    metrics |= {k: v for k, v in means.items() if not k.endswith("_layer")} | by_routing.result()
     layers = {key: torch.stack([p[key] for p in per_layer]) for key in per_layer[0]} if per_layer else {}
     return UpdateResult(metrics=metrics, layers=layers, tokens_trained=tokens_trained)
 
 
 def layer_means(layers: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The step's summary of per-layer margin figures: their mean over MoE layers (drift has its own)."""
-    return {key: values.mean() for key, values in layers.items() if key != "moe/drift"}
+    return {key: values.mean() for key, values in layers.items() if key not in ("moe/drift", "moe/drift_expert")}
+
+
+def drift_after_one(drift: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The paper's drift (section 5.3: after exactly one gradient update), from `routing_drift` of a
+    forward that ran after one update: `moe/drift_1`, `moe/drift_expert_1`."""
+    return {"moe/drift_1": drift["moe/drift"], "moe/drift_expert_1": drift["moe/drift_expert"]}
 
 
 def drift_after_update(policy: Policy, batch: RolloutBatch, old: OldPolicy) -> dict[str, torch.Tensor]:
     """Routing of the whole batch after the step's last update against the old policy's (one extra
     no-grad pass, at the old pass's positions): `moe/drift_after`, `moe/drift_expert_after`, the
-    per-layer vector `moe/drift_layer` and the per-layer router-margin figures (`moe.margins`) as
-    `layer:<name>` vectors [L]."""
+    per-layer vectors `moe/drift_layer` and `moe/drift_expert_layer` and the per-layer router-margin
+    figures (`moe.margins`) as `layer:<name>` vectors [L]."""
     world = policy.world
     rows = torch.arange(len(batch), device=batch.input_ids.device)
     mine = world.rows(rows)
@@ -401,4 +417,5 @@ def drift_after_update(policy: Policy, batch: RolloutBatch, old: OldPolicy) -> d
     pair_logits = gather_rows(world, capture.pair_logits, rows, dim=1) if pairs is not None else None
     margins = minibatch_margins(old, pair_logits, batch, rows)
     return {"moe/drift_after": stats["moe/drift"], "moe/drift_expert_after": stats["moe/drift_expert"],
-            "moe/drift_layer": stats["moe/drift_layer"], **{f"layer:{k}": v for k, v in margins.items()}}
+            "moe/drift_layer": stats["moe/drift_layer"], "moe/drift_expert_layer": stats["moe/drift_expert_layer"],
+            **{f"layer:{k}": v for k, v in margins.items()}}
