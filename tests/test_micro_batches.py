@@ -119,7 +119,7 @@ def setting():
 
 
 def update(setting, objective_name: str, budget: int | None, correction: str | None = None,
-           checkpointed: bool = False, **overrides):
+           checkpointed: bool = False, kwargs: dict | None = None, **overrides):
     """One update of a fresh copy of the moved policy (no clipping, lr 0; its decoder layers
     checkpointed where asked): its gradients and result."""
     model, batch, old = setting
@@ -128,7 +128,7 @@ def update(setting, objective_name: str, budget: int | None, correction: str | N
         checkpoint_activations(policy.model)
     policy.optimizer = make_optimizer(policy.model, TrainConfig(), lr=0.0)
     spec = objective_spec(objective_name)
-    objective = partial(spec.fn, **KWARGS.get(objective_name, {}))
+    objective = partial(spec.fn, **(KWARGS.get(objective_name, {}) if kwargs is None else kwargs))
     settings = UpdateSettings(temperature=0.8, grad_clip=1e9, inputs=spec.inputs, coupled=spec.coupled,
                               generator=torch.Generator().manual_seed(5), micro_batch_tokens=budget,
                               correction=partial(get_correction(correction), **CORRECTIONS[correction])
@@ -139,9 +139,9 @@ def update(setting, objective_name: str, budget: int | None, correction: str | N
 
 
 def assert_same_update(setting, objective_name: str, correction: str | None = None, checkpointed: bool = False,
-                       **overrides) -> None:
-    plain_grads, plain, _ = update(setting, objective_name, None, correction)
-    grads, micro, _ = update(setting, objective_name, BUDGET, correction, checkpointed, **overrides)
+                       kwargs: dict | None = None, **overrides) -> None:
+    plain_grads, plain, _ = update(setting, objective_name, None, correction, kwargs=kwargs)
+    grads, micro, _ = update(setting, objective_name, BUDGET, correction, checkpointed, kwargs, **overrides)
     norm = torch.cat([g.flatten() for g in plain_grads.values()]).norm()
     assert norm > 1e-3, "no gradient: the comparison would be empty"
     assert grads.keys() == plain_grads.keys()
@@ -173,6 +173,13 @@ def test_the_test_batch_is_split_into_several_trimmed_micro_batches(setting):
 @pytest.mark.parametrize("name", list_objectives())
 def test_accumulated_gradient_equals_the_one_shot_gradient(setting, name):
     assert_same_update(setting, name)
+
+
+@pytest.mark.parametrize("name", ["grpo", "dapo"])
+def test_accumulated_gradient_equals_the_one_shot_gradient_with_a_dual_clip(setting, name):
+    _, plain, _ = update(setting, name, None, kwargs={"dual_clip": 1.05})
+    assert float(plain.metrics["clip/frac_dual"]) > 0  # the dual clip acts on this batch
+    assert_same_update(setting, name, kwargs={"dual_clip": 1.05})
 
 
 @pytest.mark.parametrize("correction", list_corrections())
