@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gspo_bench.runtime.stopping import Stopped, stop_on_signals
+from gspo_bench.suite.console import PrintableConsole
 
 app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
@@ -23,8 +24,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-_terminal = Console()
-console = _terminal if _terminal.is_terminal else Console(width=140)  # logs, pipes: wide enough that tables do not wrap
+_terminal = PrintableConsole()  # user text's control characters shown as escapes
+console = _terminal if _terminal.is_terminal else PrintableConsole(width=140)  # logs, pipes: tables do not wrap
 
 
 @app.callback()

@@ -404,7 +404,7 @@ def test_a_warm_start_on_a_missing_cuda_device_says_so_and_the_device_reaches_it
     model = build_tiny_moe(vocab_size=len(tokenizer), num_layers=2, hidden_size=32, expert_hidden=32, num_experts=4)
     params = warmstart.WarmStartParams(max_steps=1, device="cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RuntimeError, match="warm_start.device is cuda, but this machine has no CUDA device"):
+    with pytest.raises(ValueError, match="warm_start.device: cuda, but this machine has no CUDA device"):
         warmstart.finetune(model, tokenizer, make_task("sort", max_len=3), params)
     seen = []
     monkeypatch.setattr(warmstart, "finetune", lambda model, tok, task, params, on_eval=None: seen.append(params.device)

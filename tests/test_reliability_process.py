@@ -45,7 +45,26 @@ def sequential(suite_file, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sequential")
     result = CliRunner().invoke(app, ["run", str(suite_file), "--out", str(out)])
     assert result.exit_code == 0, result.output
+    for name in RUNS:
+        assert_weights_change(out / "tiny" / name, suite_file.parent / "cache")
     return out / "tiny"
+
+
+def assert_weights_change(run_dir: Path, cache: Path) -> None:
+    """The run learned: rewards differed and updates had a gradient (GSPO's narrow clip range may zero
+    one step's), and its checkpoint's weights are not its starting weights (a resume from a wrong state
+    would show)."""
+    import pandas as pd
+    from safetensors.torch import load_file
+
+    frame = pd.read_parquet(run_dir / "metrics.parquet")
+    assert (frame["reward/std"] > 0).any() and (frame["grad/norm"] > 0).any(), frame[["reward/std", "grad/norm"]]
+    after = load_file(run_dir / "checkpoint" / "model" / "model.safetensors")
+    starts = [p / "model.safetensors" for p in cache.iterdir() if p.name.startswith("warmstart-")]
+    assert starts  # the starting weights of every seed: the run's own is one of them, and it moved away from it
+    for start in starts:
+        before = load_file(start)
+        assert any(not (before[k] == after[k]).all() for k in before), (run_dir, start)
 
 
 def start(suite_file: Path, out: Path, *args: str) -> subprocess.Popen:
@@ -183,12 +202,68 @@ def test_a_stop_signal_stops_the_parallel_suite_and_resume_finishes_it(suite_fil
     assert_same_as_sequential(sequential, tmp_path / "tiny")
 
 
+@pytest.mark.slow
+def test_kill_9_of_one_parallel_worker_fails_its_run_alone_and_resume_finishes_it(suite_file, sequential, tmp_path):
+    """The worker of one run is killed (as the OOM killer would): that run is reported as the one whose
+    worker died, the run beside it as stopped because of it, the queued ones as not started; `--resume`
+    finishes the suite with the results of a sequential run and no half-written checkpoint is left."""
+    proc = start(suite_file, tmp_path, "--parallel", "2")
+    victim, beside = wait_until_running(tmp_path, 2, proc)
+    pid = json.loads((tmp_path / "tiny" / victim / ".lock").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    said = " ".join(output(proc, tmp_path).split())
+    assert proc.returncode == 1, said
+    recorded = status(tmp_path / "tiny" / victim)
+    assert recorded["status"] == "failed" and f"run {victim}: its worker process died" in recorded["message"]
+    other = status(tmp_path / "tiny" / beside)
+    if other["status"] != "done":  # (it may have finished just before)
+        assert other["status"] == "failed" and "its worker process died" not in other["message"], other
+        assert f"stopped because the worker process of run {victim} died" in other["message"], other
+    for name in set(RUNS) - {victim, beside}:
+        assert status(tmp_path / "tiny" / name) is None  # never started
+    assert f"run {victim}: its worker process died" in said and "did not start" in said
+    resume(suite_file, tmp_path)
+    assert not list((tmp_path / "tiny").glob("*/.checkpoint-new-*"))
+    assert_same_as_sequential(sequential, tmp_path / "tiny")
+
+
+def test_a_broken_pool_tells_the_run_whose_worker_died_from_those_it_stopped(tmp_path):
+    """After a worker dies, the pool stops the others (they record themselves stopped): the run still
+    `running` is the dead one; a run that recorded its stop was stopped because of it; a run that
+    never started this time (whatever an earlier session left in its folder) did not start."""
+    from types import SimpleNamespace
+
+    from gspo_bench.suite.outcomes import broken_pool_outcomes
+
+    specs = [SimpleNamespace(run_dir=tmp_path / "tiny" / name) for name in ("a-s0", "b-s0", "c-s0", "d-s0")]
+    RunDir(specs[0].run_dir).write_status("running", step=3)
+    RunDir(specs[1].run_dir).write_status("failed", "stopped by SIGTERM; `gspo-bench run ... --resume` continues it",
+                                          step=2)
+    RunDir(specs[2].run_dir).write_status("failed", "an earlier session's failure", step=5)
+    RunDir(specs[3].run_dir).write_status("done", step=6)
+    outcomes = broken_pool_outcomes(specs, started={"a-s0", "b-s0", "d-s0"})
+    assert [o["status"] for o in outcomes] == ["failed", "failed", "failed", "done"]
+    assert [o["step"] for o in outcomes] == [3, 2, 0, 6]
+    assert outcomes[0]["message"].startswith("run a-s0: its worker process died at step 3 (killed, or out of memory)")
+    assert outcomes[1]["message"].startswith("run b-s0: stopped because the worker process of run a-s0 died")
+    assert outcomes[2]["message"].startswith("run c-s0 did not start: the worker process of run a-s0 died")
+    assert all("--resume" in o["message"] for o in outcomes[:3])
+    recorded = [RunDir(spec.run_dir).read_status() for spec in specs]
+    assert [r["message"] for r in recorded[:2]] == [o["message"] for o in outcomes[:2]]
+    assert recorded[2]["message"] == "an earlier session's failure" and recorded[3]["status"] == "done"
+
+
 # ------------------------------------------------------------------ damaged files: warm-start cache, checkpoints
 
-def quick_suite(cache: Path, **changes) -> dict:
-    from test_harness import tiny_suite
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    """One warm-start cache for the module's interrupted runs: their warm start is trained once."""
+    return tmp_path_factory.mktemp("warmstart-cache")
 
-    return tiny_suite(cache, objectives=[{"name": "gspo"}], warm_start={"band": [0.0, 1.0]}, **changes)
+
+def quick_suite(cache: Path, **changes) -> dict:
+    """One gspo run of 3 steps whose weights change (rewards that differ within groups)."""
+    return signal_suite(cache, steps=3, objectives=[{"name": "gspo"}], **changes)
 
 
 def cache_entry(cache: Path) -> Path:
@@ -204,7 +279,7 @@ def test_a_damaged_warm_start_cache_is_named_removed_and_rebuilt(tmp_path, also_
     from gspo_bench.rundir.checksums import damage
     from gspo_bench.suite.runner import starting_weights
 
-    suite = parse_suite(quick_suite(tmp_path / "cache"))
+    suite = parse_suite(quick_suite(tmp_path / "cache", warm_start={"band": [0.0, 1.0]}))  # a fresh init: quick
     first = starting_weights(suite, 0, log=lambda m: None)
     weights = {k: v.clone() for k, v in load_file(first / "model.safetensors").items()}  # not a view of the file
     with open(first / "model.safetensors", "r+b") as handle:
@@ -225,26 +300,29 @@ def test_a_damaged_warm_start_cache_is_named_removed_and_rebuilt(tmp_path, also_
     assert not any("rebuilt" in m for m in said) and any("reused" in m for m in said)
 
 
-def interrupted(cache: Path, out: Path) -> tuple[dict, Path]:
-    """A 3-step run stopped after its step-2 row, before that step's checkpoint: its checkpoint is
-    step 1's; status.json as a kill -9 would leave it (running)."""
+def interrupted(cache: Path, out: Path, at_step: int = 2, **changes) -> tuple[dict, Path]:
+    """A 3-step run (`quick_suite` with `changes`) stopped after its step-`at_step` row, before that
+    step's checkpoint: its checkpoint is the step before's; status.json as a kill -9 would leave it
+    (running)."""
     from test_harness import run_suite
 
-    data = quick_suite(cache)
+    data = quick_suite(cache, **changes)
 
     def stop(row):
-        if row["step"] == 2:
+        if row["step"] == at_step:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         run_suite(data, out, on_step=stop)
     run_dir = out / "tiny" / "gspo-s0"
-    RunDir(run_dir).write_status("running", step=2)
+    RunDir(run_dir).write_status("running", step=at_step)
+    rows = RunDir(run_dir).read_rows("metrics.parquet")
+    assert any(row["grad/norm"] > 0 for row in rows), rows  # the weights change: a resume from a wrong state shows
     return data, run_dir
 
 
-def test_a_damaged_checkpoint_fails_the_resume_in_one_line_and_the_status_ends_failed(tmp_path):
-    data, run_dir = interrupted(tmp_path / "cache", tmp_path / "out")
+def test_a_damaged_checkpoint_fails_the_resume_in_one_line_and_the_status_ends_failed(tmp_path, cache):
+    data, run_dir = interrupted(cache, tmp_path / "out")
     with open(run_dir / "checkpoint" / "model" / "model.safetensors", "r+b") as handle:
         handle.truncate(64)
     suite = tmp_path / "suite.yaml"
@@ -258,12 +336,12 @@ def test_a_damaged_checkpoint_fails_the_resume_in_one_line_and_the_status_ends_f
     assert "CheckpointError" in result.output.replace("\n", "")
 
 
-def test_a_damaged_newest_checkpoint_falls_back_to_the_one_a_crash_left_before_it(tmp_path):
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_a_crash_left_before_it(tmp_path, cache):
     import shutil
 
     from test_harness import assert_same_metrics, metrics, run_suite
 
-    data, run_dir = interrupted(tmp_path / "cache", tmp_path / "out")
+    data, run_dir = interrupted(cache, tmp_path / "out")
     run_suite(data, tmp_path / "whole")
     shutil.copytree(run_dir / "checkpoint", run_dir / ".checkpoint-old")  # a crash in the swap left it
     with open(run_dir / "checkpoint" / "state.pt", "r+b") as handle:
@@ -273,14 +351,14 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_a_crash_left_before_i
     assert_same_metrics(metrics(tmp_path / "whole", "tiny", "gspo-s0"), metrics(tmp_path / "out", "tiny", "gspo-s0"))
 
 
-def test_a_new_checkpoint_that_reads_back_wrong_never_replaces_the_previous(tmp_path, monkeypatch):
+def test_a_new_checkpoint_that_reads_back_wrong_never_replaces_the_previous(tmp_path, cache, monkeypatch):
     import torch
 
     from gspo_bench.models import build_char_tokenizer, build_tiny_moe
     from gspo_bench.rundir.checksums import damage
     from gspo_bench.train import checkpoint
 
-    _, run_dir = interrupted(tmp_path / "cache", tmp_path / "out")
+    _, run_dir = interrupted(cache, tmp_path / "out")
     before = (run_dir / "checkpoint" / "checksums.json").read_text()
     monkeypatch.setattr(checkpoint, "damage", lambda folder: f"{folder}/state.pt differs from what was written")
     model = build_tiny_moe(num_layers=1)

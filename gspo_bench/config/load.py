@@ -3,7 +3,7 @@ every problem a `SuiteError` that names the file and the field."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gspo_bench.config.schema import ObjectiveEntry, SuiteConfig
+from gspo_bench.config.yamlread import read_yaml
 
 
 class SuiteError(ValueError):
@@ -46,10 +47,17 @@ def parse_suite(data: Any, source: str = "<suite>") -> SuiteConfig:
     """Validate suite data; with a sweep, every sweep point is validated as a suite too."""
     if not isinstance(data, dict):
         raise SuiteError(f"{source}: expected a mapping of suite fields at the top level")
+    return _checked(data, source, lambda err: _format_errors(source, err))
+
+
+def _checked(data: dict, source: str, describe: Callable[[ValidationError], str]) -> SuiteConfig:
+    """The suite of `data` with every check a suite gets, however it was made (a file, `--set`): the
+    schema, every sweep point and every entry's `set:` as a suite, and run labels unique across entries
+    and points. A schema problem is `describe`d; the others name `source`."""
     try:
         suite = SuiteConfig.model_validate(data)
     except ValidationError as err:
-        raise SuiteError(_format_errors(source, err)) from None
+        raise SuiteError(describe(err)) from None
     points = sweep_points(suite, source)
     check_run_names(suite, points, source)
     check_arms(suite, points, source)
@@ -163,15 +171,10 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if path in overrides:
             raise SuiteError(f"--set {path}: given twice")
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise SuiteError(f"--set {item}: the value is not valid YAML ({str(err).splitlines()[0]})") from None
-        # YAML 1.1 reads 2e-3 (no dot) as a string; on a command line it is the number
-        overrides[path] = float(value) if isinstance(value, str) and _NUMBER.fullmatch(value) else value
+            overrides[path] = read_yaml(text)  # 2e-3 (no dot) is the number, as in the suite file
+        except ValueError as err:
+            raise SuiteError(f"--set {path}: {err}") from None
     return overrides
-
-
-_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def apply_overrides(suite: SuiteConfig, overrides: dict[str, Any], source: str = "<suite>") -> SuiteConfig:
@@ -196,13 +199,9 @@ def apply_overrides(suite: SuiteConfig, overrides: dict[str, Any], source: str =
             raise SuiteError(f"{source}: --set {path}: the suite sweeps this field (sweep: in the file); "
                              "override the sweep's values in the file instead")
     data = sweep.apply(suite, overrides) | {"sweep": suite.sweep}
-    try:
-        changed = SuiteConfig.model_validate(data)
-    except ValidationError as err:
-        raise SuiteError(f"{source}: --set {_point_text(overrides)}: {'; '.join(_problems(err))}") from None
-    where = f"{source} with --set {_point_text(overrides)}"
-    check_arms(changed, sweep_points(changed, where), where)
-    return changed
+    given = _point_text(overrides)
+    return _checked(data, f"{source} with --set {given}",
+                    lambda err: f"{source}: --set {given}: {'; '.join(_problems(err))}")
 
 
 def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> SuiteConfig:
@@ -213,9 +212,16 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> Sui
     if not path.is_file():
         raise SuiteError(f"{path}: no such file")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise SuiteError(f"{path}: not valid YAML: {err}") from None
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SuiteError(f"{path}: not a UTF-8 text file (byte {err.object[err.start]:#04x} at offset {err.start}): "
+                         "give the suite's YAML file") from None
+    except OSError as err:
+        raise SuiteError(f"{path}: cannot be read ({err.strerror or err})") from None
+    try:
+        data = read_yaml(text)
+    except ValueError as err:
+        raise SuiteError(f"{path}: {err}") from None
     return apply_overrides(parse_suite(data, str(path)), overrides or {}, str(path))
 
 

@@ -18,11 +18,27 @@ is checked by `gspo_bench.suite.preflight`.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from gspo_bench.config.numbers import boolean_message, boolean_numbers, check_settings
 from gspo_bench.models.families import SUPPORTED_FAMILIES
+
+# Bounds on sizes, named in the message of a value beyond them: far above any model, batch or run this
+# suite trains, low enough that no value makes `validate` hang or a run allocate without end.
+MAX_SEED = 2**32 - 1  # every generator a run seeds takes it (numpy's are 32-bit)
+MAX_LAYERS = 1024
+MAX_WIDTH = 131_072  # hidden and expert sizes
+MAX_EXPERTS = 4096  # also heads, expert groups
+MAX_TOKENS = 131_072  # tokens a response may have
+MAX_BATCH = 65_536  # prompts a step, examples a batch, test documents
+MAX_GROUP = 4096  # responses a prompt, samples a prompt
+MAX_STEPS = 10_000_000  # steps of a run or a warm start
+MAX_EVAL_EXAMPLES = 10_000  # a warm start's test problems (each a sampled answer at every evaluation)
+MAX_THREADS = 4096
+
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
 # Sections of the suite one objective entry may set for its own runs (`ObjectiveEntry.set`): the model,
 # task, starting weights, budget and seeds stay every arm's, so arms stay paired and matched in compute.
@@ -40,6 +56,16 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
 class Strict(BaseModel):
     # allow_inf_nan=False: every float setting must be finite (.nan and .inf in YAML are refused)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """A boolean is never a number, in any int or float field of any section (by the field's type:
+        `gspo_bench.config.numbers`)."""
+        places = boolean_numbers(cls.model_fields[info.field_name].annotation, value)
+        if places:
+            raise ValueError(boolean_message(places))
+        return value
 
 
 def nonfinite_numbers(value: Any, where: str = "") -> list[str]:
@@ -66,24 +92,24 @@ class ModelConfig(Strict):
     path: str | None = Field(None, description="local HF checkpoint directory of a real MoE (overrides the sizes)")
     architecture: str | None = Field(None, description="directory with the checkpoint's config.json, for "
                                      "`run --dry-run` where model.path is absent (experiments/models/)")
-    num_layers: int = Field(8, ge=1, description="decoder layers (all MoE unless first_k_dense)")
-    hidden_size: int = Field(64, ge=8)
-    num_experts: int = Field(8, ge=1)
-    top_k: int = Field(2, ge=1)
-    num_heads: int = Field(4, ge=1)
-    num_kv_heads: int = Field(2, ge=1)
-    expert_hidden: int = Field(64, ge=1, description="intermediate size of one routed expert")
+    num_layers: int = Field(8, ge=1, le=MAX_LAYERS, description="decoder layers (all MoE unless first_k_dense)")
+    hidden_size: int = Field(64, ge=8, le=MAX_WIDTH)
+    num_experts: int = Field(8, ge=1, le=MAX_EXPERTS)
+    top_k: int = Field(2, ge=1, le=MAX_EXPERTS)
+    num_heads: int = Field(4, ge=1, le=MAX_EXPERTS)
+    num_kv_heads: int = Field(2, ge=1, le=MAX_EXPERTS)
+    expert_hidden: int = Field(64, ge=1, le=MAX_WIDTH, description="intermediate size of one routed expert")
     aux_loss: bool = Field(False, description="add the load-balancing loss (off as in the paper's setup)")
     norm_topk_prob: bool | None = Field(None, description="renormalise the top-k gate weights to sum to 1 "
                                         "(default: the family's choice: qwen3_moe yes, qwen2_moe/olmoe no; "
                                         "fixed in mixtral, gpt_oss, granitemoe, deepseek_v2, jamba, ...)")
-    shared_expert_hidden: int | None = Field(None, ge=1, description="width of the shared expert every token "
+    shared_expert_hidden: int | None = Field(None, ge=1, le=MAX_WIDTH, description="width of the shared expert every token "
                                              "also passes (qwen2_moe only; default: expert_hidden)")
-    first_k_dense: int = Field(0, ge=0, description="leading dense (non-MoE) decoder layers (first_k_dense_replace, "
+    first_k_dense: int = Field(0, ge=0, le=MAX_LAYERS, description="leading dense (non-MoE) decoder layers (first_k_dense_replace, "
                                "mlp_only_layers): qwen3_moe, qwen2_moe, qwen3_next, deepseek_v2/v3, glm4_moe, dots1, "
                                "ernie4_5_moe, llama4_text")
-    n_group: int = Field(1, ge=1, description="expert groups of group-limited top-k (deepseek_v2/v3, glm4_moe, dots1)")
-    topk_group: int = Field(1, ge=1, description="groups a token may take its experts from (with n_group)")
+    n_group: int = Field(1, ge=1, le=MAX_EXPERTS, description="expert groups of group-limited top-k (deepseek_v2/v3, glm4_moe, dots1)")
+    topk_group: int = Field(1, ge=1, le=MAX_EXPERTS, description="groups a token may take its experts from (with n_group)")
     router_scale: float = Field(1.0, gt=0, description="factor on every router weight right after the tiny "
                                 "model's initialisation: router logits scale by it, Adam's steps do not, so below 1 "
                                 "more tokens sit near a routing tie and above 1 routing is sharper (tiny models only)")
@@ -121,12 +147,14 @@ class TaskConfig(Strict):
     @model_validator(mode="after")
     def _known(self):
         from gspo_bench.tasks import list_tasks, task_params
+        from gspo_bench.tasks.registry import task_spec
 
         if self.name not in list_tasks():
             raise ValueError(f"unknown task {self.name!r}; expected one of {', '.join(list_tasks())}")
         unknown = set(self.params) - set(task_params(self.name))
         if unknown:
             raise ValueError(f"task {self.name!r} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
+        check_settings(task_spec(self.name).factory, self.params, "params")
         return self
 
     def instance(self):
@@ -144,18 +172,19 @@ class TaskConfig(Strict):
 class WarmStartConfig(Strict):
     enabled: bool = Field(True, description="supervised warm start before RL (tiny models only)")
     lr: float = Field(3e-3, gt=0)
-    batch_size: int = Field(64, ge=1)
-    max_steps: int = Field(2000, ge=1)
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH)
+    max_steps: int = Field(2000, ge=1, le=MAX_STEPS)
     eval_every: int = Field(25, ge=1)
-    eval_examples: int = Field(64, ge=1)
+    eval_examples: int = Field(64, ge=1, le=MAX_EVAL_EXAMPLES, description="test problems of each evaluation "
+                               "(the task's test split must hold as many distinct ones)")
     band: tuple[float, float] = Field((0.2, 0.6), description="target sampled test accuracy [low, high]")
     cache_dir: str | None = Field(None, description="where warm-started weights are cached; default ~/.cache/gspo-bench")
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="where the warm start trains: cpu, "
                         "or cuda for models too large for a CPU warm start (the cached weights are saved either way)")
-    seed: int | None = Field(None, description="seed the starting model is built and warm-started with (default: each "
+    seed: Seed | None = Field(None, description="seed the starting model is built and warm-started with (default: each "
                              "run's seed; one value starts every seed from the same model, as RL runs from one base "
                              "model do, and seeds then vary the RL sampling only)")
-    seeds: list[int] | None = Field(None, min_length=1, description="several starting models, each built, warm-started "
+    seeds: list[Seed] | None = Field(None, min_length=1, description="several starting models, each built, warm-started "
                                     "and cached with its own seed: RL seed s starts from the one of seeds[s mod "
                                     "len(seeds)] (e.g. [0, 1] with seeds [0, ..., 5]: even RL seeds from warm start 0, "
                                     "odd ones from 1); instead of `seed`")
@@ -195,9 +224,9 @@ class RolloutConfig(Strict):
             raise ValueError(f"unknown rollout engine {v!r}; expected one of {', '.join(list_engines())}")
         return v
 
-    prompts_per_step: int = Field(8, ge=1, description="P prompts per RL step")
-    group_size: int = Field(8, ge=2, description="G responses per prompt")
-    max_new_tokens: int = Field(32, ge=1)
+    prompts_per_step: int = Field(8, ge=1, le=MAX_BATCH, description="P prompts per RL step")
+    group_size: int = Field(8, ge=2, le=MAX_GROUP, description="G responses per prompt")
+    max_new_tokens: int = Field(32, ge=1, le=MAX_TOKENS)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     engine_options: dict[str, Any] = Field(default_factory=dict, description="engine keyword arguments "
@@ -251,7 +280,7 @@ class TrainConfig(Strict):
     grad_clip: float = Field(1.0, gt=0)
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:N")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="torch CPU threads (default: torch's choice)")
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference penalty (k3); off as in the paper")
     advantage_scale: Literal["std", "none"] = "std"
     drift_after_update: bool = Field(False, description="one extra no-grad pass after the last update to measure drift")
@@ -282,7 +311,7 @@ class TrainConfig(Strict):
 class BudgetConfig(Strict):
     kind: Literal["steps", "tokens", "flops"] = Field(description="what every run spends equally")
     value: float = Field(gt=0, description="steps, cumulative tokens processed, or cumulative FLOPs")
-    max_steps: int = Field(10_000, ge=1, description="safety cap for tokens/flops budgets")
+    max_steps: int = Field(10_000, ge=1, le=MAX_STEPS, description="safety cap for tokens/flops budgets")
 
 
 class EvalConfig(Strict):
@@ -298,12 +327,12 @@ class EvalConfig(Strict):
     lm_eval_include: str | None = Field(None, description="a directory of extra lm-eval task YAMLs, searched "
                                         "for lm_eval_tasks (lm-eval's include_path)")
     every: int | None = Field(None, ge=1, description="steps between evaluations (also at step 0 and at the end)")
-    samples: int = Field(1, ge=1, description="samples per prompt: the score is the average Pass@1")
-    limit: int = Field(64, ge=1, description="test documents per task")
+    samples: int = Field(1, ge=1, le=MAX_GROUP, description="samples per prompt: the score is the average Pass@1")
+    limit: int = Field(64, ge=1, le=MAX_BATCH, description="test documents per task")
     greedy: bool = Field(False, description="greedy decoding (samples must be 1)")
     temperature: float | None = Field(None, gt=0, description="default: the rollout temperature")
-    max_new_tokens: int | None = Field(None, ge=1, description="default: the rollout's")
-    batch_size: int = Field(64, ge=1)
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="default: the rollout's")
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH)
 
     @property
     def enabled(self) -> bool:
@@ -382,7 +411,7 @@ class ObjectiveEntry(Strict):
         if v is None:
             return v
         finite_settings(v)
-        from gspo_bench.objectives.corrections import correction_spec, list_corrections
+        from gspo_bench.objectives.corrections import correction_spec, get_correction, list_corrections
 
         kind = v.get("kind")
         if kind not in list_corrections():
@@ -391,15 +420,17 @@ class ObjectiveEntry(Strict):
         unknown = sorted(set(v) - {"kind"} - set(valid))
         if unknown:
             raise ValueError(f"correction {kind} has no params {unknown}; valid: {sorted(valid)}")
+        check_settings(get_correction(kind), {k: x for k, x in v.items() if k != "kind"})
         return v
 
     @model_validator(mode="after")
     def _known(self):
-        from gspo_bench.objectives import list_objectives, objective_spec
+        from gspo_bench.objectives import get_objective, list_objectives, objective_spec
 
         valid = list_objectives() + sorted(ALGORITHMS)
         if self.name not in valid:
             raise ValueError(f"unknown objective {self.name!r}; expected one of {', '.join(valid)}")
+        check_settings(get_objective(self.objective), self.kwargs, "kwargs")
         if self.replay is False and self.replay_from is not None:
             raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
         if self.credit == "step" and objective_spec(self.objective).advantages != "token":
@@ -456,7 +487,7 @@ class SuiteConfig(Strict):
     train: TrainConfig = TrainConfig()
     budget: BudgetConfig
     objectives: list[ObjectiveEntry] = Field(min_length=1)
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1, description=f"seeds of the runs, 0..{MAX_SEED}")
 
     @field_validator("name")
     @classmethod

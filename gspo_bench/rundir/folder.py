@@ -54,6 +54,22 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def umask() -> int:
+    """This process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def share(folder: Path) -> None:
+    """Give `folder` and everything under it the usual permissions, 0777 for folders and 0666 for
+    files less the umask, as if made with mkdir and open (tempfile.mkdtemp makes a private 0700
+    folder, mkstemp 0600 files): run folders and the warm-start cache may be shared."""
+    mask = umask()
+    for path in [Path(folder), *Path(folder).rglob("*")]:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 def _atomic(path: Path, write) -> None:
     """`write(tmp)` to a temporary file beside `path`, then rename it over `path`: readers see the
     old file or the new one, never half of one. The file gets the usual permissions (0666 less the
@@ -63,9 +79,7 @@ def _atomic(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -121,6 +135,24 @@ def provenance(device: str) -> dict:
     }
 
 
+def read_json_file(path: Path) -> dict | None:
+    """The JSON object in `path` (None if there is no such file); ValueError naming the file when it
+    is not a JSON object (cut short, altered, not text)."""
+    if not path.is_file():
+        return None
+    try:
+        body = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except json.JSONDecodeError as err:
+        problem = f"not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"
+    else:
+        if isinstance(body, dict):
+            return body
+        problem = f"a JSON {type(body).__name__}, not an object"
+    raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")
+
+
 class RunDir:
     """The files of one run. Rows are kept in memory and the whole table is rewritten atomically.
 
@@ -133,8 +165,7 @@ class RunDir:
 
     # ------------------------------------------------------------------ files
     def read_status(self) -> dict | None:
-        f = self.path / "status.json"
-        return json.loads(f.read_text()) if f.is_file() else None
+        return read_json_file(self.path / "status.json")
 
     def write_status(self, status: str, message: str = "", **extra) -> None:
         if not self.writable:
@@ -150,8 +181,7 @@ class RunDir:
         atomic_write_text(self.path / name, json.dumps(body, indent=1, default=str))
 
     def read_json(self, name: str) -> dict | None:
-        f = self.path / name
-        return json.loads(f.read_text()) if f.is_file() else None
+        return read_json_file(self.path / name)
 
     def write_text(self, name: str, text: str) -> None:
         if not self.writable:

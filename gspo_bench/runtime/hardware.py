@@ -83,3 +83,15 @@ def step_figures(*, response_tokens: float, rollout_s: float, tokens_trained: fl
         "perf/train_tokens_per_s": _per_second(tokens_trained, update_s),
         "perf/mfu": mfu,
     }
+
+
+def require_device(name: str, field: str) -> torch.device:
+    """`name` (cpu, cuda, cuda:N) as a device of this machine; ValueError naming the suite `field` that
+    asks for a device it does not have. `validate` and the run call it alike."""
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{field}: {name}, but this machine has no CUDA device")
+        if (device.index or 0) >= torch.cuda.device_count():
+            raise ValueError(f"{field}: {name}, but this machine has {torch.cuda.device_count()} GPU(s)")
+    return device

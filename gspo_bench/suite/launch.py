@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import _thread
 import ctypes
+import functools
 import multiprocessing
 import os
 import signal
@@ -21,10 +22,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.runtime.stopping import Stopped, raise_stopped, signals_ignored, stop_on_signals
-from gspo_bench.suite.outcomes import worker_outcome
+from gspo_bench.suite.outcomes import broken_pool_outcomes
 
 # the step columns a progress display needs: all that crosses a process boundary every step
 PROGRESS_COLUMNS = ("step", "label", "seed", "reward/mean", "clip/frac", "moe/drift", "compute/cum_flops",
@@ -65,9 +67,11 @@ def run_one(spec, mode: dict, report: Callable[[str, str, dict], None] | None = 
             return train_run(spec, on_step=on_step, **mode)
     except RunBusyError as err:
         return {"status": "refused", "message": str(err), "step": None}
-    except Exception as err:
+    except Exception as err:  # the line its status.json ends with too (a full disk named as such)
+        from gspo_bench.rundir.failure import failure_message
+
         recorded = RunDir(spec.run_dir).read_status() or {}
-        return {"status": "failed", "message": f"{type(err).__name__}: {err}", "step": recorded.get("step", 0)}
+        return {"status": "failed", "message": failure_message(err, spec.run_dir), "step": recorded.get("step", 0)}
 
 
 def run_sequential(specs: Sequence, mode: dict, observer: Observer) -> list[dict]:
@@ -115,16 +119,17 @@ def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
                                initargs=(messages, stop, reason, os.getpid()))
     futures: dict = {}
+    settle = functools.partial(pool.shutdown, wait=True, cancel_futures=True)  # returns once every worker is gone
     try:
         for i, spec in enumerate(specs):
             futures[pool.submit(_run_in_process, spec, mode)] = i
-        return _collect(futures, specs, lambda: _next_local(messages), observer)
+        return _collect(futures, specs, lambda: _next_local(messages), observer, settle)
     except KeyboardInterrupt as err:
         with signals_ignored():  # the stop under way finishes: runs record their ends
             reason.value = getattr(err, "signum", signal.SIGINT)
             stop.set()
             started = {f: i for f, i in futures.items() if not f.cancel()}
-            _collect(started, specs, lambda: _next_local(messages), observer)
+            _collect(started, specs, lambda: _next_local(messages), observer, settle)
             pool.shutdown(wait=True, cancel_futures=True)
         raise
     finally:
@@ -260,29 +265,42 @@ class _QueueReport:
         self.messages.put((kind, name, row))
 
 
-def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: Observer) -> list[dict]:
+def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: Observer,
+             settle: Callable[[], None] = lambda: None) -> list[dict]:
     """Relay progress messages until every future is done; statuses in the order of `specs` (None
-    for the runs of no future)."""
+    for the runs of no future). Where the pool broke (a worker died), `settle` waits until every
+    worker has exited (the ones the pool stopped have recorded it), then
+    `outcomes.broken_pool_outcomes` tells the run whose worker died from those it stopped."""
     statuses: list[dict | None] = [None] * len(specs)
+    started: set[str] = set()
+    broken: list[int] = []
     pending = set(futures)
     while pending:
         done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-        _relay(next_message, observer)
+        _relay(next_message, observer, started)
         for future in done:
             index = futures[future]
+            if not future.cancelled() and isinstance(future.exception(), BrokenProcessPool):
+                broken.append(index)
+                continue
             statuses[index] = _outcome(future, specs[index])
             if statuses[index]["status"] != "not started":
                 observer.end_run(specs[index].run_dir.name, statuses[index])
-    _relay(next_message, observer)
+    if broken:
+        settle()
+        _relay(next_message, observer, started)
+        for index, status in zip(broken, broken_pool_outcomes([specs[i] for i in broken], started), strict=True):
+            statuses[index] = status
+            observer.end_run(specs[index].run_dir.name, status)
+    _relay(next_message, observer, started)
     return statuses
 
 
 def _outcome(future, spec) -> dict:
-    """A run's final status; a dead worker (a broken pool) names its run and `--resume`
-    (`outcomes.worker_outcome`); a worker stopped between its run's end and its reply gives what the
-    run's folder records."""
+    """A run's final status; a worker stopped between its run's end and its reply gives what the run's
+    folder records."""
     try:
-        return worker_outcome(future, spec)
+        return future.result()
     except BaseException as err:
         recorded = RunDir(spec.run_dir).read_status() or {}
         if recorded.get("status") in ("done", "collapsed", "failed"):  # the run had ended: its own end, as recorded
@@ -298,12 +316,14 @@ def _next_ray(messages, empty: type):
         return None
 
 
-def _relay(next_message: Callable, observer: Observer) -> None:
-    """Hand every waiting progress message to the observer."""
+def _relay(next_message: Callable, observer: Observer, started: set[str] | None = None) -> None:
+    """Hand every waiting progress message to the observer (the names of runs that start to `started`)."""
     while (message := next_message()) is not None:
         kind, name, row = message
         if kind == "start":
             observer.start_run(name)
+            if started is not None:
+                started.add(name)
         else:
             observer.step(name, row)
 

@@ -1,8 +1,11 @@
 """Preflight: what `run` needs beyond a valid suite, checked before any compute and apart from the
 schema (`gspo_bench.config`), so that a suite for another machine still parses and plans with
-`--dry-run`: the task builds with its params, the device exists, a model.path is a supported
-checkpoint, every objective and correction accepts its params, the trackers are installed, every
-eval task is known.
+`--dry-run`: the task builds with its params (and has the test problems the warm start scores), the
+devices exist, a model.path is a supported checkpoint, every objective and correction accepts its
+params, the trackers are installed, every eval task is known, and, for every run (each sweep point,
+each entry's `set:`), the optimizer, the rollout engine with its options and the router noise accept
+the model, each by the function the run calls on it (on the model built on the meta device: no
+weights, no memory), so `validate` and `run` cannot disagree.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from gspo_bench.models.families import SUPPORTED_FAMILIES
 def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
     """What `run` needs beyond a valid suite, checked before any compute (and not by parsing, so that
     a suite for another machine can still be planned with --dry-run): the task builds with its params
-    (a JSONL file is read), the device exists, a model.path is a supported checkpoint, every
-    objective accepts its clip range and kwargs, every eval task is known. SuiteError naming the file
-    and the field."""
-    problems = [p for check in (_check_task, _check_device, _check_model_path, _check_objectives, _check_eval_tasks,
-                                _check_tracking, _check_hf_engine_options) for p in check(suite)]
+    (a JSONL file is read), a model.path is a supported checkpoint, every objective accepts its clip
+    range and kwargs, every eval task is known, and every run's devices, optimizer and engine work
+    (`_check_runs`). SuiteError naming the file and the field."""
+    problems = [p for check in (_check_task, _check_model_path, _check_objectives, _check_eval_tasks, _check_tracking,
+                                _check_runs) for p in check(suite)]
     if problems:
         raise SuiteError(problems_text(source, problems))
 
@@ -34,16 +37,105 @@ def _check_task(suite: SuiteConfig) -> list[str]:
     return []
 
 
-def _check_device(suite: SuiteConfig) -> list[str]:
-    if suite.train.device.startswith("cuda"):
-        import torch
+def _check_runs(suite: SuiteConfig) -> list[str]:
+    """What every run needs of the suite it runs with (each sweep point's, with its entry's `set:`),
+    each by the function the run calls: its devices, its optimizer, its rollout engine with its
+    options and router noise (on the model built on the meta device), R3's engine. A problem is named
+    once, with the labels of the objective entries whose runs have it. Nothing here where model.path
+    is not a checkpoint (`_check_model_path` names that)."""
+    from gspo_bench.config import arm_suite, sweep_points
 
-        index = int(suite.train.device.partition(":")[2] or 0)
-        if not torch.cuda.is_available():
-            return [f"train.device: {suite.train.device}, but this machine has no CUDA device"]
-        if index >= torch.cuda.device_count():
-            return [f"train.device: {suite.train.device}, but this machine has {torch.cuda.device_count()} GPU(s)"]
+    if _check_model_path(suite):
+        return []
+    found: dict[tuple[str, str], list[str]] = {}  # (field, problem) -> labels
+    models: dict[str, tuple] = {}  # the meta model and tokenizer of each model section
+    for _, point in sweep_points(suite):
+        key = point.model.model_dump_json()
+        if key not in models:
+            models[key] = _meta_model(point)
+        model, tokenizer = models[key]
+        for entry in point.objectives:
+            run = arm_suite(point, entry)
+            for field, problem in _devices(run) + _optimizer(run, entry, model) + _engine(run, entry, model, tokenizer):
+                found.setdefault((field, problem), []).append(entry.run_label)
+    return [f"{field} ({', '.join(dict.fromkeys(labels))}): {problem}" for (field, problem), labels in found.items()]
+
+
+def _devices(suite: SuiteConfig) -> list[tuple[str, str]]:
+    """The devices the run and its warm start train on (`require_device`, as they call it)."""
+    from gspo_bench.runtime.hardware import require_device
+
+    devices = {"train.device": suite.train.device}
+    if suite.model.path is None and suite.warm_start.enabled:
+        devices["warm_start.device"] = suite.warm_start.device
+    problems = []
+    for field, name in devices.items():
+        try:
+            require_device(name, field)
+        except ValueError as err:
+            problems.append((field, str(err).removeprefix(f"{field}: ")))
+    return problems
+
+
+def _meta_model(suite: SuiteConfig) -> tuple:
+    """(the run's model on the meta device: its modules and shapes, no weights; its tokenizer)."""
+    import torch
+
+    if suite.model.path is None:
+        from gspo_bench.models import build_char_tokenizer, build_tiny_moe
+
+        tokenizer = build_char_tokenizer()
+        sizes = suite.model.model_dump(exclude={"family", "path", "architecture"})
+        with torch.device("meta"):
+            return build_tiny_moe(suite.model.family, vocab_size=len(tokenizer), **sizes), tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(suite.model.path, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return model, AutoTokenizer.from_pretrained(suite.model.path, local_files_only=True)
+
+
+def _optimizer(suite: SuiteConfig, entry, model) -> list[tuple[str, str]]:
+    """The entry's optimizer (`make_optimizer`, as the run builds it: betas, weight decay, router
+    groups, the 8-bit one's library)."""
+    from gspo_bench.train.optim import make_optimizer
+
+    try:
+        make_optimizer(model, suite.train, lr=entry.lr or suite.train.lr)
+    except (ValueError, RuntimeError) as err:
+        return [("train", str(err))]
     return []
+
+
+def _engine(suite: SuiteConfig, entry, model, tokenizer) -> list[tuple[str, str]]:
+    """The rollout engine with its options (`make_run_engine`, as the run makes it), the router noise
+    it was given on the model's routers (`RouterNoise`, as the engine attaches it), and R3's need of
+    an engine that returns routing (`check_replay_engine`)."""
+    import torch
+
+    from gspo_bench.rollout.router_noise import RouterNoise
+    from gspo_bench.train.setup import check_replay_engine, make_run_engine
+
+    weights = Path(suite.model.path or "the starting weights")
+    try:
+        engine = make_run_engine(suite, tokenizer, weights, torch.device(suite.train.device))
+    except ImportError as err:
+        return [("rollout.engine", str(err))]
+    except (ValueError, TypeError) as err:
+        return [("rollout.engine_options", str(err))]
+    problems = []
+    sigma = getattr(engine, "router_noise", 0.0)
+    if sigma:
+        try:
+            RouterNoise(model, sigma, seed=0, keys=torch.zeros(1, dtype=torch.long), prompt_width=0)
+        except ValueError as err:
+            problems.append(("rollout.engine_options", str(err)))
+    try:
+        check_replay_engine(entry, engine, suite)
+    except ValueError as err:
+        problems.append(("rollout.engine", str(err)))
+    return problems
 
 
 def _check_model_path(suite: SuiteConfig) -> list[str]:
@@ -82,25 +174,6 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
         except (TypeError, ValueError) as err:
             problems.append(f"objectives.{i} ({entry.run_label}): {err}")
     return problems
-
-
-def _check_hf_engine_options(suite: SuiteConfig) -> list[str]:
-    """The hf engine takes the engine_options of every sweep point and arm (a sweep or an arm's `set:`
-    may add a key, so a misspelt one is caught here rather than when its runs start)."""
-    from gspo_bench.config import arm_suite, sweep_points
-    from gspo_bench.rollout import make_engine
-
-    refused: dict[str, list[str]] = {}  # the engine's error -> the labels of the arms it refuses
-    for _, point in sweep_points(suite):
-        for entry in point.objectives:
-            rollout = arm_suite(point, entry).rollout
-            if rollout.engine != "hf":
-                continue
-            try:
-                make_engine("hf", pad_id=0, eos_id=1, **rollout.engine_options)
-            except (TypeError, ValueError) as err:
-                refused.setdefault(str(err), []).append(entry.run_label)
-    return [f"rollout.engine_options ({', '.join(dict.fromkeys(labels))}): {err}" for err, labels in refused.items()]
 
 
 def _check_tracking(suite: SuiteConfig) -> list[str]:

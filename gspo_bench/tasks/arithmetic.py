@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from gspo_bench.tasks.base import Example, GeneratedTask, exact_match
 from gspo_bench.tasks.registry import register_task
 
+MAX_DIGITS = 10_000
+
 
 @dataclass(frozen=True)
 class ArithmeticProblems:
@@ -15,8 +17,8 @@ class ArithmeticProblems:
     ops: str = "+-"
 
     def __post_init__(self):
-        if self.digits < 1:
-            raise ValueError("arithmetic: digits must be >= 1")
+        if not 1 <= self.digits <= MAX_DIGITS:
+            raise ValueError(f"arithmetic: digits must be in 1..{MAX_DIGITS} (got {self.digits})")
         if not self.ops or set(self.ops) - set("+-"):
             raise ValueError("arithmetic: ops must be a non-empty subset of '+-'")
 

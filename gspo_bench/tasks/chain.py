@@ -32,6 +32,7 @@ from gspo_bench.tasks.registry import register_task
 
 STEP = re.compile(r"\s*(0|[1-9]\d*)([+-])(0|[1-9]\d*)=(0|[1-9]\d*)\s*")  # "a+b=c", plain decimals
 SEPARATOR = ";"
+MAX_STEPS = 10_000  # operations a problem may have (its answer is about 8 characters a step)
 
 
 def _pieces(response: str) -> list[tuple[int, int, str]]:
@@ -86,6 +87,8 @@ class ChainProblems:
     def __post_init__(self):
         if self.steps < 1 or self.max_operand < 1:
             raise ValueError(f"chain: need steps >= 1 and max_operand >= 1 (got {self.steps}, {self.max_operand})")
+        if self.steps > MAX_STEPS:
+            raise ValueError(f"chain: steps must be at most {MAX_STEPS} (got {self.steps}): the answer writes every step")
         if self.max_value < 2 * self.max_operand:
             raise ValueError(f"chain: need max_value >= 2 * max_operand, so that + or - always stays in "
                              f"0..max_value (got max_value {self.max_value}, max_operand {self.max_operand})")

@@ -25,6 +25,7 @@ from gspo_bench.tasks.registry import register_task
 from gspo_bench.tasks.safe_eval import InvalidExpression, evaluate
 
 MAX_STEPS = 8
+MAX_COUNT = MAX_STEPS + 1  # numbers a problem gives: its answer has count - 1 steps, and at most MAX_STEPS are read
 
 
 def check_steps(response: str, numbers: list[int], target: int) -> bool:
@@ -117,6 +118,8 @@ class CountdownProblems:
     def __post_init__(self):
         if self.count < 2 or self.max_number < 1 or self.max_target < 1:
             raise ValueError("countdown: need count >= 2, max_number >= 1, max_target >= 1")
+        if self.count > MAX_COUNT:  # (more numbers also rarely end at a small target: drawing a problem would not end)
+            raise ValueError(f"countdown: count must be at most {MAX_COUNT} (got {self.count})")
 
     def __call__(self, rng: random.Random) -> Example:
         while True:

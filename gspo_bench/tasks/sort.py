@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from gspo_bench.tasks.base import Example, GeneratedTask, exact_match
 from gspo_bench.tasks.registry import register_task
 
+MAX_LEN = 10_000  # numbers a list may have
+
 
 @dataclass(frozen=True)
 class SortProblems:
@@ -18,6 +20,8 @@ class SortProblems:
     def __post_init__(self):
         if not 1 <= self.min_len <= self.max_len:
             raise ValueError("sort: need 1 <= min_len <= max_len")
+        if self.max_len > MAX_LEN:
+            raise ValueError(f"sort: max_len must be at most {MAX_LEN} (got {self.max_len})")
         if self.max_value < 1:
             raise ValueError("sort: max_value must be >= 1")
 

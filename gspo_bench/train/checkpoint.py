@@ -1,6 +1,10 @@
 """Checkpoints of a run: the model in Hugging Face format and the optimizer and loop state, written
 aside with their checksums, read back, and only then swapped in, so a crash never leaves a
-half-written checkpoint as the latest one; the checksums are verified again before a resume."""
+half-written checkpoint as the latest one; the checksums are verified again before a resume (and
+by `gspo-bench eval`). A checkpoint without checksums.json is damaged, unless it predates checksums:
+every checkpoint written since holds the CHECKSUMMED mark in its state.pt, so one without that mark
+(and without checksums.json) was written before them and is used as it is. What a killed process
+left half-written (`.checkpoint-new-*`) is removed when the run folder is opened again."""
 
 from __future__ import annotations
 
@@ -11,7 +15,11 @@ from pathlib import Path
 import torch
 
 from gspo_bench.rundir.checksums import CHECKSUMS, damage, write_checksums
+from gspo_bench.rundir.folder import share
 from gspo_bench.runtime.distributed import World
+
+CHECKSUMMED = "checksummed"  # a key of state.pt: this checkpoint was written with its checksums.json
+NEW_PREFIX = ".checkpoint-new-"  # a checkpoint being written (renamed to checkpoint/ once it reads back right)
 
 
 class CheckpointError(RuntimeError):
@@ -19,25 +27,46 @@ class CheckpointError(RuntimeError):
 
 
 def find_checkpoint(run_dir: Path) -> Path | None:
-    """The latest complete checkpoint of a run (also one left mid-swap by a crash) whose files
-    match their checksums, or None if the run has none. A damaged one is passed over for the one
-    before it where a crash left it; with none, CheckpointError names the damaged file. A
-    checkpoint of before checksums (no checksums.json, but complete) is used as it is."""
+    """The latest checkpoint of a run (also one left mid-swap by a crash) that `checkpoint_damage`
+    passes, or None if the run has none. A damaged one is passed over for the one before it where a
+    crash left it; with none, CheckpointError names the damaged file."""
     run_dir = Path(run_dir)
     damaged = []
     for name in ("checkpoint", ".checkpoint-old"):
         path = run_dir / name
-        if (path / CHECKSUMS).is_file():
-            problem = damage(path)
-            if problem is None:
-                return path
-            damaged.append(problem)
-        elif (path / "state.pt").is_file() and (path / "model" / "config.json").is_file():
+        if not path.exists():
+            continue
+        problem = checkpoint_damage(path)
+        if problem is None:
             return path
+        damaged.append(problem)
     if damaged:
-        raise CheckpointError(f"cannot resume {run_dir}: its checkpoint is damaged ({damaged[0]}) and no older one "
-                              "is kept; move the run folder away and run it again")
+        raise CheckpointError(f"{run_dir}: its checkpoint is damaged ({damaged[0]}) and no older one is kept; a "
+                              "checkpoint cannot be rebuilt: run it again in a new folder")
     return None
+
+
+def checkpoint_damage(path: Path) -> str | None:
+    """None if the checkpoint `path` may be used: every file as its checksums.json lists it (size and
+    sha256), or, without checksums.json, a complete checkpoint of before checksums (its state.pt loads
+    and holds no CHECKSUMMED mark). Otherwise one line naming what is wrong."""
+    if (path / CHECKSUMS).is_file():
+        return damage(path)
+    missing = f"{path / CHECKSUMS} is missing"
+    if not ((path / "state.pt").is_file() and (path / "model" / "config.json").is_file()):
+        return f"{missing} and the checkpoint is incomplete (state.pt, model/config.json)"
+    try:  # mmap: the scalars are read, the optimizer's tensors are not
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=False, mmap=True)
+    except Exception as err:  # any way a damaged file fails to load is damage
+        return f"{missing} and {path / 'state.pt'} does not load ({type(err).__name__})"
+    return missing if not isinstance(state, dict) or state.get(CHECKSUMMED) else None
+
+
+def remove_half_written(run_dir: Path) -> None:
+    """Remove the checkpoints a killed process left half-written in `run_dir` (call it holding the run
+    folder's lock: no other process writes one then)."""
+    for stale in Path(run_dir).glob(f"{NEW_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = World(), **scalars) -> None:
@@ -58,15 +87,16 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = W
     if not world.is_main:
         return
     run_dir = Path(run_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-new-", dir=run_dir))
+    tmp = Path(tempfile.mkdtemp(prefix=NEW_PREFIX, dir=run_dir))
     try:
         model.save_pretrained(tmp / "model", state_dict=model_state)
         tokenizer.save_pretrained(tmp / "model")
-        torch.save({"optimizer": optim_state, **scalars}, tmp / "state.pt")
+        torch.save({"optimizer": optim_state, **scalars, CHECKSUMMED: True}, tmp / "state.pt")
         write_checksums(tmp)
         problem = damage(tmp)  # read back before it replaces the previous checkpoint
         if problem is not None:
             raise OSError(f"a new checkpoint of {run_dir} reads back wrong ({problem}); the previous one is kept")
+        share(tmp)  # mkdtemp's folder is private (0700): the run folder's others are not
         final, old = run_dir / "checkpoint", run_dir / ".checkpoint-old"
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():
@@ -85,4 +115,5 @@ def load_checkpoint_state(checkpoint: Path, model, optimizer, device: torch.devi
 
     state = torch.load(checkpoint / "state.pt", map_location=device, weights_only=False)
     set_optimizer_state_dict(model, optimizer, state.pop("optimizer"), options=StateDictOptions(full_state_dict=True))
+    state.pop(CHECKSUMMED, None)
     return state

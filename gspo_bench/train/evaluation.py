@@ -288,15 +288,40 @@ def unknown_eval_tasks(names: list[str], suite_task: str | None = None, include:
 
 def eval_target(path: Path) -> tuple[Path, dict]:
     """The model directory to evaluate and the suite it was trained by ({} for a bare model directory);
-    ValueError for a path that is neither a run directory with a checkpoint nor a model directory."""
-    if (path / "config.yaml").is_file():  # a run directory
-        model_dir = path / "checkpoint" / "model"
-        if not (model_dir / "config.json").is_file():
+    ValueError for a path that is neither a run directory with a checkpoint nor a model directory, and
+    for a checkpoint (or a model directory with checksums.json, as a warm-start cache entry has) whose
+    files differ from their checksums, naming the file."""
+    from gspo_bench.rundir.checksums import CHECKSUMS, damage
+    from gspo_bench.train.checkpoint import CheckpointError, find_checkpoint
+
+    if (path / "config.yaml").is_file():  # a run directory: its checkpoint, as a resume would find it
+        try:
+            checkpoint = find_checkpoint(path)
+        except CheckpointError as err:
+            raise ValueError(f"cannot evaluate {err}") from None
+        if checkpoint is None:
             raise ValueError(f"{path} is a run directory without a checkpoint (checkpoint/model/)")
-        return model_dir, yaml.safe_load((path / "config.yaml").read_text())["suite"]
+        return checkpoint / "model", yaml.safe_load((path / "config.yaml").read_text())["suite"]
     if (path / "config.json").is_file():
+        problem = damage(path) if (path / CHECKSUMS).is_file() else None
+        if problem is not None:
+            raise ValueError(f"cannot evaluate {path}: its files differ from their checksums ({problem})")
         return path, {}
     raise ValueError(f"{path} is neither a run directory nor a Hugging Face model directory")
+
+
+def load_saved(model_dir: Path):
+    """(model, tokenizer) of a saved policy; ValueError naming the directory where they do not load
+    (a file cut short or altered in a directory without checksums)."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        return (AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True),
+                AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
+    except (OSError, ValueError, SafetensorError) as err:
+        what = str(err).splitlines()[0] if str(err) else ""
+        raise ValueError(f"{model_dir}: cannot load the model ({type(err).__name__}: {what})") from None
 
 
 def evaluate_saved(path: Path, cfg, out: Path, *, seed: int = 0, chat_template: bool | None = None
@@ -304,8 +329,6 @@ def evaluate_saved(path: Path, cfg, out: Path, *, seed: int = 0, chat_template: 
     """`gspo-bench eval`: the saved policy at `path` (a run directory's checkpoint or a model
     directory) scored by `cfg` (an EvalConfig) with the prompts its run used; (model dir, scores).
     ValueError for unknown tasks, a path without a model or a prompt format that cannot be rendered."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from gspo_bench.models.chat import resolve_prompt_format
 
     model_dir, suite = eval_target(path)
@@ -315,8 +338,7 @@ def evaluate_saved(path: Path, cfg, out: Path, *, seed: int = 0, chat_template: 
     if unknown:
         raise ValueError(f"--tasks: unknown task(s) {unknown}: neither a gspo-bench task (gspo-bench ls) nor an "
                          "lm-eval task")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model, tokenizer = load_saved(model_dir)
     chat = rollout.get("chat_template") if chat_template is None else chat_template
     prompt_format = resolve_prompt_format(chat, rollout.get("system_prompt"), tokenizer, tiny=tiny,
                                           source=str(model_dir))

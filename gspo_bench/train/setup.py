@@ -4,7 +4,6 @@ results folder and loop state, fresh or from the run's last checkpoint."""
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -19,8 +18,9 @@ from gspo_bench.rollout import RolloutEngine, make_engine
 from gspo_bench.rundir.folder import RunDir, now, provenance
 from gspo_bench.rundir.lock import RunBusyError, RunLock
 from gspo_bench.runtime.distributed import World, device_for, shard, world_from_env
+from gspo_bench.runtime.hardware import require_device
 from gspo_bench.tasks import Task
-from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state
+from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state, remove_half_written
 from gspo_bench.train.compute import active_parameters
 from gspo_bench.train.evaluation import EngineEvaluator, Evaluator
 from gspo_bench.train.optim import make_optimizer, set_lr
@@ -78,9 +78,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
     suite, train = spec.suite, spec.suite.train
     if train.threads:
         torch.set_num_threads(train.threads)
-    device = torch.device(train.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"train.device is {train.device} but this machine has no CUDA device")
+    device = require_device(train.device, "train.device")
     world = world_from_env(device)
     device = device_for(world, device)
     out = RunDir(spec.run_dir, writable=world.is_main)  # only rank 0 writes
@@ -90,6 +88,8 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         if status is not None and (not resume or status["status"] in ("done", "collapsed")):  # have run it since
             raise RunBusyError(f"{out.path} already holds a run ({status['status']}, written meanwhile by another "
                                "process); use --resume to continue an unfinished run, or --out to write elsewhere")
+        if lock is not None:  # this process owns the folder now: what a killed one left half-written goes
+            remove_half_written(out.path)
         if world.distributed:
             check_distributed(suite, world)
         checkpoint = find_checkpoint(out.path) if resume else None
@@ -101,9 +101,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         prov["warm_start"] = warm_start_record(spec)
         prompt_format = run_prompt_format(suite, tokenizer)
         engine = make_run_engine(suite, tokenizer, weights, device)
-        if spec.entry.use_replay and spec.entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
-            raise ValueError(f"{spec.entry.run_label}: rollout routing replay (R3) needs an engine that returns "
-                             f"routed experts; rollout.engine {suite.rollout.engine} does not (hf does)")
+        check_replay_engine(spec.entry, engine, suite)
         evaluator = make_evaluator(suite, out.path, engine, prompt_format, policy)
         config = resolved_config(spec, lr=policy.optimizer.param_groups[0]["lr"])
         out.write_text("config.yaml", config)
@@ -153,7 +151,10 @@ def end_unresumed(out: RunDir, err: BaseException) -> None:
     why: status.json never says `running` once no process runs it."""
     from gspo_bench.rundir.failure import failure_message
 
-    status = out.read_status()
+    try:
+        status = out.read_status()
+    except ValueError:  # status.json is damaged: the error on its way up names it (or one before it)
+        return
     if status is not None and status["status"] == "running":
         out.write_status("failed", f"not resumed: {failure_message(err, out.path)}", step=status.get("step", 0))
 
@@ -175,14 +176,39 @@ def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device
                          "unchanged, or pass --allow-changed to continue with the new settings")
     scalars = load_checkpoint_state(checkpoint, policy.model, policy.optimizer, device)
     set_lr(policy.optimizer, spec.entry.lr or spec.suite.train.lr, spec.suite.train.router_lr_scale)
+    check_tables(out, scalars["step"], spec.suite.eval.enabled)
     state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
                               out.read_rows("eval.parquet"))
     prov = out.read_json("provenance.json") or provenance(str(device))
     prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes,
                                            "overrides": spec.overrides})
-    for stale in out.path.glob(".checkpoint-new-*"):  # checkpoints a crash left half-written
-        shutil.rmtree(stale, ignore_errors=True)
     return state, prov
+
+
+def check_tables(out: RunDir, step: int, evaluated: bool) -> None:
+    """ValueError unless the run's tables hold what a resume from a checkpoint at `step` keeps:
+    metrics.parquet with every step 1..step, layers.parquet, and eval.parquet where the run evaluates.
+    Their rows are not in the checkpoint: a table deleted or cut cannot be rebuilt from it."""
+    if step == 0:
+        return
+    for name in ("metrics.parquet", "layers.parquet", *(["eval.parquet"] if evaluated else [])):
+        if not (out.path / name).is_file():
+            raise ValueError(_unresumable(out, f"{out.path / name} is missing", step))
+    steps = sorted({int(row["step"]) for row in out.read_rows("metrics.parquet")})
+    if [s for s in steps if s <= step] != list(range(1, step + 1)):
+        raise ValueError(_unresumable(out, f"{out.path / 'metrics.parquet'} holds steps {steps}", step))
+
+
+def _unresumable(out: RunDir, what: str, step: int) -> str:
+    return (f"cannot resume {out.path}: {what}, but its checkpoint is at step {step}: the rows of steps 1..{step} "
+            "cannot be rebuilt from the checkpoint; move the run folder away and run it again")
+
+
+def check_replay_engine(entry: ObjectiveEntry, engine: RolloutEngine, suite: SuiteConfig) -> None:
+    """ValueError where `entry` replays the rollout's routing (R3) and `engine` returns none."""
+    if entry.use_replay and entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
+        raise ValueError(f"{entry.run_label}: rollout routing replay (R3) needs an engine that returns "
+                         f"routed experts; rollout.engine {suite.rollout.engine} does not (hf does)")
 
 
 def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World) -> tuple[Policy, object, int]:

@@ -20,6 +20,8 @@ from gspo_bench.models.chat import PromptFormat
 from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
 from gspo_bench.rollout import SamplingParams, left_pad, make_engine, position_ids
 from gspo_bench.rundir.checksums import damage, write_checksums
+from gspo_bench.rundir.folder import share
+from gspo_bench.runtime.hardware import require_device
 from gspo_bench.tasks import Example, Task
 
 
@@ -83,9 +85,7 @@ def finetune(model, tokenizer, task: Task, params: WarmStartParams,
     Raises WarmStartError if the band is not reached within `max_steps`.
     """
     low, high = params.band
-    device = torch.device(params.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"warm_start.device is {params.device}, but this machine has no CUDA device")
+    device = require_device(params.device, "warm_start.device")
     model.to(device)
     rng = random.Random(params.seed)
     test = task.test_examples(params.eval_examples)
@@ -181,6 +181,7 @@ def save_entry(model, tokenizer, info: dict, target: Path) -> None:
         tokenizer.save_pretrained(tmp)
         (tmp / "warmstart.json").write_text(json.dumps(info, indent=1))
         write_checksums(tmp)
+        share(tmp)  # mkdtemp's folder is private (0700): the cache may be shared
         try:
             tmp.rename(target)
             return

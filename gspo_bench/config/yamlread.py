@@ -1,0 +1,72 @@
+"""Reading a suite's YAML (the file, and each `--set` value): PyYAML's safe loader, with two changes.
+
+- A number with an exponent and no dot (`1e-3`, `2e12`) is a float, as in YAML 1.2 and on a command
+  line; YAML 1.1 reads it as a string.
+- Aliases are bounded: a document whose values, aliases expanded, number more than MAX_VALUES is
+  refused (an "alias bomb": 1.3 KB of anchors that expand to 10^9 values for whatever walks them),
+  and so is an alias that contains itself. Counting walks each distinct value once.
+
+Problems are ValueError in one line: what, and where (line and column)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+MAX_VALUES = 100_000  # values of a suite, aliases expanded (a suite file has a few hundred)
+
+
+class _SuiteLoader(yaml.SafeLoader):
+    """The safe loader, reading `1e-3` as a float."""
+
+
+_SuiteLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                                   list("-+.0123456789"))
+
+
+def read_yaml(text: str) -> Any:
+    """`text` as YAML data; ValueError (one line) for invalid YAML or too many values once aliases are
+    expanded."""
+    try:
+        data = yaml.load(text, Loader=_SuiteLoader)  # a SafeLoader
+    except yaml.YAMLError as err:
+        raise ValueError(f"not valid YAML: {yaml_problem(err, text)}") from None
+    except RecursionError:
+        raise ValueError("not valid YAML: nested too deeply") from None
+    count = expanded_size(data, {}, set())
+    if count > MAX_VALUES:
+        raise ValueError(f"YAML aliases expand to more than {MAX_VALUES} values ({count}): write the values out "
+                         "instead of nesting aliases")
+    return data
+
+
+def expanded_size(node: Any, sizes: dict[int, int], open_: set[int]) -> int:
+    """How many values `node` holds with its aliases expanded (each distinct list or dict is counted
+    once and its count reused: `sizes`); ValueError for a list or dict that contains itself."""
+    if not isinstance(node, list | dict):
+        return 1
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:
+        raise ValueError("a YAML alias refers to a value that contains it (a cycle): write the values out")
+    open_.add(key)
+    items = [v for pair in node.items() for v in pair] if isinstance(node, dict) else node
+    sizes[key] = 1 + sum(expanded_size(item, sizes, open_) for item in items)
+    open_.discard(key)
+    return sizes[key]
+
+
+def yaml_problem(err: yaml.YAMLError, text: str) -> str:
+    """A YAML error in one line: the problem, at line and column."""
+    mark = getattr(err, "problem_mark", None)
+    if mark is not None:
+        return f"{err.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    if isinstance(err, yaml.reader.ReaderError):  # a character YAML does not allow: no mark, a position
+        line = text.count("\n", 0, err.position) + 1
+        column = err.position - (text.rfind("\n", 0, err.position) + 1) + 1
+        return f"{err.reason} #x{ord(err.character) if isinstance(err.character, str) else err.character:04x} " \
+               f"(line {line}, column {column})"
+    return " ".join(str(err).split())
