@@ -94,3 +94,17 @@ def test_the_pilot_table_reads_start_end_slope_evals_and_times_of_each_run(tmp_p
     assert a["runs"] == 2 and a["eval_rose"] == 1  # a rise of exactly 0 is no rise
     assert a["min_eval_rise"] == 0.0 and a["eval_rise"] == pytest.approx(0.06)
     assert settings.iloc[0]["eval_rose"] == 0 and settings.iloc[0]["eval_rise"] == pytest.approx(-0.05)
+
+
+def test_warm_start_curves_append_one_row_per_evaluation_under_one_header(tmp_path):
+    import pandas as pd
+    from warm_start import append_rows, curve_rows
+
+    path = tmp_path / "curves.csv"
+    append_rows(path, curve_rows("a", 0, [(0, 0.0, 20.04, 19.96), (100, 0.12345, 460.0, 150.0)], "x=1"))
+    append_rows(path, curve_rows("b", 1, [(0, 0.05, 21.0, 20.0)], ""))
+    table = pd.read_csv(path, keep_default_na=False)
+    assert list(table["name"]) == ["a", "a", "b"] and list(table["step"]) == [0, 100, 0]
+    assert list(table["accuracy"]) == [0.0, 0.1235, 0.05] and list(table["warm_start_seed"]) == [0, 0, 1]
+    assert list(table["elapsed_s"]) == [20.0, 460.0, 21.0] and list(table["cpu_s"]) == [20.0, 150.0, 20.0]
+    assert list(table["overrides"]) == ["x=1", "x=1", ""]
