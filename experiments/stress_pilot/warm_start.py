@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from gspo_bench.config import load_suite, parse_overrides
-from gspo_bench.suite import starting_weights
+from gspo_bench.suite.runner import starting_weights
 
 FIELDS = ["name", "warm_start_seed", "step", "accuracy", "elapsed_s", "cpu_s", "overrides"]
 
