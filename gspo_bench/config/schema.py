@@ -296,11 +296,14 @@ class TrainConfig(Strict):
         "state per layer and token instead of the layer's activations, and the backward recomputes each layer, "
         "routing as its forward did (moe.recompute). Costs one more forward per update")
     micro_batch_tokens: int | None = Field(
-        None, ge=1, description="token budget of one micro-batch: a minibatch runs as micro-batches of at most "
-        "this many (padded) tokens, gradients accumulated exactly. Default: off (the minibatch at once)")
+        None, ge=1, description="split each minibatch's forward/backward into micro-batches of at most this many "
+        "tokens per rank (rows x the micro-batch's padded width; rows packed by length, a response never split, a "
+        "row longer than this goes alone) and accumulate the exact minibatch gradient over them. Default: one "
+        "forward/backward per minibatch")
     logprob_chunk_tokens: int | None = Field(
-        None, ge=1, description="log-probs from the hidden states in chunks of this many tokens, so no "
-        "[tokens, vocabulary] logits tensor is kept. Default: off")
+        None, ge=1, description="compute log-probs and entropies from the last hidden states this many token "
+        "positions at a time (the fused head: no [tokens, vocabulary] logits or their gradient are kept), in the "
+        "old-policy pass and every update. Default: the model's own head, then a chunked log-softmax")
     gpu_memory_gb: float = Field(80.0, gt=0, description="memory of one GPU in GB (as sold: 80 for an H100, "
                                  "141 for an H200) that the dry run checks the step's peak against")
 

@@ -4,27 +4,33 @@ from __future__ import annotations
 
 import torch
 
-from gspo_bench.models.logprobs import entropies, gather_logprobs
+from gspo_bench.models.logprobs import entropies, fused_head, gather_logprobs
 from gspo_bench.models.padding import position_ids
 
 
 def response_forward(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor, n_response: int,
-    temperature: float = 1.0, with_entropy: bool = False,
+    temperature: float = 1.0, with_entropy: bool = False, head_chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [B, T] of the last `n_response` tokens, with the position ids `generate` used.
 
     Logits are divided by the sampling temperature, so at top_p = 1 the on-policy log-probs equal
     the rollout engine's. With `with_entropy`, also the entropy [B, T] of each predictive distribution.
     Only the T positions that predict a response token get logits (no [B, L, V] tensor), and the
-    log-softmax runs in fp32 chunks (see `gather_logprobs`).
+    log-softmax runs in fp32 chunks (see `gather_logprobs`). With `head_chunk` (train.logprob_chunk_tokens)
+    there are no [B, T, V] logits at all: the head computes log-probs from the hidden states in blocks
+    of `head_chunk` positions, forward and backward (`logprobs.fused_head`).
     """
     length = input_ids.shape[1]
     predicting = torch.arange(length - n_response - 1, length - 1, device=input_ids.device)  # position j predicts j + 1
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
-        logits_to_keep=predicting,
-    ).logits  # [B, T, V]
-    logp = gather_logprobs(logits, input_ids[:, -n_response:], temperature)  # [B, T]
+    targets = input_ids[:, -n_response:] if n_response else input_ids[:, :0]  # [B, T]
+    call = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                logits_to_keep=predicting)
+    if head_chunk is not None:
+        with fused_head(model, targets, temperature, head_chunk, with_entropy) as head:
+            model(**call)
+        return head.logp, head.entropy
+    logits = model(**call).logits  # [B, T, V]
+    logp = gather_logprobs(logits, targets, temperature)  # [B, T]
     entropy = entropies(logits, temperature) if with_entropy else None
     return logp, entropy

@@ -42,6 +42,7 @@ def _budget(ratio: float, batch: PolicyBatch) -> torch.Tensor:
     "kl_cov",
     description="KL-Cov: unclipped r A, plus beta |log r| on the top ratio_k of tokens by Cov(log pi, A)",
     reference="Cui et al. 2025 (arXiv 2505.22617), eq. for KL-Cov; k = 2e-4, beta = 1 as the released code",
+    coupled=True,  # the mask/selection is over the whole batch
 )
 def kl_cov_loss(
     logp: torch.Tensor,
@@ -72,6 +73,7 @@ def kl_cov_loss(
     description="Clip-Cov: PPO clip, plus ratio_k of the tokens with Cov in (cov_low, cov_high) left out of the update",
     reference="Cui et al. 2025 (arXiv 2505.22617), Clip-Cov; clip 0.2/0.2, k = 2e-4, Cov in (1, 5) as the released code",
     inputs=("generator",),
+    coupled=True,  # the mask/selection is over the whole batch
 )
 def clip_cov_loss(
     logp: torch.Tensor,

@@ -14,6 +14,13 @@ declaration that disagrees with the signature, and the training loop passes what
 `sampling_logp` (the rollout engine's mu, for objectives anchored at the behaviour policy),
 `router_shift` (RSPO's per-token gate-score change) and `generator` (the draw of an objective that
 samples, Clip-Cov; the loop makes one per seed and step, so runs repeat).
+
+An objective whose loss couples rows through their log-probs (a statistic or a top-k selection
+over the whole batch: M2PO's second-moment mask, KL-Cov's and Clip-Cov's covariance selections)
+declares `coupled=True`: a micro-batched update (`train.micro_batch_tokens`) then first computes
+every row's log-probs without gradient, so each micro-batch's loss sees the whole minibatch's true
+values. The others are row-separable: a row's gradient depends on its own log-probs and on the
+minibatch's mask-based counts alone.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ class ObjectiveSpec:
     clip_low: float | None  # default eps_low (None: the objective has no hard clip)
     clip_high: float | None  # default eps_high
     inputs: frozenset[str] = frozenset()  # EXTRA_INPUTS the objective declares (and takes)
+    coupled: bool = False  # the loss couples rows through their log-probs (batch statistics, top-k selections)
 
     def params(self) -> dict[str, object]:
         """The objective's keyword defaults beyond the clip range and the correction weights (what a
@@ -62,10 +70,12 @@ _REGISTRY: dict[str, ObjectiveSpec] = {}
 
 
 def register_objective(
-    name: str, *, description: str, reference: str, advantages: AdvantageLevel = "token", inputs: tuple[str, ...] = ()
+    name: str, *, description: str, reference: str, advantages: AdvantageLevel = "token", inputs: tuple[str, ...] = (),
+    coupled: bool = False,
 ) -> Callable[[ObjectiveFn], ObjectiveFn]:
-    """Decorator registering `fn` under `name` with its extra `inputs` (names from EXTRA_INPUTS); a
-    second registration of the same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
+    """Decorator registering `fn` under `name` with its extra `inputs` (names from EXTRA_INPUTS) and
+    whether its loss couples rows (`coupled`, see the module docstring); a second registration of the
+    same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
 
     def decorate(fn: ObjectiveFn) -> ObjectiveFn:
         if name in _REGISTRY:
@@ -92,6 +102,7 @@ def register_objective(
             clip_low=default("clip_low"),
             clip_high=default("clip_high"),
             inputs=frozenset(inputs),
+            coupled=coupled,
         )
         return fn
 

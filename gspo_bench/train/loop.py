@@ -117,20 +117,23 @@ def run_step(run: Run, step: int) -> StepOutcome:
     # ------------------------------------------------------------------ old-policy pass (no grad)
     old = old_policy_pass(policy, batch, temperature=rollout_cfg.temperature, replay=replay,
                           record_routing=train.measure, logp_source=train.old_logp, measure=train.measure,
-                          gate_scores="router_shift" in inputs)
+                          gate_scores="router_shift" in inputs, head_chunk=train.logprob_chunk_tokens)
     # ------------------------------------------------------------------ K minibatch updates
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(step_seed(seed, step, 2)))
     settings = UpdateSettings(temperature=rollout_cfg.temperature, grad_clip=train.grad_clip, kl_coef=train.kl_coef,
                               measure=train.measure, correction=entry.correction_fn(), inputs=inputs,
                               # objectives that draw at random (clip_cov) repeat per run
-                              generator=torch.Generator().manual_seed(step_seed(seed, step, 3)))
+                              generator=torch.Generator().manual_seed(step_seed(seed, step, 3)),
+                              coupled=objective_spec(entry.objective).coupled,
+                              micro_batch_tokens=train.micro_batch_tokens, head_chunk=train.logprob_chunk_tokens)
     update = update_policy(policy, run.objective, batch, old, order, train.minibatches, settings)
     after = {}
     if train.measure and (train.drift_after_update or train.minibatches == 1):
         after = drift_after_update(policy, batch, old)
     floor = {}
     if train.measure and step == 1:  # once per run: what identical forwards and the rollout precision give
-        floor = nondeterminism_floor(policy, batch, replay, temperature=rollout_cfg.temperature)
+        floor = nondeterminism_floor(policy, batch, replay, temperature=rollout_cfg.temperature,
+                                     head_chunk=train.logprob_chunk_tokens)
     # ------------------------------------------------------------------ the row (one host copy)
     passes = 2 + (policy.reference is not None) + bool(after)  # generation, old pass, reference, drift after
     values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor

@@ -32,12 +32,13 @@ class OldPolicy:
 
 def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, replay: ReplaySource | None = None,
                     record_routing: bool = True, logp_source: str = "recompute", measure: bool = True,
-                    gate_scores: bool = False) -> OldPolicy:
+                    gate_scores: bool = False, head_chunk: int | None = None) -> OldPolicy:
     """pi_old's log-probs and entropies of the batch at the sampling temperature, the experts it
     routed each token to and, for replay runs, the routing the update forwards will replay:
     the old pass's own (Routing Replay) or the engine's (R3, which this pass replays too).
     `logp_source="rollout"` takes pi_old from the engine's log-probs (the paper's section 5.4);
-    `gate_scores=True` records the gate scores of the experts pi_old routed to (RSPO's router shift)."""
+    `gate_scores=True` records the gate scores of the experts pi_old routed to (RSPO's router shift);
+    `head_chunk` (train.logprob_chunk_tokens) computes log-probs and entropies with the fused head."""
     world, model = policy.world, policy.model
     rows = torch.arange(len(batch), device=batch.input_ids.device)
     mine = world.rows(rows)  # this rank's rows (all of them in one process)
@@ -48,7 +49,8 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
             capturing(model, record_routing or gate_scores or replay is not None, replay=forced,
                       margins=record_routing) as capture:
         logp, entropy = response_forward(model, batch.input_ids[mine], batch.attention_mask[mine],
-                                         batch.n_response, temperature, with_entropy=True)  # [B, T] each
+                                         batch.n_response, temperature, with_entropy=True,
+                                         head_chunk=head_chunk)  # [B, T] each
     logp, entropy = gather_rows(world, logp, rows), gather_rows(world, entropy, rows)
     routing = gather_rows(world, capture.routing, rows, dim=1) if capture is not None else None
     scores = gather_rows(world, capture.gate_scores, rows, dim=1) if gate_scores else None
@@ -61,7 +63,7 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
         logp = batch.sampling_logp.to(logp.device)
     replayed = {"old_pass": routing, "rollout": batch.routing, None: None}[replay]
     return OldPolicy(logp=logp, entropy=entropy, routing=routing, replay=replayed,
-                     ref_logp=reference_logp(policy, batch, temperature), metrics=metrics, gate_scores=scores,
+                     ref_logp=reference_logp(policy, batch, temperature, head_chunk), metrics=metrics, gate_scores=scores,
                      margin_pairs=pairs, pair_logits=pair_logits)
 
 
@@ -78,18 +80,19 @@ def engine_gap(train_logp: torch.Tensor, train_routing: torch.Tensor | None, bat
     return metrics
 
 
-def reference_logp(policy: Policy, batch: RolloutBatch, temperature: float) -> torch.Tensor | None:
+def reference_logp(policy: Policy, batch: RolloutBatch, temperature: float,
+                   head_chunk: int | None = None) -> torch.Tensor | None:
     """[B, T] log-probs under the frozen reference model, or None without one."""
     if policy.reference is None:
         return None
     with torch.no_grad(), policy.precision.autocast():
         logp, _ = response_forward(policy.reference, batch.input_ids, batch.attention_mask, batch.n_response,
-                                   temperature)
+                                   temperature, head_chunk=head_chunk)
     return logp
 
 
 def nondeterminism_floor(policy: Policy, batch: RolloutBatch, replay: ReplaySource | None = None, *,
-                         temperature: float) -> dict[str, torch.Tensor]:
+                         temperature: float, head_chunk: int | None = None) -> dict[str, torch.Tensor]:
     """What routing and log-probs move by without any update (once per run): two identical training
     forwards (`floor/drift_repeat`, `floor/logp_repeat_max`: max |delta log-prob| over response
     tokens) and, where the rollout precision differs from training's, one under the rollout's
@@ -105,7 +108,7 @@ def nondeterminism_floor(policy: Policy, batch: RolloutBatch, replay: ReplaySour
     for name, precision in passes.items():
         with torch.no_grad(), precision.autocast(), RoutingCapture(policy.model, replay=forced) as capture:
             logp, _ = response_forward(policy.model, batch.input_ids[mine], batch.attention_mask[mine],
-                                       batch.n_response, temperature)
+                                       batch.n_response, temperature, head_chunk=head_chunk)
         seen[name] = (gather_rows(world, logp, rows).double(), gather_rows(world, capture.routing, rows, dim=1))
     logp, routing = seen.pop("reference")
     floor = {}

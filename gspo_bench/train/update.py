@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -15,8 +15,9 @@ from gspo_bench.objectives.kl import k3
 from gspo_bench.objectives.metrics import masked_mean, measurements_off, term_share_metrics
 from gspo_bench.objectives.reduce import recording_terms
 from gspo_bench.objectives.rspo import router_shift_from_scores
-from gspo_bench.runtime.distributed import gather_rows, local_tensor, with_local_grad
+from gspo_bench.runtime.distributed import World, gather_rows, local_tensor, with_local_grad
 from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements, TokenRatios
+from gspo_bench.train.micro_batches import MicroBatch, plan_micro_batches
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.optim import guarded_step
 from gspo_bench.train.policy import Policy, capturing
@@ -34,6 +35,9 @@ class UpdateSettings:
     correction: Callable | None = None  # training-inference mismatch correction (objectives.corrections), bound
     inputs: frozenset[str] = frozenset()  # the objective's declared extra inputs (ObjectiveSpec.inputs)
     generator: torch.Generator | None = None  # what an objective declaring `generator` draws from (one per step)
+    coupled: bool = False  # the objective couples rows (ObjectiveSpec.coupled): micro-batches need every row's logp first
+    micro_batch_tokens: int | None = None  # train.micro_batch_tokens: None, one forward/backward per minibatch
+    head_chunk: int | None = None  # train.logprob_chunk_tokens: log-probs from hidden states in chunks (fused head)
 
 
 @dataclass(frozen=True)
@@ -60,21 +64,40 @@ class UpdateResult:
 
 @dataclass(frozen=True)
 class MinibatchForward:
-    logp: torch.Tensor  # [b, T] the whole minibatch's log-probs, gradient into this rank's rows only
+    logp: torch.Tensor  # [b, T] the whole minibatch's log-probs (gradient into this rank's rows only, or none)
     router_shift: torch.Tensor | None  # [b, T] RSPO's gate-score change, when the objective declares it
     routing: torch.Tensor | None  # [L, b, L_seq - 1, k] this forward's experts, when its drift is measured
     pair_logits: torch.Tensor | None  # [L, b, L_seq, 2] router logits at pi_old's margin pairs, when measured
+
+
+@dataclass(frozen=True)
+class MicroForward:
+    """One forward of some of this rank's rows (a micro-batch, or all of them), each field [.., m, ..]."""
+
+    logp: torch.Tensor  # [m, T] with gradient when run with it; 0 beyond the micro-batch's columns
+    router_shift: torch.Tensor | None  # [m, T] RSPO's gate-score change, when the objective declares it
+    routing: torch.Tensor | None  # [L, m, L_seq, k] this forward's experts (pi_old's outside its columns), when measured
+    pair_logits: torch.Tensor | None  # [L, m, L_seq, 2] router logits at pi_old's margin pairs, when measured
+
+    def detached(self) -> MicroForward:
+        return MicroForward(self.logp.detach(), self.router_shift, self.routing, self.pair_logits)
 
 
 def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor,
                      settings: UpdateSettings, measure_drift: bool = False) -> MinibatchResult:
     """One update on minibatch `rows`: forward (replaying `old.replay` where set), loss, backward,
     gradient clipping, an optimizer step that skips itself on a non-finite loss or gradient, and the
-    drift of this forward's routing from the old policy's (`measure_drift`)."""
-    forward = forward_minibatch(policy, batch, old, rows, settings, measure_drift)
-    with measurements_off(not settings.measure):
-        loss, metrics = policy_loss(objective, forward.logp, old, batch, rows, settings, forward.router_shift)
-    grad_norm, applied = backward_and_step(policy, loss, settings.grad_clip)
+    drift of this forward's routing from the old policy's (`measure_drift`). With
+    `settings.micro_batch_tokens`, the forward/backward runs in micro-batches (`accumulate_gradient`)."""
+    plan = plan_micro_batches(batch.attention_mask[rows], batch.n_response, settings.micro_batch_tokens, policy.world)
+    if len(plan) == 1:
+        forward = forward_minibatch(policy, batch, old, rows, plan[0], settings, measure_drift)
+        with measurements_off(not settings.measure):
+            loss, metrics = policy_loss(objective, forward.logp, old, batch, rows, settings, forward.router_shift)
+        grad_norm, applied = backward_and_step(policy, loss, settings.grad_clip)
+    else:
+        forward, loss, metrics = accumulate_gradient(policy, objective, batch, old, rows, plan, settings, measure_drift)
+        grad_norm, applied = clip_and_step(policy, loss, settings.grad_clip)
     drift, rerouted = minibatch_drift(old, forward.routing, batch, rows)
     layers = None
     if drift is not None:
@@ -88,32 +111,143 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
                            tokens_trained=batch.attention_mask[rows].sum())
 
 
-def forward_minibatch(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor,
+def forward_minibatch(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor, micro: MicroBatch,
                       settings: UpdateSettings, measure_drift: bool) -> MinibatchForward:
-    """The policy's forward on this rank's rows of minibatch `rows` (replaying `old.replay` where set,
-    probing pi_old's experts when the objective declares `router_shift`), gathered over ranks."""
-    world, model = policy.world, policy.model
-    local = world.rows(rows)  # this rank's rows of the minibatch
-    replay = old.replay[:, local] if old.replay is not None else None
-    probe = old_experts_to_probe(settings.inputs, old, local)
-    pairs = old.margin_pairs[:, local] if measure_drift and old.margin_pairs is not None else None
+    """The policy's forward on this rank's rows of minibatch `rows` (all of them: `micro`), gathered
+    over ranks: the whole minibatch's log-probs with gradient into this rank's rows only, so loss and
+    measurements are the single-process ones and the gradients summed over ranks are its gradient."""
+    local = forward_micro(policy, batch, old, rows, micro, settings, measure_drift)
+    forward = gathered(policy.world, local, rows)
+    return MinibatchForward(logp=with_local_grad(policy.world, forward.logp, local.logp),
+                            router_shift=forward.router_shift, routing=forward.routing, pair_logits=forward.pair_logits)
+
+
+def forward_micro(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor, micro: MicroBatch,
+                  settings: UpdateSettings, measure_drift: bool) -> MicroForward:
+    """The policy's forward on the rows `rows[micro.positions]`, columns `micro.columns` (replaying
+    `old.replay` where set, probing pi_old's experts when the objective declares `router_shift`),
+    widened back to the batch's T response tokens and L positions."""
+    index, columns = rows[micro.positions], micro.columns
+    n_response = micro.n_response(batch.input_ids.shape[1], batch.n_response)
+
+    def window(per_position: torch.Tensor | None) -> torch.Tensor | None:  # [L, B, L_seq, .] -> [L, m, w, .]
+        return per_position[:, index, columns] if per_position is not None else None
+
+    replay = window(old.replay)
+    probe = window(old_experts_to_probe(settings.inputs, old))
+    pairs = window(old.margin_pairs) if measure_drift else None
     with policy.precision.autocast(), \
-            capturing(model, measure_drift, replay=replay, probe=probe, pairs=pairs) as capture:
-        logp, _ = response_forward(model, batch.input_ids[local], batch.attention_mask[local], batch.n_response,
-                                   settings.temperature)  # [b, T]
-    shift = None
+            capturing(policy.model, measure_drift, replay=replay, probe=probe, pairs=pairs) as capture:
+        logp, _ = response_forward(policy.model, batch.input_ids[index, columns], batch.attention_mask[index, columns],
+                                   n_response, settings.temperature, head_chunk=settings.head_chunk)  # [m, T']
+    if n_response < batch.n_response:
+        logp = torch.nn.functional.pad(logp, (0, batch.n_response - n_response))  # [m, T]
+    width, shift = batch.input_ids.shape[1], None
     if probe is not None:  # RSPO: how far the gate scores of pi_old's experts moved, per response token
-        shift = response_positions(gather_rows(world, router_shift_from_scores(
-            old.gate_scores[:, local], capture.probe_scores), rows), batch)  # [b, T]
-    # the whole minibatch's log-probs with gradient into this rank's rows only: loss and measurements
-    # are the single-process ones, and the gradients summed over ranks are its gradient
-    logp = with_local_grad(world, gather_rows(world, logp, rows), logp)
+        moved = router_shift_from_scores(window(old.gate_scores), capture.probe_scores)  # [m, w]
+        shift = response_positions(widen(moved, micro, width, lambda: moved.new_zeros(len(index), width), 1), batch)
     routing, pair_logits = None, None
     if measure_drift and old.routing is not None:  # this forward ran after the earlier updates
-        routing = gather_rows(world, capture.routing, rows, dim=1)
+        routing = widen(capture.routing, micro, width, lambda: old.routing[:, index])
     if pairs is not None:
-        pair_logits = gather_rows(world, capture.pair_logits, rows, dim=1)
-    return MinibatchForward(logp=logp, router_shift=shift, routing=routing, pair_logits=pair_logits)
+        pair_logits = widen(capture.pair_logits, micro, width, lambda: old.pair_logits[:, index])
+    return MicroForward(logp=logp, router_shift=shift, routing=routing, pair_logits=pair_logits)
+
+
+def widen(inside: torch.Tensor, micro: MicroBatch, width: int, outside: Callable[[], torch.Tensor],
+          dim: int = 2) -> torch.Tensor:
+    """`inside` (values at the micro-batch's columns, along `dim`) placed into `outside()` (what every
+    other position keeps: pi_old's routing, so padding shows no drift), of `width` positions;
+    `inside` itself when the micro-batch keeps every column."""
+    if inside.shape[dim] == width:
+        return inside
+    out = outside().clone()
+    out.narrow(dim, micro.start, micro.stop - micro.start).copy_(inside)
+    return out
+
+
+def gathered(world: World, local: MicroForward, rows: torch.Tensor) -> MinibatchForward:
+    """This rank's forward results (its rows of the minibatch, in order) gathered over ranks: the whole
+    minibatch's, detached."""
+    def gather(t: torch.Tensor | None, dim: int = 0) -> torch.Tensor | None:
+        return gather_rows(world, t, rows, dim=dim) if t is not None else None
+
+    return MinibatchForward(logp=gather(local.logp), router_shift=gather(local.router_shift),
+                            routing=gather(local.routing, 1), pair_logits=gather(local.pair_logits, 1))
+
+
+def accumulate_gradient(policy: Policy, objective: Objective, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor,
+                        plan: list[MicroBatch], settings: UpdateSettings,
+                        measure_drift: bool) -> tuple[MinibatchForward, torch.Tensor, dict[str, torch.Tensor]]:
+    """The minibatch's gradient accumulated over its micro-batches, exactly: each micro-batch's loss is
+    the objective on the whole minibatch's log-probs [b, T] with only its own rows carrying gradient
+    (so every count, normaliser and batch quantity is the minibatch's), the other rows their true
+    values for a coupled objective (a no-grad pass first) and pi_old's for a row-separable one, whose
+    gradient they cannot change; a drawing objective draws the same numbers every time. Gradients
+    synchronise over ranks on the last micro-batch only. Returns the gathered forward and the loss and
+    measurements of the whole minibatch (the objective once more on its log-probs, no gradient)."""
+    world, draws = policy.world, settings.generator.get_state() if settings.generator is not None else None
+    others = no_grad_pass(policy, batch, old, rows, plan, settings) if settings.coupled else None
+    others_logp = others.logp if others is not None else old.logp[rows].detach()
+    pieces: list[tuple[MicroBatch, MicroForward]] = []
+    policy.optimizer.zero_grad(set_to_none=True)
+    try:
+        for i, micro in enumerate(plan):
+            out = forward_micro(policy, batch, old, rows, micro, settings, measure_drift and not micro.filler)
+            if micro.filler:  # keeps this rank's collectives in step with the others; adds nothing
+                backward(policy, out.logp.sum() * 0.0, sync=i == len(plan) - 1)
+                continue
+            pieces.append((micro, out.detached()))
+            shift = None
+            if out.router_shift is not None:
+                shift = placed(others.router_shift if others is not None else out.router_shift.new_zeros(others_logp.shape),
+                               micro, out.router_shift)
+            rewind(settings.generator, draws)
+            with measurements_off():
+                loss, _ = policy_loss(objective, placed(others_logp, micro, out.logp), old, batch, rows, settings, shift)
+            backward(policy, loss, sync=i == len(plan) - 1)
+    finally:
+        set_gradient_sync(policy.model, True)
+    forward = gathered(world, joined(pieces), rows)
+    rewind(settings.generator, draws)
+    with torch.no_grad(), measurements_off(not settings.measure):
+        loss, metrics = policy_loss(objective, forward.logp, old, batch, rows, settings, forward.router_shift)
+    return forward, loss, metrics
+
+
+def no_grad_pass(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor, plan: list[MicroBatch],
+                 settings: UpdateSettings) -> MinibatchForward:
+    """Every row's log-probs (and router shift) before any gradient, micro-batch by micro-batch, gathered."""
+    with torch.no_grad():
+        pieces = [(micro, forward_micro(policy, batch, old, rows, micro, settings, False)) for micro in plan]
+    return gathered(policy.world, joined([(m, out) for m, out in pieces if not m.filler]), rows)
+
+
+def joined(pieces: list[tuple[MicroBatch, MicroForward]]) -> MicroForward:
+    """The micro-batches' results as one MicroForward over this rank's rows in minibatch order."""
+    order = torch.argsort(torch.cat([micro.positions for micro, _ in pieces]))
+
+    def join(name: str, dim: int) -> torch.Tensor | None:
+        values = [getattr(out, name) for _, out in pieces]
+        if values[0] is None:
+            return None
+        return torch.cat(values, dim).index_select(dim, order.to(values[0].device))
+
+    return MicroForward(**{f.name: join(f.name, 1 if f.name in ("routing", "pair_logits") else 0)
+                           for f in fields(MicroForward)})
+
+
+def placed(others: torch.Tensor, micro: MicroBatch, values: torch.Tensor) -> torch.Tensor:
+    """[b, T] `others` (detached) with the micro-batch's rows replaced by `values`, which carry its gradient."""
+    out = others.detach().clone()
+    out[micro.positions.to(out.device)] = values
+    return out
+
+
+def rewind(generator: torch.Generator | None, state: torch.Tensor | None) -> None:
+    """Every evaluation of the objective in one update draws the same numbers (Clip-Cov)."""
+    if generator is not None:
+        generator.set_state(state)
 
 
 def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch: RolloutBatch, rows: torch.Tensor,
@@ -159,7 +293,25 @@ def backward_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float) -> t
     """Backward, gradient clipping and an optimizer step that skips itself on a non-finite loss or
     gradient; returns (the gradient norm before clipping, whether the step was applied)."""
     policy.optimizer.zero_grad(set_to_none=True)
+    backward(policy, loss)
+    return clip_and_step(policy, loss, grad_clip)
+
+
+def backward(policy: Policy, loss: torch.Tensor, sync: bool = True) -> None:
+    """Gradients of `loss` added to the parameters'; under FSDP2, reduced over ranks only when `sync`."""
+    set_gradient_sync(policy.model, sync)
     (loss * policy.world.size).backward()  # FSDP2 averages gradients over ranks: undo the 1/W
+
+
+def set_gradient_sync(model: torch.nn.Module, sync: bool) -> None:
+    """FSDP2's switch for reducing gradients over ranks in backward (a model without it: nothing to do)."""
+    switch = getattr(model, "set_requires_gradient_sync", None)
+    if switch is not None:
+        switch(sync)
+
+
+def clip_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradient clipping and the guarded optimizer step after the gradients are in."""
     grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip))
     applied = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
     guarded_step(policy.optimizer, applied)
@@ -191,14 +343,14 @@ def response_positions(per_position: torch.Tensor, batch: RolloutBatch) -> torch
     return per_position[:, length - n - 1 : length - 1]
 
 
-def old_experts_to_probe(inputs: frozenset[str], old: OldPolicy, local: torch.Tensor) -> torch.Tensor | None:
-    """pi_old's experts [L, b, L, k] of this rank's rows, when the objective declares the router shift; else None."""
+def old_experts_to_probe(inputs: frozenset[str], old: OldPolicy) -> torch.Tensor | None:
+    """pi_old's experts [L, B, L, k], when the objective declares the router shift; else None."""
     if "router_shift" not in inputs:
         return None
     if old.gate_scores is None or old.routing is None:
         raise ValueError("this objective needs the router shift: the old-policy pass must record the gate scores "
                          "of its experts (old_policy_pass(..., gate_scores=True))")
-    return old.routing[:, local]
+    return old.routing
 
 
 def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old: OldPolicy, order: torch.Tensor,
