@@ -454,9 +454,11 @@ class ObjectiveEntry(Strict):
         return self.replay_from is not None or ALGORITHMS.get(self.name, {}).get("replay", False)
 
     @property
-    def replay_source(self) -> str:
+    def replay_source(self) -> Literal["old_pass", "rollout"]:
         """`old_pass` or `rollout` (meaningful when `use_replay`)."""
-        return self.replay_from or ALGORITHMS.get(self.name, {}).get("replay_from", "old_pass")
+        if self.replay_from is not None:
+            return self.replay_from
+        return "rollout" if ALGORITHMS.get(self.name, {}).get("replay_from") == "rollout" else "old_pass"
 
     @property
     def run_label(self) -> str:
