@@ -82,8 +82,7 @@ def _per_seed(metrics: pd.DataFrame, fn: Callable[[pd.DataFrame], float]) -> pd.
     if metrics.empty:
         return pd.Series(dtype=float)
     per_seed = metrics.sort_values("step").groupby("seed")
-    # pandas-stubs pass include_groups= on to `fn` instead of taking it as apply's own
-    return per_seed.apply(fn, include_groups=False).astype(float)  # type: ignore[call-overload]
+    return per_seed.apply(fn, include_groups=False).astype(float)  # type: ignore[call-overload]  # pandas-stubs lack apply's include_groups=
 
 
 def paired_against(evidence: Evidence) -> pd.DataFrame | str:
