@@ -81,7 +81,16 @@ def source(results: Results) -> Source:
     if any(counts.get(run, 0) < 2 for run in zip(results.runs["label"], results.runs["seed"])):
         return Source(TRAINING, TRAINING_TEXT,
                       "not every run has two evaluations of the suite's task with standard errors")
-    return Source(HELD_OUT, f"{eval_task(results.runs)} on the task's test split (lm-eval), last evaluation")
+    return Source(HELD_OUT, f"{eval_task(results.runs)} on the task's test split ({engine_text(evals)}), last "
+                            "evaluation")
+
+
+def engine_text(evals: pd.DataFrame) -> str:
+    """What sampled the evaluations, from eval.parquet's `engine` column (`lm_eval`, `rollout:<name>`;
+    runs written before the column existed were lm-eval's)."""
+    engines = sorted(set(evals["engine"].fillna("lm_eval"))) if "engine" in evals else ["lm_eval"]
+    return ", ".join("lm-eval" if e == "lm_eval" else f"the {e.split(':', 1)[-1]} rollout engine, router noise off"
+                     for e in engines)
 
 
 def training_rise(rewards: np.ndarray) -> tuple[float, float, float]:

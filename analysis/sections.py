@@ -123,7 +123,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
                                     lambda c: T.comparisons_table(c.evidence))),
     SectionSpec("paper-vs-run", _paper, when="per group with GRPO and GSPO runs"),
     SectionSpec("by-sweep-point", _by_point, when="with a sweep"),
-    SectionSpec("held-out-evaluation", _one("held-out-evaluation", "Held-out evaluation (lm-eval)",
+    SectionSpec("held-out-evaluation", _one("held-out-evaluation", "Held-out evaluation",
                                             lambda c: T.eval_table(c.shown))),
     SectionSpec("clip-by-length", _one("clip-by-length", "Clip fraction by response length",
                                        lambda c: T.clip_by_length_table(c.shown))),

@@ -15,7 +15,7 @@ import pytest
 from analysis.divergence import Signal, first_spike
 from analysis.load import Results, finished, load_results
 from analysis.margins import drift_by, forecast_table, has_margins, margin_table, predicted_vs_measured_figure
-from analysis.outcome import HELD_OUT, TRAINING, baseline, group_outcomes, training_rise
+from analysis.outcome import HELD_OUT, TRAINING, baseline, engine_text, group_outcomes, training_rise
 from analysis.paper import drift_after_one
 from analysis.robust import extremes_table, heavy_table, robust_curves
 
@@ -223,13 +223,21 @@ def test_held_out_rewards_are_the_outcome_where_every_run_was_evaluated(tmp_path
         config = run.path / "config.yaml"
         config.write_text(config.read_text().replace("budget:", "task: {name: sort, params: {}}\n  budget:"))
     outcomes, source = group_outcomes(finished(load_results(tmp_path / "synth")))
-    assert source.kind == HELD_OUT and "gspo_sort" in source.text
+    assert source.kind == HELD_OUT and "gspo_sort" in source.text and "(lm-eval)" in source.text  # no engine column
     assert outcomes["final"].tolist() == pytest.approx([0.3, 0.3]) and outcomes["start"].tolist() == pytest.approx([0.2, 0.2])
     assert outcomes["p_rise"].iloc[0] == pytest.approx(2.035e-4, rel=0.01) and outcomes["learned"].all()
     (tmp_path / "synth" / "grpo-s1" / "eval.parquet").unlink()  # one run not evaluated: all on the training reward
     outcomes, source = group_outcomes(finished(load_results(tmp_path / "synth")))
     assert source.kind == TRAINING and "not every run" in source.why
     assert outcomes["final"].tolist() == pytest.approx([0.38, 0.41])
+
+
+def test_the_held_out_source_names_the_engine_that_sampled_it():
+    """eval.parquet's `engine` column: lm_eval, rollout:<engine> (router noise off), or absent (older runs)."""
+    rows = pd.DataFrame({"engine": ["rollout:hf", "rollout:hf", "lm_eval"]})
+    assert engine_text(rows) == "lm-eval, the hf rollout engine, router noise off"
+    assert engine_text(rows.iloc[:2]) == "the hf rollout engine, router noise off"
+    assert engine_text(rows.drop(columns="engine")) == "lm-eval"
 
 
 def test_the_chance_baseline_comes_from_the_runs_column_or_the_task(tmp_path):

@@ -176,21 +176,24 @@ def cache(tmp_path_factory) -> Path:
 
 
 def test_a_checkpointed_run_measures_what_the_plain_run_measures(tmp_path, cache):
-    """3 steps of GRPO + Routing Replay and GSPO, with and without checkpointing: every measured column
-    equal within assert_close's fp32 defaults (timings aside). The updates reroute tokens (drift > 0),
+    """3 steps of GRPO + Routing Replay, GSPO and GRPO + R3 under engine router noise, with and without
+    checkpointing (no CheckpointError where R3 replays routes the trainer's router would not pick):
+    every measured column equal within assert_close's fp32 defaults (timings aside). The updates reroute tokens (drift > 0),
     so the replay in recompute is exercised."""
     from test_harness import metrics, run_suite, tiny_suite
 
     from gspo_bench.rundir.folder import TIMING_COLUMNS
 
     base = tiny_suite(cache, train={"lr": 1e-2, "minibatches": 2, "threads": 1},
-                      objectives=[{"name": "grpo_rr"}, {"name": "gspo"}])
+                      rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8,
+                               "engine_options": {"router_noise": 0.3}},  # R3 replays the noisy engine's routes
+                      objectives=[{"name": "grpo_rr"}, {"name": "gspo"}, {"name": "grpo_r3"}])
     runs = {}
     for name, on in (("plain", False), ("ckpt", True)):
         suite = {**base, "name": name, "train": {**base["train"], "activation_checkpointing": on}}
         statuses = run_suite(suite, tmp_path / "out")
         assert all(s["status"] == "done" for s in statuses.values()), statuses
-        runs[name] = {run: metrics(tmp_path / "out", name, run) for run in ("grpo_rr-s0", "gspo-s0")}
+        runs[name] = {run: metrics(tmp_path / "out", name, run) for run in ("grpo_rr-s0", "gspo-s0", "grpo_r3-s0")}
     skip = set(TIMING_COLUMNS) | {"gpu/peak_mem_gib", "perf/rollout_tokens_per_s", "perf/train_tokens_per_s",
                                   "perf/mfu", "lr"}
     for run, plain in runs["plain"].items():

@@ -36,14 +36,20 @@ def test_shipped_suites_validate(name):
 
 @pytest.mark.parametrize("name", ["stress_cpu.yaml", "paper_gpu.yaml"])
 def test_the_stress_suites_hold_every_ingredient(name):
-    """The stress comparison: GRPO, R2, R3 and GSPO, no TIS, >= 3 seeds, N = 8, long chain responses
-    and an engine that routes otherwise than the trainer."""
+    """The stress comparison: GRPO, R2, R3, GSPO, GRPO + TIS and the noise-free control (router noise 0 in
+    that arm only), >= 6 seeds over two warm starts, N = 8, long chain responses, an engine that routes
+    otherwise than the trainer, and a held-out evaluation the learnability gate can use."""
     suite = load_suite(EXPERIMENTS / name)
-    assert [o.name for o in suite.objectives] == ["grpo", "grpo_rr", "grpo_r3", "gspo"]
-    assert all(o.correction is None for o in suite.objectives) and len(suite.seeds) >= 3
-    assert suite.train.minibatches == 8 and suite.task.name == "chain" and suite.rollout.max_new_tokens >= 180
+    assert [o.run_label for o in suite.objectives] == ["grpo", "grpo_rr", "grpo_r3", "gspo", "grpo_tis", "grpo_clean"]
+    by_label = {o.run_label: o for o in suite.objectives}
+    assert by_label["grpo_tis"].correction == {"kind": "tis"} and by_label["grpo_tis"].name == "grpo"
+    assert by_label["grpo_clean"].set == {"rollout.engine_options.router_noise": 0.0}
+    assert all(o.correction is None for label, o in by_label.items() if label != "grpo_tis")
+    assert len(suite.seeds) >= 6 and suite.warm_start.seeds == [0, 1] and suite.warm_start.eval_examples >= 128
+    assert suite.train.minibatches == 8 and suite.task.name == "chain" and suite.rollout.max_new_tokens >= 170
     assert suite.rollout.engine == "hf" and suite.rollout.engine_options["router_noise"] > 0
-    assert suite.task.instance().test_examples(1)[0].answer.count(";") == 29  # 30 written steps
+    assert suite.eval.tasks == ["chain"] and suite.eval.limit >= 128 and suite.eval.every > 0
+    assert suite.task.instance().test_examples(1)[0].answer.count(";") == 25  # 26 written steps
 
 
 def test_the_moe_rl_methods_suite_builds_a_grouped_deepseek_v3_with_a_dense_first_layer():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import sys
 from functools import partial
 from pathlib import Path
@@ -223,15 +224,18 @@ def test_gradients_synchronise_on_the_last_micro_batch_only(setting):
 
 @pytest.mark.slow
 def test_three_steps_with_micro_batches_and_the_fused_head_give_the_plain_metrics(tmp_path):
+    """Plain against micro-batches with the fused head, and against those with activation checkpointing too."""
     base = tiny_suite(tmp_path / "cache", rollout={"prompts_per_step": 4},
                       train={"minibatches": 2, "lr": 3e-3, "drift_after_update": True},
                       objectives=[{"name": "grpo_rr"}, {"name": "gspo"}, {"name": "clip_cov", "kwargs": KWARGS["clip_cov"]}])
     micro = {**base, "train": {**base["train"], "micro_batch_tokens": 40, "logprob_chunk_tokens": 7}}
+    both = {**micro, "train": {**micro["train"], "activation_checkpointing": True}}  # replayed routes recomputed
     run_suite(base, tmp_path / "plain")
     run_suite(micro, tmp_path / "micro")
-    for run in ("grpo_rr-s0", "gspo-s0", "clip_cov-s0"):
+    run_suite(both, tmp_path / "both")
+    for run, other in itertools.product(("grpo_rr-s0", "gspo-s0", "clip_cov-s0"), ("micro", "both")):
         one = metrics(tmp_path / "plain", "tiny", run).drop(columns=TIME_COLUMNS)
-        two = metrics(tmp_path / "micro", "tiny", run).drop(columns=TIME_COLUMNS)
+        two = metrics(tmp_path / other, "tiny", run).drop(columns=TIME_COLUMNS)
         assert len(one) == 3 and list(one.columns) == list(two.columns)
         # the engine-vs-trainer gaps and the repeat floor are float-noise figures themselves (1e-6): the fused
         # head's other summation order shows there at that scale. Step 1 agrees to rtol 1e-4; from step 2 on

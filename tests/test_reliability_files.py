@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
-from gspo_bench import cli as cli_module
 from gspo_bench.rundir.folder import RunDir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import assert_same_metrics, metrics, run_suite  # noqa: E402
+from test_reliability_inputs import one_line_error  # noqa: E402
 from test_reliability_process import interrupted, quick_suite  # noqa: E402
 
 
@@ -29,17 +28,6 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("warmstart-cache")
 
 
-@pytest.fixture()
-def cli(monkeypatch):
-    monkeypatch.setattr(cli_module.console, "width", 10_000)
-    return lambda *args: CliRunner().invoke(cli_module.app, [str(a) for a in args])
-
-
-def one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, result.output
-    text = result.output.strip()
-    assert "Traceback" not in text and text.startswith("error:") and "\n" not in text, text
-    return text
 
 
 def stopped(cache: Path, out: Path, at_step: int, **changes) -> tuple[Path, Path]:

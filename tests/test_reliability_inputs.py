@@ -21,11 +21,9 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from analysis.load import load_results
 from analysis.suites import suite_differences, suite_settings
-from gspo_bench import cli as cli_module
 from gspo_bench.config import SuiteConfig, dump_config, load_suite
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, RunDir
 from gspo_bench.rundir.names import MAX_NAME, folder_name, is_folder_name, run_folder_name
@@ -40,13 +38,6 @@ def write_suite(path: Path, data: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-@pytest.fixture()
-def cli(monkeypatch):
-    """The command line as a user runs it; the console wide enough that one message is one line."""
-    monkeypatch.setattr(cli_module.console, "width", 10_000)
-    return lambda *args: CliRunner().invoke(cli_module.app, [str(a) for a in args])
 
 
 def one_line_error(result, code: int = 2) -> str:

@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
-from gspo_bench import cli as cli_module
 from gspo_bench.config import SuiteError, load_suite, parse_overrides, parse_suite
 from gspo_bench.rundir.names import MAX_NAME
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import tiny_suite  # noqa: E402
+from test_reliability_inputs import one_line_error  # noqa: E402
 
 
 def bomb(levels: int = 9, width: int = 10) -> dict:
@@ -156,18 +155,6 @@ REFUSALS = [
 ]
 
 
-@pytest.fixture()
-def cli(monkeypatch):
-    """The command line as a user runs it; the console wide enough that one message is one line."""
-    monkeypatch.setattr(cli_module.console, "width", 10_000)
-    return lambda *args: CliRunner().invoke(cli_module.app, [str(a) for a in args])
-
-
-def one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, result.output
-    text = result.output.strip()
-    assert "Traceback" not in text and text.startswith("error:") and "\n" not in text, text
-    return text
 
 
 def write_suite(path: Path, data: dict | bytes) -> Path:

@@ -161,8 +161,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize("suite", ["stress_cpu", "paper_cpu"])
 def test_the_committed_results_name_no_leader(suite):
-    """3 seeds each: no sign-flip p below 0.25, so no leader whatever the rewards (and in the stress suite
-    nothing learned). A rerun with 6 or more seeds per objective may name one: then this test goes."""
+    """paper_cpu: 3 seeds, no sign-flip p below 0.25. stress_cpu: 6 seeds, but seeds 1 and 5 of every arm
+    (the control's too) did not rise on the held-out reward, so nothing is compared. A rerun whose every
+    seed learns may name a leader: then this test goes."""
     from analysis.load import unfinished
     from analysis.verdict import answer
 
@@ -170,12 +171,15 @@ def test_the_committed_results_name_no_leader(suite):
     if not path.is_dir():
         pytest.skip(f"results/{suite} is not in this checkout")
     results = load_results(path)
-    assert results.runs.groupby("label")["seed"].nunique().max() < 6
     evidence = gather(finished(results))
     found = [s.text for s in answer(evidence, unfinished(results), 0.0, False, set())]
     assert not any(" leads at " in s for s in found)
     if suite == "stress_cpu":
-        assert any(s.startswith("**No objective learned**") for s in found)
+        assert results.runs.groupby("label")["seed"].nunique().min() == 6
+        assert any(s.startswith("**No objective learned**") and "4 of 6 seeds rose" in s for s in found)
+        assert any("held-out reward" in s and "rollout engine, router noise off" in s for s in found)
+    else:
+        assert results.runs.groupby("label")["seed"].nunique().max() < 6
 
 
 def test_a_report_of_runs_with_every_new_measurement(tmp_path):
