@@ -129,7 +129,7 @@ def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers
     try:
         for i, spec in enumerate(specs):
             futures[pool.submit(_run_in_process, spec, mode)] = i
-        return _collect(futures, specs, lambda: _next_local(messages), observer, settle)
+        return _every_status(_collect(futures, specs, lambda: _next_local(messages), observer, settle))
     except KeyboardInterrupt as err:
         with signals_ignored():  # the stop under way finishes: runs record their ends
             reason.value = getattr(err, "signum", signal.SIGINT)
@@ -273,7 +273,7 @@ class _QueueReport:
 
 
 def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: Observer,
-             settle: Callable[[], None] = lambda: None) -> list[dict]:
+             settle: Callable[[], None] = lambda: None) -> list[dict | None]:
     """Relay progress messages until every future is done; statuses in the order of `specs` (None
     for the runs of no future). Where the pool broke (a worker died), `settle` waits until every
     worker has exited (the ones the pool stopped have recorded it), then
@@ -300,7 +300,7 @@ def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: O
             statuses[index] = status
             observer.end_run(specs[index].run_dir.name, status)
     _relay(next_message, observer, started)
-    return _every_status(statuses)
+    return statuses
 
 
 def _outcome(future: Future[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
@@ -374,8 +374,9 @@ def run_on_ray(specs: Sequence, mode: dict, observer: Observer, address: str | N
             ray.shutdown()
 
 
+
 def _every_status(statuses: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """The runs' final statuses, every one of them there; RuntimeError naming a run left without one."""
+    """The runs' final statuses once every run has one; RuntimeError naming a run left without one."""
     missing = [i for i, status in enumerate(statuses) if status is None]
     if missing:
         raise RuntimeError(f"runs {missing} ended without a status")
