@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: quickstart test test-browser regress perf vllm-env test-vllm test-gpu lint clean
+.PHONY: quickstart test test-browser regress perf vllm-env test-vllm test-gpu lint types clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,11 +68,16 @@ vllm-env: $(VLLM_VENV)/.installed
 test-vllm: $(VLLM_VENV)/.installed
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/test_vllm.py
 
+## ruff on the package, the analysis, the tests and the experiments' scripts
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check gspo_bench analysis tests
+	$(BIN)/ruff check gspo_bench analysis tests experiments
+
+## mypy on gspo_bench and analysis ([tool.mypy] in pyproject.toml; stdin closed: mypy can wait on it)
+types: $(VENV)/.installed-dev
+	$(BIN)/python -m mypy </dev/null
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .mypy_cache
 
 ## the GPU checks, on a CUDA machine: the gpu-marked tests, then experiments/gpu_tiny.yaml end to end
 test-gpu: $(VENV)/.installed-dev

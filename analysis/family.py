@@ -14,6 +14,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from analysis.groups import Group
 from analysis.outcome import Learning
 from analysis.stats import ALPHA, Paired, holm, paired, seeds_needed
@@ -66,6 +68,13 @@ class Family:
                 return (test.result if test.first == first else flipped(test.result)), adjusted
         return None
 
+    def tested(self, group: Group, quantity: str, first: str, second: str) -> tuple[Paired, float]:
+        """`find`'s test, which the caller knows the family holds; KeyError naming the pair where it does not."""
+        found = self.find(group, quantity, first, second)
+        if found is None:
+            raise KeyError(f"no test of {first} against {second} on {quantity} in group {group}")
+        return found
+
     def outcome(self, result: Paired, adjusted: float, sign: int = 1) -> str:
         """YES / NO when the Holm-adjusted p is below 5% (on the `sign` side of 0, or the other); FEW
         when the seeds cannot get there with this family; else TIE."""
@@ -80,7 +89,7 @@ def make_family(tests: list[Test]) -> Family:
     for test in tests:
         first.setdefault(test.key, test)
     unique = list(first.values())
-    adjusted = holm([t.result.p for t in unique]) if unique else []
+    adjusted = holm(np.array([t.result.p for t in unique], dtype=float)) if unique else np.array([])
     return Family(tuple(unique), tuple(float(p) for p in adjusted))
 
 

@@ -9,6 +9,7 @@ per-step columns (ratio variances) are drawn as medians over seeds of a rolling 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -21,7 +22,7 @@ from analysis.stats import MIN_BOOTSTRAP_SEEDS, bootstrap_ci, ema
 COMPUTE = "compute/cum_flops"
 
 
-def _ax(ax, size=(6.0, 4.0)):
+def _ax(ax: plt.Axes | None, size: tuple[float, float] = (6.0, 4.0)) -> plt.Axes:
     if ax is None:
         _, ax = plt.subplots(figsize=size, layout="constrained")
     return ax
@@ -70,15 +71,16 @@ def curve_with_band(metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth
             r = r[r[column].notna()]
             y = ema(r[column].to_numpy(), smooth) if smooth else r[column].to_numpy()
             ys.append(np.interp(grid, r[x].to_numpy(), y))
-        ys = np.array(ys)  # [seeds, points]
-        low, high = band(ys, rng)
+        curves = np.array(ys)  # [seeds, points]
+        low, high = band(curves, rng)
         rows += [{"label": label, "x": g, "mean": m, "low": lo, "high": hi}
-                 for g, m, lo, hi in zip(grid, ys.mean(axis=0), low, high)]
+                 for g, m, lo, hi in zip(grid, curves.mean(axis=0), low, high)]
     return pd.DataFrame(rows)
 
 
-def plot_curves(metrics: pd.DataFrame, column: str, ax=None, x: str = COMPUTE, smooth: float | None = 0.2,
-                labels: list[str] | None = None, ylabel: str | None = None, log: bool = False, linestyle="-"):
+def plot_curves(metrics: pd.DataFrame, column: str, ax: plt.Axes | None = None, x: str = COMPUTE, smooth: float | None = 0.2,
+                labels: list[str] | None = None, ylabel: str | None = None, log: bool = False,
+                linestyle: str = "-") -> plt.Axes:
     ax = _ax(ax)
     labels = labels or _labels(metrics)
     colors = palette(_labels(metrics))
@@ -97,7 +99,8 @@ def plot_curves(metrics: pd.DataFrame, column: str, ax=None, x: str = COMPUTE, s
     return ax
 
 
-def fig1_reward_vs_compute(metrics: pd.DataFrame, ax=None, evals: pd.DataFrame | None = None):
+def fig1_reward_vs_compute(metrics: pd.DataFrame, ax: plt.Axes | None = None,
+                           evals: pd.DataFrame | None = None) -> plt.Axes:
     """Figure 1: training reward against training compute, one line per objective, 95% CI band over
     seeds. With held-out evaluations, a second panel per eval task: score vs compute (mean over seeds)."""
     tasks = list(dict.fromkeys(evals["task"])) if evals is not None and len(evals) else []
@@ -112,10 +115,12 @@ def fig1_reward_vs_compute(metrics: pd.DataFrame, ax=None, evals: pd.DataFrame |
     ax.legend(fontsize=8)
     colors = palette(_labels(metrics))
     for task, eval_ax in zip(tasks, eval_axes):
-        frame = evals[evals["task"] == task]
+        frame = evals[evals["task"] == task] if evals is not None else evals  # (tasks come from evals)
+        if frame is None:
+            continue
         for label, runs in frame.groupby("label", sort=False):
             agg = runs.groupby("step").agg(x=(COMPUTE, "mean"), score=("score", "mean")).reset_index()
-            eval_ax.plot(agg["x"], agg["score"], marker="o", color=colors.get(label), label=label)
+            eval_ax.plot(agg["x"], agg["score"], marker="o", color=colors.get(str(label)), label=label)
         eval_ax.set_xlabel("training compute (FLOPs)")
         eval_ax.set_ylabel("held-out score (avg Pass@1)")
         eval_ax.set_title(f"Eval: {task}")
@@ -124,7 +129,7 @@ def fig1_reward_vs_compute(metrics: pd.DataFrame, ax=None, evals: pd.DataFrame |
     return ax
 
 
-def reward_by_facet(metrics: pd.DataFrame, axes=None):
+def reward_by_facet(metrics: pd.DataFrame, axes: list[plt.Axes] | None = None) -> list[plt.Axes]:
     """Training reward vs compute, one panel per sweep point (facet), one line per algorithm with a
     95% CI band over seeds. Returns the axes, one per facet."""
     facets = list(dict.fromkeys(metrics["facet"]))
@@ -174,7 +179,7 @@ def fig2_clip_fraction(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt
     return ax
 
 
-def fig3_replay(metrics: pd.DataFrame, ax=None):
+def fig3_replay(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Figure 3: GRPO with and without Routing Replay: training reward vs compute."""
     ax = _ax(ax)
     grpo = metrics[metrics["objective"] == "grpo"]
@@ -196,8 +201,8 @@ def ratio_variance(metrics: pd.DataFrame, ax: plt.Axes | None = None, window: in
     for column, style, kind in (("ratio/token_var", "-", "token"), ("ratio/seq_var", "--", "seq")):
         data = robust_curves(metrics, column, window)
         for label, d in data.groupby("label", sort=False):
-            ax.plot(d["x"], d["mean"], linestyle=style, color=colors[label], label=f"{label} {kind}")
-            ax.fill_between(d["x"], d["low"], d["high"], color=colors[label], alpha=0.15, linewidth=0)
+            ax.plot(d["x"], d["mean"], linestyle=style, color=colors[str(label)], label=f"{label} {kind}")
+            ax.fill_between(d["x"], d["low"], d["high"], color=colors[str(label)], alpha=0.15, linewidth=0)
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("importance-ratio variance")
@@ -223,7 +228,7 @@ def drift_over_steps(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.A
     return ax
 
 
-def drift_heatmap(layers: pd.DataFrame, label: str, ax=None):
+def drift_heatmap(layers: pd.DataFrame, label: str, ax: plt.Axes | None = None) -> plt.Axes:
     """Layer x step heatmap of drift for one objective (mean over seeds)."""
     ax = _ax(ax, size=(7.0, 3.5))
     data = layers[layers["label"] == label]
@@ -258,7 +263,7 @@ def clip_by_length_table(metrics: pd.DataFrame) -> pd.DataFrame:
         columns=["label", "bucket", "lo", "tokens", "clip_frac"])
 
 
-def clip_by_length(metrics: pd.DataFrame, ax=None):
+def clip_by_length(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Clip fraction by response-length bucket per objective (the length-bias critique of GSPO)."""
     ax = _ax(ax)
     table = clip_by_length_table(metrics)
@@ -276,7 +281,7 @@ def clip_by_length(metrics: pd.DataFrame, ax=None):
     return ax
 
 
-def kl_entropy(metrics: pd.DataFrame, axes=None):
+def kl_entropy(metrics: pd.DataFrame, axes: Sequence[plt.Axes] | None = None) -> Sequence[plt.Axes]:
     """Two panels: KL(pi_old || pi_theta) per step, and policy entropy per step."""
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")

@@ -72,7 +72,7 @@ def add_curves(fig: go.Figure, metrics: pd.DataFrame, column: str, x: str = COMP
         d = lines[lines["label"] == label] if len(lines) else lines
         if d.empty:
             continue
-        group, color = f"{label}{suffix}", colors[label]
+        group, color = f"{label}{suffix}", colors[str(label)]
         fig.add_trace(go.Scatter(x=d["x"], y=d["high"], mode="lines", line=dict(width=0), legendgroup=group,
                                  showlegend=False, hoverinfo="skip"))
         fig.add_trace(go.Scatter(x=d["x"], y=d["low"], mode="lines", line=dict(width=0), fill="tonexty",
@@ -105,7 +105,7 @@ def reward_vs_compute(results: Results) -> list[go.Figure]:
         for label, runs in frame.groupby("label", sort=False):
             agg = runs.groupby("step").agg(x=(COMPUTE, "mean"), score=("score", "mean")).reset_index()
             fig.add_trace(go.Scatter(x=agg["x"], y=agg["score"], mode="lines+markers", name=label,
-                                     line=dict(color=colors.get(label)), customdata=agg["step"],
+                                     line=dict(color=colors.get(str(label))), customdata=agg["step"],
                                      hovertemplate=f"{label}<br>step %{{customdata}}<br>score %{{y:.4g}}<extra></extra>"))
         figures.append(log_switch(_layout(fig, f"Eval: {task} (mean over seeds)", X_TITLE[COMPUTE],
                                           "held-out score (avg Pass@1)"), False))
@@ -130,7 +130,7 @@ def clip_fraction(results: Results) -> list[go.Figure]:
         (low,), (high,) = band(per_seed.to_numpy()[:, None], rng)
         value = per_seed.mean()
         fig.add_trace(go.Bar(x=[label], y=[value], name=f"{label} mean", legendgroup=label, legendgrouptitle_text=label,
-                             marker_color=colors[label], error_y=dict(type="data", symmetric=False,
+                             marker_color=colors[str(label)], error_y=dict(type="data", symmetric=False,
                                                                       array=[high - value], arrayminus=[value - low]),
                              hovertemplate=f"{label}: %{{y:.4g}} [{low:.4g}, {high:.4g}]<extra></extra>"))
         for seed, v in per_seed.items():
@@ -177,7 +177,7 @@ def clip_by_length(results: Results) -> list[go.Figure]:
     table, fig = clip_by_length_table(results.metrics), go.Figure()
     colors = _colors(results.metrics)
     for label, rows in table.groupby("label", sort=False):
-        fig.add_trace(go.Bar(x=rows["bucket"], y=rows["clip_frac"], name=label, marker_color=colors[label],
+        fig.add_trace(go.Bar(x=rows["bucket"], y=rows["clip_frac"], name=label, marker_color=colors[str(label)],
                              customdata=rows["tokens"],
                              hovertemplate=f"{label}<br>length %{{x}}<br>clipped %{{y:.4g}} of %{{customdata:.0f}} "
                                            "tokens<extra></extra>"))

@@ -153,7 +153,7 @@ def _meta(run_dir: Path, status: dict, config: dict, prov: dict, metrics: pd.Dat
     where it ran (provenance.json)."""
     run_cfg, suite_cfg = config.get("run") or {}, config.get("suite") or {}
     budget, task = suite_cfg.get("budget") or {}, suite_cfg.get("task") or {}
-    last = metrics.iloc[-1] if len(metrics) else {}
+    last: pd.Series | dict[str, Any] = metrics.iloc[-1] if len(metrics) else {}
     label = run_cfg.get("label", run_dir.name.rsplit("-s", 1)[0])
     git = prov.get("git") or {}
     return {

@@ -86,7 +86,7 @@ def _title(across: str) -> str:
     return f"Drift {TITLES[across]}: measured vs the independence flip rate (same updates)"
 
 
-def predicted_vs_measured(layers: pd.DataFrame, across: str = "layer", ax=None):
+def predicted_vs_measured(layers: pd.DataFrame, across: str = "layer", ax: plt.Axes | None = None) -> plt.Axes:
     """Measured drift (solid) and the independence flip rate (dashed), one colour per objective, per MoE
     layer or per number of updates (`across`)."""
     ax = _ax(ax)
@@ -94,7 +94,7 @@ def predicted_vs_measured(layers: pd.DataFrame, across: str = "layer", ax=None):
     colors = palette(list(dict.fromkeys(table["label"])))
     for label, rows in table.groupby("label", sort=False):
         for column, name, style, _ in CURVES:
-            ax.plot(rows[across], rows[column], style, color=colors[label], label=f"{label}: {name}")
+            ax.plot(rows[across], rows[column], style, color=colors[str(label)], label=f"{label}: {name}")
     ax.set_xlabel(PANELS[across])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(Y_TITLE)
@@ -123,7 +123,7 @@ def predicted_vs_measured_interactive(layers: pd.DataFrame) -> list[go.Figure]:
             for column, name, _, dash in CURVES:
                 fig.add_trace(go.Scatter(
                     x=rows[across], y=rows[column], mode="lines+markers", name=f"{label}: {name}", legendgroup=label,
-                    line=dict(color=colors[label], dash=dash),
+                    line=dict(color=colors[str(label)], dash=dash),
                     hovertemplate=f"{label} {name}<br>{across} %{{x}}<br>%{{y:.4g}}<extra></extra>"))
         figures.append(_layout(fig, _title(across), PANELS[across], Y_TITLE))
     return figures

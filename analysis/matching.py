@@ -37,7 +37,7 @@ def check_matched(results: Results, allow_unmatched: bool = False) -> float:
     finished = results.runs[is_finished(results.runs)]
     worst = 0.0
     for facet, runs in finished.groupby("facet", sort=False):
-        where = f" (sweep point {facet})" if facet else ""
+        where = f" (sweep point {facet!s})" if facet else ""
         if runs["budget_kind"].nunique() > 1:
             if not allow_unmatched:
                 raise UnmatchedComputeError(f"runs{where} have different budget kinds")

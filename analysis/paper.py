@@ -220,7 +220,7 @@ def _reward_check(quantity: str, paper: str, claim: str, figure: str, pair: tupl
         return Check(quantity, paper, "no GRPO + RR runs", claim=claim, figure=figure)
     if not learning.learned:
         return Check(quantity, paper, WITHHELD, claim=claim, figure=figure, evidence=WITHHELD)
-    result, _ = family.find(learning.group, REWARD, first, second)
+    result, _ = family.tested(learning.group, REWARD, first, second)
     return Check(quantity, paper, difference_text(result), claim=claim, figure=figure,
                  **tested(family, learning.group, REWARD, first, second))
 

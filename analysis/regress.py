@@ -96,7 +96,7 @@ def invariants(current: Results, baseline: Results, min_reward_gain: float = 0.0
         out.append(Check(label, "invariant: run finished", None, None, "status done", label in done))
     for (label, _seed), frame in metrics.groupby(["label", "seed"], sort=False):
         first, final = first_value(frame, "reward/mean"), final_value(frame, "reward/mean")
-        out.append(Check(label, "invariant: reward rises", first, final, f"final - first > {min_reward_gain:g}",
+        out.append(Check(str(label), "invariant: reward rises", first, final, f"final - first > {min_reward_gain:g}",
                          bool(final - first > min_reward_gain)))
     by_objective = metrics.groupby(["objective", "replay"])["clip/frac"].mean()
     if ("gspo", False) in by_objective and ("grpo", False) in by_objective:
@@ -104,7 +104,7 @@ def invariants(current: Results, baseline: Results, min_reward_gain: float = 0.0
         out.append(Check("gspo vs grpo", "invariant: gspo clips more", r, g, "gspo > grpo", bool(g > r)))
     for label, frame in metrics[~metrics["replay"].astype(bool)].groupby("label", sort=False):
         d = frame["moe/drift"].mean()
-        out.append(Check(label, "invariant: 0 < drift < 1", None, float(d), "(0, 1)", bool(0 < d < 1)))
+        out.append(Check(str(label), "invariant: 0 < drift < 1", None, float(d), "(0, 1)", bool(0 < d < 1)))
     try:
         spread = check_matched(current)
         out.append(Check("all", "invariant: compute matched", None, spread, f"<= {MATCH_TOLERANCE:.0%}", True))

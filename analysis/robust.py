@@ -32,8 +32,8 @@ def largest_share(run: pd.DataFrame, column: str) -> tuple[float, int]:
     total = values[column].abs().sum()
     if not len(values) or total == 0:
         return float("nan"), -1
-    top = values[column].abs().idxmax()
-    return float(abs(values.loc[top, column]) / total), int(values.loc[top, "step"])
+    top = int(values[column].abs().to_numpy().argmax())  # the first largest, as idxmax finds it
+    return float(abs(values[column].iloc[top]) / total), int(values["step"].iloc[top])
 
 
 def heavy_rows(label: str, frame: pd.DataFrame, column: str) -> dict:
@@ -53,7 +53,7 @@ def heavy_table(metrics: pd.DataFrame) -> pd.DataFrame | str:
     present = [c for c in HEAVY if c in metrics.columns and metrics[c].notna().any()]
     if not present or metrics.empty:
         return "These results carry none of the heavy-tailed columns."
-    rows = [heavy_rows(label, frame, column) for column in present
+    rows = [heavy_rows(str(label), frame, column) for column in present
             for label, frame in metrics.groupby("label", sort=False) if frame[column].notna().any()]
     return pd.DataFrame(rows)
 

@@ -155,26 +155,34 @@ class FigureSpec:
     shown: Callable[[Results], bool] = lambda results: True
 
 
+def _figure_of(ax: plt.Axes) -> plt.Figure:
+    """The figure `ax` draws on: the report's figures are whole figures, never subfigures."""
+    figure = ax.figure
+    if not isinstance(figure, plt.Figure):
+        raise TypeError(f"a report figure drew on a {type(figure).__name__}, not a whole figure")
+    return figure
+
+
 def _has_sweep(results: Results) -> bool:
     return bool(results.metrics["facet"].astype(bool).any())
 
 
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("fig1_reward_vs_compute", "Figure 1: training reward (and held-out scores) vs compute",
-               lambda r: F.fig1_reward_vs_compute(r.metrics, evals=r.evals).figure, plotly_figures.reward_vs_compute),
+               lambda r: _figure_of(F.fig1_reward_vs_compute(r.metrics, evals=r.evals)), plotly_figures.reward_vs_compute),
     FigureSpec("reward_by_sweep_point", "Training reward vs compute at each sweep point",
-               lambda r: F.reward_by_facet(r.metrics)[0].figure, plotly_figures.reward_by_point, shown=_has_sweep),
-    FigureSpec("fig2_clip_fraction", "Figure 2: clipped token fraction", lambda r: F.fig2_clip_fraction(r.metrics).figure,
+               lambda r: _figure_of(F.reward_by_facet(r.metrics)[0]), plotly_figures.reward_by_point, shown=_has_sweep),
+    FigureSpec("fig2_clip_fraction", "Figure 2: clipped token fraction", lambda r: _figure_of(F.fig2_clip_fraction(r.metrics)),
                plotly_figures.clip_fraction),
     FigureSpec("fig3_routing_replay", "Figure 3: GRPO with / without Routing Replay",
-               lambda r: F.fig3_replay(r.metrics).figure, plotly_figures.replay),
+               lambda r: _figure_of(F.fig3_replay(r.metrics)), plotly_figures.replay),
     FigureSpec("ratio_variance", "Importance-ratio variance (medians over seeds of rolling medians, log scale)",
-               lambda r: F.ratio_variance(r.metrics).figure,
+               lambda r: _figure_of(F.ratio_variance(r.metrics)),
                plotly_figures.ratio_variance),
-    FigureSpec("drift", "Expert-activation drift", lambda r: F.drift_over_steps(r.metrics).figure, plotly_figures.drift),
-    FigureSpec("clip_by_length", "Clipping by response length", lambda r: F.clip_by_length(r.metrics).figure,
+    FigureSpec("drift", "Expert-activation drift", lambda r: _figure_of(F.drift_over_steps(r.metrics)), plotly_figures.drift),
+    FigureSpec("clip_by_length", "Clipping by response length", lambda r: _figure_of(F.clip_by_length(r.metrics)),
                plotly_figures.clip_by_length),
-    FigureSpec("kl_entropy", "KL and entropy", lambda r: F.kl_entropy(r.metrics)[0].figure, plotly_figures.kl_entropy),
+    FigureSpec("kl_entropy", "KL and entropy", lambda r: _figure_of(F.kl_entropy(r.metrics)[0]), plotly_figures.kl_entropy),
     FigureSpec("margins_by_layer", "Drift per layer and by updates: measured vs the independence flip rate",
                lambda r: M.predicted_vs_measured_figure(r.layers), lambda r: M.predicted_vs_measured_interactive(r.layers),
                shown=lambda r: M.has_margins(r.layers)),
@@ -183,7 +191,7 @@ FIGURES: tuple[FigureSpec, ...] = (
 
 def _drift_layers(label: str) -> FigureSpec:
     return FigureSpec(f"drift_layers_{anchors.part(label)}", f"Drift by layer: {label}",
-                      lambda r: F.drift_heatmap(r.layers, label).figure, lambda r: plotly_figures.drift_heatmap(r, label))
+                      lambda r: _figure_of(F.drift_heatmap(r.layers, label)), lambda r: plotly_figures.drift_heatmap(r, label))
 
 
 def figure_specs(results: Results) -> list[FigureSpec]:

@@ -22,9 +22,11 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import stats
 from scipy.stats import trim_mean
 
@@ -40,7 +42,11 @@ LEVEL = 1.0 - ALPHA
 MIN_BOOTSTRAP_SEEDS = 10
 
 
-def iqm(values: np.ndarray, axis: int | None = None) -> float | np.ndarray:
+@overload
+def iqm(values: ArrayLike, axis: None = None) -> float: ...
+@overload
+def iqm(values: ArrayLike, axis: int) -> np.ndarray: ...
+def iqm(values: ArrayLike, axis: int | None = None) -> float | np.ndarray:
     """Interquartile mean: the mean of the middle 50% (rliable's IQM, scipy's 25% trimmed mean)."""
     x = np.asarray(values, dtype=float)
     if axis is None:
@@ -49,7 +55,11 @@ def iqm(values: np.ndarray, axis: int | None = None) -> float | np.ndarray:
     return trim_mean(x, 0.25, axis=axis)
 
 
-def mean(values: np.ndarray, axis: int | None = None) -> float | np.ndarray:
+@overload
+def mean(values: ArrayLike, axis: None = None) -> float: ...
+@overload
+def mean(values: ArrayLike, axis: int) -> np.ndarray: ...
+def mean(values: ArrayLike, axis: int | None = None) -> float | np.ndarray:
     x = np.asarray(values, dtype=float)
     if axis is None:
         return float(x.mean()) if x.size else float("nan")
@@ -115,6 +125,11 @@ def paired_t_interval(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> tup
     return float(ci.low), float(ci.high)
 
 
+def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+    """The permutation test's statistic: mean(x - y) along `axis`."""
+    return np.asarray(np.mean(x - y, axis=axis))
+
+
 def sign_flip_p(a: np.ndarray, b: np.ndarray) -> float:
     """Exact two-sided sign-flip p-value of mean(a - b) = 0 over pairs: every one of the 2^n ways of
     swapping a pair's two values enumerated (`scipy.stats.permutation_test`, `permutation_type=
@@ -124,8 +139,9 @@ def sign_flip_p(a: np.ndarray, b: np.ndarray) -> float:
         return float("nan")
     if len(a) == 1:  # two patterns, one on each side: p = 2 x 1/2 (scipy wants two pairs)
         return 1.0
-    result = stats.permutation_test((a, b), lambda x, y, axis: np.mean(x - y, axis=axis), vectorized=True,
-                                    permutation_type="samples", n_resamples=np.inf, alternative="two-sided")
+    result = stats.permutation_test(  # type: ignore[call-overload]  # scipy documents n_resamples=np.inf (every permutation); scipy-stubs take an int only
+        (a, b), _mean_difference, vectorized=True, permutation_type="samples", n_resamples=np.inf,
+        alternative="two-sided")
     return float(result.pvalue)
 
 
@@ -208,7 +224,7 @@ def ema(values: pd.Series | np.ndarray, alpha: float = 0.2) -> np.ndarray:
     return pd.Series(np.asarray(values, dtype=float)).ewm(alpha=alpha, adjust=True).mean().to_numpy()
 
 
-def auc(x: np.ndarray, y: np.ndarray, x_max: float | None = None) -> float:
+def auc(x: ArrayLike, y: ArrayLike, x_max: float | None = None) -> float:
     """Area under y(x) by the trapezoid rule from x=0 (y held at its first value), divided by the
     x range: the mean of y over compute, comparable across runs with the same budget."""
     x = np.asarray(x, dtype=float)
@@ -241,5 +257,5 @@ def per_run(metrics: pd.DataFrame, fn: Callable[[pd.DataFrame], float]) -> dict[
     """`objective label -> array over seeds` of `fn(run's metrics)`."""
     out: dict[str, list[float]] = {}
     for (label, _seed), frame in metrics.groupby(["label", "seed"], sort=False):
-        out.setdefault(label, []).append(fn(frame.sort_values("step")))
+        out.setdefault(str(label), []).append(fn(frame.sort_values("step")))
     return {k: np.array(v) for k, v in out.items()}

@@ -55,7 +55,7 @@ def summary_table(results: Results, evidence: Evidence) -> pd.DataFrame:
         m = evidence.results.metrics[evidence.results.metrics["label"] == label]
         final = _per_seed(m, lambda f: final_value(f, "reward/mean"))
         group = next((g for g in evidence.groups if label in set(evidence.subset(g).runs["label"])), None)
-        found = evidence.learnings.get(group)
+        found = evidence.learnings.get(group) if group is not None else None
         outcomes = found.outcomes[found.outcomes["label"] == label] if found else pd.DataFrame()
         iqm_low, iqm_high = stratified_bootstrap_ci([final.to_numpy()], np.random.default_rng(0))
         rows.append({
@@ -71,7 +71,7 @@ def summary_table(results: Results, evidence: Evidence) -> pd.DataFrame:
             "clip/frac": m["clip/frac"].mean(),
             "moe/drift": m["moe/drift"].mean(),
             "moe/drift_expert": m["moe/drift_expert"].mean(),
-            "unfinished runs": "; ".join(f"s{r.seed} {r.status} at step {r.steps}" + (f": {r.message}" if r.message else "")
+            "unfinished runs": "; ".join(f"s{r.seed} {r.status} at step {r.steps}" + (f": {r.message!s}" if r.message else "")
                                          for r in unfinished(results).query("label == @label").itertuples()) or "-",
         })
     return pd.DataFrame(rows)
@@ -81,7 +81,8 @@ def _per_seed(metrics: pd.DataFrame, fn: Callable[[pd.DataFrame], float]) -> pd.
     """`fn(run's metrics)` per seed (index: seed)."""
     if metrics.empty:
         return pd.Series(dtype=float)
-    return metrics.sort_values("step").groupby("seed").apply(fn, include_groups=False).astype(float)
+    per_seed = metrics.sort_values("step").groupby("seed")
+    return per_seed.apply(fn, include_groups=False).astype(float)  # type: ignore[call-overload]  # pandas-stubs lack apply's include_groups=
 
 
 def paired_against(evidence: Evidence) -> pd.DataFrame | str:
@@ -97,9 +98,9 @@ def paired_against(evidence: Evidence) -> pd.DataFrame | str:
         for algorithm in dict.fromkeys(found.outcomes["algorithm"]):
             if algorithm == grpo:
                 continue
-            result, adjusted = evidence.family.find(group, REWARD, algorithm, grpo)
+            result, adjusted = evidence.family.tested(group, REWARD, algorithm, grpo)
             labels = [_label(evidence, group, a) for a in (algorithm, grpo)]
-            ahead, behind = apart_from(evidence.results.metrics, *labels)
+            ahead, behind = apart_from(evidence.results.metrics, labels[0], labels[1])
             rows.append({**_where(evidence, group), "objective": algorithm, "GRPO": grpo, "seeds": result.n,
                          "minus GRPO (per seed)": difference_text(result, ".4f"), "p (sign-flip)": p_text(result.p),
                          "Holm p": p_text(adjusted), "P(objective > GRPO)": result.poi,
@@ -140,11 +141,11 @@ def learnability_table(evidence: Evidence) -> pd.DataFrame | str:
     rows = []
     for group, found in evidence.learnings.items():
         chance = found.baseline.mean if found.baseline else np.nan
-        rows += [{**_where(evidence, group), "objective": r.label, "seed": r.seed, "compared on": found.source.kind,
-                  "start": r.start, "final": r.final, "rise": r.rise, "p (one-sided)": p_text(r.p_rise),
-                  "learned": {True: "yes", False: "no", None: "too short to tell"}[r.learned],
-                  "chance baseline": chance, "final minus baseline": r.final - chance}
-                 for r in found.outcomes.itertuples()]
+        rows += [{**_where(evidence, group), "objective": r["label"], "seed": r["seed"], "compared on": found.source.kind,
+                  "start": r["start"], "final": r["final"], "rise": r["rise"], "p (one-sided)": p_text(r["p_rise"]),
+                  "learned": {True: "yes", False: "no", None: "too short to tell"}[r["learned"]],
+                  "chance baseline": chance, "final minus baseline": r["final"] - chance}
+                 for r in found.outcomes.to_dict("records")]
     return pd.DataFrame(rows) if rows else "No run finished."
 
 
@@ -171,7 +172,7 @@ def apart_from(metrics: pd.DataFrame, label: str, baseline: str, window: int = A
     for sign in (1, -1):
         holds = ((difference * sign) > 0).all(axis=1).to_numpy()  # every seed, per window
         tail = len(holds) - np.argmin(holds[::-1]) if not holds.all() else 0  # first window of the last run of True
-        found.append(int(difference.index[tail]) * window + 1 if len(holds) and tail < len(holds) else "-")
+        found.append(int(difference.index[int(tail)]) * window + 1 if len(holds) and tail < len(holds) else "-")
     return tuple(found)
 
 

@@ -65,9 +65,9 @@ def lead(found: Learning, evidence: Evidence) -> Lead | None:
     for first in arms.index:
         tests = [family.find(group, REWARD, first, other) for other in arms.index if other != first]
         if all(t is not None and t[0].mean > 0 and t[1] < ALPHA for t in tests):
-            leader, leader_p = first, max(t[1] for t in tests)
+            leader, leader_p = first, max(t[1] for t in tests if t is not None)
     best, second = arms.index[:2]
-    result, adjusted = family.find(group, REWARD, best, second)
+    result, adjusted = family.tested(group, REWARD, best, second)
     return Lead(best, second, (arms.loc[best, "final"], arms.loc[second, "final"]), result, adjusted, leader, leader_p)
 
 

@@ -8,6 +8,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import typer
@@ -17,6 +18,10 @@ from rich.table import Table
 
 from gspo_bench.runtime.stopping import Stopped, stop_on_signals
 from gspo_bench.suite.console import PrintableConsole
+
+if TYPE_CHECKING:
+    from gspo_bench.config import SuiteConfig
+    from gspo_bench.suite.runner import PlannedRun
 
 app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
@@ -53,8 +58,9 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 # typer vendors click: its usage errors are not the installed click's classes
-_USAGE_ERRORS = tuple({next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"),
-                       click.exceptions.ClickException})
+_USAGE_ERRORS: tuple[type[Exception], ...] = tuple({
+    next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"), click.exceptions.ClickException})
+_PRINTED_BY_TYPER: tuple[type[BaseException], ...] = (typer.Exit, typer.Abort, *_USAGE_ERRORS)
 # ... nor its current context: the `globals` of the click package typer's Context comes from
 _CLICK_GLOBALS = importlib.import_module(typer.Context.__mro__[1].__module__.rsplit(".", 1)[0] + ".globals")
 
@@ -72,7 +78,7 @@ def guarded(command):
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, *_USAGE_ERRORS):  # typer's own: it prints them
+        except _PRINTED_BY_TYPER:  # typer's own: it prints them
             raise
         except Stopped as err:
             raise fail(str(err), err.exit_code) from None
@@ -226,7 +232,7 @@ def run(
 
 
 def planned_todo(suite_path: Path, overrides: list[str] | None, out: Path | None, only: list[str] | None,
-                 seeds: list[int] | None, resume: bool, allow_changed: bool):
+                 seeds: list[int] | None, resume: bool, allow_changed: bool) -> tuple[SuiteConfig, Path, list[PlannedRun]]:
     """`gspo_bench.suite.session.plan_session` (the suite, the results root, the runs to do); every problem
     as one error line."""
     from gspo_bench.config import SuiteError

@@ -50,7 +50,7 @@ def parse_suite(data: Any, source: str = "<suite>") -> SuiteConfig:
     return _checked(data, source, lambda err: _format_errors(source, err))
 
 
-def _checked(data: dict, source: str, describe: Callable[[ValidationError], str]) -> SuiteConfig:
+def _checked(data: dict[str, Any], source: str, describe: Callable[[ValidationError], str]) -> SuiteConfig:
     """The suite of `data` with every check a suite gets, however it was made (a file, `--set`): the
     schema, every sweep point and every entry's `set:` as a suite, and run labels unique across entries
     and points. A schema problem is `describe`d; the others name `source`."""

@@ -49,7 +49,7 @@ def boolean_numbers(annotation: Any, value: Any, where: str = "") -> list[str]:
     return []
 
 
-def _union_booleans(members: tuple, value: Any, where: str) -> list[str]:
+def _union_booleans(members: tuple[Any, ...], value: Any, where: str) -> list[str]:
     """A union takes a boolean where one of its members is bool (or Any); a container goes to the
     member of its kind."""
     members = tuple(_bare(m) for m in members)
@@ -70,14 +70,14 @@ def boolean_message(places: list[str]) -> str:
             "false as booleans)")
 
 
-def setting_booleans(function: Callable, settings: Mapping[str, Any]) -> list[str]:
+def setting_booleans(function: Callable[..., object], settings: Mapping[str, Any]) -> list[str]:
     """The keys of free-form `settings` (for `function`'s keyword arguments) holding a boolean where
     `function`'s type hints expect a number."""
     hints = typing.get_type_hints(function)
     return [p for key, value in settings.items() for p in boolean_numbers(hints.get(key, Any), value, key)]
 
 
-def check_settings(function: Callable, settings: Mapping[str, Any], what: str = "") -> None:
+def check_settings(function: Callable[..., object], settings: Mapping[str, Any], what: str = "") -> None:
     """ValueError naming the keys of `settings` (`what`, when given) that hold a boolean for a number."""
     places = setting_booleans(function, settings)
     if places:

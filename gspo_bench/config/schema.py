@@ -18,12 +18,16 @@ is checked by `gspo_bench.suite.preflight`.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gspo_bench.config.numbers import boolean_message, boolean_numbers, check_settings
 from gspo_bench.models.families import SUPPORTED_FAMILIES
+
+if TYPE_CHECKING:
+    from gspo_bench.objectives.corrections import CorrectionFn
+    from gspo_bench.tasks.base import Task
 
 # Bounds on sizes, named in the message of a value beyond them: far above any model, batch or run this
 # suite trains, low enough that no value makes `validate` hang or a run allocate without end.
@@ -62,6 +66,8 @@ class Strict(BaseModel):
     def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         """A boolean is never a number, in any int or float field of any section (by the field's type:
         `gspo_bench.config.numbers`)."""
+        if info.field_name is None:
+            raise TypeError(f"{cls.__name__}: a field validator called without a field name")
         places = boolean_numbers(cls.model_fields[info.field_name].annotation, value)
         if places:
             raise ValueError(boolean_message(places))
@@ -122,7 +128,7 @@ class ModelConfig(Strict):
         return v
 
     @model_validator(mode="after")
-    def _sizes(self):
+    def _sizes(self) -> ModelConfig:
         if self.path is not None:
             if self.router_scale != 1.0:
                 raise ValueError(f"router_scale ({self.router_scale}) rescales a tiny model's initial routers; "
@@ -145,7 +151,7 @@ class TaskConfig(Strict):
     _finite_params = field_validator("params")(classmethod(lambda cls, v: finite_settings(v)))
 
     @model_validator(mode="after")
-    def _known(self):
+    def _known(self) -> TaskConfig:
         from gspo_bench.tasks import list_tasks, task_params
         from gspo_bench.tasks.registry import task_spec
 
@@ -157,7 +163,7 @@ class TaskConfig(Strict):
         check_settings(task_spec(self.name).factory, self.params, "params")
         return self
 
-    def instance(self):
+    def instance(self) -> Task:
         """The task itself (a JSONL task reads its file here): errors as ValueError naming the task."""
         from gspo_bench.tasks import make_task
 
@@ -191,7 +197,7 @@ class WarmStartConfig(Strict):
 
     @field_validator("band")
     @classmethod
-    def _band(cls, v):
+    def _band(cls, v: tuple[float, float]) -> tuple[float, float]:
         if not 0.0 <= v[0] <= v[1] <= 1.0:
             raise ValueError("expected 0 <= low <= high <= 1")
         return v
@@ -252,13 +258,13 @@ class RolloutConfig(Strict):
         "the dry run measures the first step's prompts where it can")
 
     @model_validator(mode="after")
-    def _system_prompt_needs_chat(self):
+    def _system_prompt_needs_chat(self) -> RolloutConfig:
         if self.system_prompt and self.chat_template is False:
             raise ValueError("system_prompt needs the chat template; chat_template is false")
         return self
 
     @model_validator(mode="after")
-    def _kv_budget_is_the_hf_engines(self):
+    def _kv_budget_is_the_hf_engines(self) -> RolloutConfig:
         if self.kv_cache_gib is not None and self.engine != "hf":
             raise ValueError(f"kv_cache_gib sizes the hf engine's row chunks; {self.engine} manages its own KV "
                              "cache (vllm: engine_options.gpu_memory_utilization)")
@@ -339,7 +345,7 @@ class EvalConfig(Strict):
         return bool(self.tasks or self.lm_eval_tasks)
 
     @model_validator(mode="after")
-    def _greedy(self):
+    def _greedy(self) -> EvalConfig:
         if self.greedy and self.samples > 1:
             raise ValueError("greedy decoding gives one response per prompt: set samples: 1")
         if self.engine == "rollout" and (self.greedy or self.lm_eval_tasks):
@@ -424,7 +430,7 @@ class ObjectiveEntry(Strict):
         return v
 
     @model_validator(mode="after")
-    def _known(self):
+    def _known(self) -> ObjectiveEntry:
         from gspo_bench.objectives import get_objective, list_objectives, objective_spec
 
         valid = list_objectives() + sorted(ALGORITHMS)
@@ -439,7 +445,7 @@ class ObjectiveEntry(Strict):
 
     @property
     def objective(self) -> str:
-        return ALGORITHMS.get(self.name, {}).get("objective", self.name)
+        return str(ALGORITHMS.get(self.name, {}).get("objective", self.name))
 
     @property
     def use_replay(self) -> bool:
@@ -448,15 +454,17 @@ class ObjectiveEntry(Strict):
         return self.replay_from is not None or ALGORITHMS.get(self.name, {}).get("replay", False)
 
     @property
-    def replay_source(self) -> str:
+    def replay_source(self) -> Literal["old_pass", "rollout"]:
         """`old_pass` or `rollout` (meaningful when `use_replay`)."""
-        return self.replay_from or ALGORITHMS.get(self.name, {}).get("replay_from", "old_pass")
+        if self.replay_from is not None:
+            return self.replay_from
+        return "rollout" if ALGORITHMS.get(self.name, {}).get("replay_from") == "rollout" else "old_pass"
 
     @property
     def run_label(self) -> str:
         return self.label or self.name
 
-    def correction_fn(self):
+    def correction_fn(self) -> CorrectionFn | None:
         """The correction with this entry's params bound (None without one)."""
         if self.correction is None:
             return None
@@ -467,7 +475,7 @@ class ObjectiveEntry(Strict):
         params = {k: v for k, v in self.correction.items() if k != "kind"}
         return partial(get_correction(self.correction["kind"]), **params)
 
-    def clip_range(self) -> dict[str, float]:
+    def clip_range(self) -> dict[str, float | None]:
         from gspo_bench.objectives import objective_spec
 
         spec = objective_spec(self.objective)
@@ -531,7 +539,7 @@ class SuiteConfig(Strict):
         return v
 
     @model_validator(mode="after")
-    def _warm_start_is_for_tiny_models(self):
+    def _warm_start_is_for_tiny_models(self) -> SuiteConfig:
         if self.model.path is not None and self.warm_start.enabled:
             raise ValueError("warm_start is for tiny models built from a config; with model.path set "
                              "(a real checkpoint, already fine-tuned) set warm_start.enabled: false")
@@ -556,7 +564,7 @@ class SuiteConfig(Strict):
         if unused:
             raise ValueError(f"warm_start.seeds {ws.seeds} with seeds {self.seeds}: no RL seed starts from the warm "
                              f"start of seed(s) {unused} (RL seed s starts from warm_start.seeds[s mod "
-                             f"{len(ws.seeds)}])")
+                             f"{len(ws.seeds or [])}])")
         return self
 
     @model_validator(mode="after")
@@ -575,7 +583,7 @@ class SuiteConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _minibatches_fit_the_batch(self):
+    def _minibatches_fit_the_batch(self) -> SuiteConfig:
         responses = self.rollout.prompts_per_step * self.rollout.group_size
         if self.train.minibatches > responses:
             raise ValueError(f"train.minibatches ({self.train.minibatches}) is more than the {responses} responses "
@@ -583,7 +591,7 @@ class SuiteConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _step_credit_needs_a_task_that_checks_steps(self):
+    def _step_credit_needs_a_task_that_checks_steps(self) -> SuiteConfig:
         if any(o.credit == "step" for o in self.objectives):
             try:
                 task = self.task.instance()

@@ -57,7 +57,7 @@ def field_of(data: Any, path: str) -> Any:
     return node
 
 
-def set_field(data: dict, path: str, value: Any) -> None:
+def set_field(data: dict[str, Any], path: str, value: Any) -> None:
     *parents, last = split_path(path)
     node = data
     for part in parents:
@@ -108,7 +108,7 @@ def describe(point: dict[str, Any]) -> str:
     return ", ".join(f"{p}={v!r}" if isinstance(v, float) else f"{p}={v}" for p, v in point.items())
 
 
-def apply(suite: BaseModel, point: dict[str, Any]) -> dict:
+def apply(suite: BaseModel, point: dict[str, Any]) -> dict[str, Any]:
     """The suite's data with the point's values set and no sweep left (validate it as a suite)."""
     data = suite.model_dump(mode="json")
     data["sweep"] = {}

@@ -61,8 +61,8 @@ def expanded_size(node: Any, sizes: dict[int, int], open_: set[int]) -> int:
 
 def yaml_problem(err: yaml.YAMLError, text: str) -> str:
     """A YAML error in one line: the problem, at line and column."""
-    mark = getattr(err, "problem_mark", None)
-    if mark is not None:
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:  # the scanner's, parser's, ...
+        mark = err.problem_mark
         return f"{err.problem} (line {mark.line + 1}, column {mark.column + 1})"
     if isinstance(err, yaml.reader.ReaderError):  # a character YAML does not allow: no mark, a position
         line = text.count("\n", 0, err.position) + 1

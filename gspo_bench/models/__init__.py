@@ -8,6 +8,7 @@ code) can be imported without importing transformers.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 _EXPORTS = {
     "SUPPORTED_FAMILIES": "families", "UnsupportedModelError": "families", "family_of": "families",
@@ -19,7 +20,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:  # the export, imported on first use
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

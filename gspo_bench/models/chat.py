@@ -10,6 +10,10 @@ be tested and benchmarked on CPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 # role tags in angle brackets, then the content; the generation prompt opens the assistant turn
 TINY_CHAT_TEMPLATE = (
@@ -27,20 +31,27 @@ class PromptFormat:
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return [*system, {"role": "user", "content": prompt}]
 
-    def render(self, tokenizer, prompt: str) -> str:
+    def render(self, tokenizer: PreTrainedTokenizerBase, prompt: str) -> str:
         """The text the model sees for `prompt`."""
         if not self.chat:
             return prompt
-        return tokenizer.apply_chat_template(self.messages(prompt), tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(self.messages(prompt), tokenize=False, add_generation_prompt=True)
+        if not isinstance(text, str):
+            raise TypeError(f"the chat template rendered {type(text).__name__}, not text")
+        return text
 
-    def encode(self, tokenizer, prompt: str) -> list[int]:
+    def encode(self, tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int]:
         """Token ids of the rendered prompt (a chat template writes its own special tokens)."""
+        ids: list[int]  # (transformers' decorated encode reads as untyped)
         if not self.chat:
-            return tokenizer.encode(prompt)
-        return tokenizer.encode(self.render(tokenizer, prompt), add_special_tokens=False)
+            ids = tokenizer.encode(prompt)
+        else:
+            ids = tokenizer.encode(self.render(tokenizer, prompt), add_special_tokens=False)
+        return ids
 
 
-def resolve_prompt_format(chat_template: bool | None, system_prompt: str | None, tokenizer, *, tiny: bool,
+def resolve_prompt_format(chat_template: bool | None, system_prompt: str | None, tokenizer: PreTrainedTokenizerBase,
+                          *, tiny: bool,
                           source: str = "the model") -> PromptFormat:
     """The prompt format a suite asks for: `chat_template` None means on when the tokenizer has a
     template and the model is not a tiny built-in; True with a tokenizer without one is an error."""

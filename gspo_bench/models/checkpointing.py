@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
-ContextFn = Callable[[], tuple[AbstractContextManager, AbstractContextManager]]
+ContextFn = Callable[[], tuple[AbstractContextManager[Any], AbstractContextManager[Any]]]
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -37,11 +38,13 @@ def checkpoint_layers(model: torch.nn.Module, context_fn: ContextFn | None = Non
     """Checkpoint every decoder layer of `model` (non-reentrant, each call's forward and recompute
     under `context_fn()`'s two contexts); returns how many layers. ValueError for a model without
     checkpointable decoder layers."""
+    from transformers import PreTrainedModel
+
     layers = decoder_layers(model)
-    if not layers or not getattr(model, "supports_gradient_checkpointing", False):
+    if not layers or not isinstance(model, PreTrainedModel) or not model.supports_gradient_checkpointing:
         raise ValueError(f"{type(model).__name__} has no decoder layers transformers can checkpoint; "
                          "set train.activation_checkpointing: false")
-    kwargs: dict = {"use_reentrant": False}
+    kwargs: dict[str, Any] = {"use_reentrant": False}
     if context_fn is not None:
         kwargs["context_fn"] = context_fn
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

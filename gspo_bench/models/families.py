@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the family table imports without torch (the suite schema reads it)
     import torch
+    from transformers import PreTrainedModel
 
 # model_type -> the architecture class name real checkpoints of that family declare.
 SUPPORTED_FAMILIES: dict[str, str] = {
@@ -46,6 +47,16 @@ def unsupported_message(what: str) -> str:
 def family_of(model: torch.nn.Module) -> str:
     """The supported family (`model_type`) of a transformers model, or UnsupportedModelError."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type not in SUPPORTED_FAMILIES:
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_FAMILIES:
         raise UnsupportedModelError(unsupported_message(f"{type(model).__name__} (model_type={model_type!r})"))
     return model_type
+
+
+def hf_model(model: torch.nn.Module, what: str) -> PreTrainedModel:
+    """`model` as the transformers model `what` needs (its output head, its checkpointing switch);
+    TypeError naming the type of any other module."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel):
+        raise TypeError(f"{what} needs a transformers model, got {type(model).__name__}")
+    return model

@@ -9,7 +9,7 @@ from gspo_bench.models.padding import position_ids
 
 
 def response_forward(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, n_response: int,
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, n_response: int,
     temperature: float = 1.0, with_entropy: bool = False, head_chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [B, T] of the last `n_response` tokens, with the position ids `generate` used.
@@ -29,6 +29,8 @@ def response_forward(
     if head_chunk is not None:
         with fused_head(model, targets, temperature, head_chunk, with_entropy) as head:
             model(**call)
+        if head.logp is None:
+            raise RuntimeError(f"{type(model).__name__}'s forward never called its output head: no log-probs")
         return head.logp, head.entropy
     logits = model(**call).logits  # [B, T, V]
     logp = gather_logprobs(logits, targets, temperature)  # [B, T]

@@ -11,17 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from gspo_bench.models.families import family_of
+from gspo_bench.models.families import family_of, hf_model
 
 CHUNK_ROWS = 1024  # rows (token positions) per fp32 chunk: 1024 x 152k x 4 B = 0.6 GB at most
 
 
 class _ChunkedLogprob(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int):
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int) -> torch.Tensor:
         rows = logits.shape[0]
         logp = torch.empty(rows, dtype=torch.float32, device=logits.device)
         lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
@@ -35,7 +36,7 @@ class _ChunkedLogprob(torch.autograd.Function):
         return logp
 
     @staticmethod
-    def backward(ctx, grad_logp: torch.Tensor):
+    def backward(ctx: Any, grad_logp: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         logits, targets, lse = ctx.saved_tensors
         temperature, chunk = ctx.temperature, ctx.chunk
         grad = torch.empty_like(logits)
@@ -65,7 +66,7 @@ def gather_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)  # a view when logits are contiguous in their last dims
-    logp = _ChunkedLogprob.apply(flat, targets.reshape(-1), float(temperature), int(chunk))
+    logp: torch.Tensor = _ChunkedLogprob.apply(flat, targets.reshape(-1), float(temperature), int(chunk))
     return logp.view(targets.shape)
 
 
@@ -125,7 +126,7 @@ class HeadChunks:
 
 class _FusedHead(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
                 plan: HeadChunks, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
         n = hidden.shape[0]
         logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
@@ -147,7 +148,7 @@ class _FusedHead(torch.autograd.Function):
         return logp, entropy
 
     @staticmethod
-    def backward(ctx, grad_logp: torch.Tensor, _grad_entropy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    def backward(ctx: Any, grad_logp: torch.Tensor, _grad_entropy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, bias, targets, lse = ctx.saved_tensors
         plan = ctx.plan
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
@@ -160,14 +161,14 @@ class _FusedHead(torch.autograd.Function):
                 part = slice(start, start + plan.chunk)
                 z = plan.logits(hidden[part], w, b)  # [c, V] fp32, recomputed
                 d_raw = plan.raw_gradient(z, lse[part], targets[part], grad_logp[part])  # [c, V] compute dtype
-                if want_hidden:
+                if grad_hidden is not None:
                     grad_hidden[part] = (d_raw @ w).to(hidden.dtype)
-                if want_weight:
+                if grad_weight is not None:
                     grad_weight += (d_raw.t() @ hidden[part].to(plan.dtype)).float()
-                if want_bias:
+                if grad_bias is not None:
                     grad_bias += d_raw.float().sum(0)
-        grad_weight = grad_weight.to(weight.dtype) if want_weight else None
-        grad_bias = grad_bias.to(bias.dtype) if want_bias else None
+        grad_weight = grad_weight.to(weight.dtype) if grad_weight is not None else None
+        grad_bias = grad_bias.to(bias.dtype) if grad_bias is not None and bias is not None else None
         return grad_hidden, grad_weight, grad_bias, None, None, None
 
 
@@ -175,7 +176,7 @@ def logit_scaling(model: torch.nn.Module) -> float:
     """What the model's head divides `lm_head(hidden)` by (1 for most families); refuses a head the
     fused path cannot reproduce: not a plain nn.Linear, or logit soft-capping."""
     family = family_of(model)
-    head = model.get_output_embeddings()
+    head = hf_model(model, "the fused head").get_output_embeddings()
     if type(head) is not torch.nn.Linear:
         raise ValueError(f"train.logprob_chunk_tokens needs a plain nn.Linear output head; this {family} model's is "
                          f"{type(head).__name__}: leave logprob_chunk_tokens unset")
@@ -220,9 +221,12 @@ def fused_head(model: torch.nn.Module, targets: torch.Tensor, temperature: float
     call, so a sharded (FSDP2) model's head weights are gathered as for its plain head."""
     if temperature <= 0 or chunk < 1:
         raise ValueError(f"temperature must be > 0 and chunk >= 1, got {temperature} and {chunk}")
-    head = model.get_output_embeddings()
-    call = FusedHeadCall(head, targets, float(temperature), logit_scaling(model), int(chunk), with_entropy)
-    head.forward = call  # an instance attribute shadows nn.Linear.forward for this block only
+    scaling = logit_scaling(model)  # refuses any head but a plain nn.Linear
+    head = hf_model(model, "the fused head").get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        raise TypeError(f"the fused head needs an nn.Linear output head, got {type(head).__name__}")
+    call = FusedHeadCall(head, targets, float(temperature), scaling, int(chunk), with_entropy)
+    head.forward = call  # type: ignore[method-assign, assignment]  # an instance attribute shadows nn.Linear.forward for this block only
     try:
         yield call
     finally:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, PretrainedConfig
+from transformers import AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from gspo_bench.models.families import SUPPORTED_FAMILIES, UnsupportedModelError, unsupported_message
 from gspo_bench.models.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -104,7 +105,7 @@ def _check_groups(spec: TinyMoESpec) -> None:
                          f"{spec.top_k} (a group scores its best two experts: at least 2 per group)")
 
 
-def _common(spec: TinyMoESpec) -> dict:
+def _common(spec: TinyMoESpec) -> dict[str, Any]:
     return dict(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
@@ -121,7 +122,10 @@ def _common(spec: TinyMoESpec) -> dict:
     )
 
 
-def _choose(value, default):
+T = TypeVar("T")
+
+
+def _choose(value: T | None, default: T) -> T:
     return default if value is None else value
 
 
@@ -130,15 +134,15 @@ def _head_dim(spec: TinyMoESpec) -> int:
 
 
 # ---------------------------------------------------------------- softmax routers, top-k of all experts
-def _qwen3_moe(spec, common):  # top-k weights renormalised, as in Qwen3-30B-A3B
+def _qwen3_moe(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # top-k weights renormalised, as in Qwen3-30B-A3B
     return transformers.Qwen3MoeConfig(
         **common, num_experts=spec.num_experts, intermediate_size=spec.expert_hidden * 2,
         moe_intermediate_size=spec.expert_hidden, head_dim=_head_dim(spec), decoder_sparse_step=1,
         mlp_only_layers=list(range(spec.first_k_dense)), norm_topk_prob=_choose(spec.norm_topk_prob, True),
-    )
+    )  # type: ignore[call-arg]  # the @strict config keeps keys beyond its declared fields (head_dim) as attributes
 
 
-def _qwen2_moe(spec, common):  # a gated shared expert beside the routed ones, no renormalisation
+def _qwen2_moe(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # a gated shared expert beside the routed ones, no renormalisation
     return transformers.Qwen2MoeConfig(
         **common, num_experts=spec.num_experts, intermediate_size=spec.expert_hidden * 2,
         moe_intermediate_size=spec.expert_hidden,
@@ -148,7 +152,7 @@ def _qwen2_moe(spec, common):  # a gated shared expert beside the routed ones, n
     )
 
 
-def _qwen3_next(spec, common):  # gated DeltaNet and full attention alternating, a gated shared expert
+def _qwen3_next(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # gated DeltaNet and full attention alternating, a gated shared expert
     layer_types = ["full_attention" if i % 2 or spec.num_layers == 1 else "linear_attention" for i in range(spec.num_layers)]
     heads = spec.num_heads
     return transformers.Qwen3NextConfig(
@@ -161,34 +165,34 @@ def _qwen3_next(spec, common):  # gated DeltaNet and full attention alternating,
     )
 
 
-def _olmoe(spec, common):  # no renormalisation, as OLMoE-1B-7B
+def _olmoe(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # no renormalisation, as OLMoE-1B-7B
     return transformers.OlmoeConfig(
         **common, num_experts=spec.num_experts, intermediate_size=spec.expert_hidden,
         norm_topk_prob=_choose(spec.norm_topk_prob, False),
     )
 
 
-def _flex_olmo(spec, common):
+def _flex_olmo(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:
     return transformers.FlexOlmoConfig(
         **common, num_experts=spec.num_experts, intermediate_size=spec.expert_hidden,
         norm_topk_prob=_choose(spec.norm_topk_prob, False),
     )
 
 
-def _mixtral(spec, common):  # always renormalises its top-k weights
+def _mixtral(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # always renormalises its top-k weights
     return transformers.MixtralConfig(
         **common, num_local_experts=spec.num_experts, intermediate_size=spec.expert_hidden, router_jitter_noise=0.0
     )
 
 
-def _minimax(spec, common):  # lightning (linear) and full attention alternating; Mixtral's router
+def _minimax(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # lightning (linear) and full attention alternating; Mixtral's router
     return transformers.MiniMaxConfig(
         **common, num_local_experts=spec.num_experts, intermediate_size=spec.expert_hidden,
         head_dim=_head_dim(spec), block_size=16, router_jitter_noise=0.0,
     )
 
 
-def _hunyuan_v1_moe(spec, common):  # shared MLP and experts both intermediate_size wide
+def _hunyuan_v1_moe(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # shared MLP and experts both intermediate_size wide
     common = {k: v for k, v in common.items() if k != "num_experts_per_tok"}
     return transformers.HunYuanMoEV1Config(
         **common, num_experts=spec.num_experts, moe_topk=spec.top_k, intermediate_size=spec.expert_hidden,
@@ -196,7 +200,7 @@ def _hunyuan_v1_moe(spec, common):  # shared MLP and experts both intermediate_s
     )
 
 
-def _ernie4_5_moe(spec, common):  # one shared expert; correction bias in selection only
+def _ernie4_5_moe(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # one shared expert; correction bias in selection only
     common = {k: v for k, v in common.items() if k != "num_experts_per_tok"}
     return transformers.Ernie4_5_MoeConfig(
         **common, moe_num_experts=spec.num_experts, moe_k=spec.top_k, intermediate_size=spec.expert_hidden * 2,
@@ -204,7 +208,7 @@ def _ernie4_5_moe(spec, common):  # one shared expert; correction bias in select
     )
 
 
-def _dbrx(spec, common):  # p-norm (p=1) renormalisation; attention clips qkv at 8 as DBRX does
+def _dbrx(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # p-norm (p=1) renormalisation; attention clips qkv at 8 as DBRX does
     ffn = {"moe_num_experts": spec.num_experts, "moe_top_k": spec.top_k, "ffn_hidden_size": spec.expert_hidden,
            "moe_normalize_expert_weights": 1.0 if _choose(spec.norm_topk_prob, True) else None}
     attn = {"kv_n_heads": spec.num_kv_heads, "rope_theta": 10000.0, "clip_qkv": 8.0}
@@ -215,7 +219,7 @@ def _dbrx(spec, common):  # p-norm (p=1) renormalisation; attention clips qkv at
     )
 
 
-def _jamba(spec, common):  # Mamba and attention layers alternating, every layer MoE
+def _jamba(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # Mamba and attention layers alternating, every layer MoE
     return transformers.JambaConfig(
         **common, num_experts=spec.num_experts, intermediate_size=spec.expert_hidden, expert_layer_period=1,
         expert_layer_offset=0, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_expand=1,
@@ -223,18 +227,18 @@ def _jamba(spec, common):  # Mamba and attention layers alternating, every layer
 
 
 # ---------------------------------------------------------------- top-k over logits, then softmax over the k
-def _gpt_oss(spec, common):  # sliding and full attention alternating, router bias, plain RoPE
+def _gpt_oss(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # sliding and full attention alternating, router bias, plain RoPE
     return transformers.GptOssConfig(
         **common, num_local_experts=spec.num_experts, intermediate_size=spec.expert_hidden,
         head_dim=_head_dim(spec), sliding_window=16, rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
     )
 
 
-def _granitemoe(spec, common):
+def _granitemoe(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:
     return transformers.GraniteMoeConfig(**common, num_local_experts=spec.num_experts, intermediate_size=spec.expert_hidden)
 
 
-def _granitemoeshared(spec, common):
+def _granitemoeshared(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:
     return transformers.GraniteMoeSharedConfig(
         **common, num_local_experts=spec.num_experts, intermediate_size=spec.expert_hidden,
         shared_intermediate_size=spec.expert_hidden,
@@ -242,7 +246,7 @@ def _granitemoeshared(spec, common):
 
 
 # ---------------------------------------------------------------- sigmoid routers
-def _deepseek_style(spec: TinyMoESpec) -> dict:
+def _deepseek_style(spec: TinyMoESpec) -> dict[str, Any]:
     """Sizes shared by DeepSeek-V3-like configs: dense first layers, one shared expert, expert groups."""
     return dict(
         n_routed_experts=spec.num_experts, n_shared_experts=1, moe_intermediate_size=spec.expert_hidden,
@@ -251,40 +255,40 @@ def _deepseek_style(spec: TinyMoESpec) -> dict:
     )
 
 
-def _mla(spec: TinyMoESpec, common: dict) -> dict:
+def _mla(spec: TinyMoESpec, common: dict[str, Any]) -> dict[str, Any]:
     """Multi-head latent attention sizes (DeepSeek V2/V3): every head has its own keys and values."""
     head = _head_dim(spec)
     return common | dict(num_key_value_heads=spec.num_heads, kv_lora_rank=spec.hidden_size // 2, q_lora_rank=None,
                          qk_rope_head_dim=head // 2, qk_nope_head_dim=head // 2, v_head_dim=head)
 
 
-def _deepseek_v3(spec, common):  # routed_scaling_factor 2.5, renormalised, as DeepSeek-V3
+def _deepseek_v3(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # routed_scaling_factor 2.5, renormalised, as DeepSeek-V3
     return transformers.DeepseekV3Config(
         **_mla(spec, common), **_deepseek_style(spec), norm_topk_prob=_choose(spec.norm_topk_prob, True),
         routed_scaling_factor=2.5,
     )
 
 
-def _deepseek_v2(spec, common):  # softmax router, group-limited greedy when grouped, scaling factor
+def _deepseek_v2(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # softmax router, group-limited greedy when grouped, scaling factor
     return transformers.DeepseekV2Config(
         **_mla(spec, common), **_deepseek_style(spec), routed_scaling_factor=1.5,
         topk_method="group_limited_greedy" if spec.n_group > 1 else "greedy",
     )
 
 
-def _glm4_moe(spec, common):
+def _glm4_moe(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:
     return transformers.Glm4MoeConfig(
         **common, **_deepseek_style(spec), norm_topk_prob=_choose(spec.norm_topk_prob, True), routed_scaling_factor=2.5,
     )
 
 
-def _dots1(spec, common):
+def _dots1(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:
     return transformers.Dots1Config(
         **common, **_deepseek_style(spec), norm_topk_prob=_choose(spec.norm_topk_prob, True), routed_scaling_factor=2.5,
     )
 
 
-def _llama4_text(spec, common):  # sigmoid of the top-k logits, a shared expert, dense layers 2x wide
+def _llama4_text(spec: TinyMoESpec, common: dict[str, Any]) -> PretrainedConfig:  # sigmoid of the top-k logits, a shared expert, dense layers 2x wide
     return transformers.Llama4TextConfig(
         **common, num_local_experts=spec.num_experts, intermediate_size=spec.expert_hidden,
         intermediate_size_mlp=spec.expert_hidden * 2, head_dim=_head_dim(spec),
@@ -292,7 +296,7 @@ def _llama4_text(spec, common):  # sigmoid of the top-k logits, a shared expert,
     )
 
 
-_BUILDERS: dict[str, Callable[[TinyMoESpec, dict], PretrainedConfig]] = {
+_BUILDERS: dict[str, Callable[[TinyMoESpec, dict[str, Any]], PretrainedConfig]] = {
     "qwen3_moe": _qwen3_moe, "qwen2_moe": _qwen2_moe, "olmoe": _olmoe, "mixtral": _mixtral,
     "deepseek_v3": _deepseek_v3, "glm4_moe": _glm4_moe, "dots1": _dots1, "deepseek_v2": _deepseek_v2,
     "gpt_oss": _gpt_oss, "granitemoe": _granitemoe, "granitemoeshared": _granitemoeshared, "minimax": _minimax,
@@ -301,7 +305,8 @@ _BUILDERS: dict[str, Callable[[TinyMoESpec, dict], PretrainedConfig]] = {
 }
 
 
-def build_tiny_moe(family: str = "qwen3_moe", *, seed: int = 0, dtype: torch.dtype = torch.float32, **sizes):
+def build_tiny_moe(family: str = "qwen3_moe", *, seed: int = 0, dtype: torch.dtype = torch.float32,
+                   **sizes: Any) -> PreTrainedModel:
     """A randomly initialised tiny MoE causal LM of `family`; `sizes` are `TinyMoESpec` fields.
 
     The init is deterministic for `seed` and does not touch the global RNG state.
@@ -313,7 +318,7 @@ def build_tiny_moe(family: str = "qwen3_moe", *, seed: int = 0, dtype: torch.dty
     config = tiny_config(spec)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model: PreTrainedModel = AutoModelForCausalLM.from_config(config, dtype=dtype)
     scale_routers(model, family, spec.router_scale)
     model.generation_config.pad_token_id = PAD_ID
     model.generation_config.eos_token_id = EOS_ID

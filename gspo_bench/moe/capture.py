@@ -46,17 +46,19 @@ is replayed again but recorded once.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from gspo_bench.moe.margins import router_margins
 from gspo_bench.moe.recompute import recomputing
 from gspo_bench.moe.routers import Router, find_routers
-from gspo_bench.moe.sites import attach
+from gspo_bench.moe.sites import Handle, OnRoute, attach
 
 _RECORDS = ("ids", "weights", "scores", "probe", "pairs", "pair_logits")
 
 
-def call_chunk(args: tuple, kwargs: dict) -> tuple[int, int, int]:
+def call_chunk(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int, int]:
     """(batch, offset, length) of a model call's positions: a call with an empty or absent KV cache
     starts at position 0, one with a cache of length n continues at n."""
     ids = kwargs.get("input_ids", args[0] if args else None)
@@ -97,8 +99,8 @@ class RoutingCapture:
         self.probe = probe
         self.margins = margins
         self.pairs = pairs
-        self._handles: list = []
-        self._sequences: list[dict] = []  # per sequence: {record: [per layer: list of [B, t, k] chunks]}
+        self._handles: list[Handle] = []
+        self._sequences: list[dict[str, list[list[torch.Tensor]]]] = []  # per sequence: {record: [per layer: list of [B, t, k] chunks]}
         self._chunk: tuple[int, int, int] | None = None  # (batch, offset, length) of the current call
         self._seen: set[int] = set()  # layers recorded in the current chunk
 
@@ -111,7 +113,7 @@ class RoutingCapture:
             self._handles.append(attach(router.site, router.module, router.block, self._on_route(layer, router)))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for handle in reversed(self._handles):  # reversed: method wrappers restore what they replaced
             handle.remove()
         self._handles.clear()
@@ -167,15 +169,16 @@ class RoutingCapture:
         return torch.stack([torch.cat(chunks, dim=1) for chunks in per_layer])  # [L, B, T, k]
 
     # ------------------------------------------------------------------ hooks
-    def _on_model_call(self, module, args, kwargs):
+    def _on_model_call(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         batch, offset, length = call_chunk(args, kwargs)
         if offset == 0:
             self._sequences.append({key: [[] for _ in self.routers] for key in _RECORDS})
         self._chunk = (batch, offset, length)
         self._seen = set()
 
-    def _on_route(self, layer: int, router: Router):
-        def on_route(logits, weights, ids):
+    def _on_route(self, layer: int, router: Router) -> OnRoute:
+        def on_route(logits: torch.Tensor, weights: torch.Tensor,
+                     ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
             if recomputing():  # the forward recorded this call; the route keeper replays it
                 return None
             if self._chunk is None:
@@ -183,33 +186,36 @@ class RoutingCapture:
                     f"router {router.name} ran outside a call of the captured model; call the model "
                     "given to RoutingCapture, not one of its submodules"
                 )
+            chunk = self._chunk
             if layer not in self._seen:  # a second call in the same chunk is a checkpoint recompute
                 self._seen.add(layer)
-                self._record(layer, router, logits.detach(), weights.detach(), ids.detach())
+                self._record(chunk, layer, router, logits.detach(), weights.detach(), ids.detach())
             if self.replay is None:
                 return None
-            return self._replayed(layer, router, logits, weights, ids)
+            return self._replayed(chunk, self.replay, layer, router, logits, weights, ids)
 
         return on_route
 
-    def _record(self, layer, router, logits, weights, ids) -> None:
-        batch, _, length = self._chunk
+    def _record(self, chunk: tuple[int, int, int], layer: int, router: Router, logits: torch.Tensor,
+                weights: torch.Tensor, ids: torch.Tensor) -> None:
+        batch, _, length = chunk
         seq = self._sequences[-1]
         seq["ids"][layer].append(ids.reshape(batch, length, -1).long())
         seq["weights"][layer].append(weights.reshape(batch, length, -1))
         seq["scores"][layer].append(router.rule.scores(logits, ids.long()).reshape(batch, length, -1))
         if self.probe is not None:
-            probed = self._window(self.probe, "probe", layer).to(logits.device)
+            probed = self._window(chunk, self.probe, "probe", layer).to(logits.device)
             seq["probe"][layer].append(router.rule.scores(logits, probed).reshape(batch, length, -1))
         if self.margins or self.pairs is not None:
-            at = (router_margins(logits, ids.long()) if self.margins
-                  else self._window(self.pairs, "pairs", layer).to(logits.device).long())
+            at = (router_margins(logits, ids.long()) if self.pairs is None  # margins and pairs= exclude each other
+                  else self._window(chunk, self.pairs, "pairs", layer).to(logits.device).long())
             seq["pairs"][layer].append(at.reshape(batch, length, 2))
             seq["pair_logits"][layer].append(logits.float().gather(-1, at).reshape(batch, length, 2))
 
-    def _window(self, routing: torch.Tensor, what: str, layer: int) -> torch.Tensor:
-        """The [N, k] slice of `routing` [L, B, T, k] for `layer` and the current chunk's positions."""
-        batch, offset, length = self._chunk
+    @staticmethod
+    def _window(chunk: tuple[int, int, int], routing: torch.Tensor, what: str, layer: int) -> torch.Tensor:
+        """The [N, k] slice of `routing` [L, B, T, k] for `layer` and the positions of `chunk`."""
+        batch, offset, length = chunk
         if routing.shape[1] != batch or routing.shape[2] < offset + length:
             raise ValueError(
                 f"{what} routing covers [B={routing.shape[1]}, T={routing.shape[2]}] but the model was called on "
@@ -217,10 +223,11 @@ class RoutingCapture:
             )
         return routing[layer, :, offset : offset + length].reshape(batch * length, -1)
 
-    def _replayed(self, layer, router, logits, weights, ids):
-        replay_ids = self._window(self.replay, "replay", layer).to(logits.device)
+    def _replayed(self, chunk: tuple[int, int, int], replay: torch.Tensor, layer: int, router: Router,
+                  logits: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        replay_ids = self._window(chunk, replay, "replay", layer).to(logits.device)
         if self.replay_weights is not None:  # full replay: recorded ids and recorded weights
-            new_weights = self._window(self.replay_weights, "replay", layer)
+            new_weights = self._window(chunk, self.replay_weights, "replay", layer)
         else:  # the family's gate weights from the live logits at the replayed experts: the router keeps its gradient
             new_weights = router.rule.weights(logits, replay_ids.long())
         return new_weights.to(device=logits.device, dtype=weights.dtype), replay_ids.to(ids.dtype)

@@ -29,11 +29,12 @@ The record lives as long as the checkpoint's saved inputs (freed after the backw
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Self
 
 import torch
 
 from gspo_bench.moe.routers import Router, find_routers
-from gspo_bench.moe.sites import attach
+from gspo_bench.moe.sites import Handle, OnRoute, attach
 
 # recomputations under way (backward may run them on another thread than the forward: not thread-local)
 _recomputing = 0
@@ -47,7 +48,7 @@ def recomputing() -> bool:
 class _Record:
     """The experts each router handed its experts in one checkpointed call: {layer: (ids, fixed weights)}."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.routes: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
 
 
@@ -55,16 +56,17 @@ class _Hooks:
     """Attaches `on_route(layer, router)` at every router on entry (after any hook attached before,
     so it sees what those handed the experts) and removes them on exit, also on exceptions."""
 
-    def __init__(self, routers: list[Router], on_route: Callable[[int, Router], Callable]):
-        self.routers, self.on_route, self._handles = routers, on_route, []
+    def __init__(self, routers: list[Router], on_route: Callable[[int, Router], OnRoute]):
+        self.routers, self.on_route = routers, on_route
+        self._handles: list[Handle] = []
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         for layer, router in enumerate(self.routers):
             self._handles.append(attach(router.site, router.module, router.block, self.on_route(layer, router),
                                         final=True))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for handle in reversed(self._handles):
             handle.remove()
         self._handles.clear()
@@ -75,8 +77,9 @@ class _Forward(_Hooks):
         super().__init__(routers, self._recorder)
         self.record = record
 
-    def _recorder(self, layer: int, router: Router):
-        def on_route(logits, weights, ids, replaced):
+    def _recorder(self, layer: int, router: Router) -> OnRoute:
+        def on_route(logits: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
+                     replaced: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
             fixed = weights.detach() if replaced and not weights.requires_grad else None  # a full replay's
             self.record.routes[layer] = (ids.detach(), fixed)
             if replaced:  # a replay already built the gate weights from the logits, as the recompute will
@@ -93,7 +96,7 @@ class _Recompute(_Hooks):
         super().__init__(routers, self._replayer)
         self.record = record
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         global _recomputing
         _recomputing += 1
         try:
@@ -102,15 +105,16 @@ class _Recompute(_Hooks):
             _recomputing -= 1
             raise
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         global _recomputing
         try:
             super().__exit__(*exc)
         finally:
             _recomputing -= 1
 
-    def _replayer(self, layer: int, router: Router):
-        def on_route(logits, weights, ids, replaced):
+    def _replayer(self, layer: int, router: Router) -> OnRoute:
+        def on_route(logits: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
+                     replaced: bool) -> tuple[torch.Tensor, torch.Tensor]:
             if layer not in self.record.routes:
                 raise RuntimeError(f"router {router.name} ran in a recompute but not in the forward it recomputes")
             kept, fixed = self.record.routes[layer]

@@ -44,6 +44,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -63,40 +64,44 @@ class FamilyRouting:
     gate: str  # the gate rule in words
 
 
-def _norm_topk(block, router) -> GateRule:
+# A rule reads its family's own plain attributes of the block and the router (norm_topk_prob,
+# routed_scaling_factor, ...), which nn.Module's typing does not know: both are Any here.
+
+
+def _norm_topk(block: Any, router: Any) -> GateRule:
     return Softmax(renormalise=bool(router.norm_topk_prob))
 
 
-def _renormalised(block, router) -> GateRule:
+def _renormalised(block: Any, router: Any) -> GateRule:
     return Softmax(renormalise=True)
 
 
-def _ernie(block, router) -> GateRule:
+def _ernie(block: Any, router: Any) -> GateRule:
     return Softmax(renormalise=True, norm_min=float(router.norm_min))
 
 
-def _deepseek_v2(block, router) -> GateRule:
+def _deepseek_v2(block: Any, router: Any) -> GateRule:
     return Softmax(scale=float(router.routed_scaling_factor))
 
 
-def _dbrx(block, router) -> GateRule:
+def _dbrx(block: Any, router: Any) -> GateRule:
     p = block.moe_normalize_expert_weights
     return Softmax() if p is None else Softmax(renormalise=True, norm_p=float(p))
 
 
-def _plain_softmax(block, router) -> GateRule:
+def _plain_softmax(block: Any, router: Any) -> GateRule:
     return Softmax()
 
 
-def _top_k_softmax(block, router) -> GateRule:
+def _top_k_softmax(block: Any, router: Any) -> GateRule:
     return TopKSoftmax()
 
 
-def _sigmoid(block, router) -> GateRule:
+def _sigmoid(block: Any, router: Any) -> GateRule:
     return Sigmoid(renormalise=bool(router.norm_topk_prob), scale=float(router.routed_scaling_factor))
 
 
-def _plain_sigmoid(block, router) -> GateRule:
+def _plain_sigmoid(block: Any, router: Any) -> GateRule:
     return Sigmoid()
 
 
@@ -110,7 +115,8 @@ _SCORE = "; gate score: softmax"
 _ALL_E = "; gate score: softmax over all experts"
 
 
-def _family(block, router, rule, gate, *, site=sites.ROUTER_OUTPUT, weight="weight") -> FamilyRouting:
+def _family(block: str, router: str, rule: Callable[[Any, Any], GateRule], gate: str, *,
+            site: Site = sites.ROUTER_OUTPUT, weight: str = "weight") -> FamilyRouting:
     return FamilyRouting(block=block, router=router, weight=weight, site=site, rule=rule, gate=gate)
 
 
@@ -183,14 +189,17 @@ def _router(name: str, block: torch.nn.Module, spec: FamilyRouting) -> Router:
     module = getattr(block, spec.router)
     weight = module.get_parameter(spec.weight)
     layer = re.search(r"\.(\d+)\.", f".{name}.")
+    top_k = getattr(module, "top_k", None) or getattr(block, "top_k", None)
+    if top_k is None:
+        raise RuntimeError(f"{name}: neither the block nor its {spec.router} has top_k: unsupported transformers version?")
     return Router(
         name=f"{name}.{spec.router}",
         layer=int(layer.group(1)) if layer else 0,
         block=block,
         module=module,
-        experts=block.experts,
+        experts=block.get_submodule("experts"),
         weight=weight,
-        top_k=int(getattr(module, "top_k", None) or block.top_k),
+        top_k=int(top_k),
         num_experts=weight.shape[0],
         rule=spec.rule(block, module),
         site=spec.site,

@@ -17,14 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-OnRoute = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "tuple[torch.Tensor, torch.Tensor] | None"]
+# (logits, weights, ids) -> a replacement (weights, ids) or None; with `final=True` a fourth argument
+# (whether a replay replaced the routing) follows
+OnRoute = Callable[..., "tuple[torch.Tensor, torch.Tensor] | None"]
 
 
-class _Replaced(tuple):
+class Handle(Protocol):
+    """What `attach` returns: a forward hook's handle, or the handle of a wrapped method."""
+
+    def remove(self) -> None: ...
+
+
+class _Replaced(tuple[torch.Tensor, ...]):
     """A routing output replaced by a replay; `own` keeps the (weights, ids) the model itself chose,
     `used` the (weights, ids) the experts receive."""
 
@@ -37,18 +45,20 @@ class Site:
     # None: a forward hook on the router module; a name: that method of the MoE block, wrapped
     method: str | None
     # (hooked module, call args, output) -> (logits [N, E], weights [N, k], ids [N, k])
-    read: Callable[[torch.nn.Module, tuple, Any], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    read: Callable[[torch.nn.Module, tuple[Any, ...], Any], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     # (logits, weights, ids) -> an output in the family's layout
-    write: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple]
+    write: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]
 
 
-def _llama4_read(module, args, output):
+def _llama4_read(  # module: Llama 4's router, whose top_k is a plain attribute nn.Module's typing lacks
+    module: Any, args: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dense_scores, logits = output  # sigmoid of the top-k logits, 0 elsewhere
     ids = torch.topk(logits, module.top_k, dim=1).indices  # the router's own top-k, recomputed
     return logits, dense_scores.gather(1, ids), ids
 
 
-def _llama4_write(logits, weights, ids):
+def _llama4_write(logits: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.zeros_like(logits).scatter(1, ids, weights.to(logits.dtype)), logits
 
 
@@ -76,7 +86,7 @@ class _MethodHandle:
 
 
 def attach(site: Site, router_module: torch.nn.Module, block: torch.nn.Module, on_route: OnRoute, own: bool = False,
-           final: bool = False):
+           final: bool = False) -> Handle:
     """Install `on_route` at `site`; returns a handle whose `remove()` undoes it. With `own`, a
     replacement is the model's own choice (written unmarked); it refuses to run under a replay.
     With `final`, `on_route` sees what the experts receive (an earlier replay's experts), not the
@@ -85,7 +95,7 @@ def attach(site: Site, router_module: torch.nn.Module, block: torch.nn.Module, o
     The read runs without autograd: the logits are the router's own tensor (a replay's gate
     weights take their gradient from them), the weights read are for their dtype and values."""
 
-    def routed(module, args, output):
+    def routed(module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> tuple[torch.Tensor, ...] | None:
         with torch.no_grad():  # a read that computes (Llama 4's top-k) must leave nothing to autograd
             logits, weights, ids = site.read(module, args, output)
         replaced = isinstance(output, _Replaced)
@@ -100,7 +110,8 @@ def attach(site: Site, router_module: torch.nn.Module, block: torch.nn.Module, o
             return site.write(logits, *replacement)
         written = _Replaced(site.write(logits, *replacement))
         written.own = output.own if replaced else (weights, ids)
-        written.used = tuple(replacement)
+        used_weights, used_ids = replacement
+        written.used = (used_weights, used_ids)
         return written
 
     if site.method is None:
@@ -108,7 +119,7 @@ def attach(site: Site, router_module: torch.nn.Module, block: torch.nn.Module, o
     handle = _MethodHandle(block, site.method)
     inner = getattr(block, site.method)
 
-    def wrapped(*args, **kwargs):
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
         output = inner(*args, **kwargs)
         replaced = routed(block, args, output)
         return output if replaced is None else replaced

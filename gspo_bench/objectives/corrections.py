@@ -125,7 +125,11 @@ def weight_metrics(weights: torch.Tensor, mask: torch.Tensor, per_response: bool
 @register_correction("tis", description="truncated IS: w = min(pi_old/mu, cap), per token or per sequence",
                      reference="Yao et al. 2025, 'Your efficient RL framework secretly brings you off-policy RL "
                                "training' (fengyao.notion.site/off-policy-rl); verl rollout_is truncate mode")
-def tis(old_logp, sampling_logp, mask, *, logp=None, advantages=None, cap: float = 2.0, level: Level = "token"):
+def tis(
+    old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor, *,
+    logp: torch.Tensor | None = None, advantages: torch.Tensor | None = None,
+    cap: float = 2.0, level: Level = "token",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """TIS: w_t = min(rho_t, C) (token) or w_i = min(prod_t rho_t, C) on every token of response i (sequence)."""
     if cap <= 0:
         raise ValueError(f"tis: cap must be > 0, got {cap}")
@@ -140,8 +144,11 @@ def tis(old_logp, sampling_logp, mask, *, logp=None, advantages=None, cap: float
                                         "geometric-mean rho",
                      reference="Liu, Li et al. 2025, 'When speed kills stability: demystifying RL collapse from the "
                                "training-inference mismatch' (MIS); verl rollout_is mask mode")
-def mis(old_logp, sampling_logp, mask, *, logp=None, advantages=None, low: float = 0.5, high: float = 2.0,
-        level: Level = "token"):
+def mis(
+    old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor, *,
+    logp: torch.Tensor | None = None, advantages: torch.Tensor | None = None,
+    low: float = 0.5, high: float = 2.0, level: Level = "token",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """MIS: w = rho 1[low <= rho <= high] with rho the token ratio, the response's product (sequence)
     or its geometric mean (geometric); a rejected response's tokens all get 0."""
     check_ratio_band("mis", low, high)
@@ -155,7 +162,10 @@ def mis(old_logp, sampling_logp, mask, *, logp=None, advantages=None, low: float
 @register_correction("icepop", description="IcePop: w = pi_old/mu inside [low, high] (alpha, beta), 0 outside",
                      reference="Ling team 2025, 'Every Step Evolves' (Ring-1T, arXiv 2510.18855), IcePop, "
                                "alpha 0.5, beta 5.0")
-def icepop(old_logp, sampling_logp, mask, *, logp=None, advantages=None, low: float = 0.5, high: float = 5.0):
+def icepop(
+    old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor, *,
+    logp: torch.Tensor | None = None, advantages: torch.Tensor | None = None, low: float = 0.5, high: float = 5.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """IcePop: M(k) = k if alpha <= k <= beta else 0, k = pi_train(y_t; theta_old) / pi_infer(y_t; theta_old):
     tokens whose training and inference probabilities disagree by more than the band get no gradient."""
     check_ratio_band("icepop", low, high)
@@ -165,7 +175,10 @@ def icepop(old_logp, sampling_logp, mask, *, logp=None, advantages=None, low: fl
 @register_correction("opsm", description="OPSM: drop a negative-advantage response whose mean log(mu/pi_theta) "
                                          "exceeds delta",
                      reference="DeepSeek-AI 2025, DeepSeek-V3.2 (arXiv 2512.02556), off-policy sequence masking")
-def opsm(old_logp, sampling_logp, mask, *, logp=None, advantages=None, delta: float = 0.5):
+def opsm(
+    old_logp: torch.Tensor, sampling_logp: torch.Tensor, mask: torch.Tensor, *,
+    logp: torch.Tensor | None = None, advantages: torch.Tensor | None = None, delta: float = 0.5,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """OPSM: M_i = 0 if A_i < 0 and 1/|y_i| sum_t log(mu(y_t) / pi_theta(y_t)) > delta, else 1.
 
     The divergence is of the current policy from the policy the response was sampled from (the

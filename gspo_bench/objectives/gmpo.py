@@ -40,7 +40,9 @@ def gmpo_loss(
     return loss, {**clip_metrics(cut_low, cut_high, batch), **ratio_metrics(batch)}
 
 
-def geometric_mean_loss(log_w: torch.Tensor, batch: PolicyBatch, clip_low: float, clip_high: float):
+def geometric_mean_loss(
+    log_w: torch.Tensor, batch: PolicyBatch, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-J of GMPO for token log-ratios `log_w` [B, T] (GMPO: log w_it; RSPO: log w_it + log gamma_it);
     returns `(loss, cut_low, cut_high)` with the [B, T] flags of the tokens the clip cut."""
     adv = batch.response_advantages()  # [B]

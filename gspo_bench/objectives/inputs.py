@@ -60,7 +60,8 @@ def _check_mask(mask: torch.Tensor, objective: str) -> torch.Tensor:
     return mask != 0
 
 
-def _check_shapes(objective: str, logp, old_logp, advantages, mask, weights) -> None:
+def _check_shapes(objective: str, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                  mask: torch.Tensor, weights: torch.Tensor | None) -> None:
     for arg, t in (("logp", logp), ("old_logp", old_logp), ("advantages", advantages), ("mask", mask)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{objective}: {arg} must be a torch.Tensor, got {type(t).__name__}")

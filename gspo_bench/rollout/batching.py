@@ -16,7 +16,7 @@ def mask_after_eos(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (torch.cumsum(is_eos, dim=1) - is_eos) == 0
 
 
-def _pad_columns(x: torch.Tensor, left: int, right: int, value, dim: int = 1) -> torch.Tensor:
+def _pad_columns(x: torch.Tensor, left: int, right: int, value: float, dim: int = 1) -> torch.Tensor:
     """`x` with `left` and `right` columns of `value` added along `dim` (any dtype, bool included)."""
     shape = list(x.shape)
     parts = []

@@ -14,21 +14,25 @@ linear-attention and latent-attention layers, which keep less).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
 from gspo_bench.rollout.batching import pad_rollout
 from gspo_bench.rollout.engine import Rollout
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
 GIB = 2**30
 
 
-def kv_bytes_per_token(config, element_bytes: int) -> int:
+def kv_bytes_per_token(config: PretrainedConfig, element_bytes: int) -> int:
     """Bytes of keys and values one token adds to the cache, over all layers of `config`."""
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * element_bytes
+    return int(2 * config.num_hidden_layers * kv_heads * head_dim * element_bytes)
 
 
 def rows_per_chunk(rows: int, per_row_bytes: int, budget_gib: float | None) -> int:
@@ -54,6 +58,14 @@ def join_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
         attention_mask=torch.cat([p.attention_mask for p in padded]),
         response_mask=torch.cat([p.response_mask for p in padded]),
         sampling_logp=torch.cat([p.sampling_logp for p in padded]),
-        routing=None if padded[0].routing is None else torch.cat([p.routing for p in padded], dim=1),
+        routing=None if padded[0].routing is None else torch.cat(_every_routing(padded), dim=1),
         finite=torch.stack(finite).all() if finite else None,
     )
+
+
+def _every_routing(parts: list[Rollout]) -> list[torch.Tensor]:
+    """The routing of every part; ValueError where some part captured none."""
+    routings = [part.routing for part in parts if part.routing is not None]
+    if len(routings) != len(parts):
+        raise ValueError("some chunks of the rollout captured routing and some did not")
+    return routings

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -59,16 +59,19 @@ def check_prompt_lengths(prompts: list[list[int]], limit: int | None) -> None:
 class RolloutEngine(Protocol):
     name: str
 
-    def generate(self, model, prompts: list[list[int]], params: SamplingParams) -> Rollout: ...
+    def generate(self, model: torch.nn.Module, prompts: list[list[int]], params: SamplingParams) -> Rollout: ...
 
-    def sync_weights(self, model) -> None: ...
+    def sync_weights(self, model: torch.nn.Module) -> None: ...
 
 
 _ENGINES: dict[str, Callable[..., RolloutEngine]] = {}
 
 
-def register_engine(name: str):
-    def decorate(factory):
+EngineFactory = Callable[..., RolloutEngine]
+
+
+def register_engine(name: str) -> Callable[[EngineFactory], EngineFactory]:
+    def decorate(factory: EngineFactory) -> EngineFactory:
         if name in _ENGINES:
             raise ValueError(f"rollout engine {name!r} is already registered")
         _ENGINES[name] = factory
@@ -81,7 +84,7 @@ def list_engines() -> list[str]:
     return sorted(_ENGINES)
 
 
-def make_engine(name: str, **kwargs) -> RolloutEngine:
+def make_engine(name: str, **kwargs: Any) -> RolloutEngine:
     if name not in _ENGINES:
         raise LookupError(f"unknown rollout engine {name!r}; valid engines: {', '.join(list_engines())}")
     return _ENGINES[name](**kwargs)

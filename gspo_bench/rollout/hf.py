@@ -34,10 +34,17 @@ from __future__ import annotations
 
 import copy
 from contextlib import nullcontext
+from typing import Any
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
 
+from gspo_bench.models.families import hf_model
 from gspo_bench.models.padding import left_pad
 from gspo_bench.moe import RoutingCapture
 from gspo_bench.rollout.batching import mask_after_eos
@@ -96,7 +103,7 @@ class _RecordSamplingLogprobs(LogitsProcessor):
     the rest of its step and marks the run collapsed.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pending: torch.Tensor | None = None  # [B, V]
         self.gathered: list[torch.Tensor] = []  # per step [B]
         self.finite: torch.Tensor | None = None  # 0-d bool
@@ -112,6 +119,8 @@ class _RecordSamplingLogprobs(LogitsProcessor):
         return scores
 
     def collect(self, tokens: torch.Tensor) -> None:
+        if self.pending is None:
+            raise RuntimeError("a sampled token to collect before the step's scores were recorded")
         self.gathered.append(self.pending.gather(-1, tokens[:, None]).squeeze(-1))
         self.pending = None
 
@@ -140,19 +149,19 @@ class HFEngine:
         self.kv_cache_gib = kv_cache_gib  # rows generated in chunks whose KV cache fits it (None: one batch)
         self.max_prompt_tokens = max_prompt_tokens  # longer prompts are refused (None: no limit)
 
-    def sync_weights(self, model) -> None:
+    def sync_weights(self, model: torch.nn.Module) -> None:
         """Refresh the rollout copy from the policy (nothing to do in fp32: it samples from the model)."""
         if RolloutWeights.applies(model, self.weights.dtype, self.copy_weights):
             self.weights.refresh(model)
 
-    def sampler(self, model) -> torch.nn.Module:
+    def sampler(self, model: torch.nn.Module) -> torch.nn.Module:
         """What generates: the rollout copy (made now if `sync_weights` was never called), or `model`."""
         if not RolloutWeights.applies(model, self.weights.dtype, self.copy_weights):
             return model
         return self.weights.model if self.weights.model is not None else self.weights.refresh(model)
 
     @torch.no_grad()
-    def generate(self, model, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+    def generate(self, model: torch.nn.Module, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         if params.temperature <= 0 or not 0 < params.top_p <= 1:
             raise ValueError("hf engine: temperature must be > 0 and top_p in (0, 1]")
         check_prompt_lengths(prompts, self.max_prompt_tokens)
@@ -168,7 +177,7 @@ class HFEngine:
         sampler.eval()
         # the copy is already in the rollout dtype: autocast would only add a cast check per op
         own_precision = torch.autocast(device.type, enabled=False) if sampler is not model else nullcontext()
-        per_row = (prompt_ids.shape[1] + params.max_new_tokens) * kv_bytes_per_token(sampler.config,
+        per_row = (prompt_ids.shape[1] + params.max_new_tokens) * kv_bytes_per_token(hf_model(sampler, "the KV-cache budget").config,
                                                                                      self.weights.dtype.itemsize)
         chunk = rows_per_chunk(len(rows), per_row, self.kv_cache_gib)
         decode = self._static if self.decoding(device, params) == "static" else self._generate
@@ -185,7 +194,8 @@ class HFEngine:
             return self.decode
         return "static" if device.type == "cuda" and not params.synced else "generate"
 
-    def _static(self, model, prompt_ids, prompt_mask, keys, params: SamplingParams) -> Rollout:
+    def _static(self, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, keys: torch.Tensor,
+                params: SamplingParams) -> Rollout:
         if params.synced:
             raise ValueError("hf engine: decode: static does not run under torchrun (FSDP2 forwards are collective); "
                              "use decode: generate")
@@ -202,7 +212,8 @@ class HFEngine:
         return self._rollout(prompt_ids, prompt_mask, state.tokens[:, :width], state.logp[:, :width], routing,
                              state.finite)
 
-    def _generate(self, model, prompt_ids, prompt_mask, keys, params: SamplingParams) -> Rollout:
+    def _generate(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, keys: torch.Tensor,
+                  params: SamplingParams) -> Rollout:  # model: a causal LM (generate's self-typing fits no nn.Module)
         recorder = _RecordSamplingLogprobs()
         processors = LogitsProcessorList()
         if params.temperature != 1.0:
@@ -230,7 +241,8 @@ class HFEngine:
         return self._rollout(prompt_ids, prompt_mask, response, torch.stack(recorder.gathered, dim=1), routing,
                              recorder.finite)
 
-    def _rollout(self, prompt_ids, prompt_mask, response, sampling_logp, routing, finite) -> Rollout:
+    def _rollout(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response: torch.Tensor,
+                 sampling_logp: torch.Tensor, routing: torch.Tensor | None, finite: torch.Tensor | None) -> Rollout:
         """The rollout of sampled `response` [B, T] and its log-probs: masked after </s>, padded."""
         response_mask = mask_after_eos(response, self.eos_id)  # [B, T]
         sampling_logp = torch.where(response_mask, sampling_logp, torch.zeros_like(sampling_logp))
@@ -243,7 +255,7 @@ class HFEngine:
 @register_engine("hf")
 def make_hf_engine(pad_id: int, eos_id: int, dtype: str = "float32", decode: str | None = None,
                    graph: bool | None = None, copy_weights: bool | None = None, router_noise: float = 0.0,
-                   model_path=None, device=None, kv_cache_gib: float | None = None,
+                   model_path: object = None, device: object = None, kv_cache_gib: float | None = None,
                    max_prompt_tokens: int | None = None, **unknown: object) -> HFEngine:
     """`model_path` and `device` are the run's (the engine samples from the policy it is handed);
     `kv_cache_gib` and `max_prompt_tokens` are the suite's rollout fields."""

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from gspo_bench.models.families import family_of
 from gspo_bench.moe.capture import call_chunk
 from gspo_bench.moe.routers import Router, find_routers
-from gspo_bench.moe.sites import attach
+from gspo_bench.moe.sites import Handle, OnRoute, attach
 from gspo_bench.rollout.sampling import fmix32
 
 NOISE_FAMILIES = ("qwen3_moe", "qwen2_moe", "qwen3_next", "olmoe", "flex_olmo", "mixtral", "minimax",
@@ -91,7 +92,7 @@ class RouterNoise:
         self.keys = keys.to(next(model.parameters()).device)
         self.width, self.columns = prompt_width, columns
         self._call_columns: torch.Tensor | None = None
-        self._handles: list = []
+        self._handles: list[Handle] = []
 
     def __enter__(self) -> RouterNoise:
         if self.columns is None:
@@ -101,18 +102,20 @@ class RouterNoise:
                                         own=True))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for handle in reversed(self._handles):
             handle.remove()
         self._handles.clear()
 
-    def _on_model_call(self, module, args, kwargs):
+    def _on_model_call(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         _, offset, length = call_chunk(args, kwargs)
         self._call_columns = torch.arange(offset, offset + length, device=self.keys.device)
 
-    def _on_route(self, layer: int, router: Router):
-        def on_route(logits, weights, ids):
+    def _on_route(self, layer: int, router: Router) -> OnRoute:
+        def on_route(logits: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             columns = self.columns() if self.columns is not None else self._call_columns
+            if columns is None:
+                raise RuntimeError(f"router noise at {router.name}: the routers ran before any call of the model")
             z = router_gaussian(self.seed, self.keys, columns - self.width, layer, logits.shape[-1])  # [B, t, E]
             if z.shape[0] * z.shape[1] != logits.shape[0]:
                 raise RuntimeError(f"router noise: {logits.shape[0]} routed tokens, noise for {z.shape[0]} rows x "

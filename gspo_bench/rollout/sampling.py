@@ -9,19 +9,22 @@ size under torchrun. The hash is murmur3's 32-bit finaliser, computed in int64 w
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from transformers import LogitsProcessor
 
 _MASK32 = 0xFFFFFFFF
+H = TypeVar("H", int, torch.Tensor)
 
 
-def _mul32(h: torch.Tensor, constant: int) -> torch.Tensor:
+def _mul32(h: H, constant: int) -> H:
     """(h * constant) mod 2^32 for h in [0, 2^32), from 16-bit halves (every product < 2^48)."""
     low, high = constant & 0xFFFF, constant >> 16
     return (h * low + (((h * high) & 0xFFFF) << 16)) & _MASK32
 
 
-def fmix32(h: torch.Tensor) -> torch.Tensor:
+def fmix32(h: H) -> H:  # a tensor elementwise, or a Python int
     """murmur3's finaliser: a bijection of [0, 2^32) that mixes every input bit into every output bit."""
     h = h ^ (h >> 16)
     h = _mul32(h, 0x85EBCA6B)

@@ -17,14 +17,16 @@ Routing is recorded from the routing sites into a static [L, B, positions, k] bu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from transformers import StaticCache, TemperatureLogitsWarper, TopPLogitsWarper
 
+from gspo_bench.models.families import hf_model
 from gspo_bench.moe.routers import find_routers
-from gspo_bench.moe.sites import attach
+from gspo_bench.moe.sites import Handle, OnRoute, attach
 from gspo_bench.rollout.router_noise import RouterNoise
 from gspo_bench.rollout.sampling import uniform
 
@@ -102,7 +104,7 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
-def decode_step(model, cache, state: DecodeState, rule: DecodeRule, dtype: torch.dtype) -> None:
+def decode_step(model: torch.nn.Module, cache: StaticCache, state: DecodeState, rule: DecodeRule, dtype: torch.dtype) -> None:
     """Feed the last sampled token (cache position width + step - 1) and sample the next one."""
     fed_at = (state.step - 1 + state.width).view(1)
     state.key_valid.index_fill_(1, fed_at, True)
@@ -113,7 +115,7 @@ def decode_step(model, cache, state: DecodeState, rule: DecodeRule, dtype: torch
     sample_into(logits, state, rule)
 
 
-def prefill(model, cache, prompt_ids: torch.Tensor, state: DecodeState, rule: DecodeRule, dtype: torch.dtype) -> None:
+def prefill(model: torch.nn.Module, cache: StaticCache, prompt_ids: torch.Tensor, state: DecodeState, rule: DecodeRule, dtype: torch.dtype) -> None:
     """The left-padded prompts through the empty cache, at the positions `generate` gives them
     (counted over attended tokens); samples token 0."""
     width = prompt_ids.shape[1]
@@ -129,29 +131,33 @@ class RoutingRecorder:
     """Writes each MoE layer's chosen experts into `state.routing` at `state.route_at` (tensor ops,
     so a captured step records its routing on every replay)."""
 
-    def __init__(self, model, state: DecodeState):
-        self.routers, self.state, self._handles = find_routers(model), state, []
+    def __init__(self, model: torch.nn.Module, state: DecodeState):
+        self.routers, self.state = find_routers(model), state
+        self._handles: list[Handle] = []
 
-    def __enter__(self):
+    def __enter__(self) -> RoutingRecorder:
         if self.state.routing is not None:
             for layer, router in enumerate(self.routers):
                 self._handles.append(attach(router.site, router.module, router.block, self._on_route(layer)))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for handle in reversed(self._handles):
             handle.remove()
         self._handles.clear()
 
-    def _on_route(self, layer: int):
-        def on_route(logits, weights, ids):
-            batch = self.state.routing.shape[1]
-            self.state.routing[layer].index_copy_(1, self.state.route_at, ids.reshape(batch, -1, ids.shape[-1]).long())
+    def _on_route(self, layer: int) -> OnRoute:
+        def on_route(logits: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> None:
+            routing = self.state.routing
+            if routing is None:  # attached only where the state records routing
+                raise RuntimeError("the routing writer ran on a decode state that records no routing")
+            batch = routing.shape[1]
+            routing[layer].index_copy_(1, self.state.route_at, ids.reshape(batch, -1, ids.shape[-1]).long())
 
         return on_route
 
 
-def static_decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, keys: torch.Tensor,
+def static_decode(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, keys: torch.Tensor,
                   max_new_tokens: int, rule: DecodeRule, capture_routing: bool, graph: bool,
                   router_noise: float = 0.0) -> DecodeState:
     """Decode up to `max_new_tokens` per row, routing with `router_noise` (`rollout.router_noise`). With `graph` (CUDA), the step is captured once after two
@@ -160,7 +166,7 @@ def static_decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, ke
     routers = find_routers(model) if capture_routing else []
     state = DecodeState(prompt_ids, prompt_mask, max_new_tokens, keys, len(routers), routers[0].top_k if routers else 0)
     dtype = next(model.parameters()).dtype
-    cache = StaticCache(config=model.config, max_cache_len=prompt_ids.shape[1] + max_new_tokens)
+    cache = StaticCache(config=hf_model(model, "the static decoder's cache").config, max_cache_len=prompt_ids.shape[1] + max_new_tokens)
     noise = (RouterNoise(model, router_noise, rule.seed, state.keys, state.width, columns=lambda: state.route_at)
              if router_noise else nullcontext())
     with torch.no_grad(), noise, RoutingRecorder(model, state):  # noise first: the recorder records it
@@ -179,7 +185,8 @@ def static_decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, ke
     return state
 
 
-def captured_step(model, cache, state: DecodeState, rule: DecodeRule, dtype: torch.dtype):
+def captured_step(model: torch.nn.Module, cache: StaticCache, state: DecodeState, rule: DecodeRule,
+                  dtype: torch.dtype) -> Callable[[], None]:
     """The decode step as a CUDA graph's replay. Capture records the step without running it, so the
     state is unchanged until the first replay."""
     graph = torch.cuda.CUDAGraph()

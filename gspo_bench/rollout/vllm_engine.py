@@ -36,9 +36,11 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from gspo_bench.models.families import hf_model
 from gspo_bench.models.padding import left_pad
 from gspo_bench.rollout.engine import Rollout, SamplingParams, check_prompt_lengths, register_engine
 from gspo_bench.rollout.weights import checkpoint_tensors
@@ -48,7 +50,7 @@ class VLLMUnavailableError(ImportError):
     pass
 
 
-def import_vllm():
+def import_vllm() -> Any:  # the vllm module
     # In-process engine core: weights can be pushed without copying them to another process, and no
     # `if __name__ == "__main__"` guard is needed in the caller.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -68,7 +70,7 @@ class VLLMEngine:
 
     def __init__(self, pad_id: int, eos_id: int, model_path: str | Path, dtype: str = "float32",
                  device: str = "cpu", parity_tolerance: float | None = None, max_prompt_tokens: int | None = None,
-                 **options):
+                 **options: Any):
         self.pad_id, self.eos_id = pad_id, eos_id
         self.max_prompt_tokens = max_prompt_tokens  # rollout.max_prompt_tokens: longer prompts are refused
         self.model_path, self.dtype, self.device = str(model_path), dtype, device
@@ -80,10 +82,10 @@ class VLLMEngine:
         self.last_parity_gap: float | None = None  # max |log-prob| gap on the probe after the last sync
         self.rebuilds = 0  # engines built from saved weights after an update (0 while in place works)
 
-    def _engine(self, model):
+    def _engine(self, model: torch.nn.Module) -> Any:  # a vllm.LLM
         if self.llm is None:
             vllm = import_vllm()
-            options = {"enforce_eager": True, "seed": 0, "max_model_len": model.config.max_position_embeddings}
+            options = {"enforce_eager": True, "seed": 0, "max_model_len": hf_model(model, "the vllm engine").config.max_position_embeddings}
             if self.device == "cpu":  # on CPU this fraction of host memory is reserved (vLLM's default: 0.92),
                 # and the KV cache is sized explicitly (else from this process's RSS, which a rebuild inflates)
                 options.update(gpu_memory_utilization=0.2, kv_cache_memory_bytes=512 * 2**20)
@@ -94,7 +96,7 @@ class VLLMEngine:
         return self.llm
 
     @torch.no_grad()
-    def sync_weights(self, model) -> None:
+    def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the engine sample from the training model's current weights. The first call builds
         the engine from the starting checkpoint (which the model was loaded from); later calls push
         the weights in place and check parity, or rebuild (see the module docstring)."""
@@ -116,18 +118,18 @@ class VLLMEngine:
             self.in_place = False
         self.rebuild(model)
 
-    def rebuild(self, model) -> None:
+    def rebuild(self, model: torch.nn.Module) -> None:
         """A new engine from the model's weights, saved to a private directory."""
         self.close()
         target = Path(tempfile.mkdtemp(prefix="gspo-bench-vllm-"))
-        model.save_pretrained(target)
+        hf_model(model, "the vllm engine's weights").save_pretrained(target)
         self.weights_dir = target
         self.rebuilds += 1
         self._engine(model)
         self.last_parity_gap = self.parity_gap(model)
 
     @torch.no_grad()
-    def parity_gap(self, model, n: int = 4, length: int = 16) -> float:
+    def parity_gap(self, model: torch.nn.Module, n: int = 4, length: int = 16) -> float:
         """Max |log-prob| difference between engine and trainer over a fixed probe batch (`n`
         sequences of `length` seeded random tokens, teacher-forced: the engine's prompt log-probs)."""
         vllm = import_vllm()
@@ -135,8 +137,10 @@ class VLLMEngine:
 
         from gspo_bench.models.forward import response_forward
 
-        probe = torch.randint(4, model.config.vocab_size, (n, length), generator=torch.Generator().manual_seed(0))
+        probe = torch.randint(4, hf_model(model, "the parity probe").config.vocab_size, (n, length), generator=torch.Generator().manual_seed(0))
         sampling = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        if self.llm is None:
+            raise RuntimeError("vllm engine: a parity check before the engine started (sync_weights starts it)")
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=row.tolist()) for row in probe], sampling,
                                     use_tqdm=False)
         engine = torch.tensor([[entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], row[1:].tolist())]
@@ -157,11 +161,12 @@ class VLLMEngine:
         if self.weights_dir is not None:
             shutil.rmtree(self.weights_dir, ignore_errors=True)
 
-    def __del__(self):
-        if getattr(self, "weights_dir", None) is not None:
-            shutil.rmtree(self.weights_dir, ignore_errors=True)
+    def __del__(self) -> None:
+        weights_dir = getattr(self, "weights_dir", None)  # (absent where __init__ failed)
+        if weights_dir is not None:
+            shutil.rmtree(weights_dir, ignore_errors=True)
 
-    def generate(self, model, prompts: list[list[int]], params: SamplingParams) -> Rollout:
+    def generate(self, model: torch.nn.Module, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         if params.synced:
             raise ValueError("the vllm engine does not run under torchrun yet; use rollout.engine: hf")
         check_prompt_lengths(prompts, self.max_prompt_tokens)
@@ -188,7 +193,7 @@ class VLLMEngine:
         return assemble(prompts, responses, logps, params.group_size, self.pad_id)
 
 
-def prepack_cpu_experts(worker) -> int:
+def prepack_cpu_experts(worker: Any) -> int:  # a vLLM worker
     """Redo the CPU MoE experts' weight prepacking that vLLM's in-place reload skips; returns how
     many expert layers were prepacked (0 off CPU).
 
@@ -212,7 +217,7 @@ def prepack_cpu_experts(worker) -> int:
     return count
 
 
-def _sampled_logprob(entry: dict, token: int) -> float:
+def _sampled_logprob(entry: dict[int, Any], token: int) -> float:  # vLLM's {token: Logprob}
     return float(entry[token].logprob)
 
 
@@ -242,7 +247,7 @@ def assemble(prompts: list[list[int]], responses: list[list[int]], logps: list[l
 
 @register_engine("vllm")
 def make_vllm_engine(pad_id: int, eos_id: int, model_path: str | Path | None = None, dtype: str = "float32",
-                     device: str = "cpu", **options) -> VLLMEngine:
+                     device: str = "cpu", **options: Any) -> VLLMEngine:
     if "router_noise" in options:
         raise ValueError("vllm engine: router_noise is an hf engine option (vLLM's routers are not hooked)")
     if model_path is None:

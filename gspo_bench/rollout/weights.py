@@ -18,6 +18,8 @@ import re
 
 import torch
 
+from gspo_bench.models.families import hf_model
+
 # model_type of families whose checkpoints store the experts packed, as the transformers modules do
 PACKED_IN_CHECKPOINT = frozenset({"gpt_oss", "dbrx", "llama4_text"})
 _PACKED_EXPERTS = re.compile(r"experts\.(?:mlp\.)?[a-z_]\w*$")  # `experts.gate_up_proj`, not `experts.3.up_proj.weight`
@@ -27,15 +29,16 @@ class UnconvertibleWeightsError(ValueError):
     """The model's packed experts have no known checkpoint layout."""
 
 
-def checkpoint_tensors(model) -> dict[str, torch.Tensor]:
+def checkpoint_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The model's tensors under its checkpoint's names and layouts (views of the live weights where
     the conversion only splits: no copy), exactly what `model.save_pretrained` would write."""
     from transformers.core_model_loading import revert_weight_conversion
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
-    state = remove_tied_weights_from_state_dict(model.state_dict(), model)
-    converted = revert_weight_conversion(model, state)
-    model_type = model.config.model_type
+    hf = hf_model(model, "the engine's weights")
+    state = remove_tied_weights_from_state_dict(hf.state_dict(), hf)
+    converted: dict[str, torch.Tensor] = revert_weight_conversion(hf, state)
+    model_type = hf.config.model_type
     packed = [name for name in converted if _PACKED_EXPERTS.search(name)]
     if packed and model_type not in PACKED_IN_CHECKPOINT:
         raise UnconvertibleWeightsError(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import shutil
 import traceback
+from pathlib import Path
 
 from gspo_bench.runtime.stopping import Stopped
 
 
-def failure_message(err: BaseException, run_dir) -> str:
+def failure_message(err: BaseException, run_dir: Path) -> str:
     """One line on why a run failed; a full disk is named as such (torch's own message for it,
     "unexpected pos", does not say it)."""
     if isinstance(err, Stopped):

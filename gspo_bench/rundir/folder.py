@@ -17,9 +17,11 @@ import platform
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -70,7 +72,7 @@ def share(folder: Path) -> None:
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
-def _atomic(path: Path, write) -> None:
+def _atomic(path: Path, write: Callable[[str], object]) -> None:
     """`write(tmp)` to a temporary file beside `path`, then rename it over `path`: readers see the
     old file or the new one, never half of one. The file gets the usual permissions (0666 less the
     umask), not mkstemp's 0600."""
@@ -98,7 +100,7 @@ def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     _atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
-def git_state(repo: Path) -> dict:
+def git_state(repo: Path) -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10)
@@ -111,8 +113,10 @@ def git_state(repo: Path) -> dict:
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
-def package_versions(names=("gspo-bench", "torch", "transformers", "pandas", "pyarrow", "lm-eval", "vllm")) -> dict:
-    versions = {}
+def package_versions(
+    names: Sequence[str] = ("gspo-bench", "torch", "transformers", "pandas", "pyarrow", "lm-eval", "vllm"),
+) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
     for name in names:
         try:
             versions[name] = metadata.version(name)
@@ -121,7 +125,7 @@ def package_versions(names=("gspo-bench", "torch", "transformers", "pandas", "py
     return versions
 
 
-def provenance(device: str) -> dict:
+def provenance(device: str) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "git": git_state(Path(__file__).resolve().parent.parent),
@@ -135,7 +139,7 @@ def provenance(device: str) -> dict:
     }
 
 
-def read_json_file(path: Path) -> dict | None:
+def read_json_file(path: Path) -> dict[str, Any] | None:
     """The JSON object in `path` (None if there is no such file); ValueError naming the file when it
     is not a JSON object (cut short, altered, not text)."""
     if not path.is_file():
@@ -164,10 +168,10 @@ class RunDir:
         self.writable = writable
 
     # ------------------------------------------------------------------ files
-    def read_status(self) -> dict | None:
+    def read_status(self) -> dict[str, Any] | None:
         return read_json_file(self.path / "status.json")
 
-    def write_status(self, status: str, message: str = "", **extra) -> None:
+    def write_status(self, status: str, message: str = "", **extra: Any) -> None:
         if not self.writable:
             return
         if status not in STATUSES:
@@ -175,12 +179,12 @@ class RunDir:
         body = {"schema_version": SCHEMA_VERSION, "status": status, "message": message, "updated": now(), **extra}
         atomic_write_text(self.path / "status.json", json.dumps(body, indent=1))
 
-    def write_json(self, name: str, body: dict) -> None:
+    def write_json(self, name: str, body: dict[str, Any]) -> None:
         if not self.writable:
             return
         atomic_write_text(self.path / name, json.dumps(body, indent=1, default=str))
 
-    def read_json(self, name: str) -> dict | None:
+    def read_json(self, name: str) -> dict[str, Any] | None:
         return read_json_file(self.path / name)
 
     def write_text(self, name: str, text: str) -> None:
@@ -188,11 +192,13 @@ class RunDir:
             return
         atomic_write_text(self.path / name, text)
 
-    def read_rows(self, name: str) -> list[dict]:
+    def read_rows(self, name: str) -> list[dict[str, Any]]:
         f = self.path / name
-        return pd.read_parquet(f).to_dict("records") if f.is_file() else []
+        if not f.is_file():
+            return []
+        return [{str(k): v for k, v in row.items()} for row in pd.read_parquet(f).to_dict("records")]
 
-    def write_rows(self, name: str, rows: list[dict], columns: list[str] | None = None) -> None:
+    def write_rows(self, name: str, rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
         """The table of `rows`; `columns` come first and are present (NaN) even where no row has them."""
         if not self.writable:
             return

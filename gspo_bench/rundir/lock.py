@@ -11,6 +11,7 @@ import json
 import os
 import socket
 from pathlib import Path
+from typing import IO
 
 from gspo_bench.rundir.folder import now
 
@@ -19,7 +20,7 @@ class RunBusyError(RuntimeError):
     """Another live process holds the run folder."""
 
 
-def _describe(handle) -> str:
+def _describe(handle: IO[str]) -> str:
     handle.seek(0)
     try:
         info = json.loads(handle.read() or "{}")
@@ -31,7 +32,7 @@ def _describe(handle) -> str:
 class RunLock:
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / ".lock"
-        self.handle = None
+        self.handle: IO[str] | None = None
 
     def acquire(self) -> RunLock:
         """Take the lock or raise RunBusyError naming its holder."""
@@ -60,7 +61,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

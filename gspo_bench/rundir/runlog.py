@@ -8,11 +8,12 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 LOG_NAME = "run.log"
 
 
-def _stream_handlers() -> list[logging.StreamHandler]:
+def _stream_handlers() -> list[logging.StreamHandler[TextIO]]:
     loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
                                       if isinstance(lg, logging.Logger))]
     return [h for lg in loggers for h in lg.handlers  # not files, nor handlers that look sys.stderr up each time
@@ -31,7 +32,9 @@ def library_output(path: Path) -> Iterator[None]:
     stderr = sys.stderr
     console = {id(s) for s in (stderr, sys.stdout, sys.__stderr__, sys.__stdout__)}
     with open(path, "a", buffering=1, encoding="utf-8") as log:
-        swapped = [(h, h.setStream(log)) for h in _stream_handlers() if id(h.stream) in console]
+        swapped = [(h, h.stream) for h in _stream_handlers() if id(h.stream) in console]
+        for handler, _ in swapped:
+            handler.setStream(log)
         try:
             with contextlib.redirect_stderr(log):
                 yield

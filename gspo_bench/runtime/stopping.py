@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Callable, Iterator
+from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -29,11 +30,11 @@ class Stopped(KeyboardInterrupt):
         return "stopped by Ctrl-C (SIGINT)" if self.signum == signal.SIGINT else f"stopped by {signal.Signals(self.signum).name}"
 
 
-def raise_stopped(signum, frame) -> None:
+def raise_stopped(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signum)
 
 
-def stop_on_signals(handler: Callable = raise_stopped) -> None:
+def stop_on_signals(handler: Callable[[int, FrameType | None], object] = raise_stopped) -> None:
     """SIGINT and SIGTERM call `handler` (by default: raise Stopped) in this process's main thread."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, handler)

@@ -5,6 +5,7 @@ cursor, rewrites the window title or reverses the text that follows it."""
 from __future__ import annotations
 
 import unicodedata
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -28,5 +29,5 @@ class PrintableConsole(Console):
     """A rich console whose every printed string (a line, a table cell or title, a markup string) is
     `printable`: the escapes rich writes for its own styles are not in those strings and stay."""
 
-    def render_str(self, text: str, **kwargs) -> Text:
+    def render_str(self, text: str, **kwargs: Any) -> Text:
         return super().render_str(printable(text), **kwargs)

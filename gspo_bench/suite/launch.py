@@ -21,12 +21,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.runtime.stopping import Stopped, raise_stopped, signals_ignored, stop_on_signals
 from gspo_bench.suite.outcomes import broken_pool_outcomes
+
+if TYPE_CHECKING:
+    from gspo_bench.config.schema import WarmStartConfig
+    from gspo_bench.train.setup import RunSpec
 
 # the step columns a progress display needs: all that crosses a process boundary every step
 PROGRESS_COLUMNS = ("step", "label", "seed", "reward/mean", "clip/frac", "moe/drift", "compute/cum_flops",
@@ -42,13 +48,13 @@ class Observer:
 
     def end_run(self, name: str, status: dict) -> None: ...
 
-    def warm_start(self, seed: int, step: int, accuracy: float, cfg) -> None:
+    def warm_start(self, seed: int, step: int, accuracy: float, cfg: WarmStartConfig) -> None:
         """An evaluation of the warm start of seed `seed`'s starting model (`cfg`: its WarmStartConfig)."""
 
     def warm_start_done(self, seed: int) -> None: ...
 
 
-def run_one(spec, mode: dict, report: Callable[[str, str, dict], None] | None = None) -> dict:
+def run_one(spec: RunSpec, mode: dict[str, Any], report: Callable[[str, str, dict], None] | None = None) -> dict:
     """Train one run to its budget (`mode`: train_run's resume and allow_changed); returns its final
     status. A crash comes back as a `failed` status (the run's folder has its traceback) and a run
     folder another process holds as `refused`, so the other runs go on. What other libraries print
@@ -123,7 +129,7 @@ def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers
     try:
         for i, spec in enumerate(specs):
             futures[pool.submit(_run_in_process, spec, mode)] = i
-        return _collect(futures, specs, lambda: _next_local(messages), observer, settle)
+        return _every_status(_collect(futures, specs, lambda: _next_local(messages), observer, settle))
     except KeyboardInterrupt as err:
         with signals_ignored():  # the stop under way finishes: runs record their ends
             reason.value = getattr(err, "signum", signal.SIGINT)
@@ -143,7 +149,7 @@ def _next_local(messages):
 _WORKER: dict = {}  # in a worker process: its queue, the suite's stop event and reason, its run state
 
 
-def _start_worker(messages, stop, reason, suite_pid: int) -> None:
+def _start_worker(messages: Any, stop: Any, reason: Any, suite_pid: int) -> None:  # multiprocessing's queue, event, value
     """A worker's set-up: it dies with the suite's process, and stop signals end its run as failed."""
     _die_with_parent(suite_pid)
     _WORKER.update(messages=messages, stop=stop, reason=reason, running=False, stopping=False, exit_after=False,
@@ -164,8 +170,9 @@ def _die_with_parent(suite_pid: int) -> None:
     import multiprocessing.forkserver
 
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
-    if getattr(server, "_forkserver_alive_fd", None) is not None:  # set in the processes the server forks
-        os.close(server._forkserver_alive_fd)
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if server is not None and alive is not None:  # set in the processes the server forks
+        os.close(alive)
         server._forkserver_alive_fd = None
     if not die_with_parent():  # elsewhere than Linux: a thread ends the process once the suite's is gone
         threading.Thread(target=_watch_parent, args=(suite_pid,), daemon=True, name="parent-watcher").start()
@@ -195,13 +202,13 @@ def _watch_parent(suite_pid: int) -> None:
         time.sleep(1.0)
 
 
-def _watch_stop(stop) -> None:
+def _watch_stop(stop: Any) -> None:  # a multiprocessing Event
     """When the suite stops, the run in progress here gets the stop in its main thread."""
     stop.wait()
     _thread.interrupt_main(signal.SIGINT)
 
 
-def _worker_signal(signum, frame) -> None:
+def _worker_signal(signum: int, frame: FrameType | None) -> None:
     """A stop reaches a worker from the terminal (Ctrl-C goes to the whole process group), from
     `_watch_stop`, or by SIGTERM. A run in progress raises Stopped once (with the suite's reason);
     while it records its end further signals wait (SIGTERM: the worker exits after); an idle worker
@@ -217,7 +224,7 @@ def _worker_signal(signum, frame) -> None:
             raise SystemExit(128 + signum)
 
 
-def _run_in_process(spec, mode: dict) -> dict:
+def _run_in_process(spec: RunSpec, mode: dict[str, Any]) -> dict[str, Any]:
     """`run_one` in a worker; a run queued when the suite stopped is not started."""
     worker = _WORKER
     try:
@@ -233,7 +240,7 @@ def _run_in_process(spec, mode: dict) -> dict:
             os._exit(128 + signal.SIGTERM)
 
 
-def _record_stopped(spec, err: Stopped) -> dict:
+def _record_stopped(spec: RunSpec, err: Stopped) -> dict[str, Any]:
     """The failed status of a run a stop ended; a run whose folder still says `running` (stopped outside
     the training loop, which records its own end) is marked failed there too."""
     from gspo_bench.rundir.failure import failure_message
@@ -246,7 +253,7 @@ def _record_stopped(spec, err: Stopped) -> dict:
     return {"status": "failed", "message": message, "step": recorded.get("step")}
 
 
-def _run_in_ray(spec, mode: dict, report) -> dict:
+def _run_in_ray(spec: RunSpec, mode: dict[str, Any], report: Callable[[str, str, dict[str, Any]], None]) -> dict[str, Any]:
     """`run_one` in a Ray worker: SIGTERM ends the run as Ctrl-C would (recorded as failed)."""
     try:
         signal.signal(signal.SIGTERM, raise_stopped)
@@ -266,7 +273,7 @@ class _QueueReport:
 
 
 def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: Observer,
-             settle: Callable[[], None] = lambda: None) -> list[dict]:
+             settle: Callable[[], None] = lambda: None) -> list[dict | None]:
     """Relay progress messages until every future is done; statuses in the order of `specs` (None
     for the runs of no future). Where the pool broke (a worker died), `settle` waits until every
     worker has exited (the ones the pool stopped have recorded it), then
@@ -296,7 +303,7 @@ def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: O
     return statuses
 
 
-def _outcome(future, spec) -> dict:
+def _outcome(future: Future[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
     """A run's final status; a worker stopped between its run's end and its reply gives what the run's
     folder records."""
     try:
@@ -309,7 +316,7 @@ def _outcome(future, spec) -> dict:
         return {"status": "failed", "message": message, "step": recorded.get("step", 0)}
 
 
-def _next_ray(messages, empty: type):
+def _next_ray(messages: Any, empty: type[BaseException]) -> Any:  # a ray Queue, its Empty; a message or None
     try:
         return messages.get_nowait()
     except empty:
@@ -341,7 +348,7 @@ def run_on_ray(specs: Sequence, mode: dict, observer: Observer, address: str | N
     started = not ray.is_initialized()
     if started:
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 **({} if address else {"num_cpus": os.cpu_count()}))
+                 num_cpus=None if address else os.cpu_count())
     try:
         messages = Queue()
         tasks = {}
@@ -357,10 +364,20 @@ def run_on_ray(specs: Sequence, mode: dict, observer: Observer, address: str | N
             _relay(lambda: _next_ray(messages, Empty), observer)
             for ref in done:
                 index = tasks[ref]
-                statuses[index] = ray.get(ref)
-                observer.end_run(specs[index].run_dir.name, statuses[index])
+                status = ray.get(ref)
+                statuses[index] = status
+                observer.end_run(specs[index].run_dir.name, status)
         _relay(lambda: _next_ray(messages, Empty), observer)
-        return statuses
+        return _every_status(statuses)
     finally:
         if started:
             ray.shutdown()
+
+
+
+def _every_status(statuses: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The runs' final statuses once every run has one; RuntimeError naming a run left without one."""
+    missing = [i for i, status in enumerate(statuses) if status is None]
+    if missing:
+        raise RuntimeError(f"runs {missing} ended without a status")
+    return [status for status in statuses if status is not None]

@@ -18,13 +18,20 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
 from gspo_bench.config import SuiteConfig
+from gspo_bench.models.families import hf_model
 from gspo_bench.moe import find_routers
 from gspo_bench.rollout.chunks import kv_bytes_per_token, rows_per_chunk
 from gspo_bench.train.compute import StepCompute, active_parameters
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from gspo_bench.config.schema import TrainConfig
 
 BYTES = {"float32": 4, "bfloat16": 2}
 GIB = 2**30
@@ -57,7 +64,7 @@ class Shapes:
     kv_elements: int  # keys and values one token adds to the cache, over all layers, in elements
 
     @classmethod
-    def of(cls, config, experts: list[tuple[int, int]], params: int) -> Shapes:
+    def of(cls, config: PretrainedConfig, experts: list[tuple[int, int]], params: int) -> Shapes:
         return cls(params=params, hidden=config.hidden_size, layers=config.num_hidden_layers, vocab=config.vocab_size,
                    experts=tuple(experts), kv_elements=kv_bytes_per_token(config, 1))
 
@@ -149,7 +156,7 @@ class SuitePlan:
         return self.flops_per_step * self.steps_per_run * self.runs
 
 
-def planning_config(suite: SuiteConfig):
+def planning_config(suite: SuiteConfig) -> tuple[PretrainedConfig, str]:
     """The transformers config the suite's model would have, and where it came from."""
     from transformers import AutoConfig
 
@@ -176,7 +183,7 @@ def planning_config(suite: SuiteConfig):
 def expert_layers(model: torch.nn.Module) -> list[tuple[int, int]]:
     """(top_k, expert width I) of each MoE layer; I = parameters per routed expert / (3 hidden_size):
     gate, up and down projections."""
-    hidden = model.config.hidden_size
+    hidden = int(hf_model(model, "the dry run's expert shapes").config.hidden_size)
     widths = []
     for router in find_routers(model):
         per_expert = sum(p.numel() for p in router.experts.parameters()) / router.num_experts
@@ -303,7 +310,7 @@ def memory_plan(suite: SuiteConfig, shapes: Shapes, prompt_width: int = 0, ranks
                       if rollout.engine == "vllm" else 0)
 
 
-def activation_bytes(train, shapes: Shapes) -> int:
+def activation_bytes(train: TrainConfig, shapes: Shapes) -> int:
     """Bytes a training forward keeps per token (see `memory_plan`)."""
     attention, expert_bytes = ACTIVATION_FACTORS[train.dtype]
     routed = [k * (2 * shapes.hidden + 4 * width) * expert_bytes for k, width in shapes.experts]
@@ -314,7 +321,7 @@ def activation_bytes(train, shapes: Shapes) -> int:
     return shapes.layers * 4 * shapes.hidden + sum(8 * k for k, _ in shapes.experts) + one_layer
 
 
-def logit_bytes(train, vocab: int, positions: int) -> int:
+def logit_bytes(train: TrainConfig, vocab: int, positions: int) -> int:
     """Bytes of a micro-batch's response logits at the backward's start (see `memory_plan`)."""
     from gspo_bench.models.logprobs import CHUNK_ROWS
 
@@ -420,9 +427,19 @@ def propose(suite: SuiteConfig, shapes: Shapes, width: int, ranks: int = 1) -> l
     return None
 
 
+T = TypeVar("T")
+
+
+def _planned(part: T | None, what: str) -> T:
+    """A part of the plan the dry run's table shows; RuntimeError where the plan was made without it."""
+    if part is None:
+        raise RuntimeError(f"this suite plan has no {what}: plan it with memory_plan's shapes")
+    return part
+
+
 def memory_lines(suite: SuiteConfig, plan: SuitePlan) -> list[tuple[str, str]]:
     """The dry run's memory rows: (what, GiB and how)."""
-    memory, rows, train, rollout = plan.memory, plan.batching, suite.train, suite.rollout
+    memory, rows, train, rollout = plan.memory, _planned(plan.batching, "batching"), suite.train, suite.rollout
     saved = ("checkpointed: one hidden state per layer, one layer recomputed in backward"
              if train.activation_checkpointing else "saved for backward, no checkpointing")
     head = (f"the log-prob head in chunks of {train.logprob_chunk_tokens} tokens" if train.logprob_chunk_tokens
@@ -447,15 +464,16 @@ def memory_lines(suite: SuiteConfig, plan: SuitePlan) -> list[tuple[str, str]]:
 
 def fit_line(suite: SuiteConfig, plan: SuitePlan) -> tuple[str, str]:
     """Whether the peak fits one GPU of train.gpu_memory_gb with HEADROOM free, and if not, what would."""
-    fit, gb = plan.fit, suite.train.gpu_memory_gb
+    fit, gb = _planned(plan.fit, "fit"), suite.train.gpu_memory_gb
     what = f"one GPU of {gb:g} GB ({fit.gpu_bytes / GIB:.1f} GiB)" + (f", x {plan.ranks} ranks" if plan.ranks > 1 else "")
     if fit.fits:
         return what, f"fits: peak {fit.peak / GIB:,.1f} GiB, {fit.headroom:.0%} free"
     usable = f"peak {fit.peak / GIB:,.1f} GiB > {1 - HEADROOM:.0%} of {fit.gpu_bytes / GIB:.1f} GiB"
-    if plan.proposal.found:
+    found = _planned(plan.proposal, "proposal")
+    if found.found:
         sets = " ".join(f"--set {path}={str(value).lower() if isinstance(value, bool) else value}"
-                        for path, value in plan.proposal.changes)
-        return what, f"does not fit ({usable}); fits with {sets} (peak {plan.proposal.peak / GIB:,.1f} GiB)"
+                        for path, value in found.changes)
+        return what, f"does not fit ({usable}); fits with {sets} (peak {found.peak / GIB:,.1f} GiB)"
     return what, (f"does not fit ({usable}), not even with micro-batches of one row, activation checkpointing, the "
                   "chunked log-prob head, rows in chunks and 8-bit AdamW: shard it over more GPUs (torchrun)")
 
@@ -481,7 +499,7 @@ def plan_rows(suite: SuiteConfig, plan: SuitePlan, run_names: list[str]) -> list
         ("per step", f"{r.prompts_per_step} prompts x {r.group_size} = {plan.sequences_per_step} responses of <= "
                      f"{r.max_new_tokens} tokens = {plan.response_tokens_per_step:,} response tokens, "
                      f"{t.minibatches} minibatch updates"),
-        ("prompts", f"{plan.prompt_tokens_per_step:,} prompt tokens per step, width {plan.batching.prompt_width} "
+        ("prompts", f"{plan.prompt_tokens_per_step:,} prompt tokens per step, width {_planned(plan.batching, 'batching').prompt_width} "
                     f"({plan.prompts})"),
         ("FLOPs per step", f"{plan.flops_per_step:.3g} (upper bound: full-length responses; {passes} forward passes "
                            "of every token and one trained)"),

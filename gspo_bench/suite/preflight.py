@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gspo_bench.config import SuiteConfig, SuiteError, problems_text
+from gspo_bench.config import ObjectiveEntry, SuiteConfig, SuiteError, problems_text
 from gspo_bench.models.families import SUPPORTED_FAMILIES
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
 
 
 def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
@@ -96,7 +101,7 @@ def _meta_model(suite: SuiteConfig) -> tuple:
     return model, AutoTokenizer.from_pretrained(suite.model.path, local_files_only=True)
 
 
-def _optimizer(suite: SuiteConfig, entry, model) -> list[tuple[str, str]]:
+def _optimizer(suite: SuiteConfig, entry: ObjectiveEntry, model: torch.nn.Module) -> list[tuple[str, str]]:
     """The entry's optimizer (`make_optimizer`, as the run builds it: betas, weight decay, router
     groups, the 8-bit one's library)."""
     from gspo_bench.train.optim import make_optimizer
@@ -108,7 +113,8 @@ def _optimizer(suite: SuiteConfig, entry, model) -> list[tuple[str, str]]:
     return []
 
 
-def _engine(suite: SuiteConfig, entry, model, tokenizer) -> list[tuple[str, str]]:
+def _engine(suite: SuiteConfig, entry: ObjectiveEntry, model: torch.nn.Module,
+            tokenizer: PreTrainedTokenizerBase) -> list[tuple[str, str]]:
     """The rollout engine with its options (`make_run_engine`, as the run makes it), the router noise
     it was given on the model's routers (`RouterNoise`, as the engine attaches it), and R3's need of
     an engine that returns routing (`check_replay_engine`)."""

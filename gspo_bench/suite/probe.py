@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +30,9 @@ from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.rollout import RolloutBatch
 from gspo_bench.train.update import UpdateSettings, update_policy
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ def digit_share_reward(texts: list[str]) -> torch.Tensor:
     return torch.tensor([sum(c.isdigit() for c in t) / max(len(t), 1) for t in texts])
 
 
-def sample_rollouts(model, tokenizer, cfg: ProbeConfig) -> Rollout:
+def sample_rollouts(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, cfg: ProbeConfig) -> Rollout:
     """P random prompts x G responses sampled by the `hf` engine (with the routing it used)."""
     gen = torch.Generator().manual_seed(cfg.seed)
     prompts = torch.randint(4, len(tokenizer), (cfg.prompts, cfg.prompt_len), generator=gen).tolist()
@@ -60,7 +64,7 @@ def sample_rollouts(model, tokenizer, cfg: ProbeConfig) -> Rollout:
                                                           seed=cfg.seed))
 
 
-def probe_batch(model, tokenizer, cfg: ProbeConfig) -> tuple[RolloutBatch, OldPolicy]:
+def probe_batch(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, cfg: ProbeConfig) -> tuple[RolloutBatch, OldPolicy]:
     """The shared rollout batch (digit-share rewards, group advantages) and its old-policy pass."""
     rollout = sample_rollouts(model, tokenizer, cfg)
     rewards = digit_share_reward(tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True))
@@ -68,7 +72,7 @@ def probe_batch(model, tokenizer, cfg: ProbeConfig) -> tuple[RolloutBatch, OldPo
     return batch, old_policy_pass(Policy(model), batch, temperature=1.0, gate_scores=True)  # gate scores: rspo
 
 
-def probe_objective(base, batch: RolloutBatch, old: OldPolicy, name: str, cfg: ProbeConfig) -> dict:
+def probe_objective(base: torch.nn.Module, batch: RolloutBatch, old: OldPolicy, name: str, cfg: ProbeConfig) -> dict:
     """One step of K updates of objective `name` on a copy of `base`: the step's measurements."""
     spec = objective_spec(name)
     clip = {} if spec.clip_low is None else {"clip_low": spec.clip_low, "clip_high": spec.clip_high}
@@ -79,7 +83,7 @@ def probe_objective(base, batch: RolloutBatch, old: OldPolicy, name: str, cfg: P
     update = update_policy(policy, partial(get_objective(name), **clip), batch, old, order, cfg.minibatches,
                            UpdateSettings(grad_clip=cfg.grad_clip, inputs=spec.inputs,
                                           generator=torch.Generator().manual_seed(cfg.seed + 2)))
-    row = {"objective": name, **to_host(update.metrics)}
+    row = {"objective": name, **to_host(dict(update.metrics))}
     return row | {"time/update_s": time.perf_counter() - start, "reward/mean": float(batch.rewards.mean())}
 
 

@@ -14,7 +14,15 @@ import time
 from collections.abc import Callable
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    Task,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 from gspo_bench.config import BudgetConfig, SuiteConfig, WarmStartConfig
@@ -84,7 +92,7 @@ class TimeLeft:
 class _TimeLeftColumn(TimeRemainingColumn):
     """rich's time left, blank for a bar whose end is not known (a warm start stops inside its band)."""
 
-    def render(self, task) -> Text:
+    def render(self, task: Task) -> Text:
         return super().render(task) if task.fields.get("eta", True) else Text("")
 
 

@@ -8,11 +8,11 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from gspo_bench.config import ObjectiveEntry, SuiteConfig, dump_config, sweep_points
+from gspo_bench.config import ObjectiveEntry, SuiteConfig, WarmStartConfig, dump_config, sweep_points
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.runtime.distributed import World, barrier
 from gspo_bench.suite.launch import Observer, run_local_processes, run_on_ray, run_sequential
@@ -171,7 +171,7 @@ def init_seed(suite: SuiteConfig, seed: int) -> int:
     return suite.warm_start.seed_for(seed)
 
 
-def _warm_start_eval(observer: Observer, seed: int, cfg, step: int, accuracy: float) -> None:
+def _warm_start_eval(observer: Observer, seed: int, cfg: WarmStartConfig, step: int, accuracy: float) -> None:
     if cfg.enabled:  # a fresh init is only scored once: no warm-start bar for it
         observer.warm_start(seed, step, accuracy, cfg)
 
@@ -179,7 +179,7 @@ def _warm_start_eval(observer: Observer, seed: int, cfg, step: int, accuracy: fl
 def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume: bool = False,
               allow_changed: bool = False, world: World = World(),
               log: Callable[[str], None] = print, observer: Observer | None = None, parallel: int = 1,
-              ray_address: str | None | bool = False) -> list[tuple[PlannedRun, dict]]:
+              ray_address: str | None | Literal[False] = False) -> list[tuple[PlannedRun, dict]]:
     """Train the planned runs; returns (run, final status) pairs. The starting weights of every seed
     are prepared first (under torchrun rank 0 trains or finds them, then the others reuse them), then
     the runs go one after another, `parallel` at a time as local processes, or as Ray tasks

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gspo_bench.config import SuiteConfig, load_suite, parse_overrides
+
+if TYPE_CHECKING:
+    from gspo_bench.suite.runner import PlannedRun
 
 # exit codes of a finished `run`: a refused run (a user error) outranks a failed one
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
@@ -37,7 +40,7 @@ class Session:
 
     suite: SuiteConfig
     root: Path
-    todo: list  # [PlannedRun]
+    todo: list[PlannedRun]
 
 
 def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = None, only: list[str] | None = None,

@@ -16,7 +16,7 @@ class ArithmeticProblems:
     digits: int = 2
     ops: str = "+-"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not 1 <= self.digits <= MAX_DIGITS:
             raise ValueError(f"arithmetic: digits must be in 1..{MAX_DIGITS} (got {self.digits})")
         if not self.ops or set(self.ops) - set("+-"):

@@ -37,7 +37,8 @@ class Example:
 
 
 class Task(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...  # read-only: a frozen dataclass's field satisfies it
 
     def train_example(self, rng: random.Random) -> Example: ...
 

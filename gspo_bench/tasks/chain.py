@@ -84,7 +84,7 @@ class ChainProblems:
     max_operand: int = 9
     max_value: int = 99  # every value of the chain is in 0..max_value
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.steps < 1 or self.max_operand < 1:
             raise ValueError(f"chain: need steps >= 1 and max_operand >= 1 (got {self.steps}, {self.max_operand})")
         if self.steps > MAX_STEPS:

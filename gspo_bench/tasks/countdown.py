@@ -115,7 +115,7 @@ class CountdownProblems:
     max_number: int = 9
     max_target: int = 99
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.count < 2 or self.max_number < 1 or self.max_target < 1:
             raise ValueError("countdown: need count >= 2, max_number >= 1, max_target >= 1")
         if self.count > MAX_COUNT:  # (more numbers also rarely end at a small target: drawing a problem would not end)

@@ -23,11 +23,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from gspo_bench.tasks.base import Example, in_test_split
 from gspo_bench.tasks.jsonl import HeldOutMathRecords
 from gspo_bench.tasks.registry import register_task
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 FILE_BUILDERS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
 
@@ -66,13 +70,16 @@ def load_split(path: str, name: str | None, split: str) -> Any:
 
 def root_cause(err: BaseException) -> str:
     """The first line of the innermost error behind `err` (datasets wraps a reader's error in its own)."""
-    while (err.__cause__ or err.__context__) is not None:
-        err = err.__cause__ or err.__context__
+    inner = err.__cause__ or err.__context__
+    while inner is not None:
+        err, inner = inner, inner.__cause__ or inner.__context__
     text = str(err).strip()
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
-def unreadable_split(builder: str, name: str | None, files: dict | None) -> tuple[str, str, str] | None:
+def unreadable_split(
+    builder: str, name: str | None, files: dict[str, Any] | None
+) -> tuple[str, str, str] | None:
     """(split, its file names, why) of the first split whose data files load no records, each split
     loaded alone; None when the splits cannot be told apart (no data files) or each loads."""
     import datasets
@@ -93,7 +100,7 @@ def unreadable_split(builder: str, name: str | None, files: dict | None) -> tupl
 
 
 @contextlib.contextmanager
-def quiet(datasets) -> Iterator[None]:
+def quiet(datasets: ModuleType) -> Iterator[None]:
     """`datasets` without its progress bars and with errors only in its log, for one load; restored after."""
     verbosity, bars = datasets.logging.get_verbosity(), datasets.is_progress_bar_enabled()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # errors too: ours names the split, in one line
@@ -106,7 +113,7 @@ def quiet(datasets) -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
-def field_value(record: dict, dotted: str) -> Any:
+def field_value(record: dict[str, Any], dotted: str) -> Any:
     """record['a']['b'] for 'a.b' (nested fields such as DAPO's reward_model.ground_truth); KeyError if absent."""
     value: Any = record
     for part in dotted.split("."):
@@ -116,7 +123,7 @@ def field_value(record: dict, dotted: str) -> Any:
     return value
 
 
-def read_examples(rows, what: str, prompt_field: str, answer_field: str, answer_pattern: str | None) -> list[Example]:
+def read_examples(rows: Dataset, what: str, prompt_field: str, answer_field: str, answer_pattern: str | None) -> list[Example]:
     """Examples of a loaded split; errors name the dataset, the split and the field."""
     columns = list(rows.column_names)
     for wanted in (prompt_field, answer_field):
@@ -168,7 +175,7 @@ class HFDatasetTask(HeldOutMathRecords):
     _train: list[Example] = field(default_factory=list, repr=False)
     _test: list[Example] = field(default_factory=list, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         label = dataset_label(self.path, self.config_name)
         fields = (self.prompt_field, self.answer_field, self.answer_pattern)
         train = split_examples(self.path, self.config_name, self.split, *fields)

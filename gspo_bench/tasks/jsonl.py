@@ -61,7 +61,7 @@ class JsonlTask(HeldOutMathRecords):
     _train: list[Example] = field(default_factory=list, repr=False)
     _test: list[Example] = field(default_factory=list, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         records = read_jsonl(Path(self.path), self.prompt_field, self.answer_field)
         for example in records:
             (self._test if in_test_split(example.prompt, self.test_share) else self._train).append(example)

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from gspo_bench.tasks.base import Baseline, Task
 
@@ -22,7 +23,9 @@ class TaskSpec:
 _TASKS: dict[str, TaskSpec] = {}
 
 
-def register_task(name: str, description: str, needs_params: bool = False) -> Callable:
+def register_task(
+    name: str, description: str, needs_params: bool = False
+) -> Callable[[Callable[..., Task]], Callable[..., Task]]:
     def decorate(factory: Callable[..., Task]) -> Callable[..., Task]:
         if name in _TASKS:
             raise ValueError(f"task {name!r} is already registered")
@@ -53,7 +56,7 @@ def task_params(name: str) -> dict[str, object]:
     return {p.name: (None if p.default is inspect.Parameter.empty else p.default) for p in sig.parameters.values()}
 
 
-def make_task(name: str, **params) -> Task:
+def make_task(name: str, **params: Any) -> Task:
     """Build task `name` with `params`; unknown params are an error naming the valid ones."""
     valid = task_params(name)
     unknown = set(params) - set(valid)
@@ -62,7 +65,7 @@ def make_task(name: str, **params) -> Task:
     return task_spec(name).factory(**params)
 
 
-def task_baseline(name: str, params: dict | None = None) -> Baseline | None:
+def task_baseline(name: str, params: dict[str, Any] | None = None) -> Baseline | None:
     """The chance baseline of task `name` built with `params` (simulated once per setting), or None for
     a task that declares none or is built from the user's data."""
     if task_spec(name).needs_params:

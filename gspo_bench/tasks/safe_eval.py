@@ -6,11 +6,13 @@ Model text is parsed with `ast` and walked by hand with exact fractions; no `eva
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from fractions import Fraction
 
 MAX_EXPRESSION_CHARS = 64
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-        ast.Div: lambda a, b: a / b}
+_OPS: dict[type[ast.operator], Callable[[Fraction, Fraction], Fraction]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
+}
 
 
 class InvalidExpression(ValueError):

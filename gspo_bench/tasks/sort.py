@@ -17,7 +17,7 @@ class SortProblems:
     max_len: int = 8
     max_value: int = 9
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not 1 <= self.min_len <= self.max_len:
             raise ValueError("sort: need 1 <= min_len <= max_len")
         if self.max_len > MAX_LEN:

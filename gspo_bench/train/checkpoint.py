@@ -11,12 +11,17 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gspo_bench.models.families import hf_model
 from gspo_bench.rundir.checksums import CHECKSUMS, damage, write_checksums
 from gspo_bench.rundir.folder import share
 from gspo_bench.runtime.distributed import World
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 CHECKSUMMED = "checksummed"  # a key of state.pt: this checkpoint was written with its checksums.json
 NEW_PREFIX = ".checkpoint-new-"  # a checkpoint being written (renamed to checkpoint/ once it reads back right)
@@ -69,7 +74,8 @@ def remove_half_written(run_dir: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = World(), **scalars) -> None:
+def save_checkpoint(run_dir: Path, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                    optimizer: torch.optim.Optimizer, world: World = World(), **scalars: Any) -> None:
     """Write `run_dir/checkpoint/` (model/ in Hugging Face format + state.pt) by building it aside
     and swapping it in. The optimizer state is a full state dict keyed by parameter name, the same
     whether one process or FSDP2 ranks wrote it; under FSDP2 every rank takes part in gathering it
@@ -89,7 +95,7 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = W
     run_dir = Path(run_dir)
     tmp = Path(tempfile.mkdtemp(prefix=NEW_PREFIX, dir=run_dir))
     try:
-        model.save_pretrained(tmp / "model", state_dict=model_state)
+        hf_model(model, "a checkpoint").save_pretrained(tmp / "model", state_dict=model_state)
         tokenizer.save_pretrained(tmp / "model")
         torch.save({"optimizer": optim_state, **scalars, CHECKSUMMED: True}, tmp / "state.pt")
         write_checksums(tmp)
@@ -108,7 +114,8 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, world: World = W
         raise
 
 
-def load_checkpoint_state(checkpoint: Path, model, optimizer, device: torch.device) -> dict:
+def load_checkpoint_state(checkpoint: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                          device: torch.device) -> dict[str, Any]:
     """Restore the optimizer state (sharded as the model is, in one process or under FSDP2) from a
     checkpoint; returns the loop's saved scalars (step, cumulative compute, collapse state)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gspo_bench.models.families import hf_model
 from gspo_bench.moe import find_routers
 
 
@@ -21,7 +22,7 @@ def active_parameters(model: torch.nn.Module) -> int:
 
     Shared experts, routers and dense (non-MoE) layers count fully: every token passes through them.
     """
-    embeddings = {id(p) for p in model.get_input_embeddings().parameters()}
+    embeddings = {id(p) for p in hf_model(model, "counting active parameters").get_input_embeddings().parameters()}
     routed_fraction: dict[int, float] = {}  # routed-expert parameter -> share of tokens using it
     for router in find_routers(model):
         for p in router.experts.parameters():

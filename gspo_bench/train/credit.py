@@ -8,15 +8,22 @@ GSPO-token equals GSPO (eq. 13 reduces to eq. 5).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import torch
 
 from gspo_bench.tasks import Example
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
-def token_offsets(tokenizer, ids: list[int]) -> list[tuple[int, int]]:
+
+def token_offsets(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> list[tuple[int, int]]:
     """(start, end) character span of each token in the decoded text of `ids` (special tokens are
     empty spans). Exact for tokenizers whose tokens decode independently, as the char tokenizer's do."""
-    spans, position = [], 0
+    spans: list[tuple[int, int]] = []
+    position = 0
     for token in ids:
         width = len(tokenizer.decode([token], skip_special_tokens=True))
         spans.append((position, position + width))
@@ -25,7 +32,9 @@ def token_offsets(tokenizer, ids: list[int]) -> list[tuple[int, int]]:
 
 
 def step_advantages(advantages: torch.Tensor, response_ids: torch.Tensor, response_mask: torch.Tensor,
-                    texts: list[str], examples: list[Example], steps, tokenizer, penalty: float) -> torch.Tensor:
+                    texts: list[str], examples: list[Example],
+                    steps: Callable[[str, Example], list[tuple[int, int, bool]]], tokenizer: PreTrainedTokenizerBase,
+                    penalty: float) -> torch.Tensor:
     """[B, T] per-token advantages: `advantages` [B] lowered by `penalty` on the tokens of wrong steps.
     `examples[i]` is row i's problem, `steps(text, example)` the task's step verdicts."""
     out = advantages.detach().float().cpu()[:, None].repeat(1, response_ids.shape[1])  # [B, T]

@@ -26,7 +26,7 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
@@ -36,6 +36,9 @@ from gspo_bench.models.chat import PromptFormat
 from gspo_bench.rollout import RolloutEngine, SamplingParams
 from gspo_bench.tasks import Example, Task, generated_tasks, make_task
 from gspo_bench.train.precision import Precision
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 PREFIX = "gspo_"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -129,8 +132,9 @@ def lm_eval_scope() -> Iterator[None]:
                 os.environ[name] = value
 
 
-def evaluate(model, tokenizer, tasks: list[str], include_path: Path | list[Path] | None, *, batch_size: int = 64,
-             seed: int = 0, limit: int | None = None, prompt_format: PromptFormat = PromptFormat()) -> dict[str, dict]:
+def evaluate(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, tasks: list[str],
+             include_path: Path | list[Path] | None, *, batch_size: int = 64, seed: int = 0, limit: int | None = None,
+             prompt_format: PromptFormat = PromptFormat()) -> dict[str, dict[str, Any]]:
     """Evaluate `model` with lm-eval on `tasks` (lm-eval names); returns {task: {score, stderr, metric}}.
 
     Tasks written by `write_task_files` are found under `include_path` (with any other task
@@ -168,11 +172,12 @@ def evaluate(model, tokenizer, tasks: list[str], include_path: Path | list[Path]
     return scores
 
 
-def resolve_tasks(names: list[str], suite_task: str | None, suite_params: dict) -> list[tuple[str, dict | None]]:
+def resolve_tasks(names: list[str], suite_task: str | None,
+                  suite_params: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
     """(name, params) per requested task: ours get params (the suite's for the suite's task, else the
     defaults); other names are lm-eval tasks (params None)."""
     ours = set(generated_tasks())
-    out = []
+    out: list[tuple[str, dict[str, Any] | None]] = []
     for name in names:
         if name == suite_task:
             out.append((name, dict(suite_params)))
@@ -194,7 +199,7 @@ class Evaluator:
     `cfg.lm_eval_tasks` go to lm-eval's registry by name (with `cfg.lm_eval_include` searched too).
     """
 
-    def __init__(self, cfg, include: Path, suite_task: str | None = None, suite_params: dict | None = None,
+    def __init__(self, cfg: EvalConfig, include: Path, suite_task: str | None = None, suite_params: dict[str, Any] | None = None,
                  max_new_tokens: int = 32, temperature: float = 1.0, prompt_format: PromptFormat = PromptFormat()):
         self.cfg, self.include, self.prompt_format = cfg, Path(include), prompt_format
         self.include_paths = [self.include] + ([Path(cfg.lm_eval_include)] if cfg.lm_eval_include else [])
@@ -207,7 +212,7 @@ class Evaluator:
             ))
         self.names += [name for name in cfg.lm_eval_tasks if name not in self.names]
 
-    def __call__(self, model, tokenizer, seed: int = 0) -> dict[str, dict]:
+    def __call__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> dict[str, dict[str, Any]]:
         """{lm-eval task name: {score, stderr, metric, engine}} of `model` now."""
         limit = self.cfg.limit if self.cfg.lm_eval_tasks else None  # ours already hold `limit` documents
         scores = evaluate(model, tokenizer, self.names, self.include_paths, batch_size=self.cfg.batch_size, seed=seed,
@@ -221,7 +226,7 @@ def without_router_noise(engine: RolloutEngine) -> RolloutEngine:
     if not getattr(engine, "router_noise", 0.0):
         return engine
     clean = copy.copy(engine)
-    clean.router_noise = 0.0
+    clean.router_noise = 0.0  # type: ignore[attr-defined]  # only an engine with router noise (the hf one's) gets here
     return clean
 
 
@@ -240,7 +245,7 @@ class EngineEvaluator:
             raise ValueError("eval.engine rollout samples our tasks: greedy decoding and lm_eval_tasks need "
                              "eval.engine lm_eval")
         self.cfg, self.engine, self.prompt_format, self.precision = cfg, without_router_noise(engine), prompt_format, precision
-        self.params = dict(max_new_tokens=cfg.max_new_tokens or max_new_tokens, temperature=cfg.temperature or temperature)
+        self.params: dict[str, Any] = dict(max_new_tokens=cfg.max_new_tokens or max_new_tokens, temperature=cfg.temperature or temperature)
         self.tasks: list[tuple[str, Task, list[Example]]] = []
         for name, params in resolve_tasks(cfg.tasks, suite_task, suite_params or {}):
             if params is None:
@@ -310,7 +315,7 @@ def eval_target(path: Path) -> tuple[Path, dict]:
     raise ValueError(f"{path} is neither a run directory nor a Hugging Face model directory")
 
 
-def load_saved(model_dir: Path):
+def load_saved(model_dir: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """(model, tokenizer) of a saved policy; ValueError naming the directory where they do not load
     (a file cut short or altered in a directory without checksums)."""
     from safetensors import SafetensorError
@@ -324,7 +329,7 @@ def load_saved(model_dir: Path):
         raise ValueError(f"{model_dir}: cannot load the model ({type(err).__name__}: {what})") from None
 
 
-def evaluate_saved(path: Path, cfg, out: Path, *, seed: int = 0, chat_template: bool | None = None
+def evaluate_saved(path: Path, cfg: EvalConfig, out: Path, *, seed: int = 0, chat_template: bool | None = None
                    ) -> tuple[Path, dict[str, dict]]:
     """`gspo-bench eval`: the saved policy at `path` (a run directory's checkpoint or a model
     directory) scored by `cfg` (an EvalConfig) with the prompts its run used; (model dir, scores).

@@ -17,6 +17,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -39,6 +40,9 @@ from gspo_bench.train.update import (
     layer_means,
     update_policy,
 )
+
+if TYPE_CHECKING:
+    from gspo_bench.config import SuiteConfig
 
 __all__ = ["RunSpec", "run_step", "step_seed", "train_run"]
 
@@ -80,7 +84,7 @@ def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], Non
             if run.evaluator is not None and (last or (suite.eval.every and state.step % suite.eval.every == 0)):
                 evaluate(run, state)
             if state.step % suite.train.checkpoint_every == 0 or last:
-                save_checkpoint(out.path, run.policy.model, run.tokenizer, run.policy.optimizer, run.world,
+                save_checkpoint(out.path, run.policy.model, run.tokenizer, run.policy.trainer(), run.world,
                                 **state.scalars())
     except Collapsed as why:
         return finish(run, state, "collapsed", str(why))
@@ -151,7 +155,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
                                                    "params_finite": all_finite(policy.model, policy.world)})
     t_step = time.perf_counter() - start
     outcome.row.update({"time/rollout_s": t_rollout, "time/update_s": t_step - t_rollout, "time/step_s": t_step,
-                        "lr": policy.optimizer.param_groups[0]["lr"]})
+                        "lr": policy.trainer().param_groups[0]["lr"]})
     # ------------------------------------------------------------------ GPU figures (gspo_bench.runtime.hardware)
     outcome.row.update(step_figures(
         response_tokens=outcome.row["response/len_mean"] * len(batch), rollout_s=t_rollout,
@@ -161,7 +165,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
     return outcome
 
 
-def sampling_params(suite, seed: int, step: int, world: World, routing: bool) -> SamplingParams:
+def sampling_params(suite: SuiteConfig, seed: int, step: int, world: World, routing: bool) -> SamplingParams:
     r = suite.rollout
     return SamplingParams(group_size=r.group_size, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                           top_p=r.top_p, seed=step_seed(seed, step, 1), capture_routing=routing,
@@ -179,6 +183,8 @@ def compute_columns(state: RunState, outcome: StepOutcome, n_active: int) -> dic
 
 def evaluate(run: Run, state: RunState) -> None:
     """Held-out scores of the policy now, appended to eval.parquet."""
+    if run.evaluator is None:
+        raise RuntimeError("evaluate: this run has no evaluator (eval is off)")
     start = time.perf_counter()
     scores = run.evaluator(run.policy.model, run.tokenizer, seed=step_seed(run.spec.seed, state.step, 3))
     elapsed = time.perf_counter() - start
@@ -191,7 +197,7 @@ def evaluate(run: Run, state: RunState) -> None:
         run.tracker.log_eval(state.step, scores)
 
 
-def finish(run: Run, state: RunState, status: str, message: str, **extra) -> dict:
+def finish(run: Run, state: RunState, status: str, message: str, **extra: Any) -> dict[str, Any]:
     run.provenance["end"] = now()
     run.out.write_json("provenance.json", run.provenance)
     run.out.write_status(status, message, step=state.step, **extra)
@@ -200,12 +206,18 @@ def finish(run: Run, state: RunState, status: str, message: str, **extra) -> dic
     return {"status": status, "message": message, "step": state.step}
 
 
-def all_finite(model, world: World = World()) -> torch.Tensor:
+def all_finite(model: torch.nn.Module, world: World = World()) -> torch.Tensor:
     """0-d bool: every parameter is finite, from one pass (per-parameter max |x| is finite exactly
     then), on the device. Under FSDP2 each rank checks its shards and the ranks agree on the answer."""
-    shards = [p.detach().to_local() if hasattr(p, "to_local") else p.detach() for p in model.parameters()]
+    shards = [_local_shard(p.detach()) for p in model.parameters()]
     largest = torch._foreach_norm([t for t in shards if t.numel()], ord=float("inf"))
     finite = torch.isfinite(torch.stack([m.float() for m in largest])).all().float()
     if world.distributed:
         torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
     return finite.bool()
+
+
+def _local_shard(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2), or `t` itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None else t

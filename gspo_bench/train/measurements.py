@@ -17,6 +17,7 @@ def to_host(values: dict[str, torch.Tensor | float | int]) -> dict[str, float | 
     """Every tensor of `values` in one device->host copy: 0-d tensors become floats, others flat
     lists of floats; plain numbers pass through as floats."""
     tensors = {k: v.detach().reshape(-1) for k, v in values.items() if isinstance(v, torch.Tensor)}
+    scalar = {k: v.dim() == 0 for k, v in values.items() if isinstance(v, torch.Tensor)}
     out: dict[str, float | list[float]] = {k: float(v) for k, v in values.items() if k not in tensors}
     if not tensors:
         return out
@@ -26,7 +27,7 @@ def to_host(values: dict[str, torch.Tensor | float | int]) -> dict[str, float | 
     for key, tensor in tensors.items():
         part = flat[start : start + tensor.numel()]
         start += tensor.numel()
-        out[key] = part[0] if values[key].dim() == 0 else part
+        out[key] = part[0] if scalar[key] else part
     return out
 
 
@@ -41,7 +42,7 @@ class StepMeasurements:
         self.extremes: dict[str, torch.Tensor] = {}
         self.seen: dict[str, torch.Tensor] = {}  # minibatches kept, per extreme
 
-    def add(self, metrics: dict[str, torch.Tensor], n_tokens: torch.Tensor, n_responses: torch.Tensor,
+    def add(self, metrics: dict[str, torch.Tensor | float], n_tokens: torch.Tensor, n_responses: torch.Tensor,
             kept: torch.Tensor) -> None:
         for key, value in metrics.items():
             value = torch.as_tensor(value, dtype=torch.float64, device=kept.device)

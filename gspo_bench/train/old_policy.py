@@ -11,7 +11,7 @@ from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.rollout.mismatch import logprob_mismatch
 from gspo_bench.runtime.distributed import gather_rows
-from gspo_bench.train.policy import Policy, capturing
+from gspo_bench.train.policy import Policy, captured, capturing
 from gspo_bench.train.rollout import RolloutBatch
 
 ReplaySource = Literal["old_pass", "rollout"]
@@ -29,6 +29,14 @@ class OldPolicy:
     pair_logits: torch.Tensor | None = None  # [L_moe, B, L, 2] pi_old's router logits at `margin_pairs`
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # engine mismatch, rollout routing gap
 
+    def recorded(self, name: str) -> torch.Tensor:
+        """The optional record `name` (routing, replay, gate_scores, ...); RuntimeError naming it where
+        the old-policy pass did not record it."""
+        value = getattr(self, name)
+        if value is None:
+            raise RuntimeError(f"the old-policy pass recorded no {name}, which this update needs")
+        return value
+
 
 def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, replay: ReplaySource | None = None,
                     record_routing: bool = True, logp_source: str = "recompute", measure: bool = True,
@@ -44,16 +52,18 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
     mine = world.rows(rows)  # this rank's rows (all of them in one process)
     if replay == "rollout" and batch.routing is None:
         raise ValueError("rollout routing replay (R3) needs the engine's routing; this rollout has none")
-    forced = batch.routing[:, mine] if replay == "rollout" else None
+    forced = batch.routing[:, mine] if replay == "rollout" and batch.routing is not None else None
     with torch.no_grad(), policy.precision.autocast(), \
             capturing(model, record_routing or gate_scores or replay is not None, replay=forced,
                       margins=record_routing) as capture:
         logp, entropy = response_forward(model, batch.input_ids[mine], batch.attention_mask[mine],
                                          batch.n_response, temperature, with_entropy=True,
                                          head_chunk=head_chunk)  # [B, T] each
+    if entropy is None:
+        raise RuntimeError("response_forward(with_entropy=True) returned no entropy")
     logp, entropy = gather_rows(world, logp, rows), gather_rows(world, entropy, rows)
     routing = gather_rows(world, capture.routing, rows, dim=1) if capture is not None else None
-    scores = gather_rows(world, capture.gate_scores, rows, dim=1) if gate_scores else None
+    scores = gather_rows(world, captured(capture).gate_scores, rows, dim=1) if gate_scores else None
     pairs, pair_logits = None, None
     if capture is not None and capture.margins:
         pairs = gather_rows(world, capture.margin_pairs, rows, dim=1)
@@ -103,7 +113,9 @@ def nondeterminism_floor(policy: Policy, batch: RolloutBatch, replay: ReplaySour
         passes["precision"] = policy.rollout_precision
     world, rows = policy.world, torch.arange(len(batch), device=batch.input_ids.device)
     mine = world.rows(rows)
-    forced = batch.routing[:, mine] if replay == "rollout" else None  # the old pass's own replay, if any
+    if replay == "rollout" and batch.routing is None:
+        raise ValueError("rollout routing replay (R3) needs the engine's routing; this rollout has none")
+    forced = batch.routing[:, mine] if replay == "rollout" and batch.routing is not None else None  # the old pass's own replay, if any
     seen = {}
     for name, precision in passes.items():
         with torch.no_grad(), precision.autocast(), RoutingCapture(policy.model, replay=forced) as capture:

@@ -9,7 +9,7 @@ from gspo_bench.config import TrainConfig
 ROUTER_GROUP = "router"  # the `name` of the router weights' param group (train.router_lr_scale != 1)
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, lr: float, distributed: bool = False):
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, lr: float, distributed: bool = False) -> torch.optim.Optimizer:
     """AdamW over the (fp32) parameters. Fused on CPU and CUDA (one kernel for all parameters: 4x
     faster than the default on CPU, and able to skip a step on the device, see `guarded_step`);
     not under FSDP2, whose sharded parameters take the default implementation.
@@ -89,10 +89,10 @@ def guarded_step(optimizer: torch.optim.Optimizer, finite: torch.Tensor) -> None
     cannot, so for them the flag is copied to the host (one sync per update).
     """
     if optimizer.defaults.get("fused"):
-        optimizer.found_inf = (~finite).float()
+        optimizer.found_inf = (~finite).float()  # type: ignore[attr-defined]  # GradScaler's protocol, undeclared on Optimizer
         try:
             optimizer.step()
         finally:
-            del optimizer.found_inf
+            del optimizer.found_inf  # type: ignore[attr-defined]  # (as above)
     elif bool(finite):
         optimizer.step()

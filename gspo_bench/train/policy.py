@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +25,12 @@ class Policy:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def trainer(self) -> torch.optim.Optimizer:
+        """The optimizer of a policy that trains; RuntimeError for one built only to be evaluated."""
+        if self.optimizer is None:
+            raise RuntimeError("this policy has no optimizer (built for evaluation only): it cannot be updated")
+        return self.optimizer
+
 
 def checkpoint_activations(model: torch.nn.Module) -> int:
     """Checkpoint every decoder layer of `model` (`train.activation_checkpointing`), each recompute
@@ -37,10 +43,18 @@ def checkpoint_activations(model: torch.nn.Module) -> int:
 
 
 def capturing(model: torch.nn.Module, enabled: bool, replay: torch.Tensor | None = None,
-              probe: torch.Tensor | None = None, margins: bool = False, pairs: torch.Tensor | None = None):
+              probe: torch.Tensor | None = None, margins: bool = False,
+              pairs: torch.Tensor | None = None) -> AbstractContextManager[RoutingCapture | None]:
     """A RoutingCapture (recording, replaying `replay`, reading the live gate scores of the experts in
     `probe`, the router margins or the logits at `pairs`: `moe.margins`), or a block yielding None
     when not `enabled` and there is nothing to replay or probe."""
     if enabled or replay is not None or probe is not None:
         return RoutingCapture(model, replay=replay, probe=probe, margins=margins and enabled, pairs=pairs)
     return nullcontext()
+
+
+def captured(capture: RoutingCapture | None) -> RoutingCapture:
+    """The capture `capturing` yielded; RuntimeError where it yielded none (nothing was enabled to record)."""
+    if capture is None:
+        raise RuntimeError("no routing capture ran in this forward: capturing(...) was not enabled")
+    return capture

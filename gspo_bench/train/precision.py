@@ -19,8 +19,10 @@ an fp32 one (`experiments/perf/gpu_phases.py --device cpu`), so CPU bf16 runs ke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -37,17 +39,17 @@ def _aligned(t: torch.Tensor) -> bool:
     return all(size % 8 == 0 for size in inner)
 
 
-def _grouped_mm_autocast_kernel(device_type: str):
+def _grouped_mm_autocast_kernel(device_type: str) -> Callable[..., Any]:
     key = getattr(torch._C.DispatchKey, "Autocast" + torch._C._dispatch_key_for_device(device_type))
 
-    def kernel(_keyset, *args, **kwargs):
+    def kernel(_keyset: Any, *args: Any, **kwargs: Any) -> Any:
         dtype = torch.get_autocast_dtype(device_type)
         operands = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point()]
         if all(_aligned(t) for t in operands):
-            def cast(a):
+            def cast(a: Any) -> Any:
                 return a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
 
-            args, kwargs = [cast(a) for a in args], {k: cast(v) for k, v in kwargs.items()}
+            args, kwargs = tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
             return torch.ops.aten._grouped_mm.default(*args, **kwargs)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -15,6 +16,9 @@ from gspo_bench.rollout.batching import gather_rollout
 from gspo_bench.tasks import Example, Task
 from gspo_bench.train.credit import step_advantages
 from gspo_bench.train.policy import Policy
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,8 @@ class RolloutBatch:
         return self.response_mask.shape[1]
 
     @classmethod
-    def scored(cls, rollout: Rollout, rewards: torch.Tensor, group_size: int, advantage_scale: str = "std",
+    def scored(cls, rollout: Rollout, rewards: torch.Tensor, group_size: int,
+               advantage_scale: Literal["std", "none"] = "std",
                device: torch.device | str = "cpu") -> RolloutBatch:
         """A batch from an engine's rollout and its rewards [B]: group advantages (eq. 3)."""
         routing = None
@@ -60,8 +65,8 @@ def draw_examples(task: Task, n: int, seed: int) -> list[Example]:
     return [task.train_example(rng) for _ in range(n)]
 
 
-def collect_rollout(policy: Policy, engine: RolloutEngine, tokenizer, task: Task, examples: list[Example],
-                    params: SamplingParams, advantage_scale: str = "std", step_penalty: float | None = None,
+def collect_rollout(policy: Policy, engine: RolloutEngine, tokenizer: PreTrainedTokenizerBase, task: Task,
+                    examples: list[Example], params: SamplingParams, advantage_scale: Literal["std", "none"] = "std", step_penalty: float | None = None,
                     prompt_format: PromptFormat = PromptFormat()) -> RolloutBatch:
     """Sample G responses per example from the policy's current weights (in the rollout precision:
     the training one unless rollout.dtype differs), decode and score them with the task's verifier.
@@ -76,7 +81,10 @@ def collect_rollout(policy: Policy, engine: RolloutEngine, tokenizer, task: Task
     batch = RolloutBatch.scored(rollout, rewards, group, advantage_scale, device=policy.device)
     if step_penalty is None:
         return batch
-    credit = step_advantages(batch.advantages, rollout.response_ids, rollout.response_mask, texts, rows, task.steps,
+    steps = getattr(task, "steps", None)  # (an optional part of a task)
+    if steps is None:
+        raise ValueError(f"step credit needs a task that checks steps; {task.name} does not")
+    credit = step_advantages(batch.advantages, rollout.response_ids, rollout.response_mask, texts, rows, steps,
                              tokenizer, step_penalty)
     return dataclasses.replace(batch, token_advantages=credit)
 
@@ -92,7 +100,10 @@ def generate(policy: Policy, engine: RolloutEngine, prompts: list[list[int]], pa
     mine = list(range(world.rank, len(rows), world.size))
     local = engine.generate(policy.model, [rows[i] for i in mine],
                             dataclasses.replace(params, group_size=1, row_keys=tuple(mine)))
-    return gather_rollout(world, local, len(rows), engine.pad_id)
+    pad_id = getattr(engine, "pad_id", None)  # (the hf engine's; the protocol does not require it)
+    if pad_id is None:
+        raise ValueError(f"the {engine.name} engine names no pad id: it cannot generate under torchrun")
+    return gather_rollout(world, local, len(rows), pad_id)
 
 
 def routing_for_training(routing: torch.Tensor, length: int) -> torch.Tensor:

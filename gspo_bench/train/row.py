@@ -48,13 +48,29 @@ def build_row(identity: dict, values: dict[str, torch.Tensor], layers: dict[str,
     shapes = {key: tuple(v.shape) for key, v in layers.items()}
     host = to_host({**values, **{f"_layer:{k}": v for k, v in layers.items()},
                     **{f"_{k}": v for k, v in health.items()}})
-    for key in ("compute/tokens_forward", "compute/tokens_trained", "response/len_max", "nonfinite/minibatches"):
-        host[key] = int(host[key])
-    compute = StepCompute(tokens_forward=host["compute/tokens_forward"], tokens_trained=host["compute/tokens_trained"])
-    per_layer = {key: host.pop(f"_layer:{key}") for key in layers}
+    counts = {key: int(_number(host, key))
+              for key in ("compute/tokens_forward", "compute/tokens_trained", "response/len_max", "nonfinite/minibatches")}
+    host.update(counts)
+    compute = StepCompute(tokens_forward=counts["compute/tokens_forward"], tokens_trained=counts["compute/tokens_trained"])
+    per_layer = {key: _numbers(host.pop(f"_layer:{key}"), key) for key in layers}
     rollout_finite, params_finite = bool(host.pop("_rollout_finite")), bool(host.pop("_params_finite"))
     n_measured, n_layers = next(iter(shapes.values()), (0, 0))
     layer_rows = [{"step": identity["step"], "label": identity["label"], "seed": identity["seed"], "layer": i,
                    "updates": j + 1, **{name: per_layer[name][j * n_layers + i] for name in per_layer}}
                   for j in range(n_measured) for i in range(n_layers)]
     return StepOutcome({**identity, **host}, layer_rows, compute, rollout_finite, params_finite)
+
+
+def _number(host: dict[str, float | list[float]], key: str) -> float:
+    """The one number of `host[key]`; ValueError where it holds several (a measurement of the wrong shape)."""
+    value = host[key]
+    if isinstance(value, list):
+        raise ValueError(f"{key}: expected one number, got {len(value)}")
+    return value
+
+
+def _numbers(value: float | list[float], key: str) -> list[float]:
+    """The values of a per-layer measurement; ValueError where it holds one number (not [J, L])."""
+    if not isinstance(value, list):
+        raise ValueError(f"layer measurement {key}: expected one value per minibatch and layer, got one number")
+    return value

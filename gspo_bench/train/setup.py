@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
@@ -30,6 +31,9 @@ from gspo_bench.train.state import RunState
 from gspo_bench.train.tracking import Tracker, open_tracker
 from gspo_bench.train.update import Objective
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -50,7 +54,7 @@ class Run:
     spec: RunSpec
     out: RunDir
     policy: Policy
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     engine: RolloutEngine
     task: Task
     objective: Objective
@@ -103,7 +107,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         engine = make_run_engine(suite, tokenizer, weights, device)
         check_replay_engine(spec.entry, engine, suite)
         evaluator = make_evaluator(suite, out.path, engine, prompt_format, policy)
-        config = resolved_config(spec, lr=policy.optimizer.param_groups[0]["lr"])
+        config = resolved_config(spec, lr=policy.trainer().param_groups[0]["lr"])
         out.write_text("config.yaml", config)
         out.write_json("provenance.json", prov)
         out.write_status("running", step=state.step)
@@ -159,7 +163,7 @@ def end_unresumed(out: RunDir, err: BaseException) -> None:
         out.write_status("failed", f"not resumed: {failure_message(err, out.path)}", step=status.get("step", 0))
 
 
-def run_prompt_format(suite: SuiteConfig, tokenizer) -> PromptFormat:
+def run_prompt_format(suite: SuiteConfig, tokenizer: PreTrainedTokenizerBase) -> PromptFormat:
     """How the run renders prompts (rollout.chat_template resolved against the run's tokenizer)."""
     return resolve_prompt_format(suite.rollout.chat_template, suite.rollout.system_prompt, tokenizer,
                                  tiny=suite.model.path is None, source=suite.model.path or "the tiny model")
@@ -174,8 +178,8 @@ def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device
     if changes and not allow_changed:
         raise ValueError(f"{out.path}: the suite changed since this run started ({'; '.join(changes)}); resume it "
                          "unchanged, or pass --allow-changed to continue with the new settings")
-    scalars = load_checkpoint_state(checkpoint, policy.model, policy.optimizer, device)
-    set_lr(policy.optimizer, spec.entry.lr or spec.suite.train.lr, spec.suite.train.router_lr_scale)
+    scalars = load_checkpoint_state(checkpoint, policy.model, policy.trainer(), device)
+    set_lr(policy.trainer(), spec.entry.lr or spec.suite.train.lr, spec.suite.train.router_lr_scale)
     check_tables(out, scalars["step"], spec.suite.eval.enabled)
     state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
                               out.read_rows("eval.parquet"))
@@ -211,14 +215,14 @@ def check_replay_engine(entry: ObjectiveEntry, engine: RolloutEngine, suite: Sui
                          f"routed experts; rollout.engine {suite.rollout.engine} does not (hf does)")
 
 
-def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World) -> tuple[Policy, object, int]:
+def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World) -> tuple[Policy, PreTrainedTokenizerBase, int]:
     """The model from `weights` in fp32 (master weights; bf16 runs compute under autocast), sharded
     under torchrun, its AdamW, the frozen reference for a KL penalty; the tokenizer; active parameters."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     train = spec.suite.train
     tokenizer = AutoTokenizer.from_pretrained(weights, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True, dtype=torch.float32).to(device)
+    model = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True, dtype=torch.float32).to(device)  # type: ignore[arg-type]  # transformers' @wraps(Module.to) reads as unbound
     n_active = active_parameters(model)
     if train.activation_checkpointing:
         checkpoint_activations(model)
@@ -229,14 +233,14 @@ def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World
     if train.kl_coef > 0:  # frozen copy of the starting weights, in the compute dtype (it is never updated)
         reference = AutoModelForCausalLM.from_pretrained(spec.init_weights, local_files_only=True,
                                                          dtype=DTYPES[train.dtype])
-        reference = reference.to(device).eval().requires_grad_(False)
+        reference = reference.to(device).eval().requires_grad_(False)  # type: ignore[arg-type]  # (as above)
     optimizer = make_optimizer(model, train, lr=spec.entry.lr or train.lr, distributed=world.distributed)
     precision = Precision.named(train.dtype, device)
     rollout_precision = Precision.named(spec.suite.rollout.dtype or train.dtype, device)
     return Policy(model, optimizer, precision, world, reference, rollout_precision), tokenizer, n_active
 
 
-def make_run_engine(suite: SuiteConfig, tokenizer, weights: Path, device: torch.device) -> RolloutEngine:
+def make_run_engine(suite: SuiteConfig, tokenizer: PreTrainedTokenizerBase, weights: Path, device: torch.device) -> RolloutEngine:
     from gspo_bench.models.tokenizer import EOS_ID
 
     eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
@@ -261,7 +265,7 @@ def check_distributed(suite: SuiteConfig, world: World) -> None:
         raise ValueError("kl_coef > 0 under torchrun is not supported yet (the reference model is not sharded)")
 
 
-def resolved_config(spec, lr: float) -> str:
+def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planned run (suite.plan), alike
     """The run's suite plus everything this run resolved: objective, replay, clip range, lr, seed,
     the sweep point it belongs to and the `--set` overrides it was given (`spec`: a RunSpec, or a
     planned run with the same fields)."""
@@ -278,13 +282,13 @@ def resolved_config(spec, lr: float) -> str:
 _NOT_COMPARED = ("suite.description", "suite.output_dir")
 
 
-def _flatten(data, prefix: str = "") -> dict:
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(data, dict):
         return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
     return {prefix[:-1]: data}
 
 
-def config_changes(run_dir: Path, spec) -> list[str]:
+def config_changes(run_dir: Path, spec: Any) -> list[str]:  # spec: as resolved_config's
     """"field: recorded -> now" for every field where the run's recorded config.yaml and the config
     it would resolve to now differ ([] for a run that recorded none)."""
     recorded = Path(run_dir) / "config.yaml"
@@ -302,7 +306,7 @@ def config_changes(run_dir: Path, spec) -> list[str]:
 _NO_DEFAULT = object()
 
 
-def suite_field_default(key: str):
+def suite_field_default(key: str) -> Any:
     """The default of suite field `key` ("suite.model.router_scale"), or a sentinel equal to nothing
     where the key is no suite field or has no plain default."""
     from pydantic import BaseModel
@@ -319,7 +323,8 @@ def suite_field_default(key: str):
             return _NO_DEFAULT
         if i == len(parts) - 1:
             return _NO_DEFAULT if field.is_required() or field.default_factory is not None else field.default
-        model = field.annotation
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        annotation = field.annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             return _NO_DEFAULT
+        model = annotation
     return _NO_DEFAULT

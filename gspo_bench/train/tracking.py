@@ -16,7 +16,10 @@ import hashlib
 import math
 import numbers
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gspo_bench.config.schema import TrackingConfig
 
 NOT_LOGGED = ("step", "seed", "replay")  # identity columns: the step is the x axis, the rest is in the config
 
@@ -36,7 +39,7 @@ def scalars(row: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _require(module: str, what: str):
+def _require(module: str, what: str) -> Any:  # the module, imported
     import importlib
 
     try:
@@ -49,7 +52,7 @@ def _require(module: str, what: str):
 class Tracker:
     """The configured trackers of one run; `log_row`, `log_eval`, `close`."""
 
-    def __init__(self, cfg, run_dir: Path, group: str, config: dict, resume_step: int = 0):
+    def __init__(self, cfg: TrackingConfig, run_dir: Path, group: str, config: dict[str, Any], resume_step: int = 0):
         self.tensorboard = self.wandb = None
         run_dir = Path(run_dir)
         if cfg.tensorboard:
@@ -92,14 +95,15 @@ class Tracker:
             self.wandb = None
 
 
-def open_tracker(cfg, run_dir: Path, group: str, config: dict, resume_step: int, is_main: bool) -> Tracker | None:
+def open_tracker(cfg: TrackingConfig | None, run_dir: Path, group: str, config: dict[str, Any], resume_step: int,
+                 is_main: bool) -> Tracker | None:
     """The run's tracker (rank 0, when any tracker is configured), else None."""
     if not is_main or cfg is None or not (cfg.tensorboard or cfg.wandb is not None):
         return None
     return Tracker(cfg, run_dir, group, config, resume_step)
 
 
-def check_available(cfg) -> list[str]:
+def check_available(cfg: TrackingConfig) -> list[str]:
     """Problems with the configured trackers on this machine (a package missing), before any compute."""
     problems = []
     for what, on in (("tensorboard", cfg.tensorboard), ("wandb", cfg.wandb is not None)):

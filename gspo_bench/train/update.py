@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
@@ -14,16 +14,17 @@ from gspo_bench.moe.margins import margin_stats
 from gspo_bench.objectives.kl import k3
 from gspo_bench.objectives.metrics import masked_mean, measurements_off, term_share_metrics
 from gspo_bench.objectives.reduce import recording_terms
+from gspo_bench.objectives.registry import Metrics
 from gspo_bench.objectives.rspo import router_shift_from_scores
 from gspo_bench.runtime.distributed import World, gather_rows, local_tensor, with_local_grad
 from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements, TokenRatios
 from gspo_bench.train.micro_batches import MicroBatch, plan_micro_batches
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.optim import guarded_step
-from gspo_bench.train.policy import Policy, capturing
+from gspo_bench.train.policy import Policy, captured, capturing
 from gspo_bench.train.rollout import RolloutBatch
 
-Objective = Callable[..., tuple[torch.Tensor, dict]]  # objective(logp=, old_logp=, advantages=, mask=)
+Objective = Callable[..., tuple[torch.Tensor, Metrics]]  # objective(logp=, old_logp=, advantages=, mask=)
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class MinibatchResult:
     loss: torch.Tensor  # 0-d, detached
     grad_norm: torch.Tensor  # 0-d, before clipping
     applied: torch.Tensor  # 0-d bool: loss and gradients finite, so the optimizer stepped
-    metrics: dict[str, torch.Tensor]  # the objective's measurements (and kl/ref)
+    metrics: Metrics  # the objective's measurements (and kl/ref)
     drift: dict[str, torch.Tensor] | None  # routing of this forward vs the old policy's, when measured
     layers: dict[str, torch.Tensor] | None  # per MoE layer [L]: drift and router-margin figures, when measured
     rerouted: torch.Tensor | None  # [b, T] response tokens whose predicting position was rerouted, when measured
@@ -130,12 +131,13 @@ def forward_micro(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: tor
     index, columns = rows[micro.positions], micro.columns
     n_response = micro.n_response(batch.input_ids.shape[1], batch.n_response)
 
-    def window(per_position: torch.Tensor | None) -> torch.Tensor | None:  # [L, B, L_seq, .] -> [L, m, w, .]
-        return per_position[:, index, columns] if per_position is not None else None
+    def window(per_position: torch.Tensor) -> torch.Tensor:  # [L, B, L_seq, .] -> [L, m, w, .]
+        return per_position[:, index, columns]
 
-    replay = window(old.replay)
-    probe = window(old_experts_to_probe(settings.inputs, old))
-    pairs = window(old.margin_pairs) if measure_drift else None
+    experts = old_experts_to_probe(settings.inputs, old)
+    replay = window(old.replay) if old.replay is not None else None
+    probe = window(experts) if experts is not None else None
+    pairs = window(old.margin_pairs) if measure_drift and old.margin_pairs is not None else None
     with policy.precision.autocast(), \
             capturing(policy.model, measure_drift, replay=replay, probe=probe, pairs=pairs) as capture:
         logp, _ = response_forward(policy.model, batch.input_ids[index, columns], batch.attention_mask[index, columns],
@@ -144,13 +146,15 @@ def forward_micro(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: tor
         logp = torch.nn.functional.pad(logp, (0, batch.n_response - n_response))  # [m, T]
     width, shift = batch.input_ids.shape[1], None
     if probe is not None:  # RSPO: how far the gate scores of pi_old's experts moved, per response token
-        moved = router_shift_from_scores(window(old.gate_scores), capture.probe_scores)  # [m, w]
+        moved = router_shift_from_scores(window(old.recorded("gate_scores")), captured(capture).probe_scores)  # [m, w]
         shift = response_positions(widen(moved, micro, width, lambda: moved.new_zeros(len(index), width), 1), batch)
     routing, pair_logits = None, None
     if measure_drift and old.routing is not None:  # this forward ran after the earlier updates
-        routing = widen(capture.routing, micro, width, lambda: old.routing[:, index])
+        old_routing = old.routing
+        routing = widen(captured(capture).routing, micro, width, lambda: old_routing[:, index])
     if pairs is not None:
-        pair_logits = widen(capture.pair_logits, micro, width, lambda: old.pair_logits[:, index])
+        old_pair_logits = old.recorded("pair_logits")
+        pair_logits = widen(captured(capture).pair_logits, micro, width, lambda: old_pair_logits[:, index])
     return MicroForward(logp=logp, router_shift=shift, routing=routing, pair_logits=pair_logits)
 
 
@@ -172,13 +176,13 @@ def gathered(world: World, local: MicroForward, rows: torch.Tensor) -> Minibatch
     def gather(t: torch.Tensor | None, dim: int = 0) -> torch.Tensor | None:
         return gather_rows(world, t, rows, dim=dim) if t is not None else None
 
-    return MinibatchForward(logp=gather(local.logp), router_shift=gather(local.router_shift),
+    return MinibatchForward(logp=gather_rows(world, local.logp, rows), router_shift=gather(local.router_shift),
                             routing=gather(local.routing, 1), pair_logits=gather(local.pair_logits, 1))
 
 
 def accumulate_gradient(policy: Policy, objective: Objective, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor,
                         plan: list[MicroBatch], settings: UpdateSettings,
-                        measure_drift: bool) -> tuple[MinibatchForward, torch.Tensor, dict[str, torch.Tensor]]:
+                        measure_drift: bool) -> tuple[MinibatchForward, torch.Tensor, Metrics]:
     """The minibatch's gradient accumulated over its micro-batches, exactly: each micro-batch's loss is
     the objective on the whole minibatch's log-probs [b, T] with only its own rows carrying gradient
     (so every count, normaliser and batch quantity is the minibatch's), the other rows their true
@@ -190,7 +194,7 @@ def accumulate_gradient(policy: Policy, objective: Objective, batch: RolloutBatc
     others = no_grad_pass(policy, batch, old, rows, plan, settings) if settings.coupled else None
     others_logp = others.logp if others is not None else old.logp[rows].detach()
     pieces: list[tuple[MicroBatch, MicroForward]] = []
-    policy.optimizer.zero_grad(set_to_none=True)
+    policy.trainer().zero_grad(set_to_none=True)
     try:
         for i, micro in enumerate(plan):
             out = forward_micro(policy, batch, old, rows, micro, settings, measure_drift and not micro.filler)
@@ -200,8 +204,12 @@ def accumulate_gradient(policy: Policy, objective: Objective, batch: RolloutBatc
             pieces.append((micro, out.detached()))
             shift = None
             if out.router_shift is not None:
-                shift = placed(others.router_shift if others is not None else out.router_shift.new_zeros(others_logp.shape),
-                               micro, out.router_shift)
+                if others is None:
+                    shift = placed(out.router_shift.new_zeros(others_logp.shape), micro, out.router_shift)
+                elif others.router_shift is None:
+                    raise RuntimeError("the no-grad pass measured no router shift where the update's forward did")
+                else:
+                    shift = placed(others.router_shift, micro, out.router_shift)
             rewind(settings.generator, draws)
             with measurements_off():
                 loss, _ = policy_loss(objective, placed(others_logp, micro, out.logp), old, batch, rows, settings, shift)
@@ -233,8 +241,11 @@ def joined(pieces: list[tuple[MicroBatch, MicroForward]]) -> MicroForward:
             return None
         return torch.cat(values, dim).index_select(dim, order.to(values[0].device))
 
-    return MicroForward(**{f.name: join(f.name, 1 if f.name in ("routing", "pair_logits") else 0)
-                           for f in fields(MicroForward)})
+    logp = join("logp", 0)
+    if logp is None:
+        raise RuntimeError("a micro-batch's forward returned no log-probs")
+    return MicroForward(logp=logp, router_shift=join("router_shift", 0), routing=join("routing", 1),
+                        pair_logits=join("pair_logits", 1))
 
 
 def placed(others: torch.Tensor, micro: MicroBatch, values: torch.Tensor) -> torch.Tensor:
@@ -247,12 +258,14 @@ def placed(others: torch.Tensor, micro: MicroBatch, values: torch.Tensor) -> tor
 def rewind(generator: torch.Generator | None, state: torch.Tensor | None) -> None:
     """Every evaluation of the objective in one update draws the same numbers (Clip-Cov)."""
     if generator is not None:
+        if state is None:
+            raise RuntimeError("a generator to rewind but no state saved to rewind it to")
         generator.set_state(state)
 
 
 def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch: RolloutBatch, rows: torch.Tensor,
                 settings: UpdateSettings = UpdateSettings(),
-                router_shift: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                router_shift: torch.Tensor | None = None) -> tuple[torch.Tensor, Metrics]:
     """The objective on minibatch `rows` (log-probs `logp` [b, T] of those rows, in that order), its
     per-token terms weighted by `settings.correction` (from pi_old, the engine's mu and pi_theta) when
     given, plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference
@@ -292,7 +305,7 @@ def extra_inputs(settings: UpdateSettings, batch: RolloutBatch, rows: torch.Tens
 def backward_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward, gradient clipping and an optimizer step that skips itself on a non-finite loss or
     gradient; returns (the gradient norm before clipping, whether the step was applied)."""
-    policy.optimizer.zero_grad(set_to_none=True)
+    policy.trainer().zero_grad(set_to_none=True)
     backward(policy, loss)
     return clip_and_step(policy, loss, grad_clip)
 
@@ -314,7 +327,7 @@ def clip_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float) -> tuple
     """Gradient clipping and the guarded optimizer step after the gradients are in."""
     grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip))
     applied = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
-    guarded_step(policy.optimizer, applied)
+    guarded_step(policy.trainer(), applied)
     return grad_norm, applied
 
 
@@ -324,8 +337,9 @@ def minibatch_drift(old: OldPolicy, routing: torch.Tensor | None, batch: Rollout
     whose predicting position was rerouted [b, T]; (None, None) when not measured."""
     if routing is None:
         return None, None
-    drift = routing_drift(old.routing[:, rows], routing, batch.attention_mask[rows])
-    return drift, response_positions(rerouted_positions(old.routing[:, rows], routing), batch)
+    old_routing = old.recorded("routing")[:, rows]
+    drift = routing_drift(old_routing, routing, batch.attention_mask[rows])
+    return drift, response_positions(rerouted_positions(old_routing, routing), batch)
 
 
 def minibatch_margins(old: OldPolicy, pair_logits: torch.Tensor | None, batch: RolloutBatch,
@@ -363,8 +377,10 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
     measured, drift, by_routing, ratios = StepMeasurements(), MeanOf(), RatioByRouting(), TokenRatios()
     after_one: dict[str, torch.Tensor] = {}
     per_layer: list[dict[str, torch.Tensor]] = []
-    losses, grad_norms, skipped = [], [], 0
-    tokens_trained = 0
+    losses: list[torch.Tensor] = []
+    grad_norms: list[torch.Tensor] = []
+    skipped: torch.Tensor | int = 0
+    tokens_trained: torch.Tensor | int = 0
     for j, rows in enumerate(torch.tensor_split(order.to(batch.input_ids.device), minibatches)):  # exactly K parts
         # minibatch j > 0 runs after j updates from the old policy: its forward measures their drift
         result = update_minibatch(policy, objective, batch, old, rows, settings,
@@ -376,7 +392,7 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
         tokens_trained = tokens_trained + result.tokens_trained
         if settings.measure:
             ratios.add(result.log_ratio, batch.response_mask[rows], result.applied)
-        if result.drift is not None:
+        if result.drift is not None and result.layers is not None:  # measured together
             drift.add({**result.drift, **layer_means(result.layers)})
             per_layer.append(result.layers)
             after_one = after_one or drift_after_one(result.drift)  # minibatch 2: one update since the old policy
@@ -384,10 +400,10 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
             by_routing.add(result.log_ratio, batch.response_mask[rows], result.rerouted)
     means = drift.result()
     metrics = {"loss": torch.stack(losses).nanmean(), "grad/norm": torch.stack(grad_norms).nanmean(),
-               **measured.result(), "nonfinite/minibatches": skipped, **ratios.result(), **after_one}
+               **measured.result(), "nonfinite/minibatches": torch.as_tensor(skipped), **ratios.result(), **after_one}
     metrics |= {k: v for k, v in means.items() if not k.endswith("_layer")} | by_routing.result()
     layers = {key: torch.stack([p[key] for p in per_layer]) for key in per_layer[0]} if per_layer else {}
-    return UpdateResult(metrics=metrics, layers=layers, tokens_trained=tokens_trained)
+    return UpdateResult(metrics=metrics, layers=layers, tokens_trained=torch.as_tensor(tokens_trained))
 
 
 def layer_means(layers: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -413,7 +429,7 @@ def drift_after_update(policy: Policy, batch: RolloutBatch, old: OldPolicy) -> d
     pairs = old.margin_pairs[:, mine] if old.margin_pairs is not None else None
     with torch.no_grad(), policy.precision.autocast(), RoutingCapture(policy.model, pairs=pairs) as capture:
         policy.model(input_ids=ids, attention_mask=attention, position_ids=position_ids(attention), logits_to_keep=1)
-    stats = routing_drift(old.routing, gather_rows(world, capture.routing, rows, dim=1), batch.attention_mask)
+    stats = routing_drift(old.recorded("routing"), gather_rows(world, capture.routing, rows, dim=1), batch.attention_mask)
     pair_logits = gather_rows(world, capture.pair_logits, rows, dim=1) if pairs is not None else None
     margins = minibatch_margins(old, pair_logits, batch, rows)
     return {"moe/drift_after": stats["moe/drift"], "moe/drift_expert_after": stats["moe/drift_expert"],

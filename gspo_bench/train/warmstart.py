@@ -13,16 +13,21 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gspo_bench.models.chat import PromptFormat
+from gspo_bench.models.families import hf_model
 from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
 from gspo_bench.rollout import SamplingParams, left_pad, make_engine, position_ids
 from gspo_bench.rundir.checksums import damage, write_checksums
 from gspo_bench.rundir.folder import share
 from gspo_bench.runtime.hardware import require_device
 from gspo_bench.tasks import Example, Task
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ def cache_key(parts: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def sft_batch(tokenizer, examples: list[Example], prompt_format: PromptFormat = PromptFormat()
+def sft_batch(tokenizer: PreTrainedTokenizerBase, examples: list[Example], prompt_format: PromptFormat = PromptFormat()
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-padded prompt+answer+</s> ids [B, L], attention mask [B, L] and loss mask [B, L - 1];
     prompts as the rollout renders them (`prompt_format`)."""
@@ -65,7 +70,7 @@ def sft_batch(tokenizer, examples: list[Example], prompt_format: PromptFormat = 
     return ids, mask, targets_mask
 
 
-def sampled_accuracy(model, tokenizer, task: Task, examples: list[Example], params: WarmStartParams, seed: int) -> float:
+def sampled_accuracy(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: Task, examples: list[Example], params: WarmStartParams, seed: int) -> float:
     """Mean reward of one sampled response per test example (the rollout distribution)."""
     engine = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID)
     rollout = engine.generate(
@@ -77,8 +82,8 @@ def sampled_accuracy(model, tokenizer, task: Task, examples: list[Example], para
     return sum(task.reward(t, ex) for t, ex in zip(texts, examples)) / len(examples)
 
 
-def finetune(model, tokenizer, task: Task, params: WarmStartParams,
-             on_eval: Callable[[int, float], None] | None = None) -> dict:
+def finetune(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: Task, params: WarmStartParams,
+             on_eval: Callable[[int, float], None] | None = None) -> dict[str, Any]:
     """SFT until sampled test accuracy is inside `params.band`; returns the accuracy history.
 
     If an evaluation jumps over the band, the weights of the evaluation nearest to the band are kept.
@@ -91,7 +96,8 @@ def finetune(model, tokenizer, task: Task, params: WarmStartParams,
     test = task.test_examples(params.eval_examples)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0)
     history: list[tuple[int, float]] = []
-    previous_state, previous_acc = None, None
+    previous_state: dict[str, torch.Tensor] | None = None
+    previous_acc: float | None = None
 
     def distance(acc: float) -> float:
         return 0.0 if low <= acc <= high else min(abs(acc - low), abs(acc - high))
@@ -103,7 +109,8 @@ def finetune(model, tokenizer, task: Task, params: WarmStartParams,
             if on_eval is not None:
                 on_eval(step, acc)
             if acc >= low:
-                if acc > high and previous_state is not None and distance(previous_acc) < distance(acc):
+                if (acc > high and previous_state is not None and previous_acc is not None
+                        and distance(previous_acc) < distance(acc)):
                     model.load_state_dict(previous_state)
                     acc = previous_acc
                 return {"steps": step, "accuracy": acc, "history": history, "in_band": low <= acc <= high}
@@ -127,8 +134,9 @@ def finetune(model, tokenizer, task: Task, params: WarmStartParams,
     )
 
 
-def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer, task: Task, params: WarmStartParams,
-               key_parts: dict, cache_dir: Path, on_eval: Callable[[int, float], None] | None = None):
+def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrainedTokenizerBase, task: Task,
+               params: WarmStartParams, key_parts: dict[str, Any], cache_dir: Path,
+               on_eval: Callable[[int, float], None] | None = None) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Warm-started `(model, info)`, loaded from `cache_dir/<key>` when its files match their
     checksums, or trained and saved there atomically. A damaged entry (a file cut short or gone,
     warmstart.json or the checksums missing) is removed and rebuilt; `info["rebuilt"]` says why."""
@@ -141,7 +149,7 @@ def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer, task: Task
     problem = cache_damage(target)
     if target.exists() and problem is None:
         info = json.loads((target / "warmstart.json").read_text())
-        model = AutoModelForCausalLM.from_pretrained(target, local_files_only=True, dtype=torch.float32)
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(target, local_files_only=True, dtype=torch.float32)
         return model, {**info, "cached": True, "path": str(target)}
     if problem is not None:
         _discard(target)
@@ -171,13 +179,13 @@ def _discard(target: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def save_entry(model, tokenizer, info: dict, target: Path) -> None:
+def save_entry(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, info: dict[str, Any], target: Path) -> None:
     """Write the entry aside with its checksums and rename it into place; if another process put a
     good one there first, theirs is kept."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        model.save_pretrained(tmp)
+        hf_model(model, "a warm-start entry").save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "warmstart.json").write_text(json.dumps(info, indent=1))
         write_checksums(tmp)
