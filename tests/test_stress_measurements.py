@@ -5,8 +5,9 @@ loss, each against the minibatch updates replayed one by one."""
 from __future__ import annotations
 
 import copy
-import dataclasses
+import sys
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,19 +15,18 @@ import scipy.stats
 import torch
 
 from gspo_bench.config import TrainConfig
-from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import routing_drift
 from gspo_bench.objectives import get_objective
-from gspo_bench.rollout import SamplingParams, make_engine
-from gspo_bench.tasks import make_task
 from gspo_bench.train.measurements import to_host
 from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.precision import Precision
-from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.update import UpdateSettings, update_minibatch, update_policy
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_moe_rl_objectives import tiny_spread_rollout  # noqa: E402
 
 GRPO = partial(get_objective("grpo"), clip_low=0.2, clip_high=0.27)
 
@@ -46,13 +46,7 @@ def test_expert_drift_per_layer_by_hand():
 @pytest.fixture(scope="module")
 def step():
     """A tiny MoE, one rollout of 6 prompts x 4 responses with spread advantages, and its old-policy pass."""
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_moe(vocab_size=len(tokenizer), num_layers=2, hidden_size=32, expert_hidden=32,
-                           num_experts=4, top_k=2, seed=5)
-    task = make_task("sort", max_len=3)
-    batch = collect_rollout(Policy(model), make_engine("hf", pad_id=0, eos_id=2), tokenizer, task,
-                            draw_examples(task, 6, 0), SamplingParams(group_size=4, max_new_tokens=8, seed=0))
-    batch = dataclasses.replace(batch, advantages=torch.linspace(-1.5, 1.5, len(batch)))
+    model, batch = tiny_spread_rollout(6)
     return model, batch, old_policy_pass(Policy(model), batch, temperature=1.0)
 
 
