@@ -215,6 +215,7 @@ def test_a_stop_waits_for_the_running_runs_and_reports_them_not_the_cancelled_on
     ({"status": "failed", "step": 2, "message": "stopped by SIGTERM"}, ("failed", 2, "stopped by SIGTERM")),
     ({"status": "running", "step": 1}, ("failed", 1, "Stopped: stopped by Ctrl-C (SIGINT)")),
     (None, ("failed", 0, "Stopped: stopped by Ctrl-C (SIGINT)")),  # never wrote a status
+    (b'{"status": "runn', ("failed", 0, "Stopped: stopped by Ctrl-C (SIGINT)")),  # a damaged status.json
 ])
 def test_a_worker_stopped_after_its_run_reports_what_the_run_folder_records(tmp_path, recorded, expected):
     import signal
@@ -224,9 +225,29 @@ def test_a_worker_stopped_after_its_run_reports_what_the_run_folder_records(tmp_
     from gspo_bench.runtime.stopping import Stopped
     from gspo_bench.suite.launch import _outcome
 
-    if recorded is not None:
+    if isinstance(recorded, bytes):
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "status.json").write_bytes(recorded)
+    elif recorded is not None:
         RunDir(tmp_path / "run").write_status(recorded.pop("status"), recorded.pop("message", ""), **recorded)
     future = Future()
     future.set_exception(Stopped(signal.SIGINT))
     outcome = _outcome(future, SimpleNamespace(run_dir=tmp_path / "run"))
     assert (outcome["status"], outcome["step"], outcome["message"]) == expected
+
+
+def test_a_run_that_fails_on_its_damaged_status_json_is_reported_failed_and_the_suite_goes_on(tmp_path, monkeypatch):
+    """The failure's own message names the damaged file; reading the step from that file again must not
+    raise a second error out of the handler (which would stop the whole suite)."""
+    from types import SimpleNamespace
+
+    import gspo_bench.train.loop as loop
+    from gspo_bench.suite.launch import run_one
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "status.json").write_bytes(b'{"status": "runn')
+    monkeypatch.setattr(loop, "train_run", lambda spec, **mode: RunDir(spec.run_dir).read_status())
+    outcome = run_one(SimpleNamespace(run_dir=run_dir), {})
+    assert outcome["status"] == "failed" and outcome["step"] == 0
+    assert f"{run_dir / 'status.json'} is damaged" in outcome["message"]

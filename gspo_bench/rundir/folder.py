@@ -171,6 +171,14 @@ class RunDir:
     def read_status(self) -> dict[str, Any] | None:
         return read_json_file(self.path / "status.json")
 
+    def status_if_readable(self) -> dict[str, Any]:
+        """status.json's record, or {} where there is none or it is damaged: for reporting a run that
+        has already failed (its own error names the damage), where a second error would stop the suite."""
+        try:
+            return self.read_status() or {}
+        except ValueError:
+            return {}
+
     def write_status(self, status: str, message: str = "", **extra: Any) -> None:
         if not self.writable:
             return

@@ -76,7 +76,7 @@ def run_one(spec: RunSpec, mode: dict[str, Any], report: Callable[[str, str, dic
     except Exception as err:  # the line its status.json ends with too (a full disk named as such)
         from gspo_bench.rundir.failure import failure_message
 
-        recorded = RunDir(spec.run_dir).read_status() or {}
+        recorded = RunDir(spec.run_dir).status_if_readable()
         return {"status": "failed", "message": failure_message(err, spec.run_dir), "step": recorded.get("step", 0)}
 
 
@@ -309,7 +309,7 @@ def _outcome(future: Future[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
     try:
         return future.result()
     except BaseException as err:
-        recorded = RunDir(spec.run_dir).read_status() or {}
+        recorded = RunDir(spec.run_dir).status_if_readable()
         if recorded.get("status") in ("done", "collapsed", "failed"):  # the run had ended: its own end, as recorded
             return {"status": recorded["status"], "message": recorded.get("message", ""), "step": recorded.get("step", 0)}
         message = recorded.get("message") or f"{type(err).__name__}: {err}"

@@ -19,7 +19,7 @@ def broken_pool_outcomes(specs: Sequence, started: set[str]) -> list[dict]:
     exited; `started`: the names of the runs that reported their start in this session. The run
     whose worker died and the runs it stopped are marked failed in their folders with why; a run
     that never started keeps what its folder holds; one that ended first keeps its end."""
-    recorded = {spec.run_dir.name: RunDir(spec.run_dir).read_status() or {} for spec in specs}
+    recorded = {spec.run_dir.name: RunDir(spec.run_dir).status_if_readable() for spec in specs}
     dead = sorted(name for name in started if recorded.get(name, {}).get("status") == "running")
     cause = f"the worker process of run {', '.join(dead)}" if dead else "a worker process of --parallel"
     outcomes = []
