@@ -131,6 +131,14 @@ def test_planned_flops_equal_the_runs_own_compute_columns(tmp_path, minibatches,
     assert row["compute/tokens"] == (passes + 1) * (8 * 8 + plan.prompt_tokens_per_step)
 
 
+def test_the_plan_counts_every_sweep_point_s_runs(tmp_path):
+    """2 objectives x 1 seed x 3 sweep points: 6 runs, and the whole suite's FLOPs are 6 runs' worth."""
+    data = tiny_suite(tmp_path / "cache", warm_start={"enabled": False}, objectives=[{"name": "grpo"}, {"name": "gspo"}],
+                      sweep={"train.lr": [1e-3, 2e-3, 3e-3]})
+    plan = plan_suite(parse_suite(data))
+    assert plan.runs == 6 and plan.flops_total == plan.flops_per_step * plan.steps_per_run * 6
+
+
 # ---------------------------------------------------------------------------- real shapes
 @pytest.mark.parametrize("name, gb", [("granite_1b.yaml", 80), ("olmoe_1b_7b.yaml", 141)])
 def test_the_real_shape_suites_fit_their_gpu_with_ten_percent_free(name, gb):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
-from gspo_bench.config import SuiteConfig
+from gspo_bench.config import SuiteConfig, sweep
 from gspo_bench.models.families import hf_model
 from gspo_bench.moe import find_routers
 from gspo_bench.rollout.chunks import kv_bytes_per_token, rows_per_chunk
@@ -369,7 +369,8 @@ def plan_suite(suite: SuiteConfig, ranks: int | None = None) -> SuitePlan:
     fit = Fit(gpu_bytes=round(suite.train.gpu_memory_gb * 1e9), peak=memory.peak)
     return SuitePlan(model_source=source, params_total=n_total, params_active=n_active, sequences_per_step=sequences,
                      response_tokens_per_step=sequences * rollout.max_new_tokens, flops_per_step=flops,
-                     steps_per_run=steps, runs=len(suite.objectives) * len(suite.seeds), state_bytes=memory.state,
+                     steps_per_run=steps, runs=len(suite.objectives) * len(suite.seeds) * len(sweep.points(suite.sweep or {})),
+                     state_bytes=memory.state,
                      memory=memory, prompts=prompts, prompt_tokens_per_step=prompt_tokens,
                      batching=batching(suite, shapes, width, ranks), fit=fit, ranks=ranks,
                      proposal=None if fit.fits else proposal(suite, shapes, width, ranks))
