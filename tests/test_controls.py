@@ -72,6 +72,13 @@ def test_a_noise_free_control_arm_is_one_entry_of_the_stress_suite():
     assert yaml.safe_load(resolved_config(runs["grpo-s0"], lr=1e-4))["run"]["set"] == {}
 
 
+def test_a_set_value_reaches_every_arm_but_one_that_sets_the_field_itself():
+    runs = {r.name: r for r in plan_runs(apply_overrides(parse_suite(control_suite()),
+                                                         {"rollout.engine_options.router_noise": 0.5}), Path("/out"))}
+    assert runs["grpo-s0"].suite.rollout.engine_options == {"router_noise": 0.5}
+    assert runs["grpo_clean-s0"].suite.rollout.engine_options == {"router_noise": 0.0}
+
+
 def test_an_arm_with_a_swept_sweep_still_gets_its_own_value_at_every_point():
     parsed = parse_suite(control_suite(sweep={"train.lr": [1e-4, 3e-4]}))
     clean = [r for r in plan_runs(parsed, Path("/out")) if r.algorithm == "grpo_clean" and r.seed == 0]

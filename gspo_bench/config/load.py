@@ -3,7 +3,7 @@ every problem a `SuiteError` that names the file and the field."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -140,12 +140,17 @@ def check_arms(suite: SuiteConfig, points: list[tuple[dict[str, Any], SuiteConfi
     swept = [p for key in suite.sweep for p in sweep.axis_paths(key)]
     for entry in suite.objectives:
         for path in entry.set:
-            if any(path == p or path.startswith(f"{p}.") or p.startswith(f"{path}.") for p in swept):
+            if _overlaps(path, swept):
                 raise SuiteError(f"{source}: {_entry_name(suite, entry)}.set.{path}: the suite sweeps this field; "
                                  "an arm cannot set it as well")
     for _, point_suite in points:
         for entry in point_suite.objectives:
             arm_suite(point_suite, entry, source)
+
+
+def _overlaps(path: str, paths: Iterable[str]) -> bool:
+    """Whether dotted `path` is one of `paths`, inside one, or holds one."""
+    return any(path == p or path.startswith(f"{p}.") or p.startswith(f"{path}.") for p in paths)
 
 
 def _entry_name(suite: SuiteConfig, entry: ObjectiveEntry) -> str:
@@ -195,7 +200,7 @@ def apply_overrides(suite: SuiteConfig, overrides: dict[str, Any], source: str =
             sweep.field_of(dumped, path)
         except KeyError as err:
             raise SuiteError(f"{source}: --set {path}: {err.args[0]}") from None
-        if path in swept or any(path.startswith(f"{p}.") or p.startswith(f"{path}.") for p in swept):
+        if _overlaps(path, swept):
             raise SuiteError(f"{source}: --set {path}: the suite sweeps this field (sweep: in the file); "
                              "override the sweep's values in the file instead")
     data = sweep.apply(suite, overrides) | {"sweep": suite.sweep}
