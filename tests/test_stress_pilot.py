@@ -49,7 +49,7 @@ def test_a_sampled_baseline_response_is_well_formed_and_scored_by_the_task():
 
 
 def fake_run(root: Path, name: str, seed: int, rewards: list[float], evals: list[tuple[int, float]],
-             step_s: list[float], overrides: dict) -> None:
+             step_s: list[float], overrides: dict, stderr: float = 0.03) -> None:
     import json
 
     import pandas as pd
@@ -63,7 +63,7 @@ def fake_run(root: Path, name: str, seed: int, rewards: list[float], evals: list
     pd.DataFrame({"step": steps, "reward/mean": rewards, "response/len_mean": [150.0] * len(steps),
                   "time/step_s": step_s}).to_parquet(run / "metrics.parquet")
     pd.DataFrame({"step": [s for s, _ in evals], "score": [v for _, v in evals],
-                  "time/eval_s": [10.0, 20.0][:len(evals)]}).to_parquet(run / "eval.parquet")
+                  "stderr": [stderr] * len(evals), "time/eval_s": [10.0, 20.0][:len(evals)]}).to_parquet(run / "eval.parquet")
     times = {"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T00:04:30+00:00"}
     (run / "provenance.json").write_text(json.dumps(times))
     (run / "status.json").write_text(json.dumps({"status": "done"}))
@@ -74,7 +74,8 @@ def test_the_pilot_table_reads_start_end_slope_evals_and_times_of_each_run(tmp_p
 
     ramp = [0.1 + 0.01 * s for s in range(1, 13)]  # 12 steps: slope 1.0 per 100 steps
     fake_run(tmp_path / "a", "grpo-s0", 0, ramp, [(0, 0.30), (12, 0.42)], [1.0, 2.0, 3.0] * 4, {"train.lr": 0.001})
-    fake_run(tmp_path / "a", "grpo-s1", 1, [0.5] * 12, [(0, 0.40), (12, 0.40)], [2.0] * 12, {"train.lr": 0.001})
+    fake_run(tmp_path / "a", "grpo-s1", 1, [0.5] * 12, [(0, 0.40), (12, 0.45)], [2.0] * 12, {"train.lr": 0.001},
+             stderr=0.05)
     fake_run(tmp_path / "b", "grpo-s0", 0, [0.2] * 4, [(0, 0.30), (4, 0.25)], [4.0] * 4, {})
     runs = runs_table([tmp_path / "b", tmp_path / "a"])
     assert list(runs["setting"]) == ["b", "a", "a"] and list(runs["run"]) == ["grpo-s0", "grpo-s0", "grpo-s1"]
@@ -84,6 +85,10 @@ def test_the_pilot_table_reads_start_end_slope_evals_and_times_of_each_run(tmp_p
     assert first["reward_slope_per100"] == pytest.approx(1.0)
     assert (first["eval_start"], first["eval_end"], first["eval_s"], first["evals"]) == (0.30, 0.42, 15.0, 2)
     assert first["eval_rise"] == pytest.approx(0.12)
+    # the report's gate: z = 0.12 / hypot(0.03, 0.03) = 2.83, one-sided p = 0.0023; the second run's
+    # rise of 0.05 at se 0.05 each gives z = 0.707, p = 0.240: it rose but did not pass
+    assert first["eval_p"] == pytest.approx(0.0023389, abs=2e-7)
+    assert runs.iloc[2]["eval_p"] == pytest.approx(0.23975, abs=2e-5)
     assert first["step_s_median"] == 2.0 and first["step_s_p10"] == pytest.approx(1.0)
     assert (first["warm_start_seed"], first["updates"], first["wall_min"]) == (1, 96, 4.5)
     assert first["overrides"] == "train.lr=0.001"
@@ -91,9 +96,10 @@ def test_the_pilot_table_reads_start_end_slope_evals_and_times_of_each_run(tmp_p
     settings = settings_table(runs)
     assert list(settings["setting"]) == ["b", "a"]
     a = settings.iloc[1]
-    assert a["runs"] == 2 and a["eval_rose"] == 1  # a rise of exactly 0 is no rise
-    assert a["min_eval_rise"] == 0.0 and a["eval_rise"] == pytest.approx(0.06)
-    assert settings.iloc[0]["eval_rose"] == 0 and settings.iloc[0]["eval_rise"] == pytest.approx(-0.05)
+    assert a["runs"] == 2 and a["eval_rose"] == 2 and a["eval_passed"] == 1
+    assert a["min_eval_rise"] == pytest.approx(0.05) and a["eval_rise"] == pytest.approx(0.085)
+    assert settings.iloc[0]["eval_rose"] == 0 and settings.iloc[0]["eval_passed"] == 0
+    assert settings.iloc[0]["eval_rise"] == pytest.approx(-0.05)
 
 
 def test_warm_start_curves_append_one_row_per_evaluation_under_one_header(tmp_path):

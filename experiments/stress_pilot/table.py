@@ -8,7 +8,8 @@ runs.csv: reward over the first 10 steps and over the last 25% of steps, the lea
 of the step reward (per 100 steps), the held-out eval (eval.parquet: clean reward on the test split)
 at step 0 and at the last evaluation, the step time (median, and the 10th percentile as the figure
 least touched by other processes on the CPU), the mean evaluation time and the run's wall clock.
-settings.csv: per setting, the means over its runs and on how many runs the eval rose.
+settings.csv: per setting, the means over its runs, on how many runs the eval rose and on how many
+it passed the report's learnability gate (`eval_passed`: one-sided p < 5%, `eval_p` per run).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+
+from analysis.outcome import held_out_rise
+from analysis.stats import ALPHA
 
 
 def reward_figures(metrics: pd.DataFrame) -> dict[str, float]:
@@ -35,14 +39,18 @@ def reward_figures(metrics: pd.DataFrame) -> dict[str, float]:
 
 
 def eval_figures(evals: pd.DataFrame | None) -> dict[str, float]:
-    """Held-out reward at step 0 and at the last evaluation, their difference, the mean seconds per
-    evaluation and the number of evaluations (NaN and 0 without an eval.parquet)."""
+    """Held-out reward at step 0 and at the last evaluation, their difference, the report's
+    learnability gate on it (`eval_p`: one-sided p of a rise, analysis.outcome.held_out_rise; NaN
+    without standard errors), the mean seconds per evaluation and the number of evaluations (NaN
+    and 0 without an eval.parquet)."""
     if evals is None or evals.empty:
-        return {"eval_start": np.nan, "eval_end": np.nan, "eval_rise": np.nan, "eval_s": np.nan, "evals": 0}
+        return {"eval_start": np.nan, "eval_end": np.nan, "eval_rise": np.nan, "eval_p": np.nan, "eval_s": np.nan,
+                "evals": 0}
     e = evals.sort_values("step")
     start, end = e["score"].iloc[0], e["score"].iloc[-1]
-    return {"eval_start": start, "eval_end": end, "eval_rise": end - start, "eval_s": e["time/eval_s"].mean(),
-            "evals": len(e)}
+    p = held_out_rise(e)[2] if "stderr" in e else np.nan
+    return {"eval_start": start, "eval_end": end, "eval_rise": end - start, "eval_p": p,
+            "eval_s": e["time/eval_s"].mean(), "evals": len(e)}
 
 
 def wall_minutes(provenance: dict) -> float:
@@ -81,6 +89,7 @@ def settings_table(runs: pd.DataFrame) -> pd.DataFrame:
     means = grouped[["reward_first10", "reward_last25", "reward_slope_per100", "eval_start", "eval_end",
                      "eval_rise", "step_s_median", "step_s_p10", "eval_s", "wall_min"]].mean()
     counts = grouped.agg(runs=("run", "size"), eval_rose=("eval_rise", lambda r: int((r > 0).sum())),
+                         eval_passed=("eval_p", lambda p: int((p < ALPHA).sum())),
                          min_eval_rise=("eval_rise", "min"), overrides=("overrides", "first"))
     return counts.join(means).reset_index()
 
