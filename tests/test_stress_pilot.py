@@ -114,3 +114,23 @@ def test_warm_start_curves_append_one_row_per_evaluation_under_one_header(tmp_pa
     assert list(table["accuracy"]) == [0.0, 0.1235, 0.05] and list(table["warm_start_seed"]) == [0, 0, 1]
     assert list(table["elapsed_s"]) == [20.0, 460.0, 21.0] and list(table["cpu_s"]) == [20.0, 150.0, 20.0]
     assert list(table["overrides"]) == ["x=1", "x=1", ""]
+
+
+def test_the_stress_reading_tests_each_runs_held_out_rise_as_the_gate_does_and_counts_the_seeds_per_arm():
+    import pandas as pd
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
+    from stress_reading import arm_summary, held_out
+
+    # seed 0 rises 0.10 at se 0.02 each (z 3.54, p 0.0002); seed 1 rises 0.02 (z 0.707, p 0.240)
+    evals = pd.DataFrame({"label": ["a"] * 4, "seed": [0, 0, 1, 1], "step": [20, 0, 0, 20],
+                          "score": [0.60, 0.50, 0.50, 0.52], "stderr": [0.02] * 4})
+    runs = held_out(evals)
+    assert list(runs["seed"]) == [0, 1] and list(runs["start"]) == [0.50, 0.50] and list(runs["end"]) == [0.60, 0.52]
+    assert list(runs["p"]) == [pytest.approx(2.0e-4, abs=1e-5), pytest.approx(0.23975, abs=1e-4)]
+    metrics = pd.DataFrame({"label": ["a"] * 2, "clip/frac": [0.1, 0.3], "moe/rollout_gap": [0.2, 0.4],
+                            "ratio/token_gt_10": [2, 1], "ratio/token_gt_100": [1, 0], "ratio/token_gt_1000": [0, 0],
+                            "moe/drift_expert_1": [0.01, 0.03], "moe/drift_1": [0.02, 0.04]})
+    arm = arm_summary(runs, metrics).loc["a"]
+    assert (arm["rose"], arm["seeds"], arm["gt_10"], arm["gt_100"]) == (1, 2, 3, 1)
+    assert arm["end"] == pytest.approx(0.56) and arm["clip"] == pytest.approx(0.2) and arm["gap_median"] == pytest.approx(0.3)
