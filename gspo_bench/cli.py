@@ -156,18 +156,20 @@ def suite_world(suite):
 
 def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
     from gspo_bench.config import SuiteError
-    from gspo_bench.suite.plan import PlanError, plan_rows, plan_suite
+    from gspo_bench.suite.plan import PlanError, plan_rows, plan_suite, plans_by_suite
     from gspo_bench.suite.runner import plan_runs
     from gspo_bench.suite.session import load_with_overrides
 
     try:
         suite, _ = load_with_overrides(suite_path, overrides)
         plan = plan_suite(suite)
+        runs = plan_runs(suite, Path(suite.output_dir))
+        groups = plans_by_suite([(run.name, run.suite) for run in runs])  # arms' set: and sweep points
     except (SuiteError, PlanError) as err:
         raise fail(str(err)) from None
     given = "".join(f" --set {item}" for item in overrides or [])
     table = Table(title=escape(f"dry run: suite {suite.name!r} ({suite_path}{given})"), show_header=False)
-    for key, value in plan_rows(suite, plan, [run.name for run in plan_runs(suite, Path(suite.output_dir))]):
+    for key, value in plan_rows(suite, plan, [run.name for run in runs], groups):
         table.add_row(key, escape(value))
     console.print(table)
 

@@ -173,3 +173,36 @@ def test_step_one_prints_the_plan_beside_the_measured_peak():
     memory = MemoryPlan(state=18 * GIB, activations=20 * GIB, logits=GIB // 2, kv_cache=GIB // 4)
     assert plan_vs_peak(memory, 40.04) == ("GPU memory at step 1: measured peak 40.0 GiB; planned 38.5 GiB = state "
                                            "18.0 + activations 20.0 + logits 0.50 (KV cache 0.25)")
+
+
+def test_the_dry_run_plans_each_arm_whose_set_changes_its_runs_shapes(tmp_path):
+    """An arm that doubles max_new_tokens (`set:`) gets its own peak and FLOPs per step, and the whole
+    suite's FLOPs are the sum of the runs' own; a sweep over lr alone changes no plan: no extra rows."""
+    import yaml
+
+    from gspo_bench.suite.plan import plan_rows, plans_by_suite, runs_differ
+    from gspo_bench.suite.runner import plan_runs
+
+    data = tiny_suite(tmp_path / "cache", warm_start={"enabled": False}, budget={"kind": "steps", "value": 3},
+                      objectives=[{"name": "grpo"}, {"name": "grpo", "label": "long",
+                                                     "set": {"rollout.max_new_tokens": 64}}])
+    data["rollout"]["max_new_tokens"] = 32
+    suite_ = parse_suite(data)
+    runs = plan_runs(suite_, tmp_path / "out")
+    groups = plans_by_suite([(run.name, run.suite) for run in runs])
+    assert [g.names for g in groups] == [("grpo-s0",), ("long-s0",)] and runs_differ(groups)
+    short, long_ = (g.plan for g in groups)
+    assert long_.memory.peak > short.memory.peak and long_.flops_per_step > short.flops_per_step
+    rows = dict(plan_rows(suite_, plan_suite(suite_), [run.name for run in runs], groups))
+    assert rows["FLOPs, whole suite"].startswith(f"{3 * (short.flops_per_step + long_.flops_per_step):.3g} ")
+    assert rows["long-s0"].startswith(f"peak {long_.memory.peak / GIB:,.1f} GiB (fits one GPU), "
+                                      f"{long_.flops_per_step:.3g} FLOPs per step, >= 3 steps")
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(app, ["run", str(path), "--dry-run"])
+    assert result.exit_code == 0 and "long-s0" in result.output.split("runs")[-1] and "FLOPs per step, >=" in result.output
+    swept = parse_suite({**data, "objectives": [{"name": "grpo"}], "sweep": {"train.lr": [1e-3, 2e-3]}})
+    groups = plans_by_suite([(run.name, run.suite) for run in plan_runs(swept, tmp_path / "out")])
+    assert len(groups) == 2 and not runs_differ(groups)
+    assert dict(plan_rows(swept, plan_suite(swept), [], groups))["FLOPs, whole suite"] == \
+        f"{plan_suite(swept).flops_total:.3g}"

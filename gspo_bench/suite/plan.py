@@ -488,13 +488,52 @@ def plan_vs_peak(memory: MemoryPlan, measured_gib: float) -> str:
             f"{memory.logits / GIB:.2f}{extra} (KV cache {memory.kv_cache / GIB:.2f})")
 
 
-def plan_rows(suite: SuiteConfig, plan: SuitePlan, run_names: list[str]) -> list[tuple[str, str]]:
-    """The dry run's table: (what, how much) for the model, one step, the budget, the runs and memory."""
+@dataclass(frozen=True)
+class RunsPlan:
+    """The plan of the runs `names`, which share one suite (an arm's `set:` at one sweep point)."""
+
+    names: tuple[str, ...]
+    plan: SuitePlan
+
+
+def plans_by_suite(runs: list[tuple[str, SuiteConfig]], ranks: int | None = None) -> list[RunsPlan]:
+    """One plan per distinct suite among the (run name, its suite) pairs, in the order first met."""
+    groups: dict[str, tuple[SuiteConfig, list[str]]] = {}
+    for name, run_suite in runs:
+        groups.setdefault(run_suite.model_dump_json(), (run_suite, []))[1].append(name)
+    return [RunsPlan(tuple(names), plan_suite(run_suite, ranks)) for run_suite, names in groups.values()]
+
+
+def runs_differ(groups: list[RunsPlan]) -> bool:
+    """Whether some runs' arm or sweep point gives them another peak, FLOPs per step or step count."""
+    return len({(g.plan.memory.peak, g.plan.flops_per_step, g.plan.steps_per_run) for g in groups}) > 1
+
+
+def group_rows(groups: list[RunsPlan]) -> list[tuple[str, str]]:
+    """Where runs differ (`runs_differ`): each group's peak, fit and compute, and the whole suite's FLOPs
+    summed over the groups; nothing where every run has the suite's plan."""
+    if not runs_differ(groups):
+        return []
+    rows = [("FLOPs, whole suite", f"{sum(g.plan.flops_total / g.plan.runs * len(g.names) for g in groups):.3g} "
+                                   "(summed over the runs' own plans below)")]
+    for g in groups:
+        fit = _planned(g.plan.fit, "fit")
+        rows.append((", ".join(g.names), f"peak {fit.peak / GIB:,.1f} GiB ({'fits' if fit.fits else 'does not fit'} "
+                                         f"one GPU), {g.plan.flops_per_step:.3g} FLOPs per step, "
+                                         f">= {g.plan.steps_per_run:,} steps"))
+    return rows
+
+
+def plan_rows(suite: SuiteConfig, plan: SuitePlan, run_names: list[str],
+              groups: list[RunsPlan] | None = None) -> list[tuple[str, str]]:
+    """The dry run's table: (what, how much) for the model, one step, the budget, the runs and memory;
+    with `groups` whose runs differ (an arm's `set:` or a sweep point changing shapes or compute), the
+    whole suite's FLOPs are theirs and each group's peak and compute follow the suite's own rows."""
     r, t = suite.rollout, suite.train
     reference = f" + {t.dtype} reference" if t.kl_coef > 0 else ""
     moments = "8-bit AdamW moments" if t.optimizer == "adamw8bit" else "AdamW"
     passes = step_compute(suite, 0).tokens_forward // max(1, step_compute(suite, 0).tokens_trained)
-    return [
+    rows = [
         ("model", plan.model_source),
         ("parameters", f"{plan.params_total / 1e9:.3g} B total, {plan.params_active / 1e9:.3g} B active per token"),
         ("per step", f"{r.prompts_per_step} prompts x {r.group_size} = {plan.sequences_per_step} responses of <= "
@@ -513,3 +552,8 @@ def plan_rows(suite: SuiteConfig, plan: SuitePlan, run_names: list[str]) -> list
         *memory_lines(suite, plan),
         fit_line(suite, plan),
     ]
+    differing = group_rows(groups or [])
+    if differing:
+        rows = [differing[0] if key == "FLOPs, whole suite" else (key, value) for key, value in rows]
+        rows += differing[1:]
+    return rows
