@@ -149,6 +149,11 @@ def test_a_stop_outside_the_training_loop_records_the_run_failed(tmp_path):
     never = tmp_path / "never"
     assert _record_stopped(SimpleNamespace(run_dir=never), Stopped(signal.SIGINT))["status"] == "failed"
     assert RunDir(never).read_status() is None
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "status.json").write_bytes(b'{"status": "runn')
+    outcome = _record_stopped(SimpleNamespace(run_dir=damaged), Stopped(signal.SIGTERM))
+    assert outcome["status"] == "failed" and "stopped by SIGTERM" in outcome["message"]
 
 
 class StoppedPool:

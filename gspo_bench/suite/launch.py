@@ -242,11 +242,12 @@ def _run_in_process(spec: RunSpec, mode: dict[str, Any]) -> dict[str, Any]:
 
 def _record_stopped(spec: RunSpec, err: Stopped) -> dict[str, Any]:
     """The failed status of a run a stop ended; a run whose folder still says `running` (stopped outside
-    the training loop, which records its own end) is marked failed there too."""
+    the training loop, which records its own end) is marked failed there too; a damaged status.json
+    gives the stop's own message (a second error would hide the stop)."""
     from gspo_bench.rundir.failure import failure_message
 
     out = RunDir(spec.run_dir)
-    recorded = out.read_status() or {}
+    recorded = out.status_if_readable()
     message = recorded.get("message") or failure_message(err, spec.run_dir)
     if recorded.get("status") == "running":
         out.write_status("failed", message, step=recorded.get("step", 0))
