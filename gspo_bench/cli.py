@@ -164,7 +164,7 @@ def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
         suite, _ = load_with_overrides(suite_path, overrides)
         plan = plan_suite(suite)
         runs = plan_runs(suite, Path(suite.output_dir))
-        groups = plans_by_suite([(run.name, run.suite) for run in runs])  # arms' set: and sweep points
+        groups = plans_by_suite([(run.name, run.suite) for run in runs], known=(suite, plan))  # arms' set:, sweep points
     except (SuiteError, PlanError) as err:
         raise fail(str(err)) from None
     given = "".join(f" --set {item}" for item in overrides or [])

@@ -18,7 +18,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -144,10 +144,10 @@ class SuitePlan:
     runs: int
     state_bytes: int  # weights + gradients + optimizer moments (+ frozen reference) of one run, this rank's share
     memory: MemoryPlan  # activations, logits, KV cache and the peak they make with the state
+    batching: Batching
+    fit: Fit  # the peak against one GPU of train.gpu_memory_gb
     prompts: str = "left out"  # where the planned prompt lengths come from
     prompt_tokens_per_step: int = 0  # prompt tokens of a step's sequences (each prompt G times)
-    batching: Batching | None = None
-    fit: Fit | None = None  # the peak against one GPU of train.gpu_memory_gb
     proposal: Proposal | None = None  # where it does not fit: settings under which it does
     ranks: int = 1  # GPUs the plan is for (FSDP2 ranks)
 
@@ -428,19 +428,9 @@ def propose(suite: SuiteConfig, shapes: Shapes, width: int, ranks: int = 1) -> l
     return None
 
 
-T = TypeVar("T")
-
-
-def _planned(part: T | None, what: str) -> T:
-    """A part of the plan the dry run's table shows; RuntimeError where the plan was made without it."""
-    if part is None:
-        raise RuntimeError(f"this suite plan has no {what}: plan it with memory_plan's shapes")
-    return part
-
-
 def memory_lines(suite: SuiteConfig, plan: SuitePlan) -> list[tuple[str, str]]:
     """The dry run's memory rows: (what, GiB and how)."""
-    memory, rows, train, rollout = plan.memory, _planned(plan.batching, "batching"), suite.train, suite.rollout
+    memory, rows, train, rollout = plan.memory, plan.batching, suite.train, suite.rollout
     saved = ("checkpointed: one hidden state per layer, one layer recomputed in backward"
              if train.activation_checkpointing else "saved for backward, no checkpointing")
     head = (f"the log-prob head in chunks of {train.logprob_chunk_tokens} tokens" if train.logprob_chunk_tokens
@@ -465,12 +455,14 @@ def memory_lines(suite: SuiteConfig, plan: SuitePlan) -> list[tuple[str, str]]:
 
 def fit_line(suite: SuiteConfig, plan: SuitePlan) -> tuple[str, str]:
     """Whether the peak fits one GPU of train.gpu_memory_gb with HEADROOM free, and if not, what would."""
-    fit, gb = _planned(plan.fit, "fit"), suite.train.gpu_memory_gb
+    fit, gb = plan.fit, suite.train.gpu_memory_gb
     what = f"one GPU of {gb:g} GB ({fit.gpu_bytes / GIB:.1f} GiB)" + (f", x {plan.ranks} ranks" if plan.ranks > 1 else "")
     if fit.fits:
         return what, f"fits: peak {fit.peak / GIB:,.1f} GiB, {fit.headroom:.0%} free"
     usable = f"peak {fit.peak / GIB:,.1f} GiB > {1 - HEADROOM:.0%} of {fit.gpu_bytes / GIB:.1f} GiB"
-    found = _planned(plan.proposal, "proposal")
+    found = plan.proposal
+    if found is None:  # plan_suite proposes wherever the plan does not fit
+        raise RuntimeError("a plan that does not fit has no proposal: make it with plan_suite")
     if found.found:
         sets = " ".join(f"--set {path}={str(value).lower() if isinstance(value, bool) else value}"
                         for path, value in found.changes)
@@ -496,12 +488,16 @@ class RunsPlan:
     plan: SuitePlan
 
 
-def plans_by_suite(runs: list[tuple[str, SuiteConfig]], ranks: int | None = None) -> list[RunsPlan]:
-    """One plan per distinct suite among the (run name, its suite) pairs, in the order first met."""
+def plans_by_suite(runs: list[tuple[str, SuiteConfig]], known: tuple[SuiteConfig, SuitePlan] | None = None,
+                   ranks: int | None = None) -> list[RunsPlan]:
+    """One plan per distinct suite among the (run name, its suite) pairs, in the order first met;
+    `known`: a suite already planned (the dry run's base suite), whose plan is reused."""
     groups: dict[str, tuple[SuiteConfig, list[str]]] = {}
     for name, run_suite in runs:
         groups.setdefault(run_suite.model_dump_json(), (run_suite, []))[1].append(name)
-    return [RunsPlan(tuple(names), plan_suite(run_suite, ranks)) for run_suite, names in groups.values()]
+    planned = {known[0].model_dump_json(): known[1]} if known else {}
+    return [RunsPlan(tuple(names), planned.get(key) or plan_suite(run_suite, ranks))
+            for key, (run_suite, names) in groups.items()]
 
 
 def runs_differ(groups: list[RunsPlan]) -> bool:
@@ -510,18 +506,22 @@ def runs_differ(groups: list[RunsPlan]) -> bool:
 
 
 def group_rows(groups: list[RunsPlan]) -> list[tuple[str, str]]:
-    """Where runs differ (`runs_differ`): each group's peak, fit and compute, and the whole suite's FLOPs
-    summed over the groups; nothing where every run has the suite's plan."""
+    """Where runs differ (`runs_differ`): each group's peak, fit and compute; nothing where every run
+    has the suite's plan."""
     if not runs_differ(groups):
         return []
-    rows = [("FLOPs, whole suite", f"{sum(g.plan.flops_total / g.plan.runs * len(g.names) for g in groups):.3g} "
-                                   "(summed over the runs' own plans below)")]
-    for g in groups:
-        fit = _planned(g.plan.fit, "fit")
-        rows.append((", ".join(g.names), f"peak {fit.peak / GIB:,.1f} GiB ({'fits' if fit.fits else 'does not fit'} "
-                                         f"one GPU), {g.plan.flops_per_step:.3g} FLOPs per step, "
-                                         f">= {g.plan.steps_per_run:,} steps"))
-    return rows
+    return [(", ".join(g.names), f"peak {g.plan.fit.peak / GIB:,.1f} GiB "
+                                 f"({'fits' if g.plan.fit.fits else 'does not fit'} one GPU), "
+                                 f"{g.plan.flops_per_step:.3g} FLOPs per step, >= {g.plan.steps_per_run:,} steps")
+            for g in groups]
+
+
+def suite_flops(plan: SuitePlan, groups: list[RunsPlan]) -> str:
+    """The whole suite's FLOPs: the plan's, or where runs differ the sum of each run's own plan."""
+    if not runs_differ(groups):
+        return f"{plan.flops_total:.3g}"
+    total = sum(g.plan.flops_per_step * g.plan.steps_per_run * len(g.names) for g in groups)
+    return f"{total:.3g} (summed over the runs' own plans below)"
 
 
 def plan_rows(suite: SuiteConfig, plan: SuitePlan, run_names: list[str],
@@ -539,21 +539,17 @@ def plan_rows(suite: SuiteConfig, plan: SuitePlan, run_names: list[str],
         ("per step", f"{r.prompts_per_step} prompts x {r.group_size} = {plan.sequences_per_step} responses of <= "
                      f"{r.max_new_tokens} tokens = {plan.response_tokens_per_step:,} response tokens, "
                      f"{t.minibatches} minibatch updates"),
-        ("prompts", f"{plan.prompt_tokens_per_step:,} prompt tokens per step, width {_planned(plan.batching, 'batching').prompt_width} "
+        ("prompts", f"{plan.prompt_tokens_per_step:,} prompt tokens per step, width {plan.batching.prompt_width} "
                     f"({plan.prompts})"),
         ("FLOPs per step", f"{plan.flops_per_step:.3g} (upper bound: full-length responses; {passes} forward passes "
                            "of every token and one trained)"),
         ("budget", f"{suite.budget.kind} = {suite.budget.value:g} -> >= {plan.steps_per_run:,} steps per run "
                    f"(cap {suite.budget.max_steps:,})"),
         ("runs", f"{plan.runs}: " + ", ".join(run_names)),
-        ("FLOPs, whole suite", f"{plan.flops_total:.3g}"),
+        ("FLOPs, whole suite", suite_flops(plan, groups or [])),
         ("training state per run", f"{plan.state_bytes / GIB:,.1f} GiB (fp32 master weights + grads + {moments}"
                                    f"{reference}; {t.dtype} compute)"),
         *memory_lines(suite, plan),
         fit_line(suite, plan),
     ]
-    differing = group_rows(groups or [])
-    if differing:
-        rows = [differing[0] if key == "FLOPs, whole suite" else (key, value) for key, value in rows]
-        rows += differing[1:]
-    return rows
+    return rows + group_rows(groups or [])
