@@ -49,7 +49,7 @@ def test_a_sampled_baseline_response_is_well_formed_and_scored_by_the_task():
 
 
 def fake_run(root: Path, name: str, seed: int, rewards: list[float], evals: list[tuple[int, float]],
-             step_s: list[float], overrides: dict, stderr: float = 0.03) -> None:
+             step_s: list[float], overrides: dict, stderr: float = 0.03, warm_start: dict | None = None) -> None:
     import json
 
     import pandas as pd
@@ -57,7 +57,7 @@ def fake_run(root: Path, name: str, seed: int, rewards: list[float], evals: list
 
     run = root / "stress_pilot" / name
     run.mkdir(parents=True)
-    suite = {"warm_start": {"seed": 1}, "train": {"minibatches": 8}}
+    suite = {"warm_start": warm_start or {"seed": 1}, "train": {"minibatches": 8}}
     (run / "config.yaml").write_text(yaml.safe_dump({"run": {"seed": seed, "overrides": overrides}, "suite": suite}))
     steps = list(range(1, len(rewards) + 1))
     pd.DataFrame({"step": steps, "reward/mean": rewards, "response/len_mean": [150.0] * len(steps),
@@ -100,6 +100,10 @@ def test_the_pilot_table_reads_start_end_slope_evals_and_times_of_each_run(tmp_p
     assert a["min_eval_rise"] == pytest.approx(0.05) and a["eval_rise"] == pytest.approx(0.085)
     assert settings.iloc[0]["eval_rose"] == 0 and settings.iloc[0]["eval_passed"] == 0
     assert settings.iloc[0]["eval_rise"] == pytest.approx(-0.05)
+    # the warm start of a suite with warm_start.seeds: seeds[seed mod 2], not the RL seed
+    fake_run(tmp_path / "c", "grpo-s3", 3, [0.2] * 4, [(0, 0.3), (4, 0.3)], [1.0] * 4, {}, warm_start={"seeds": [0, 1]})
+    fake_run(tmp_path / "c", "grpo-s4", 4, [0.2] * 4, [(0, 0.3), (4, 0.3)], [1.0] * 4, {}, warm_start={"seeds": [0, 1]})
+    assert list(runs_table([tmp_path / "c"])["warm_start_seed"]) == [1, 0]
 
 
 def test_warm_start_curves_append_one_row_per_evaluation_under_one_header(tmp_path):

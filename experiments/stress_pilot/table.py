@@ -25,6 +25,7 @@ import yaml
 
 from analysis.outcome import held_out_rise
 from analysis.stats import ALPHA
+from gspo_bench.config.schema import WarmStartConfig
 
 
 def reward_figures(metrics: pd.DataFrame) -> dict[str, float]:
@@ -67,7 +68,7 @@ def run_row(setting: str, run_dir: Path) -> dict:
     provenance = json.loads((run_dir / "provenance.json").read_text())
     status = json.loads((run_dir / "status.json").read_text())["status"]
     step_s = metrics["time/step_s"]
-    return {"setting": setting, "run": run_dir.name, "warm_start_seed": suite["warm_start"]["seed"],
+    return {"setting": setting, "run": run_dir.name, "warm_start_seed": WarmStartConfig.model_validate(suite["warm_start"]).seed_for(config["run"]["seed"]),
             "seed": config["run"]["seed"], "status": status, "steps": len(metrics),
             "updates": len(metrics) * suite["train"]["minibatches"],
             "response_len": metrics["response/len_mean"].mean(), **reward_figures(metrics),

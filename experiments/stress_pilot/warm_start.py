@@ -52,7 +52,7 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     suite = load_suite(args.suite, parse_overrides(args.overrides))
-    seed = suite.warm_start.seed if suite.warm_start.seed is not None else suite.seeds[0]
+    seed = suite.seeds[0]  # the suite's first RL seed; its warm start is warm_start.seed_for(seed)
     start, cpu_start, evals = time.perf_counter(), time.process_time(), []
 
     def on_eval(step: int, accuracy: float) -> None:
@@ -63,7 +63,7 @@ def main() -> None:
         path = starting_weights(suite, seed, on_eval=on_eval)
         print(f"weights: {path} ({time.perf_counter() - start:.0f} s)")
     finally:
-        append_rows(args.csv, curve_rows(args.name, seed, evals, " ".join(args.overrides)))
+        append_rows(args.csv, curve_rows(args.name, suite.warm_start.seed_for(seed), evals, " ".join(args.overrides)))
 
 
 if __name__ == "__main__":
