@@ -45,11 +45,13 @@ def test_the_stress_suites_hold_every_ingredient(name):
     assert by_label["grpo_tis"].correction == {"kind": "tis"} and by_label["grpo_tis"].name == "grpo"
     assert by_label["grpo_clean"].set == {"rollout.engine_options.router_noise": 0.0}
     assert all(o.correction is None for label, o in by_label.items() if label != "grpo_tis")
+    assert all(not o.set for label, o in by_label.items() if label != "grpo_clean")  # noise off in the control only
     assert len(suite.seeds) >= 6 and suite.warm_start.seeds == [0, 1] and suite.warm_start.eval_examples >= 128
     assert suite.warm_start.band[0] >= 0.5  # the pilot's round 2: at 0.33 the control rose too slowly to pass the gate
     assert suite.train.minibatches == 8 and suite.task.name == "chain" and suite.rollout.max_new_tokens >= 170
     assert suite.rollout.engine == "hf" and suite.rollout.engine_options["router_noise"] > 0
     assert suite.eval.tasks == ["chain"] and suite.eval.limit >= 128 and suite.eval.every > 0
+    assert suite.eval.engine == "rollout"  # the held-out reward is sampled with the engine's router noise off
     assert suite.task.instance().test_examples(1)[0].answer.count(";") == 25  # 26 written steps
 
 
