@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.runtime.stopping import Stopped, stop_on_signals
 from gspo_bench.suite.console import PrintableConsole
 
@@ -36,11 +37,14 @@ console = _terminal if _terminal.is_terminal else PrintableConsole(width=140)  #
 @app.callback()
 def entry_point(ctx: typer.Context,
                 debug: bool = typer.Option(False, "--debug", help="show the traceback of an error")) -> None:
-    """Process-wide settings of the command line (the library sets none): no weight loading/saving
+    """Process-wide settings of the command line (the library sets none): one CPU kernel choice on every
+    x86-64 CPU with AVX2, set before torch picks any (`gspo_bench.runtime.kernels`: results reproduce
+    bit for bit across machines; GSPO_BENCH_NATIVE_KERNELS=1 opts out), no weight loading/saving
     progress bars from Hugging Face libraries (they drown the run's own), figures drawn headless,
     SIGTERM and Ctrl-C stop a suite (`gspo_bench.runtime.stopping`: runs in progress recorded as failed, resumable).
     `--debug` is this invocation's context state (`ctx.obj`), read by `guarded`."""
     ctx.obj = {"debug": debug}
+    pin_kernels()  # workers (--parallel, Ray, torchrun ranks) inherit the environment
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("MPLBACKEND", "Agg")
     stop_on_signals()

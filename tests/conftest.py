@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-from typer.testing import CliRunner
+from gspo_bench.runtime.kernels import pin_kernels
 
-from gspo_bench import cli as cli_module
+pin_kernels()  # before any test computes: the kernels the command line pins (gspo_bench.runtime.kernels)
+
+import pytest  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from gspo_bench import cli as cli_module  # noqa: E402
 
 
 @pytest.fixture()

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
 from gspo_bench.cli import app
 from gspo_bench.config import parse_suite
 from gspo_bench.rundir.folder import GPU_COLUMNS, REQUIRED_COLUMNS, TIMING_COLUMNS, RunDir
+from gspo_bench.runtime.kernels import torch_threads
 from gspo_bench.suite.runner import plan_runs, starting_weights, weights_key
 from gspo_bench.train.loop import RunSpec, train_run
 
@@ -118,6 +122,9 @@ def test_ci_suite_end_to_end(tmp_path, monkeypatch):
         assert sorted(layers["layer"].unique()) == [0, 1, 2, 3]
         prov = run.read_json("provenance.json")
         assert prov["packages"]["torch"] and prov["end"] and "commit" in prov["git"]
+        # the kernels it computed with: pinned (gspo_bench.runtime.kernels), at the suite's thread count
+        assert (prov["kernels"]["aten_cpu_capability"], prov["kernels"]["mkl_branch"]) == ("AVX2", "COMPATIBLE")
+        assert prov["kernels"]["threads"] == data["train"]["threads"]
         config = yaml.safe_load((run.path / "config.yaml").read_text())
         assert config["run"]["label"] == label and config["suite"]["name"] == "ci"
         finals[label] = frame["compute/cum_flops"].iloc[-1]
@@ -154,10 +161,17 @@ def test_drift_after_a_negligible_update_is_zero(tmp_path, cache):
     assert (frame["moe/drift_after"] == 0).all() and (frame["moe/drift"] == 0).all()
 
 
-def test_same_seed_twice_gives_identical_metrics(tmp_path, cache):
+def test_same_seed_twice_gives_identical_metrics_whatever_the_process_state(tmp_path, cache):
+    """A run depends on its suite and seed only: not on the global RNGs another test (or a notebook
+    cell) drew from, nor on the process's thread count, which the run sets to `train.threads` for
+    itself and gives back."""
     data = tiny_suite(cache)
     run_suite(data, tmp_path / "a")
-    run_suite(data, tmp_path / "b")
+    torch.manual_seed(12345), np.random.seed(12345), random.seed(12345)
+    torch.rand(7), np.random.rand(7), random.random()
+    with torch_threads(2):
+        run_suite(data, tmp_path / "b")
+        assert torch.get_num_threads() == 2  # the run's own train.threads (1) was given back
     assert metrics(tmp_path / "a", "tiny", "grpo-s0")["reward/std"].max() > 0  # there was a learning signal
     for run in ("grpo-s0", "grpo_rr-s0", "gspo-s0"):
         assert_same_metrics(metrics(tmp_path / "a", "tiny", run), metrics(tmp_path / "b", "tiny", run))

@@ -85,6 +85,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     from gspo_bench.models import build_char_tokenizer, build_tiny_moe
     from gspo_bench.models.chat import TINY_CHAT_TEMPLATE, resolve_prompt_format
     from gspo_bench.models.tokenizer import DEFAULT_ALPHABET
+    from gspo_bench.runtime.kernels import torch_threads
     from gspo_bench.tasks import make_task
     from gspo_bench.train.warmstart import WarmStartParams, warm_start
 
@@ -118,10 +119,11 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
         prompt_format=prompt_format, device=ws.device,
     )
     log(f"starting weights for seed {seed}: {'warm start' if ws.enabled else 'fresh init'} (cache {cache})")
-    _, info = warm_start(
-        build, tokenizer, make_task(suite.task.name, **suite.task.params), params, key_parts, cache,
-        on_eval=on_eval or (lambda step, acc: log(f"  warm start step {step}: sampled test accuracy {acc:.3f}")),
-    )
+    with torch_threads(suite.train.threads):  # the runs' thread count: the same sums on any machine
+        _, info = warm_start(
+            build, tokenizer, make_task(suite.task.name, **suite.task.params), params, key_parts, cache,
+            on_eval=on_eval or (lambda step, acc: log(f"  warm start step {step}: sampled test accuracy {acc:.3f}")),
+        )
     if info.get("rebuilt"):
         log(f"  the cached warm start was damaged ({info['rebuilt']}): removed and rebuilt")
     log(f"  {'reused' if info['cached'] else 'trained'}: accuracy {info['accuracy']:.3f} after {info['steps']} steps")

@@ -27,6 +27,7 @@ from gspo_bench.rundir.failure import failure_message
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, now
 from gspo_bench.runtime.distributed import World
 from gspo_bench.runtime.hardware import device_peak_flops, peak_memory_gib, reset_peak_memory, step_figures
+from gspo_bench.runtime.kernels import torch_threads
 from gspo_bench.train.checkpoint import save_checkpoint
 from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.rollout import collect_rollout, draw_examples
@@ -54,8 +55,14 @@ def step_seed(seed: int, step: int, stream: int) -> int:
 
 def train_run(spec: RunSpec, resume: bool = False, on_step: Callable[[dict], None] | None = None,
               allow_changed: bool = False) -> dict:
-    """Run one objective x seed to its budget; returns the final status dict. Never raises for a
-    collapsed run; a crash is recorded as `failed` (traceback in error.log) and re-raised."""
+    """Run one objective x seed to its budget, at the suite's `train.threads` (the process's own count
+    restored after); returns the final status dict. Never raises for a collapsed run; a crash is
+    recorded as `failed` (traceback in error.log) and re-raised."""
+    with torch_threads(spec.suite.train.threads):
+        return _train_run(spec, resume, on_step, allow_changed)
+
+
+def _train_run(spec: RunSpec, resume: bool, on_step: Callable[[dict], None] | None, allow_changed: bool) -> dict:
     # ------------------------------------------------------------------ setup
     run, state = open_run(spec, resume, allow_changed)
     suite, out = run.suite, run.out

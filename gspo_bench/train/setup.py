@@ -20,6 +20,7 @@ from gspo_bench.rundir.folder import RunDir, now, provenance
 from gspo_bench.rundir.lock import RunBusyError, RunLock
 from gspo_bench.runtime.distributed import World, device_for, shard, world_from_env
 from gspo_bench.runtime.hardware import require_device
+from gspo_bench.runtime.kernels import kernel_state
 from gspo_bench.tasks import Task
 from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state, remove_half_written
 from gspo_bench.train.compute import active_parameters
@@ -80,8 +81,6 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
     another process holds it) and writes the resolved config, provenance and a `running` status
     (rank 0 only under torchrun). The caller releases `run.lock` when the run ends."""
     suite, train = spec.suite, spec.suite.train
-    if train.threads:
-        torch.set_num_threads(train.threads)
     device = require_device(train.device, "train.device")
     world = world_from_env(device)
     device = device_for(world, device)
@@ -99,7 +98,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         checkpoint = find_checkpoint(out.path) if resume else None
         weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
         policy, tokenizer, n_active = load_policy(spec, weights, device, world)
-        state, prov = RunState(), provenance(str(device)) | {"overrides": spec.overrides}
+        state, prov = RunState(), provenance(str(device)) | {"overrides": spec.overrides, "kernels": kernel_state()}
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
         prov["warm_start"] = warm_start_record(spec)
@@ -185,7 +184,7 @@ def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device
                               out.read_rows("eval.parquet"))
     prov = out.read_json("provenance.json") or provenance(str(device))
     prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes,
-                                           "overrides": spec.overrides})
+                                           "overrides": spec.overrides, "kernels": kernel_state()})
     return state, prov
 
 

@@ -24,6 +24,7 @@ from gspo_bench.rollout import SamplingParams, left_pad, make_engine, position_i
 from gspo_bench.rundir.checksums import damage, write_checksums
 from gspo_bench.rundir.folder import share
 from gspo_bench.runtime.hardware import require_device
+from gspo_bench.runtime.kernels import kernel_key
 from gspo_bench.tasks import Example, Task
 
 if TYPE_CHECKING:
@@ -144,7 +145,9 @@ def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrained
 
     # the device only where it is not the CPU: the key (and the cache) of before it existed
     settings = {k: v for k, v in params.__dict__.items() if not (k == "device" and v == "cpu")}
-    key = cache_key({**key_parts, "warm_start": settings})
+    # the CPU kernels too: other kernels make other float sums, so other weights (runtime.kernels)
+    kernels = kernel_key() if params.device == "cpu" else None
+    key = cache_key({**key_parts, "warm_start": settings, **({"kernels": kernels} if kernels else {})})
     target = Path(cache_dir) / f"warmstart-{key}"
     problem = cache_damage(target)
     if target.exists() and problem is None:
@@ -155,7 +158,7 @@ def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrained
         _discard(target)
     model = build_model()
     info = finetune(model, tokenizer, task, params, on_eval=on_eval)
-    info["key"] = key
+    info["key"], info["kernels"] = key, kernels
     save_entry(model, tokenizer, info, target)
     return model, {**info, "cached": False, "path": str(target), **({"rebuilt": problem} if problem else {})}
 
