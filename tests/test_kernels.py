@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from gspo_bench.runtime.kernels import (
     NATIVE,
@@ -16,6 +18,9 @@ from gspo_bench.runtime.kernels import (
     pin_problem,
     torch_threads,
 )
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness import run_suite, tiny_suite  # noqa: E402
 
 
 def test_pins_fill_what_is_unset_keep_the_users_choice_and_stay_off_on_request():
@@ -74,3 +79,37 @@ def test_torch_threads_sets_the_count_inside_and_restores_it():
     except RuntimeError:
         pass
     assert torch.get_num_threads() == before
+
+
+class SqrtCalls(TorchFunctionMode):
+    """Records every float square root torch would send to MKL's vector math (torch.sqrt, Tensor.sqrt,
+    Tensor.sqrt_, a pow to 0.5): its last bit differs between CPUs (runtime.kernels.ieee_sqrt)."""
+
+    SQRT = {torch.sqrt, torch.Tensor.sqrt, torch.Tensor.sqrt_}
+    POW = {torch.pow, torch.Tensor.pow, torch.Tensor.pow_, torch.Tensor.__pow__}
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        first = args[0] if args else None
+        floating = isinstance(first, torch.Tensor) and first.is_floating_point() and first.numel() > 0
+        if floating and (func in self.SQRT or (func in self.POW and len(args) > 1 and args[1] == 0.5)):
+            self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **kwargs)
+
+
+def test_a_run_takes_no_square_root_from_mkls_vector_math(tmp_path):
+    """Warm start (its AdamW), router noise, a correction's metrics and the RL updates: every square root
+    a run takes is an exact one, so the pinned kernels give one result on every AVX2 CPU."""
+    data = tiny_suite(tmp_path / "cache", rollout={"engine_options": {"router_noise": 0.5}},
+                      budget={"kind": "steps", "value": 1},
+                      objectives=[{"name": "grpo", "correction": {"kind": "tis"}}, {"name": "gspo"}])
+    with SqrtCalls() as found:
+        run_suite(data, tmp_path / "out")
+    assert found.calls == []
+    with SqrtCalls() as found:  # the guard sees what it guards against
+        torch.ones(3).sqrt(), torch.ones(3) ** 0.5
+    assert found.calls == ["sqrt", "pow"]

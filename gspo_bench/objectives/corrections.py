@@ -35,6 +35,7 @@ import torch
 
 from gspo_bench.objectives.inputs import safe_exp
 from gspo_bench.objectives.surrogate import check_ratio_band
+from gspo_bench.runtime.kernels import ieee_sqrt
 
 Level = Literal["token", "sequence", "geometric"]
 CorrectionFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -116,7 +117,7 @@ def weight_metrics(weights: torch.Tensor, mask: torch.Tensor, per_response: bool
     var = (torch.where(units, (w - mean) ** 2, 0.0)).sum() / n
     ess = w.sum() ** 2 / (n * (w**2).sum()).clamp(min=1e-300)
     masked = (valid & (weights == 0)).sum() / valid.sum().clamp(min=1)
-    return {"correction/weight_mean": mean, "correction/weight_std": var.sqrt(),
+    return {"correction/weight_mean": mean, "correction/weight_std": ieee_sqrt(var),
             "correction/ess": torch.where(w.abs().sum() > 0, ess, 0.0), "correction/masked_frac": masked}
 
 

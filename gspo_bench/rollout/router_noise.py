@@ -36,6 +36,7 @@ from gspo_bench.moe.capture import call_chunk
 from gspo_bench.moe.routers import Router, find_routers
 from gspo_bench.moe.sites import Handle, OnRoute, attach
 from gspo_bench.rollout.sampling import fmix32
+from gspo_bench.runtime.kernels import ieee_sqrt
 
 NOISE_FAMILIES = ("qwen3_moe", "qwen2_moe", "qwen3_next", "olmoe", "flex_olmo", "mixtral", "minimax",
                   "hunyuan_v1_moe", "gpt_oss", "granitemoe", "granitemoeshared", "dbrx", "jamba", "deepseek_v2")
@@ -61,7 +62,7 @@ def router_gaussian(seed: int, keys: torch.Tensor, positions: torch.Tensor, laye
     h = fmix32(fmix32(rows[:, None] ^ at[None, :])[:, :, None] ^ ids[None, None, :])  # [B, t, E]
     u1 = ((h >> 8).double() + 0.5) / 2**24  # (0, 1), 24 bits
     u2 = ((fmix32(h ^ 0x68E31DA4) >> 8).double() + 0.5) / 2**24
-    return (torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)).float()  # Box-Muller
+    return (ieee_sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)).float()  # Box-Muller
 
 
 def check_family(routers: list[Router], family: str) -> None:

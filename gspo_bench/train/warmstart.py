@@ -95,7 +95,10 @@ def finetune(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: T
     model.to(device)
     rng = random.Random(params.seed)
     test = task.test_examples(params.eval_examples)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0)
+    # fused, as the RL updates' (train.optim): its square root is exact, the unfused one's is MKL's vector
+    # math, which differs between CPUs (runtime.kernels.ieee_sqrt)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0,
+                                  fused=device.type in ("cpu", "cuda"))
     history: list[tuple[int, float]] = []
     previous_state: dict[str, torch.Tensor] | None = None
     previous_acc: float | None = None
