@@ -39,10 +39,10 @@ test-browser: $(VENV)/.installed-dev
 	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver)
 	$(BIN)/python -m pytest -q -m browser tests/test_report_html.py
 
-## CI regression: a fresh run of experiments/ci.yaml against the committed baseline
+## CI regression: a fresh run of experiments/ci.yaml (seed 0) against the committed baseline (seeds 0-2)
 regress: $(VENV)/.installed
 	rm -rf $(VENV)/ci-run
-	$(BIN)/gspo-bench run experiments/ci.yaml --out $(VENV)/ci-run
+	GSPO_BENCH_CACHE=$(VENV)/ci-run/cache $(BIN)/gspo-bench run experiments/ci.yaml --seeds 0 --out $(VENV)/ci-run
 	$(BIN)/gspo-bench regress $(VENV)/ci-run/ci --baseline results/ci-baseline
 
 $(VENV)/.installed-perf: pyproject.toml $(VENV)/.installed

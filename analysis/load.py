@@ -181,12 +181,22 @@ def _meta(run_dir: Path, status: dict, config: dict, prov: dict, metrics: pd.Dat
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),
         "device": prov.get("device"),
+        "kernels": kernels_text(prov.get("kernels")),
         "torch": (prov.get("packages") or {}).get("torch"),
         "start": prov.get("start"),
         "end": prov.get("end"),
         "path": str(run_dir),
         "settings": suite_settings(suite_cfg),  # what makes two runs the same suite (analysis.suites)
     }
+
+
+def kernels_text(kernels: Any) -> str | None:
+    """What computed a run on the CPU (provenance's `kernels`, gspo_bench.runtime.kernels): ATen's
+    capability, MKL's branch and the thread count, e.g. "AVX2/COMPATIBLE/2 threads"; None where the
+    run recorded none (an older release)."""
+    if not isinstance(kernels, dict):
+        return None
+    return f"{kernels.get('aten_cpu_capability')}/{kernels.get('mkl_branch')}/{kernels.get('threads')} threads"
 
 
 def load_results(*paths: str | Path) -> Results:

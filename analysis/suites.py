@@ -1,7 +1,8 @@
 """Which suite a run belongs to, so that runs of different suites are never pooled under one label.
 
 A run's suite is its name and its resolved settings (config.yaml's `suite:`), less what does not change
-its results (description, output_dir, tracking, the warm-start cache folder). Settings are compared on
+its results (description, output_dir, tracking, the warm-start cache folder, the list of seeds run: a
+run of seed 1 is the same whether seeds 0-2 or seed 1 alone were asked for). Settings are compared on
 the keys both runs recorded: a setting an older release did not write is not a difference.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-IGNORED = ("description", "output_dir", "tracking", "warm_start.cache_dir")
+IGNORED = ("description", "output_dir", "tracking", "warm_start.cache_dir", "seeds")
 SHOWN = 4  # differences named in one message
 
 

@@ -383,10 +383,11 @@ def regress(
     allow_other_suite: bool = typer.Option(False, "--allow-other-suite", help="compare with a baseline of another "
                                            "suite (name or settings differ); the differences are printed"),
 ) -> None:
-    """Compare fresh CI results with the baseline: declared tolerances and invariants; exit 1 on a regression.
+    """Compare fresh CI results with the baseline: step 1 to float noise, trajectory bands from the
+    baseline's seeds, invariants; each check's distance in units of its tolerance; exit 1 on a regression.
     A baseline of another suite (name or resolved settings) is refused (exit 2), naming the differences."""
     from analysis.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.regress import DEFAULT_TOLERANCES, compare, load_tolerances, update_baseline
+    from analysis.regress import DEFAULT_TOLERANCES, compare, excess_text, load_tolerances, update_baseline
     from analysis.suites import shown, suite_differences
 
     try:
@@ -406,18 +407,54 @@ def regress(
         say(f"warning: the baseline is another suite (allowed by flag): {shown(other)}")
     checks = compare(current, base, rules)
     table = Table(title=escape(f"regress {results} against {baseline}"))
-    for col in ("objective", "metric", "baseline", "current", "tolerance", "result"):
+    for col in ("objective", "metric", "baseline", "current", "tolerance", "x tolerance", "result"):
         table.add_column(col)
     fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
     for c in checks:
         table.add_row(escape(c.label), escape(c.metric), fmt(c.baseline), fmt(c.current), escape(c.tolerance),
-                      "ok" if c.ok else "[red]REGRESSION[/red]")
+                      excess_text(c.excess), "ok" if c.ok else "[red]REGRESSION[/red]")
     console.print(table)
+    for c in checks:
+        if c.note:
+            say(f"{c.label} {c.metric}: {c.note}")
     failed = [c for c in checks if not c.ok]
+    margins = [c.excess for c in checks if c.ok and c.excess is not None]
+    if margins:  # how close the passing checks came to their tolerance
+        say(f"closest pass: {excess_text(max(margins))} of its tolerance")
     if failed:
-        console.print(f"[red]{len(failed)} regression(s):[/red] " + escape(", ".join(f"{c.label} {c.metric}" for c in failed)))
+        console.print(f"[red]{len(failed)} regression(s):[/red] " + escape(", ".join(
+            f"{c.label} {c.metric}" + ("" if c.excess is None else f" ({excess_text(c.excess)} x its tolerance)")
+            for c in failed)))
         raise typer.Exit(1)
     console.print(f"no regression ({len(checks)} checks)")
+
+
+@app.command("reproduce")
+@guarded
+def reproduce(
+    reference: Path = typer.Argument(..., help="reference results of a suite (e.g. results/quickstart)"),
+    fresh: Path = typer.Argument(..., help="fresh results of the same suite (e.g. runs/quickstart)"),
+) -> None:
+    """Check that FRESH reproduces REFERENCE bit for bit: every run's metrics, layers, evaluations and
+    status (wall times aside); exit 1 naming the first difference of each run that differs."""
+    from analysis.reproduce import compare_results
+
+    try:
+        found = compare_results(reference, fresh)
+    except (ValueError, OSError) as err:
+        raise fail(str(err)) from None
+    table = Table(title=escape(f"{fresh} against {reference}"))
+    for col in ("run", "result", "kernels (reference -> fresh)", "first difference"):
+        table.add_column(col)
+    for run in found:
+        table.add_row(escape(run.run), "identical" if run.identical else "[red]differs[/red]",
+                      escape(" -> ".join(str(k) for k in run.kernels)), escape(run.difference))
+    console.print(table)
+    differing = [run for run in found if not run.identical]
+    if differing:
+        console.print(f"[red]{len(differing)} of {len(found)} runs differ[/red]")
+        raise typer.Exit(1)
+    console.print(f"all {len(found)} runs identical")
 
 
 @app.command("eval")

@@ -33,9 +33,8 @@ from typing import Literal
 
 import torch
 
-from gspo_bench.objectives.inputs import safe_exp
+from gspo_bench.objectives.inputs import ieee_sqrt, safe_exp
 from gspo_bench.objectives.surrogate import check_ratio_band
-from gspo_bench.runtime.kernels import ieee_sqrt
 
 Level = Literal["token", "sequence", "geometric"]
 CorrectionFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]

@@ -35,8 +35,8 @@ from gspo_bench.models.families import family_of
 from gspo_bench.moe.capture import call_chunk
 from gspo_bench.moe.routers import Router, find_routers
 from gspo_bench.moe.sites import Handle, OnRoute, attach
+from gspo_bench.objectives.inputs import ieee_sqrt
 from gspo_bench.rollout.sampling import fmix32
-from gspo_bench.runtime.kernels import ieee_sqrt
 
 NOISE_FAMILIES = ("qwen3_moe", "qwen2_moe", "qwen3_next", "olmoe", "flex_olmo", "mixtral", "minimax",
                   "hunyuan_v1_moe", "gpt_oss", "granitemoe", "granitemoeshared", "dbrx", "jamba", "deepseek_v2")

@@ -145,12 +145,3 @@ def torch_threads(threads: int | None) -> Iterator[None]:
     finally:
         torch.set_num_threads(before)
 
-
-def ieee_sqrt(values: Any) -> Any:
-    """sqrt from IEEE-exact operations only: 1 / rsqrt(x), each step correctly rounded (within an
-    ulp of the true root). torch's own sqrt of a float tensor goes to MKL's vector math library,
-    whose result is not IEEE's (in ~20% of values the last bit, seen here) and differs between an
-    AMD machine and an emulated Intel one even on MKL's COMPATIBLE branch; rsqrt and reciprocal are
-    ATen's own exact divisions and square roots. For the training path of a run (tests hold it
-    free of torch.sqrt)."""
-    return values.rsqrt().reciprocal()

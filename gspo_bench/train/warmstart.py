@@ -96,7 +96,7 @@ def finetune(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: T
     rng = random.Random(params.seed)
     test = task.test_examples(params.eval_examples)
     # fused, as the RL updates' (train.optim): its square root is exact, the unfused one's is MKL's vector
-    # math, which differs between CPUs (runtime.kernels.ieee_sqrt)
+    # math, which differs between CPUs (objectives.inputs.ieee_sqrt)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0,
                                   fused=device.type in ("cpu", "cuda"))
     history: list[tuple[int, float]] = []
