@@ -17,3 +17,24 @@ def cli(monkeypatch):
     """The command line as a user runs it; the console wide enough that one message is one line."""
     monkeypatch.setattr(cli_module.console, "width", 10_000)
     return lambda *args: CliRunner().invoke(cli_module.app, [str(a) for a in args])
+
+
+def _order_line(config) -> str | None:
+    """How to repeat this session's test order (pytest-randomly's seed), or None in file order."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if seed is None or not config.pluginmanager.hasplugin("randomly"):
+        return None
+    return f"test order: random; repeat it with `pytest --randomly-seed={seed}`"
+
+
+def pytest_sessionstart(session):
+    line = _order_line(session.config)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None:  # shown even under -q (the plugin's own header is not)
+        reporter.write_line(line)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    line = _order_line(config)
+    if line:  # again at the end, beside the failures it explains
+        terminalreporter.write_line(line)
