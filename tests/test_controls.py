@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from gspo_bench.config import load_suite, parse_suite
@@ -185,3 +186,27 @@ def test_a_warm_start_judged_on_128_examples_needs_a_test_split_that_large():
     no_warm_start = suite(task={"name": "sort", "params": {"max_len": 3}},
                           warm_start={"eval_examples": 128, "enabled": False})
     assert not parse_suite(no_warm_start).warm_start.enabled
+
+
+def test_a_fixed_step_warm_start_trains_exactly_its_steps_whatever_the_band(monkeypatch):
+    """`warm_start.steps`: no first-in-band stop (which one noisy evaluation can move), the accuracy
+    reached recorded with whether it lies in the band; evaluations every eval_every and at the end."""
+    import gspo_bench.train.warmstart as ws
+    from gspo_bench.train.warmstart import WarmStartParams, finetune
+
+    taken, scores = [], iter([0.0, 0.3, 0.9, 0.95])
+    monkeypatch.setattr(ws, "sft_step", lambda *a: taken.append(1))
+    monkeypatch.setattr(ws, "sampled_accuracy", lambda *a, **k: next(scores))
+
+    class Task:
+        def test_examples(self, n):
+            return []
+
+    params = WarmStartParams(steps=7, eval_every=3, band=(0.2, 0.6), max_steps=2)
+    info = finetune(torch.nn.Linear(1, 1), None, Task(), params)
+    assert len(taken) == 7  # not stopped in the band at step 3, not capped by max_steps
+    assert info == {"steps": 7, "accuracy": 0.95, "history": [(0, 0.0), (3, 0.3), (6, 0.9), (7, 0.95)],
+                    "in_band": False}
+    assert parse_suite(suite(warm_start={"steps": 600})).warm_start.steps == 600
+    with pytest.raises(SuiteError, match=r"warm_start\.steps"):
+        parse_suite(suite(warm_start={"steps": 0}))

@@ -183,7 +183,11 @@ class WarmStartConfig(Strict):
     eval_every: int = Field(25, ge=1)
     eval_examples: int = Field(64, ge=1, le=MAX_EVAL_EXAMPLES, description="test problems of each evaluation "
                                "(the task's test split must hold as many distinct ones)")
-    band: tuple[float, float] = Field((0.2, 0.6), description="target sampled test accuracy [low, high]")
+    band: tuple[float, float] = Field((0.2, 0.6), description="target sampled test accuracy [low, high]: the warm "
+                                      "start stops at its first evaluation in the band (unless `steps` is set)")
+    steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="train exactly this many steps, whatever the "
+                              "accuracy (a count fixed on a pilot: no first-in-band stop for one noisy evaluation to "
+                              "move); the band then only says whether the accuracy reached lies in it")
     cache_dir: str | None = Field(None, description="where warm-started weights are cached; default ~/.cache/gspo-bench")
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="where the warm start trains: cpu, "
                         "or cuda for models too large for a CPU warm start (the cached weights are saved either way)")

@@ -152,14 +152,16 @@ class SuiteProgress(Observer):
     # ------------------------------------------------------------------ warm start
     def warm_start(self, seed: int, step: int, accuracy: float, cfg: WarmStartConfig) -> None:
         key = f"warm start s{seed}"
-        info = f"step {step}/{cfg.max_steps}  accuracy {accuracy:.3f} (stops in {cfg.band[0]:g}-{cfg.band[1]:g})"
+        total = cfg.steps or cfg.max_steps
+        rule = f"{cfg.steps} steps" if cfg.steps else f"stops in {cfg.band[0]:g}-{cfg.band[1]:g}"
+        info = f"step {step}/{total}  accuracy {accuracy:.3f} ({rule})"
         if self.progress is None:
             if self.warm_throttle.ready(key):
                 self.say(f"  {key}: {info}")
         elif key in self.tasks:
             self.progress.update(self.tasks[key], completed=step, info=info)
         else:
-            self.tasks[key] = self.progress.add_task(key, total=cfg.max_steps, completed=step, info=info, eta=False)
+            self.tasks[key] = self.progress.add_task(key, total=total, completed=step, info=info, eta=False)
 
     def warm_start_done(self, seed: int) -> None:
         task = self.tasks.pop(f"warm start s{seed}", None)

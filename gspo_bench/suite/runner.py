@@ -116,7 +116,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
         lr=ws.lr, batch_size=ws.batch_size, max_steps=ws.max_steps if ws.enabled else 0, eval_every=ws.eval_every,
         eval_examples=ws.eval_examples, band=ws.band if ws.enabled else (0.0, 1.0),
         temperature=suite.rollout.temperature, max_new_tokens=suite.rollout.max_new_tokens, seed=seed,
-        prompt_format=prompt_format, device=ws.device,
+        prompt_format=prompt_format, device=ws.device, steps=ws.steps if ws.enabled else None,
     )
     log(f"starting weights for seed {seed}: {'warm start' if ws.enabled else 'fresh init'} (cache {cache})")
     with torch_threads(suite.train.threads):  # the runs' thread count: the same sums on any machine

@@ -44,6 +44,7 @@ class WarmStartParams:
     seed: int = 0
     prompt_format: PromptFormat = PromptFormat()  # raw prompts, or rendered with the chat template
     device: str = "cpu"  # where the fine-tuning runs (the saved weights are the same either way)
+    steps: int | None = None  # exactly this many steps, the band no stopping rule (None: stop in the band)
 
 
 class WarmStartError(RuntimeError):
@@ -88,17 +89,18 @@ def finetune(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: T
     """SFT until sampled test accuracy is inside `params.band`; returns the accuracy history.
 
     If an evaluation jumps over the band, the weights of the evaluation nearest to the band are kept.
-    Raises WarmStartError if the band is not reached within `max_steps`.
+    Raises WarmStartError if the band is not reached within `max_steps`. With `params.steps`: exactly
+    that many steps, evaluated every `eval_every` and at the end, and no stopping rule (`in_band` says
+    where the accuracy reached lies).
     """
+    if params.steps is not None:
+        return _finetune_steps(model, tokenizer, task, params, params.steps, on_eval)
     low, high = params.band
     device = require_device(params.device, "warm_start.device")
     model.to(device)
     rng = random.Random(params.seed)
     test = task.test_examples(params.eval_examples)
-    # fused, as the RL updates' (train.optim): its square root is exact, the unfused one's is MKL's vector
-    # math, which differs between CPUs (objectives.inputs.ieee_sqrt)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0,
-                                  fused=device.type in ("cpu", "cuda"))
+    optimizer = sft_optimizer(model, params, device)
     history: list[tuple[int, float]] = []
     previous_state: dict[str, torch.Tensor] | None = None
     previous_acc: float | None = None
@@ -122,20 +124,53 @@ def finetune(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: T
             previous_acc = acc
         if step == params.max_steps:
             break
-        model.train()
-        ids, mask, target_mask = sft_batch(tokenizer, [task.train_example(rng) for _ in range(params.batch_size)],
-                                             params.prompt_format)
-        ids, mask, target_mask = ids.to(device), mask.to(device), target_mask.to(device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits[:, :-1]
-        loss = torch.nn.functional.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        sft_step(model, tokenizer, task, params, rng, optimizer, device)
     raise WarmStartError(
         f"warm start did not reach test accuracy {low:.2f} in {params.max_steps} steps "
         f"(history: {history[-5:]}); raise warm_start.max_steps or lr, or make the task easier"
     )
+
+
+def sft_optimizer(model: torch.nn.Module, params: WarmStartParams, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW, fused as the RL updates' (train.optim): its square root is exact, the unfused one's is
+    MKL's vector math, which differs between CPUs (objectives.inputs.ieee_sqrt)."""
+    return torch.optim.AdamW(model.parameters(), lr=params.lr, weight_decay=0.0, fused=device.type in ("cpu", "cuda"))
+
+
+def sft_step(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: Task, params: WarmStartParams,
+             rng: random.Random, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """One supervised step on `params.batch_size` fresh training examples (answers and </s> only)."""
+    model.train()
+    ids, mask, target_mask = sft_batch(tokenizer, [task.train_example(rng) for _ in range(params.batch_size)],
+                                       params.prompt_format)
+    ids, mask, target_mask = ids.to(device), mask.to(device), target_mask.to(device)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask)).logits[:, :-1]
+    loss = torch.nn.functional.cross_entropy(logits[target_mask].float(), ids[:, 1:][target_mask])
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
+def _finetune_steps(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: Task, params: WarmStartParams,
+                    steps: int, on_eval: Callable[[int, float], None] | None) -> dict[str, Any]:
+    """Exactly `steps` SFT steps (finetune's fixed-count rule), evaluated every `eval_every` and at the end."""
+    device = require_device(params.device, "warm_start.device")
+    model.to(device)
+    rng = random.Random(params.seed)
+    test = task.test_examples(params.eval_examples)
+    optimizer = sft_optimizer(model, params, device)
+    history: list[tuple[int, float]] = []
+    for step in range(steps + 1):
+        if step % params.eval_every == 0 or step == steps:
+            acc = sampled_accuracy(model, tokenizer, task, test, params, seed=params.seed + step)
+            history.append((step, acc))
+            if on_eval is not None:
+                on_eval(step, acc)
+        if step < steps:
+            sft_step(model, tokenizer, task, params, rng, optimizer, device)
+    low, high = params.band
+    return {"steps": steps, "accuracy": history[-1][1], "history": history, "in_band": low <= history[-1][1] <= high}
 
 
 def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrainedTokenizerBase, task: Task,
@@ -147,7 +182,8 @@ def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrained
     from transformers import AutoModelForCausalLM
 
     # the device only where it is not the CPU: the key (and the cache) of before it existed
-    settings = {k: v for k, v in params.__dict__.items() if not (k == "device" and v == "cpu")}
+    settings = {k: v for k, v in params.__dict__.items() if not (k == "device" and v == "cpu")
+                and not (k == "steps" and v is None)}
     # the CPU kernels too: other kernels make other float sums, so other weights (runtime.kernels)
     kernels = kernel_key() if params.device == "cpu" else None
     key = cache_key({**key_parts, "warm_start": settings, **({"kernels": kernels} if kernels else {})})
