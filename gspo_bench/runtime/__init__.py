@@ -1,2 +1,3 @@
 """The process a run lives in: ranks and collectives under torchrun (`distributed`), the GPU's figures
-(`hardware`) and stop signals (`stopping`). Imports nothing else of gspo_bench."""
+(`hardware`), stop signals (`stopping`) and the CPU kernels and thread counts it computes with
+(`kernels`). Imports nothing else of gspo_bench."""
