@@ -15,6 +15,7 @@ import yaml
 from safetensors.torch import load_file
 
 from gspo_bench.config import parse_suite
+from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.suite.runner import plan_runs, run_suite, starting_weights
 
 SUITE = Path(__file__).resolve().parent / "ci.yaml"
@@ -50,4 +51,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    pin_kernels()  # as `gspo-bench` does, before anything computes: the same kernels as its runs
     main()

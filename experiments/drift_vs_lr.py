@@ -20,6 +20,7 @@ import torch
 from gspo_bench.config import TrainConfig
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.objectives import get_objective
+from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.suite.probe import ProbeConfig, probe_batch
 from gspo_bench.train.measurements import to_host
 from gspo_bench.train.optim import make_optimizer
@@ -67,4 +68,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    pin_kernels()  # as `gspo-bench` does, before anything computes: the same kernels as its runs
     main()

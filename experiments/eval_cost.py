@@ -27,6 +27,7 @@ from gspo_bench.config import EvalConfig
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
 from gspo_bench.rollout import SamplingParams, make_engine
+from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.tasks import make_task
 from gspo_bench.train.evaluation import EngineEvaluator, Evaluator
 
@@ -85,4 +86,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    pin_kernels()  # as `gspo-bench` does, before anything computes: the same kernels as its runs
     main()

@@ -40,6 +40,7 @@ import typer
 
 from gspo_bench.config import parse_suite
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe, save_model
+from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.tasks import make_task
 from gspo_bench.train.loop import RunSpec, step_seed, train_run
 
@@ -515,4 +516,5 @@ def main(
 
 
 if __name__ == "__main__":
+    pin_kernels()  # as `gspo-bench` does, before anything computes: the same kernels as its runs
     app()

@@ -30,6 +30,7 @@ import typer
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.forward import response_forward
 from gspo_bench.rollout import SamplingParams, make_engine
+from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.train import precision
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
@@ -137,4 +138,5 @@ def main(preset: str = typer.Option("mid", help=f"one of {', '.join(PRESETS)}"),
 
 
 if __name__ == "__main__":
+    pin_kernels()  # as `gspo-bench` does, before anything computes: the same kernels as its runs
     app()

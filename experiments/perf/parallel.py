@@ -29,6 +29,7 @@ import typer
 import yaml
 
 from gspo_bench.rundir.folder import TIMING_COLUMNS
+from gspo_bench.runtime.kernels import pin_kernels
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,4 +108,5 @@ def main(out: Path = Path("results/perf"), suite: Path = ROOT / "experiments" / 
 
 
 if __name__ == "__main__":
+    pin_kernels()  # as `gspo-bench` does, before anything computes: the same kernels as its runs
     app()

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from gspo_bench.config import load_suite, parse_overrides
+from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.suite.runner import starting_weights
 
 FIELDS = ["name", "warm_start_seed", "step", "accuracy", "elapsed_s", "cpu_s", "overrides"]
@@ -67,4 +68,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    pin_kernels()  # as `gspo-bench` does, before anything computes: the same kernels as its runs
     main()
