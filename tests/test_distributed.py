@@ -64,18 +64,26 @@ def test_two_cpu_ranks_give_the_single_process_metrics(tmp_path):
         # (measured: the largest margin difference, R3's flip_pred, 0.25% against the 1% allowed; before
         # the pins another CPU's sums rerouted another near-tie and it reached 2.6%)
         margins = [c for c in one.columns if c.startswith(MARGIN_COLUMNS)] if run == "grpo_r3-s0" else []
-        numeric = one.drop(columns=margins).select_dtypes("number").columns
+        # the engine-vs-trainer log-prob gaps are float noise (the same weights on both sides), and R3's moves
+        # with a rerouted token's replayed routing (measured: mismatch/max_abs 9.5e-7 one process, 3.6e-6 two)
+        mismatch = [c for c in one.columns if c.startswith("mismatch/")]
+        numeric = one.drop(columns=margins + mismatch).select_dtypes("number").columns
         pd.testing.assert_frame_equal(one[numeric], two[numeric], rtol=1e-4, atol=1e-6)
+        pd.testing.assert_frame_equal(one[mismatch], two[mismatch], rtol=0, atol=1e-5)
         pd.testing.assert_frame_equal(one[margins], two[margins], rtol=1e-2, atol=1e-4)
         assert one["grad/norm"].gt(0).any()  # a real update happened
         layers_one = pd.read_parquet(tmp_path / "one" / "dist" / run / "layers.parquet")
         layers_two = pd.read_parquet(tmp_path / "two" / "dist" / run / "layers.parquet")
-        # a layer's margin means average a quarter of the step's tokens: one rerouted token moves them more
-        # (1.3% seen on the CI machine), everything else keeps the metrics' tolerances
-        layer_margins = [c for c in layers_one.columns if c.startswith(MARGIN_COLUMNS)] if margins else []
+        # a layer's margin figures summarise a quarter of the step's tokens, its median one token's margin: at
+        # step 2 the weights differ by the update's float noise (sums over ranks), which moves them more than
+        # the step's means (measured with the pinned kernels, the same here and on the CI machine: GRPO-RR's
+        # layer margin_median 1.7e-4 relative; R3's rerouted tokens 1.3%), everything else keeps the metrics'
+        # tolerances
+        layer_margins = [c for c in layers_one.columns if c.startswith(MARGIN_COLUMNS)]
         pd.testing.assert_frame_equal(layers_one.drop(columns=layer_margins), layers_two.drop(columns=layer_margins),
                                       rtol=1e-2 if margins else 1e-4, atol=1e-6)
-        pd.testing.assert_frame_equal(layers_one[layer_margins], layers_two[layer_margins], rtol=5e-2, atol=1e-4)
+        pd.testing.assert_frame_equal(layers_one[layer_margins], layers_two[layer_margins],
+                                      rtol=5e-2 if margins else 1e-2, atol=1e-4)
         assert RunDir(tmp_path / "two" / "dist" / run).read_status()["status"] == "done"
         checkpoint = tmp_path / "two" / "dist" / run / "checkpoint"
         assert (checkpoint / "model" / "config.json").is_file() and (checkpoint / "state.pt").is_file()

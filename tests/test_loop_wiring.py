@@ -77,14 +77,18 @@ def test_flops_count_active_parameters(tmp_path, cache):
 
 def test_kl_penalty_enters_the_loss_with_its_coefficient(tmp_path, cache):
     """Two runs that differ only in kl_coef share step 1 up to its second minibatch (at the first,
-    policy = reference: KL 0, no gradient from it); there the penalty adds coef x KL to the loss:
+    policy = reference: KL 0 up to float noise); there the penalty adds coef x KL to the loss:
     the stronger penalty gives the higher loss, by an amount proportional to the KL it reports."""
     def step_one(coef, out):
         run_suite(suite(cache, train={"lr": 3e-3, "kl_coef": coef, "minibatches": 2}, objectives=[{"name": "grpo"}]), out)
         return metrics(out, "tiny", "grpo-s0").iloc[0]
 
     weak, strong = step_one(1e-6, tmp_path / "weak"), step_one(4.0, tmp_path / "strong")
-    assert weak["kl/ref"] == strong["kl/ref"] > 0  # the same KL, measured on the same weights
+    # the same KL up to float noise: at the first minibatch the trainer's log-probs (half the rows) and the
+    # reference's (the whole batch) are summed in other blockings, so the KL gradient there is not exactly 0
+    # but ~1e-7 x coef, and AdamW's normalised first step turns it into a small move wherever the policy
+    # gradient is ~0 (measured: 9e-5 relative with the pinned kernels)
+    assert strong["kl/ref"] == pytest.approx(weak["kl/ref"], rel=1e-3) and weak["kl/ref"] > 0
     raised = strong["loss"] - weak["loss"]  # = (4 - 1e-6) * KL_2 / 2, KL_2 the second minibatch's
     assert 0.5 * (4.0 - 1e-6) * strong["kl/ref"] < raised < 4.0 * strong["kl/ref"] * 4
 
