@@ -28,9 +28,10 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 quickstart: $(VENV)/.installed
 	$(BIN)/gspo-bench run experiments/quickstart.yaml --out runs --resume --parallel 2
 
-## the tests
+## the tests (two workers, each test file whole on one: TEST_WORKERS=0 runs them in this process)
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 ## the browser check: report.html loads in headless chromium, every figure renders, no console error
 ## (installs Debian's chromium with apt-get when absent; `make test` skips it where chromium is missing)
