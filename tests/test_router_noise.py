@@ -165,6 +165,22 @@ def test_gpu_graph_decode_applies_and_records_the_noise(setup):
     assert changed(runs[0].routing, training_routing(model, runs[0]).cuda(), runs[0].attention_mask[:, :-1]) > 0.3
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_graph_decode_applies_the_logit_noise(setup):
+    """The logit noise inside a captured CUDA-graph step (keyed by the device step counter): the replayed
+    steps sample what eager static steps do, and not what a noise-free engine samples."""
+    tok, _, prompts = setup
+    model = build_tiny_moe(vocab_size=len(tok), num_layers=2, hidden_size=64, expert_hidden=64, num_experts=4,
+                           seed=3).cuda()
+    params = SamplingParams(group_size=4, max_new_tokens=24, seed=9, ignore_eos=True)
+    runs = [make_engine("hf", pad_id=0, eos_id=2, decode="static", graph=graph, logit_noise=noise).generate(
+        model, prompts, params) for graph, noise in ((True, 1.0), (False, 1.0), (True, 0.0))]
+    assert torch.equal(runs[0].input_ids, runs[1].input_ids)
+    assert_close(runs[0].sampling_logp, runs[1].sampling_logp, atol=1e-5, rtol=0)
+    assert not torch.equal(runs[0].input_ids, runs[2].input_ids)
+
+
 # ---------------------------------------------------------------------------- families and options
 def tiny(family, **kw):
     sizes = dict(num_layers=2, hidden_size=32, num_experts=8, top_k=2, vocab_size=40, expert_hidden=32)
