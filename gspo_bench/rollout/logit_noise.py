@@ -20,9 +20,8 @@ stay a function of (seed, row key). Both hf decode paths add it at the same poin
 (`LogitNoise` for `generate`, `static_decode.processed_scores`), so they sample the same tokens.
 
 Memory: z is drawn for the rows and the step being decoded only, [B, V] per step, never [B, T, V].
-Its int64 hashes and fp64 uniforms are transient, about 50 bytes per (row, vocab id) at their peak
-(measured on CPU at B = 64, V = 151,936: 459 MiB; the Gumbel noise of the same step, 311 MiB), freed
-before the next forward.
+Its int64 hashes and fp64 uniforms are transient [B, V] tensors of the kind the Gumbel noise of the
+same step already makes, freed before the next forward.
 """
 
 from __future__ import annotations
