@@ -34,7 +34,8 @@ def _run(args: list[str], env: dict) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
-MARGIN_COLUMNS = ("moe/flip_pred", "moe/margin", "moe/dscore", "moe/dmargin")
+# figures of the router logits themselves: under R3 they follow the hidden states of the replayed engine routing
+MARGIN_COLUMNS = ("moe/flip_pred", "moe/margin", "moe/dscore", "moe/dmargin", "moe/route_conf")
 
 
 @pytest.mark.slow
@@ -58,9 +59,9 @@ def test_two_cpu_ranks_give_the_single_process_metrics(tmp_path):
         one, two = one.drop(columns=gap), two.drop(columns=gap)
         assert list(one.columns) == list(two.columns) and len(one) == len(two) == 2
         # R3 trains on that engine routing: where it differs, a token's hidden states and so its router
-        # margins differ too (a few tokens of the mean); everything else stays within float noise. Both
-        # processes compute with the pinned kernels (conftest; the command line pins them too), so each
-        # side is the same bits on any AVX2 CPU and these tolerances hold wherever they hold here
+        # margins and routing confidence differ too (a few tokens of the mean); everything else stays within
+        # float noise. Both processes compute with the pinned kernels (conftest; the command line pins them
+        # too), so each side is the same bits on any AVX2 CPU and these tolerances hold wherever they hold here
         # (measured: the largest margin difference, R3's flip_pred, 0.25% against the 1% allowed; before
         # the pins another CPU's sums rerouted another near-tie and it reached 2.6%)
         margins = [c for c in one.columns if c.startswith(MARGIN_COLUMNS)] if run == "grpo_r3-s0" else []

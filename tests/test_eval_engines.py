@@ -1,5 +1,5 @@
 """Held-out evaluation that favours no arm: lm-eval's path never sees the engine's router noise, and the
-rollout-engine path (`eval.engine: rollout`) samples with the run's engine, its router noise off,
+rollout-engine path (`eval.engine: rollout`) samples with the run's engine, its router and logit noise off,
 deterministically per seed, scoring as lm-eval's does."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from gspo_bench.rollout import SamplingParams, left_pad, make_engine
 from gspo_bench.rollout.router_noise import RouterNoise
 from gspo_bench.suite.runner import starting_weights
 from gspo_bench.tasks import make_task
-from gspo_bench.train.evaluation import EngineEvaluator, Evaluator, without_router_noise
+from gspo_bench.train.evaluation import EngineEvaluator, Evaluator, without_engine_noise
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import tiny_suite  # noqa: E402
@@ -60,8 +60,8 @@ def test_lm_evals_path_scores_the_clean_model_however_noisy_the_engine(trained, 
     assert clean != pytest.approx(noisy)  # the noise would show: the comparison can fail
 
 
-def engine_evaluator(noise: float = 0.0, **cfg) -> EngineEvaluator:
-    engine = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID, router_noise=noise)
+def engine_evaluator(noise: float = 0.0, logit_noise: float = 0.0, **cfg) -> EngineEvaluator:
+    engine = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID, router_noise=noise, logit_noise=logit_noise)
     settings = {"tasks": ["sort"], "limit": 12, "samples": 3, "max_new_tokens": 8, "engine": "rollout"} | cfg
     return EngineEvaluator(EvalConfig(**settings), engine, "sort", {"max_len": 3})
 
@@ -78,9 +78,14 @@ def test_the_rollout_engine_path_samples_with_the_router_noise_off(trained):
         rollout = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID, router_noise=sigma).generate(model, prompts, params)
         assert (tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True) == texts) == same
     noisy = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID, router_noise=2.0)
-    assert without_router_noise(noisy) is not noisy and noisy.router_noise == 2.0  # the run's engine keeps its noise
+    assert without_engine_noise(noisy) is not noisy and noisy.router_noise == 2.0  # the run's engine keeps its noise
     clean = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID)
-    assert without_router_noise(clean) is clean
+    assert without_engine_noise(clean) is clean
+    for options in ({"logit_noise": 0.5}, {"router_noise": 1.0, "logit_noise": 0.5}):
+        noisy = make_engine("hf", pad_id=PAD_ID, eos_id=EOS_ID, **options)
+        quiet = without_engine_noise(noisy)
+        assert (quiet.router_noise, quiet.logit_noise) == (0.0, 0.0) and noisy.logit_noise == 0.5
+    assert engine_evaluator(logit_noise=0.5).engine.logit_noise == 0.0
 
 
 def test_the_rollout_engine_score_is_the_average_pass_at_1_and_repeats_per_seed(trained):

@@ -190,6 +190,33 @@ def test_a_replayed_expert_outside_the_live_top_k_gets_its_weight_and_gradient(f
     assert router.weight.grad[outside].abs().sum() > 0
 
 
+def hand_confidence(family, logits, ids):
+    """Routing confidence: the share of the router's score mass on experts `ids` [N, k], the scores being
+    the softmax over all experts, or each expert's sigmoid (normalised here over all experts)."""
+    scores = torch.sigmoid(logits) if family in SIGMOID_SCORED else torch.softmax(logits, -1)  # [N, E]
+    return scores.gather(-1, ids).sum(-1) / scores.sum(-1)  # [N]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_routing_confidence_is_the_score_mass_on_the_chosen_experts(family):
+    model = tiny(family)
+    ids, am = batch()
+    router, inputs = find_routers(model)[0], []
+    handle = router.module.register_forward_pre_hook(lambda m, args: inputs.append(args[0]))
+    try:
+        with torch.no_grad(), RoutingCapture(model, confidence=True) as cap:
+            model(input_ids=ids, attention_mask=am)
+    finally:
+        handle.remove()
+    conf = cap.route_confidence  # [L, B, T]
+    assert conf.shape == cap.routing.shape[:3] and conf.dtype == torch.float32
+    logits = router_logits(router, inputs[0])  # layer 0: its input does not depend on the routing
+    assert_close(conf[0].reshape(-1), hand_confidence(family, logits, cap.routing[0].reshape(-1, 2)))
+    assert ((conf > 0) & (conf <= 1 + 1e-6)).all()
+    with pytest.raises(RuntimeError, match="confidence=True"):
+        _ = RoutingCapture(model).route_confidence
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gate_weights_and_scores_follow_the_family_rule(family):
     check_gate_rule(family, tiny(family))

@@ -102,9 +102,10 @@ class SqrtCalls(TorchFunctionMode):
 
 
 def test_a_run_takes_no_square_root_from_mkls_vector_math(tmp_path):
-    """Warm start (its AdamW), router noise, a correction's metrics and the RL updates: every square root
-    a run takes is an exact one, so the pinned kernels give one result on every AVX2 CPU."""
-    data = tiny_suite(tmp_path / "cache", rollout={"engine_options": {"router_noise": 0.5}},
+    """Warm start (its AdamW), router and logit noise (their Box-Muller), a correction's metrics and the RL
+    updates: every square root a run takes is an exact one, so the pinned kernels give one result on every
+    AVX2 CPU."""
+    data = tiny_suite(tmp_path / "cache", rollout={"engine_options": {"router_noise": 0.5, "logit_noise": 0.5}},
                       budget={"kind": "steps", "value": 1},
                       objectives=[{"name": "grpo", "correction": {"kind": "tis"}}, {"name": "gspo"}])
     with SqrtCalls() as found:

@@ -1,6 +1,6 @@
 """Router margins and the predicted flip rate (gspo_bench.moe.margins): hand-computed cases, their
 capture on a tiny MoE, and their wiring into a run's rows (layers.parquet, the step's summary, the
-nondeterminism floor)."""
+nondeterminism floor), with the routing confidence recorded beside them."""
 
 from __future__ import annotations
 
@@ -150,6 +150,12 @@ def test_a_run_writes_margins_per_minibatch_and_layer_and_its_floor_once(tmp_pat
         assert row["moe/flip_pred"] == pytest.approx(rows["moe/flip_pred"].mean())
         assert row["moe/margin_lt_0.1"] == pytest.approx(rows["moe/margin_lt_0.1"].mean())
     assert (layers["moe/dscore"] > 0).all() and (layers["moe/margin_median"] > 0).all()
+    # pi_old's routing confidence (moe.confidence): measured before the updates, so one value per step and
+    # layer beside every measured minibatch; the step's column is its mean over layers
+    assert (layers.groupby(["step", "layer"])["moe/route_conf"].nunique() == 1).all()
+    assert layers["moe/route_conf"].between(0, 1, inclusive="right").all()
+    for step, rows in layers[layers["updates"] == 1].groupby("step"):
+        assert frame.loc[frame["step"] == step, "moe/route_conf"].iloc[0] == pytest.approx(rows["moe/route_conf"].mean())
     first, second = frame.iloc[0], frame.iloc[1]
     assert first["floor/drift_repeat"] == 0 and first["floor/logp_repeat_max"] == 0  # CPU fp32 repeats exactly
     assert first["floor/logp_precision_max"] > 0  # bf16 autocast against fp32

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -147,6 +148,27 @@ def test_drift_identical_disjoint_and_exact_small_case():
     stats = routing_drift(old, new, mask=torch.tensor([[1, 0]]))
     assert stats["moe/drift"] == pytest.approx(1 / 2)
     assert stats["moe/drift_layer"][1] == 0.0
+
+
+def test_routing_confidence_by_hand_and_its_rules():
+    from gspo_bench.moe.confidence import routing_confidence
+    from gspo_bench.moe.gates import Sigmoid, Softmax, TopKSoftmax
+
+    conf = torch.tensor([[[0.5, 0.7, 0.9]], [[1.0, 0.8, 0.1]]])  # [L=2, B=1, T=3]
+    stats = routing_confidence(conf, torch.tensor([[1, 1, 0]]))  # the last position is padding
+    assert stats["moe/route_conf_layer"].tolist() == pytest.approx([0.6, 0.9])
+    assert float(stats["moe/route_conf"]) == pytest.approx(0.75)
+    assert float(routing_confidence(conf)["moe/route_conf"]) == pytest.approx((2.1 + 1.9) / 6)
+    assert torch.isnan(routing_confidence(conf, torch.zeros(1, 3))["moe/route_conf"])
+    ln3 = math.log(3.0)
+    ids = torch.tensor([[1, 0]])
+    # softmax over 4 experts of (0, ln 3, 0, 0) = (1, 3, 1, 1) / 6: experts 1 and 0 hold 4/6, whatever the weights rule
+    for rule in (Softmax(), Softmax(renormalise=True), TopKSoftmax()):
+        assert float(rule.confidence(torch.tensor([[0.0, ln3, 0.0, 0.0]]), ids)) == pytest.approx(4 / 6)
+    # sigmoids of (0, ln 3, -ln 3, 0) = (1/2, 3/4, 1/4, 1/2), sum 2: experts 1 and 0 hold (3/4 + 1/2) / 2
+    assert float(Sigmoid(renormalise=True).confidence(torch.tensor([[0.0, ln3, -ln3, 0.0]]), ids)) == pytest.approx(0.625)
+    for rule in (Softmax(), TopKSoftmax(), Sigmoid()):  # a router that cannot tell experts apart: k / E
+        assert float(rule.confidence(torch.full((1, 4), 0.3), ids)) == pytest.approx(2 / 4)
 
 
 def test_drift_ignores_left_padding():

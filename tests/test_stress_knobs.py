@@ -11,6 +11,7 @@ import torch
 from torch.testing import assert_close
 
 from gspo_bench.config import SuiteError, TrainConfig, parse_suite
+from gspo_bench.config.load import arm_suite
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.families import SUPPORTED_FAMILIES
 from gspo_bench.models.tiny import DENSE_FIRST, ZERO_ROUTERS
@@ -152,6 +153,47 @@ def test_router_lr_scale_one_is_one_group_and_trains_the_routers():
     assert all(changed(model, before, routers))
 
 
+def adamw_first_step(param: torch.Tensor, grad: torch.Tensor, lr: float, weight_decay: float,
+                     eps: float = 1e-8) -> torch.Tensor:
+    """AdamW's first step by hand: after bias correction m_hat = g and v_hat = g^2, so
+    p1 = p0 (1 - lr wd) - lr g / (|g| + eps), whatever the betas."""
+    return param * (1 - lr * weight_decay) - lr * grad / (grad.abs() + eps)
+
+
+@pytest.mark.parametrize("family", SUPPORTED_FAMILIES)
+def test_the_router_group_takes_adamws_step_at_lr_times_the_scale_in_every_family(family):
+    """Each router module's parameters (by name: the weight, and gpt_oss's router bias) step at lr x s,
+    weight decay included, every other trained parameter at lr; at s = 0 the routers do not move at
+    all while the experts do. The reference is AdamW's first step by hand from the gradients; the
+    tolerance (assert_close's fp32 default, atol 1e-5) is far above the rounding of steps of size <= lr
+    (~1e-8) and far below the step itself (lr x s = 3e-2 per element, or lr x wd x |p| = 1e-3 |p|)."""
+    model = build_tiny_moe(family, seed=4, **SIZES).train()
+    ids = torch.randint(3, 60, (2, 9), generator=torch.Generator().manual_seed(1))
+    model(input_ids=ids, labels=ids).loss.backward()
+    prefixes = tuple(f"{r.name}." for r in find_routers(model))
+    routers = {name for name, _ in model.named_parameters() if name.startswith(prefixes)}
+    experts = {f"{r.name.rsplit('.', 1)[0]}.experts.{name}" for r in find_routers(model)
+               for name, _ in r.experts.named_parameters()}
+    assert len(routers) >= 2 and experts and routers.isdisjoint(experts)
+    lr, decay = 1e-2, 0.1
+    for scale in (0.0, 3.0):
+        trained = copy.deepcopy(model)
+        for param, copied in zip(model.parameters(), trained.parameters(), strict=True):
+            copied.grad = None if param.grad is None else param.grad.clone()  # deepcopy leaves them out
+        make_optimizer(trained, TrainConfig(router_lr_scale=scale, weight_decay=decay), lr=lr).step()
+        after = dict(trained.named_parameters())
+        for name, before in model.named_parameters():
+            if before.grad is None:  # trains nothing (ernie4_5_moe's e_score_correction_bias)
+                assert torch.equal(after[name], before), name
+            elif name in routers and scale == 0.0:
+                assert torch.equal(after[name], before), name  # not even weight decay moves them
+            else:
+                rate = lr * scale if name in routers else lr
+                assert_close(after[name], adamw_first_step(before.detach(), before.grad, rate, decay),
+                             msg=lambda message, name=name: f"{name}: {message}")
+        assert all(not torch.equal(after[name], model.get_parameter(name)) for name in experts)
+
+
 def test_the_router_group_round_trips_a_checkpoint_and_a_resume_sets_its_lr(tmp_path):
     model, optimizer, _, _ = one_step(2.0, lr=3e-3)
     save_checkpoint(tmp_path, model, build_char_tokenizer(), optimizer, step=1)
@@ -203,8 +245,11 @@ def test_under_fsdp2_the_router_group_holds_the_sharded_router_weights(tmp_path)
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
-def test_router_lr_scale_is_checked():
+def test_router_lr_scale_is_checked_and_a_frozen_router_arm_is_one_entry():
     assert TrainConfig().router_lr_scale == 1.0
+    frozen = {"name": "grpo", "label": "grpo_frozen_router", "set": {"train.router_lr_scale": 0.0}}
+    suite = parse_suite(tiny_suite() | {"objectives": [{"name": "grpo"}, frozen]})
+    assert [arm_suite(suite, entry).train.router_lr_scale for entry in suite.objectives] == [1.0, 0.0]
     for bad in (-0.5, float("nan"), float("inf")):
         with pytest.raises(SuiteError, match="train.router_lr_scale"):
             parse_suite(tiny_suite(train={"router_lr_scale": bad}))

@@ -119,6 +119,29 @@ def test_old_pass_replay_sources(parts):
     assert torch.equal(engine_logp.logp, batch.sampling_logp)
 
 
+def test_old_pass_records_pi_olds_routing_confidence_per_layer(parts):
+    """`route_conf` [L] and `moe/route_conf` (their mean) are pi_old's routing confidence over attended
+    positions, by hand from a capture of the same forward (qwen3_moe: the softmax mass of the chosen
+    experts, the sum of their gate scores); the step's layer rows carry it beside every measured
+    minibatch; a pass without measurements records none."""
+    from gspo_bench.train.row import with_route_confidence
+
+    batch = rollout(parts)
+    model = parts[1]
+    old = old_policy_pass(Policy(model), batch, temperature=1.0)
+    with torch.no_grad(), RoutingCapture(model) as cap:
+        response_forward(model, batch.input_ids, batch.attention_mask, batch.n_response)
+    mass = cap.gate_scores.sum(-1).double()  # [L, B, T]
+    expected = torch.stack([layer[batch.attention_mask.bool()].mean() for layer in mass])  # [L]
+    assert_close(old.route_conf, expected)
+    assert float(old.metrics["moe/route_conf"]) == pytest.approx(float(expected.mean()))
+    assert float(expected.min()) > 2 / EXPERTS  # the top 2 of 4 by probability hold more than k / E
+    rows = with_route_confidence({"moe/drift": torch.zeros(3, len(expected))}, old)  # 3 measured minibatches
+    assert torch.equal(rows["moe/route_conf"], old.route_conf.expand(3, -1)) and with_route_confidence({}, old) == {}
+    unmeasured = old_policy_pass(Policy(model), batch, temperature=1.0, measure=False)
+    assert unmeasured.route_conf is None and "moe/route_conf" not in unmeasured.metrics
+
+
 # ---------------------------------------------------------------------------------------- one minibatch update
 
 def off_policy(old: OldPolicy, batch, scale=0.3) -> OldPolicy:

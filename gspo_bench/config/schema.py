@@ -285,8 +285,10 @@ class TrainConfig(Strict):
     betas: tuple[float, float] = (0.9, 0.999)
     minibatches: int = Field(4, ge=1, description="K updates per rollout batch (the paper uses 4); the batch's "
                              "responses split into exactly K minibatches, sizes differing by at most one")
-    router_lr_scale: float = Field(1.0, ge=0, description="the router weights' learning rate is the run's lr times "
-                                   "this (their own AdamW group; 0 freezes the routers, 1 keeps one group)")
+    router_lr_scale: float = Field(1.0, ge=0, description="the routers' learning rate is the run's lr times this "
+                                   "(their own AdamW group: each router module's weight, and gpt_oss's router bias; "
+                                   "AdamW's decoupled weight decay scales with it too. 0 freezes the routers, decay "
+                                   "included, a mitigation of its own; 1 keeps one group)")
     grad_clip: float = Field(1.0, gt=0)
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="cpu, cuda, cuda:N")

@@ -16,6 +16,9 @@
     with RoutingCapture(model, pairs=cap4.margin_pairs) as cap5:
         model(input_ids=ids, attention_mask=am)          # after an update
     cap5.pair_logits                                     # [L, B, T, 2] the live logits at (a, b)
+    with RoutingCapture(model, confidence=True) as cap6:  # routing confidence (gates.py)
+        model(input_ids=ids, attention_mask=am)
+    cap6.route_confidence                                # [L, B, T] score mass on the chosen experts
 
 L counts MoE layers only, in layer order (dense layers and shared experts are not routed).
 
@@ -34,7 +37,9 @@ ids, their weights and gate scores are recorded and, when replaying, replaced:
 
 Gate scores (`gate_scores`, `probe_scores`) are the family's normalised selection probability
 (softmax over all experts, or the sigmoid) gathered at the experts, detached fp32: never an [N, E]
-tensor kept per layer.
+tensor kept per layer. The routing confidence (`route_confidence`) is the share of the router's
+score mass on the experts the router chose itself (under a replay too: what it would have chosen),
+the family rule's `confidence`, one fp32 number per token and layer.
 
 Hooks are removed when the context exits, also on exceptions. Contexts nest: an inner capture
 records what the model chose, not what an outer replay forced. Activation checkpointing: under
@@ -55,7 +60,7 @@ from gspo_bench.moe.recompute import recomputing
 from gspo_bench.moe.routers import Router, find_routers
 from gspo_bench.moe.sites import Handle, OnRoute, attach
 
-_RECORDS = ("ids", "weights", "scores", "probe", "pairs", "pair_logits")
+_RECORDS = ("ids", "weights", "scores", "probe", "pairs", "pair_logits", "conf")
 
 
 def call_chunk(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int, int]:
@@ -80,6 +85,7 @@ class RoutingCapture:
         probe: torch.Tensor | None = None,
         margins: bool = False,
         pairs: torch.Tensor | None = None,
+        confidence: bool = False,
     ):
         self.model = model
         self.routers: list[Router] = find_routers(model)
@@ -99,6 +105,7 @@ class RoutingCapture:
         self.probe = probe
         self.margins = margins
         self.pairs = pairs
+        self.confidence = confidence
         self._handles: list[Handle] = []
         self._sequences: list[dict[str, list[list[torch.Tensor]]]] = []  # per sequence: {record: [per layer: list of [B, t, k] chunks]}
         self._chunk: tuple[int, int, int] | None = None  # (batch, offset, length) of the current call
@@ -157,6 +164,14 @@ class RoutingCapture:
         return self._stacked("pair_logits")
 
     @property
+    def route_confidence(self) -> torch.Tensor:
+        """[L, B, T] fp32 routing confidence of each token (`confidence=True`): the share of the router's
+        score mass on the experts it chose (`gates.py`, `confidence`)."""
+        if not self.confidence:
+            raise RuntimeError("route_confidence needs RoutingCapture(..., confidence=True)")
+        return self._stacked("conf")
+
+    @property
     def n_sequences(self) -> int:
         return len(self._sequences)
 
@@ -166,7 +181,7 @@ class RoutingCapture:
         per_layer = self._sequences[-1][key]
         if any(not chunks for chunks in per_layer):
             raise RuntimeError("some MoE layers were not called; was the forward interrupted?")
-        return torch.stack([torch.cat(chunks, dim=1) for chunks in per_layer])  # [L, B, T, k]
+        return torch.stack([torch.cat(chunks, dim=1) for chunks in per_layer])  # [L, B, T, k] ([L, B, T]: conf)
 
     # ------------------------------------------------------------------ hooks
     def _on_model_call(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -203,6 +218,8 @@ class RoutingCapture:
         seq["ids"][layer].append(ids.reshape(batch, length, -1).long())
         seq["weights"][layer].append(weights.reshape(batch, length, -1))
         seq["scores"][layer].append(router.rule.scores(logits, ids.long()).reshape(batch, length, -1))
+        if self.confidence:
+            seq["conf"][layer].append(router.rule.confidence(logits, ids.long()).reshape(batch, length))
         if self.probe is not None:
             probed = self._window(chunk, self.probe, "probe", layer).to(logits.device)
             seq["probe"][layer].append(router.rule.scores(logits, probed).reshape(batch, length, -1))

@@ -5,7 +5,13 @@ A rule answers two questions for any expert ids [N, k], chosen by the router or 
 - `weights(logits, ids)`: the gate weights the family gives experts `ids`, a differentiable function
   of the live logits [N, E] (a replay hands them to the experts, so the router keeps its gradient);
 - `scores(logits, ids)`: the family's normalised gate score of experts `ids` in fp32, the
-  probability it selects by: softmax over all experts, or the sigmoid (what RSPO reads).
+  probability it selects by: softmax over all experts, or the sigmoid (what RSPO reads);
+- `confidence(logits, ids)`: the routing confidence of a token, the share of the router's score
+  mass on experts `ids` [N] in fp32: under a softmax (also for the families that renormalise over the
+  top-k logits) the probability mass of the experts under the softmax over all experts; under a
+  sigmoid the experts' share of the sum of all experts' sigmoids (the scores normalised to sum to 1,
+  so that both read alike). k/E for a router that cannot tell experts apart, 1 when the chosen
+  experts hold all the mass.
 
 Both are computed from the logits at the given ids, never from probabilities already masked by the
 router's own top-k: an expert the live router would not choose still gets its live weight (non-zero,
@@ -26,11 +32,18 @@ class GateRule(Protocol):
 
     def scores(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor: ...
 
+    def confidence(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor: ...
+
 
 def softmax_at(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """softmax(logits)[ids] in fp32, by the same operations as the families' routers (a softmax over
     all experts, then a gather), so that replaying a recording reproduces the forward bit for bit."""
     return torch.softmax(logits.float(), dim=-1).gather(-1, ids)
+
+
+def softmax_mass(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """[N] fp32: sum over the k experts `ids` [N, k] of softmax(logits [N, E]) over all experts."""
+    return softmax_at(logits, ids).sum(-1)
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,9 @@ class Softmax:
     def scores(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         return softmax_at(logits, ids)
 
+    def confidence(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return softmax_mass(logits, ids)
+
 
 @dataclass(frozen=True)
 class TopKSoftmax:
@@ -66,6 +82,9 @@ class TopKSoftmax:
 
     def scores(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         return softmax_at(logits, ids)
+
+    def confidence(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return softmax_mass(logits, ids)
 
 
 @dataclass(frozen=True)
@@ -84,3 +103,7 @@ class Sigmoid:
 
     def scores(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(logits.float().gather(-1, ids))
+
+    def confidence(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        sigmoids = torch.sigmoid(logits.float())  # [N, E]
+        return sigmoids.gather(-1, ids).sum(-1) / sigmoids.sum(-1)  # [N]: the chosen experts' share

@@ -185,6 +185,17 @@ def find_routers(model: torch.nn.Module) -> list[Router]:
     return routers
 
 
+def router_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The routers' parameters (what `train.router_lr_scale` trains at its own rate): every parameter of
+    each router module (`Router.module`), in layer order. That is the weight [E, H] in every family,
+    plus gpt_oss's router bias [E] (it enters the logits top-k selects by) and ernie4_5_moe's
+    `moe_statics.e_score_correction_bias` (a parameter that requires no gradient: no optimizer moves
+    it). Not router parameters: the `e_score_correction_bias` of deepseek_v3, glm4_moe and dots1 (a
+    buffer, never trained by the optimizer) and the shared-expert gates of qwen2_moe and qwen3_next
+    (they weight the shared expert's output and select no expert)."""
+    return [param for router in find_routers(model) for param in router.module.parameters()]
+
+
 def _router(name: str, block: torch.nn.Module, spec: FamilyRouting) -> Router:
     module = getattr(block, spec.router)
     weight = module.get_parameter(spec.weight)

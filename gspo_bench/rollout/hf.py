@@ -25,6 +25,12 @@ only the engine's, to top-k(router logits + sigma * z) with counter-based Gaussi
 (`rollout.router_noise`): a controlled routing mismatch that `moe/rollout_gap` measures and R3
 removes. Both decode paths apply it and record the perturbed routing.
 
+Logit noise (`logit_noise: std`, default 0: off) adds std * z to the engine's final logits before
+temperature and top-p, z counter-based Gaussian of (seed, row key, t, vocab id)
+(`rollout.logit_noise`): the engine samples from, and reports the log-probs of, the noisy
+distribution, while the trainer recomputes clean ones: a controlled precision mismatch that
+`mismatch/k3_kl` measures. Both decode paths add it at the same point, so they sample alike.
+
 Sampling log-probs come from a logits processor placed after temperature and top-p, so they are
 the log-probs of the distribution each token was actually drawn from; it keeps one [B, V] tensor,
 not one per step.
@@ -50,6 +56,7 @@ from gspo_bench.moe import RoutingCapture
 from gspo_bench.rollout.batching import mask_after_eos
 from gspo_bench.rollout.chunks import join_rollouts, kv_bytes_per_token, rows_per_chunk
 from gspo_bench.rollout.engine import Rollout, SamplingParams, check_prompt_lengths, register_engine
+from gspo_bench.rollout.logit_noise import LogitNoise
 from gspo_bench.rollout.router_noise import RouterNoise, check_sigma
 from gspo_bench.rollout.sampling import GumbelNoise
 from gspo_bench.rollout.static_decode import DecodeRule, static_decode
@@ -131,7 +138,7 @@ class HFEngine:
 
     def __init__(self, pad_id: int, eos_id: int, dtype: str = "float32", decode: str | None = None,
                  graph: bool | None = None, copy_weights: bool | None = None, router_noise: float = 0.0,
-                 kv_cache_gib: float | None = None, max_prompt_tokens: int | None = None):
+                 logit_noise: float = 0.0, kv_cache_gib: float | None = None, max_prompt_tokens: int | None = None):
         if decode is not None and decode not in DECODES:
             raise ValueError(f"hf engine: decode must be one of {', '.join(DECODES)}, got {decode!r}")
         for option, value in (("graph", graph), ("copy_weights", copy_weights)):
@@ -145,6 +152,7 @@ class HFEngine:
         self.graph = graph  # None: on for static decoding on CUDA
         self.copy_weights = copy_weights  # None: a bf16 rollout copy on CUDA
         self.router_noise = check_sigma(router_noise)  # std of the router-logit noise while generating (0: off)
+        self.logit_noise = check_sigma(logit_noise, "logit_noise")  # std of the final-logit noise (0: off)
         self.weights = RolloutWeights({"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype])
         self.kv_cache_gib = kv_cache_gib  # rows generated in chunks whose KV cache fits it (None: one batch)
         self.max_prompt_tokens = max_prompt_tokens  # longer prompts are refused (None: no limit)
@@ -203,7 +211,8 @@ class HFEngine:
         if graph and prompt_ids.device.type != "cuda":
             raise ValueError("hf engine: graph: true needs a CUDA device")
         rule = DecodeRule(eos_id=self.eos_id, pad_id=self.pad_id, seed=params.seed, temperature=params.temperature,
-                          top_p=params.top_p, min_new_tokens=params.max_new_tokens if params.ignore_eos else 0)
+                          top_p=params.top_p, min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
+                          logit_noise=self.logit_noise)
         state = static_decode(model, prompt_ids, prompt_mask, keys, params.max_new_tokens, rule,
                               params.capture_routing, graph, router_noise=self.router_noise)
         response_mask = mask_after_eos(state.tokens, self.eos_id)  # [B, T]
@@ -216,6 +225,8 @@ class HFEngine:
                   params: SamplingParams) -> Rollout:  # model: a causal LM (generate's self-typing fits no nn.Module)
         recorder = _RecordSamplingLogprobs()
         processors = LogitsProcessorList()
+        if self.logit_noise:  # on the logits, before the sampling rule (as the static decoder adds it)
+            processors.append(LogitNoise(self.logit_noise, params.seed, keys, prompt_ids.shape[1]))
         if params.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(params.temperature))
         if params.top_p < 1.0:
@@ -255,12 +266,15 @@ class HFEngine:
 @register_engine("hf")
 def make_hf_engine(pad_id: int, eos_id: int, dtype: str = "float32", decode: str | None = None,
                    graph: bool | None = None, copy_weights: bool | None = None, router_noise: float = 0.0,
-                   model_path: object = None, device: object = None, kv_cache_gib: float | None = None,
-                   max_prompt_tokens: int | None = None, **unknown: object) -> HFEngine:
+                   logit_noise: float = 0.0, model_path: object = None, device: object = None,
+                   kv_cache_gib: float | None = None, max_prompt_tokens: int | None = None,
+                   **unknown: object) -> HFEngine:
     """`model_path` and `device` are the run's (the engine samples from the policy it is handed);
     `kv_cache_gib` and `max_prompt_tokens` are the suite's rollout fields."""
     if unknown:
         raise ValueError(f"hf engine: unknown engine_options {', '.join(sorted(unknown))}; valid: decode "
-                         f"({' or '.join(DECODES)}), graph, copy_weights (true/false), router_noise (std >= 0)")
+                         f"({' or '.join(DECODES)}), graph, copy_weights (true/false), router_noise (std >= 0), "
+                         "logit_noise (std >= 0)")
     return HFEngine(pad_id=pad_id, eos_id=eos_id, dtype=dtype, decode=decode, graph=graph, copy_weights=copy_weights,
-                    router_noise=router_noise, kv_cache_gib=kv_cache_gib, max_prompt_tokens=max_prompt_tokens)
+                    router_noise=router_noise, logit_noise=logit_noise, kv_cache_gib=kv_cache_gib,
+                    max_prompt_tokens=max_prompt_tokens)

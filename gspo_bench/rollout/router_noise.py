@@ -35,8 +35,7 @@ from gspo_bench.models.families import family_of
 from gspo_bench.moe.capture import call_chunk
 from gspo_bench.moe.routers import Router, find_routers
 from gspo_bench.moe.sites import Handle, OnRoute, attach
-from gspo_bench.objectives.inputs import ieee_sqrt
-from gspo_bench.rollout.sampling import fmix32
+from gspo_bench.rollout.sampling import fmix32, normal_from_hash
 
 NOISE_FAMILIES = ("qwen3_moe", "qwen2_moe", "qwen3_next", "olmoe", "flex_olmo", "mixtral", "minimax",
                   "hunyuan_v1_moe", "gpt_oss", "granitemoe", "granitemoeshared", "dbrx", "jamba", "deepseek_v2")
@@ -44,10 +43,10 @@ _MASK32 = 0xFFFFFFFF
 _STREAM = 0x52A7E001  # mixed into the seed: router noise never reuses the Gumbel sampling stream
 
 
-def check_sigma(sigma: object) -> float:
-    """`sigma` as a float; ValueError unless a finite number >= 0."""
+def check_sigma(sigma: object, option: str = "router_noise") -> float:
+    """`sigma` (engine option `option`, a noise's std) as a float; ValueError unless a finite number >= 0."""
     if isinstance(sigma, bool) or not isinstance(sigma, int | float) or not math.isfinite(sigma) or sigma < 0:
-        raise ValueError(f"hf engine: router_noise must be a finite number >= 0 (the noise's std), got {sigma!r}")
+        raise ValueError(f"hf engine: {option} must be a finite number >= 0 (the noise's std), got {sigma!r}")
     return float(sigma)
 
 
@@ -59,10 +58,7 @@ def router_gaussian(seed: int, keys: torch.Tensor, positions: torch.Tensor, laye
     rows = fmix32((keys.to(torch.int64) & _MASK32) ^ base)  # [B]
     at = fmix32((positions.to(torch.int64) & _MASK32) ^ 0x27D4EB2F)  # [t]
     ids = fmix32(torch.arange(experts, dtype=torch.int64, device=keys.device) ^ 0x165667B1)  # [E]
-    h = fmix32(fmix32(rows[:, None] ^ at[None, :])[:, :, None] ^ ids[None, None, :])  # [B, t, E]
-    u1 = ((h >> 8).double() + 0.5) / 2**24  # (0, 1), 24 bits
-    u2 = ((fmix32(h ^ 0x68E31DA4) >> 8).double() + 0.5) / 2**24
-    return (ieee_sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)).float()  # Box-Muller
+    return normal_from_hash(fmix32(fmix32(rows[:, None] ^ at[None, :])[:, :, None] ^ ids[None, None, :]))  # [B, t, E]
 
 
 def check_family(routers: list[Router], family: str) -> None:

@@ -9,10 +9,13 @@ size under torchrun. The hash is murmur3's 32-bit finaliser, computed in int64 w
 
 from __future__ import annotations
 
+import math
 from typing import TypeVar
 
 import torch
 from transformers import LogitsProcessor
+
+from gspo_bench.objectives.inputs import ieee_sqrt
 
 _MASK32 = 0xFFFFFFFF
 H = TypeVar("H", int, torch.Tensor)
@@ -43,6 +46,15 @@ def uniform(seed: int, keys: torch.Tensor, position: int | torch.Tensor, vocab: 
     tokens = torch.arange(vocab, dtype=torch.int64, device=keys.device)  # [V]
     h = fmix32(rows[:, None] ^ fmix32((tokens * 0x27D4EB2F + 0x165667B1) & _MASK32)[None, :])  # [B, V]
     return ((h >> 8).double() + 0.5) / 2**24  # 24 bits, never 0 or 1
+
+
+def normal_from_hash(h: torch.Tensor) -> torch.Tensor:
+    """Standard normal fp32 numbers, one per 32-bit hash in `h` (int64): Box-Muller over two 24-bit
+    uniforms in (0, 1), the first from `h`, the second from `h` rehashed: sqrt(-2 ln u1) cos(2 pi u2),
+    the root by ieee_sqrt (torch.sqrt's MKL vector math differs between CPUs)."""
+    u1 = ((h >> 8).double() + 0.5) / 2**24
+    u2 = ((fmix32(h ^ 0x68E31DA4) >> 8).double() + 0.5) / 2**24
+    return (ieee_sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)).float()
 
 
 class GumbelNoise(LogitsProcessor):

@@ -8,7 +8,8 @@ as the batch, so on CUDA it is captured once per batch shape and replayed: one l
 
 It samples what `generate` samples, by the same rule: token t of row r is
 argmax(processed scores + Gumbel noise of (seed, key_r, t)) (`rollout.sampling`), the processed scores
-being the fp32 logits with </s> masked while t < min_new_tokens, then temperature, then top-p; the
+being the fp32 logits (plus the logit noise of (seed, key_r, t), `rollout.logit_noise`, where set) with
+</s> masked while t < min_new_tokens, then temperature, then top-p; the
 sampling log-prob is the log-softmax of the processed scores. So every row is still a function of
 (seed, row key) and the model's logits, and a finished row feeds the pad token, as `generate` does.
 Routing is recorded from the routing sites into a static [L, B, positions, k] buffer, so R3 and
@@ -27,6 +28,7 @@ from transformers import StaticCache, TemperatureLogitsWarper, TopPLogitsWarper
 from gspo_bench.models.families import hf_model
 from gspo_bench.moe.routers import find_routers
 from gspo_bench.moe.sites import Handle, OnRoute, attach
+from gspo_bench.rollout.logit_noise import noisy_logits
 from gspo_bench.rollout.router_noise import RouterNoise
 from gspo_bench.rollout.sampling import uniform
 
@@ -41,6 +43,7 @@ class DecodeRule:
     temperature: float
     top_p: float
     seed: int
+    logit_noise: float = 0.0  # std of the noise on the final logits (`rollout.logit_noise`; 0: off)
 
 
 class DecodeState:
@@ -67,9 +70,12 @@ class DecodeState:
 
 
 def processed_scores(logits: torch.Tensor, state: DecodeState, rule: DecodeRule) -> torch.Tensor:
-    """[B, V] fp32 scores of the sampling distribution at `state.step` (before the noise); a row of
+    """[B, V] fp32 scores of the sampling distribution at `state.step` (before the Gumbel noise): the
+    logits plus the logit noise where the rule has it, then </s> blocked, temperature, top-p; a row of
     NaN or +inf scores (a diverged policy) is zeroed and turns `state.finite` False."""
     scores = logits.float()
+    if rule.logit_noise:
+        scores = noisy_logits(scores, rule.logit_noise, rule.seed, state.keys, state.step)
     if rule.min_new_tokens:
         blocked = (state.step < rule.min_new_tokens) & (torch.arange(scores.shape[-1], device=scores.device) == rule.eos_id)
         scores = scores.masked_fill(blocked, float("-inf"))

@@ -250,6 +250,9 @@ def make_vllm_engine(pad_id: int, eos_id: int, model_path: str | Path | None = N
                      device: str = "cpu", **options: Any) -> VLLMEngine:
     if "router_noise" in options:
         raise ValueError("vllm engine: router_noise is an hf engine option (vLLM's routers are not hooked)")
+    if "logit_noise" in options:
+        raise ValueError("vllm engine: logit_noise is an hf engine option (vLLM's sampler is not hooked; its own "
+                         "precision is the mismatch it has)")
     if model_path is None:
         raise ValueError("the vllm engine needs model_path: the checkpoint directory it loads first")
     import_vllm()  # fail now, with the install hint, not at the first rollout

@@ -4,7 +4,7 @@
     config.yaml       the fully resolved suite config of this run
     provenance.json   git commit + dirty flag, package versions, python, device, host, start/end
     metrics.parquet   one row per step (REQUIRED_COLUMNS and more)
-    layers.parquet    drift and router margins per MoE layer and measured minibatch, per step
+    layers.parquet    drift, router margins and routing confidence per MoE layer and measured minibatch, per step
     status.json       {"status": running|done|collapsed|failed, "message", "step", ...}
     checkpoint/       latest model + optimizer + step, for --resume (never committed)
 """
@@ -41,6 +41,7 @@ REQUIRED_COLUMNS = [
     "compute/cum_tokens", "compute/flops", "compute/cum_flops", "lr", "gpu/peak_mem_gib", "perf/rollout_tokens_per_s",
     "perf/train_tokens_per_s", "perf/mfu", "ratio/token_median", "ratio/token_trimmed_mean", "ratio/token_gt_10",
     "ratio/token_gt_100", "ratio/token_gt_1000", "loss/max_token_share", "moe/drift_1", "moe/drift_expert_1",
+    "moe/route_conf",
 ]
 # GPU figures (gspo_bench.runtime.hardware) that are blank (NaN) in every row off CUDA; MFU also on a GPU
 # whose bf16 peak is not in hardware.BF16_DENSE_PEAK

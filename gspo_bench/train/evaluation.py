@@ -5,9 +5,9 @@ an lm-eval task: a JSONL file, a YAML config (`generate_until`) and a small `pro
 that scores every sampled response with the task's own verifier. The in-memory policy is wrapped by
 lm-eval's `HFLM` and evaluated with `simple_evaluate` and a `TaskManager` over those files, fully
 offline, with the datasets cache inside the output directory. HFLM generates with the training model
-itself, outside the rollout engine: no router noise of the engine reaches it.
+itself, outside the rollout engine: no router or logit noise of the engine reaches it.
 
-`rollout` (`EngineEvaluator`): the run's own rollout engine with its router noise off samples the
+`rollout` (`EngineEvaluator`): the run's own rollout engine with its router and logit noise off samples the
 test prompts in one call, as a rollout does, seeded per (seed, step), and the task's
 verifier scores them: the engine the run's rollouts use (its decoding, its bf16 weights copy or vLLM),
 without lm-eval; on CPU at the stress suite's shapes it takes about 3/4 of lm-eval's CPU time (docs/suites.md).
@@ -220,18 +220,22 @@ class Evaluator:
         return {task: {**score, "engine": "lm_eval"} for task, score in scores.items()}
 
 
-def without_router_noise(engine: RolloutEngine) -> RolloutEngine:
-    """`engine`, or where it perturbs routing (the hf engine's `router_noise`) a shallow copy with the
-    noise off: the same decoding and weights copy, clean routing."""
-    if not getattr(engine, "router_noise", 0.0):
+ENGINE_NOISES = ("router_noise", "logit_noise")  # the hf engine's controlled mismatches, off in evaluation
+
+
+def without_engine_noise(engine: RolloutEngine) -> RolloutEngine:
+    """`engine`, or where it adds a controlled mismatch (the hf engine's `router_noise`, `logit_noise`)
+    a shallow copy with every such noise off: the same decoding and weights copy, clean routing and logits."""
+    if not any(getattr(engine, noise, 0.0) for noise in ENGINE_NOISES):
         return engine
     clean = copy.copy(engine)
-    clean.router_noise = 0.0  # type: ignore[attr-defined]  # only an engine with router noise (the hf one's) gets here
+    for noise in ENGINE_NOISES:
+        setattr(clean, noise, 0.0)
     return clean
 
 
 class EngineEvaluator:
-    """Held-out evaluation with the run's rollout engine (`eval.engine: rollout`), its router noise off:
+    """Held-out evaluation with the run's rollout engine (`eval.engine: rollout`), its router and logit noise off:
     `cfg.samples` responses to each of `cfg.limit` test prompts per task (the suite's task with its
     params, other generated tasks with theirs by default), sampled at the eval temperature in the
     rollout precision with `seed` (one per (run seed, step): the same step scores the same), scored by
@@ -244,7 +248,7 @@ class EngineEvaluator:
         if cfg.greedy or cfg.lm_eval_tasks:
             raise ValueError("eval.engine rollout samples our tasks: greedy decoding and lm_eval_tasks need "
                              "eval.engine lm_eval")
-        self.cfg, self.engine, self.prompt_format, self.precision = cfg, without_router_noise(engine), prompt_format, precision
+        self.cfg, self.engine, self.prompt_format, self.precision = cfg, without_engine_noise(engine), prompt_format, precision
         self.params: dict[str, Any] = dict(max_new_tokens=cfg.max_new_tokens or max_new_tokens, temperature=cfg.temperature or temperature)
         self.tasks: list[tuple[str, Task, list[Example]]] = []
         for name, params in resolve_tasks(cfg.tasks, suite_task, suite_params or {}):

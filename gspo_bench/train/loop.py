@@ -31,7 +31,7 @@ from gspo_bench.runtime.kernels import torch_threads
 from gspo_bench.train.checkpoint import save_checkpoint
 from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.rollout import collect_rollout, draw_examples
-from gspo_bench.train.row import StepOutcome, build_row, step_values
+from gspo_bench.train.row import StepOutcome, build_row, step_values, with_route_confidence
 from gspo_bench.train.setup import Run, RunSpec, open_run, warm_start_seed
 from gspo_bench.train.state import Collapsed, RunState, budget_spent, collapse_reason
 from gspo_bench.train.update import (
@@ -155,6 +155,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
                   **{key.removeprefix("layer:"): v[None] for key, v in after.items() if key.startswith("layer:")}}
         drift = {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"]}
         values |= {**drift, **drift_after_one(drift), **layer_means({key: v[0] for key, v in layers.items()})}
+    layers = with_route_confidence(layers, old)
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
                 "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()},
                 **({} if warm_start_seed(run.spec) is None else {"warm_start/seed": warm_start_seed(run.spec)})}

@@ -9,6 +9,7 @@ import torch
 
 from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import RoutingCapture, routing_drift
+from gspo_bench.moe.confidence import routing_confidence
 from gspo_bench.rollout.mismatch import logprob_mismatch
 from gspo_bench.runtime.distributed import gather_rows
 from gspo_bench.train.policy import Policy, captured, capturing
@@ -27,6 +28,7 @@ class OldPolicy:
     gate_scores: torch.Tensor | None = None  # [L_moe, B, L, k] gate scores of `routing`'s experts (RSPO), when asked
     margin_pairs: torch.Tensor | None = None  # [L_moe, B, L, 2] each token's k-th and (k+1)-th expert (moe.margins)
     pair_logits: torch.Tensor | None = None  # [L_moe, B, L, 2] pi_old's router logits at `margin_pairs`
+    route_conf: torch.Tensor | None = None  # [L_moe] pi_old's mean routing confidence per MoE layer (moe.confidence)
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # engine mismatch, rollout routing gap
 
     def recorded(self, name: str) -> torch.Tensor:
@@ -46,6 +48,8 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
     the old pass's own (Routing Replay) or the engine's (R3, which this pass replays too).
     `logp_source="rollout"` takes pi_old from the engine's log-probs (the paper's section 5.4);
     `gate_scores=True` records the gate scores of the experts pi_old routed to (RSPO's router shift);
+    with `record_routing` and `measure`, pi_old's routing confidence (`moe/route_conf`, per layer in
+    `route_conf`: `moe.confidence`);
     `head_chunk` (train.logprob_chunk_tokens) computes log-probs and entropies with the fused head."""
     world, model = policy.world, policy.model
     rows = torch.arange(len(batch), device=batch.input_ids.device)
@@ -55,7 +59,7 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
     forced = batch.routing[:, mine] if replay == "rollout" and batch.routing is not None else None
     with torch.no_grad(), policy.precision.autocast(), \
             capturing(model, record_routing or gate_scores or replay is not None, replay=forced,
-                      margins=record_routing) as capture:
+                      margins=record_routing, confidence=record_routing and measure) as capture:
         logp, entropy = response_forward(model, batch.input_ids[mine], batch.attention_mask[mine],
                                          batch.n_response, temperature, with_entropy=True,
                                          head_chunk=head_chunk)  # [B, T] each
@@ -69,12 +73,16 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
         pairs = gather_rows(world, capture.margin_pairs, rows, dim=1)
         pair_logits = gather_rows(world, capture.pair_logits, rows, dim=1)
     metrics = engine_gap(logp, routing, batch) if measure else {}
+    route_conf = None
+    if capture is not None and capture.confidence:  # over every attended position, as drift
+        confidence = routing_confidence(gather_rows(world, capture.route_confidence, rows, dim=1), batch.attention_mask)
+        metrics["moe/route_conf"], route_conf = confidence["moe/route_conf"], confidence["moe/route_conf_layer"]
     if logp_source == "rollout":
         logp = batch.sampling_logp.to(logp.device)
     replayed = {"old_pass": routing, "rollout": batch.routing, None: None}[replay]
     return OldPolicy(logp=logp, entropy=entropy, routing=routing, replay=replayed,
                      ref_logp=reference_logp(policy, batch, temperature, head_chunk), metrics=metrics, gate_scores=scores,
-                     margin_pairs=pairs, pair_logits=pair_logits)
+                     margin_pairs=pairs, pair_logits=pair_logits, route_conf=route_conf)
 
 
 def engine_gap(train_logp: torch.Tensor, train_routing: torch.Tensor | None, batch: RolloutBatch) -> dict[str, torch.Tensor]:

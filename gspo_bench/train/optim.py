@@ -6,7 +6,7 @@ import torch
 
 from gspo_bench.config import TrainConfig
 
-ROUTER_GROUP = "router"  # the `name` of the router weights' param group (train.router_lr_scale != 1)
+ROUTER_GROUP = "router"  # the `name` of the router parameters' param group (train.router_lr_scale != 1)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, lr: float, distributed: bool = False) -> torch.optim.Optimizer:
@@ -14,7 +14,7 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, lr: float, distribu
     faster than the default on CPU, and able to skip a step on the device, see `guarded_step`);
     not under FSDP2, whose sharded parameters take the default implementation.
 
-    With `cfg.router_lr_scale` != 1 the router weights are a second param group at lr x that scale;
+    With `cfg.router_lr_scale` != 1 the router parameters are a second param group at lr x that scale;
     param_groups[0] is every other parameter at `lr` (the lr the loop logs). Build it after
     sharding: the groups hold the model's parameter objects (DTensors under FSDP2) by identity."""
     device = next(model.parameters()).device
@@ -58,18 +58,23 @@ def adamw_8bit(groups: list[dict], lr: float, cfg: TrainConfig) -> torch.optim.O
 
 
 def param_groups(model: torch.nn.Module, lr: float, router_lr_scale: float) -> list[dict]:
-    """One group of all parameters at `lr`; with `router_lr_scale` != 1, the router weights apart at
-    lr x router_lr_scale (named ROUTER_GROUP)."""
+    """One group of all parameters at `lr`; with `router_lr_scale` != 1, the router parameters
+    (`moe.routers.router_parameters`: each router module's weight, and gpt_oss's router bias) apart at
+    lr x router_lr_scale (named ROUTER_GROUP), in the model's parameter order.
+
+    AdamW's decay is decoupled and scaled by the group's lr (p <- p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)),
+    so the router group's step, decay included, is router_lr_scale times the one it would take at lr; at
+    0 the routers do not move at all, weight decay included (their moments still accumulate)."""
     params = list(model.parameters())
     if router_lr_scale == 1.0:
         return [{"params": params}]  # the one group of before (checkpoints of earlier runs still load)
-    from gspo_bench.moe.routers import find_routers
+    from gspo_bench.moe.routers import router_parameters
 
-    router_ids = {id(router.weight) for router in find_routers(model)}
+    router_ids = {id(param) for param in router_parameters(model)}
     routers = [p for p in params if id(p) in router_ids]
     if len(routers) != len(router_ids):
-        raise RuntimeError(f"{len(router_ids) - len(routers)} router weight(s) are not among the model's parameters: "
-                           "build the optimizer from the model as it trains (after sharding)")
+        raise RuntimeError(f"{len(router_ids) - len(routers)} router parameter(s) are not among the model's "
+                           "parameters: build the optimizer from the model as it trains (after sharding)")
     rest = [p for p in params if id(p) not in router_ids]
     return [{"params": rest}, {"params": routers, "lr": lr * router_lr_scale, "name": ROUTER_GROUP}]
 

@@ -39,6 +39,16 @@ def step_values(batch: RolloutBatch, old: OldPolicy, update: UpdateResult, after
     }
 
 
+def with_route_confidence(layers: dict[str, torch.Tensor], old: OldPolicy) -> dict[str, torch.Tensor]:
+    """`layers` ({name: [J, L]}) with pi_old's routing confidence of each MoE layer, `moe/route_conf`,
+    beside every measured minibatch (measured before any update: one value per step and layer, the
+    same for every `updates`); `layers` itself where either is missing."""
+    if not layers or old.route_conf is None:
+        return layers
+    n_measured = next(iter(layers.values())).shape[0]
+    return {**layers, "moe/route_conf": old.route_conf[None].expand(n_measured, -1)}  # [J, L]
+
+
 def build_row(identity: dict, values: dict[str, torch.Tensor], layers: dict[str, torch.Tensor],
               health: dict[str, torch.Tensor]) -> StepOutcome:
     """Copy `values`, the per-layer figures `layers` ({name: [J, L]}, J measured minibatches) and the

@@ -123,7 +123,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
 
 def make_evaluator(suite: SuiteConfig, out: Path, engine: RolloutEngine, prompt_format: PromptFormat,
                    policy: Policy) -> Evaluator | EngineEvaluator | None:
-    """The run's held-out evaluation (`eval:`): lm-eval's, or its rollout engine's with router noise off; None
+    """The run's held-out evaluation (`eval:`): lm-eval's, or its rollout engine's with router and logit noise off; None
     without eval tasks."""
     if not suite.eval.enabled:
         return None
