@@ -25,7 +25,7 @@ from analysis.outcome import (
     group_outcomes,
     training_rise,
 )
-from analysis.paper import drift_after_one
+from analysis.paper import DRIFT_ONE, depth_gap, drift_after_one, paper_tests
 from analysis.robust import extremes_table, heavy_table, robust_curves
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -120,6 +120,28 @@ def test_drift_after_one_update_prefers_the_expert_figure_and_says_which_it_show
     values, text = drift_after_one(results_with(metrics[["label", "seed", "step"]], layers.drop(columns="updates")),
                                    "grpo")
     assert values.empty and text.endswith("not after exactly one update")
+
+
+def test_drift_after_one_update_is_tested_against_the_5_percent_floor(tmp_path):
+    """GRPO's experts changed after one update: 3% on each of two seeds. The check's test is 3% - 5% =
+    -2% per seed (below the paper's floor), not 3% - 0."""
+    for label in ("grpo", "gspo"):
+        for seed in range(2):
+            make_run(tmp_path, label, seed, columns={"moe/drift_expert_1": 0.03})
+    tests = paper_tests(finished(load_results(tmp_path / "synth")), ("synth", ""))
+    drift = next(t for t in tests if t.quantity == DRIFT_ONE)
+    assert (drift.first, drift.second) == ("grpo", "5%") and drift.result.seeds == (0, 1)
+    assert drift.result.differences.tolist() == pytest.approx([-0.02, -0.02]) and drift.result.mean < 0
+
+
+def test_the_depth_gap_reads_the_rows_after_one_update_where_there_are_some():
+    """Seed 0, layers 0 and 1: after one update 0.1 and 0.3 (gap 0.2); after two 0.1 and 0.9. The gap is
+    0.2, not that of the means over both (0.1 and 0.6: 0.5), which is what rows without `updates` give."""
+    layers = pd.DataFrame({"label": "grpo", "seed": 0, "step": 1, "layer": [0, 1, 0, 1], "updates": [1, 1, 2, 2],
+                           "moe/drift": [0.1, 0.3, 0.1, 0.9]})
+    metrics = pd.DataFrame({"label": "grpo", "seed": [0], "step": [1]})
+    assert depth_gap(results_with(metrics, layers), "grpo").tolist() == pytest.approx([0.2])
+    assert depth_gap(results_with(metrics, layers.drop(columns="updates")), "grpo").tolist() == pytest.approx([0.5])
 
 
 def test_the_drift_figure_draws_drift_after_one_update_where_measured():
