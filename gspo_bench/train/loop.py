@@ -156,7 +156,8 @@ def run_step(run: Run, step: int) -> StepOutcome:
                   "moe/drift_expert": after["moe/drift_expert_layer"][None],
                   **{key.removeprefix("layer:"): v[None] for key, v in after.items() if key.startswith("layer:")}}
         drift = {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"]}
-        values |= {**drift, **drift_after_one(drift), **layer_means({key: v[0] for key, v in layers.items()})}
+        applied = update.metrics["nonfinite/minibatches"] == 0  # the one update; skipped: no drift after one
+        values |= {**drift, **drift_after_one(drift, applied), **layer_means({key: v[0] for key, v in layers.items()})}
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
                 "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()},
                 **({} if warm_start_seed(run.spec) is None else {"warm_start/seed": warm_start_seed(run.spec)})}
