@@ -105,6 +105,13 @@ def test_final_value_is_the_mean_of_the_last_quarter_of_steps():
     assert final_value(frame.head(1), "reward/mean") == 0.3  # at least one step
 
 
+def test_a_quarter_of_the_steps_rounds_up():
+    """10 steps: the last (and first) ceil(2.5) = 3 steps, not 2."""
+    frame = pd.DataFrame({"step": range(1, 11), "reward/mean": [s / 10 for s in range(1, 11)]})
+    assert final_value(frame, "reward/mean") == pytest.approx(0.9)  # steps 8, 9, 10
+    assert first_value(frame, "reward/mean") == pytest.approx(0.2)  # steps 1, 2, 3
+
+
 def test_statistics_small_cases():
     assert iqm(np.array([1, 2, 3, 4, 5, 6, 7, 100])) == pytest.approx(np.mean([3, 4, 5, 6]))
     assert iqm(np.array([2.0, 4.0])) == 3.0

@@ -11,12 +11,21 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis.divergence import Signal, first_spike
 from analysis.load import Results, finished, load_results
 from analysis.margins import drift_by, forecast_table, has_margins, margin_table, predicted_vs_measured_figure
-from analysis.outcome import HELD_OUT, TRAINING, baseline, engine_text, group_outcomes, training_rise
-from analysis.paper import drift_after_one
+from analysis.outcome import (
+    HELD_OUT,
+    TRAINING,
+    Learning,
+    baseline,
+    engine_text,
+    group_outcomes,
+    training_rise,
+)
+from analysis.paper import DRIFT_ONE, depth_gap, drift_after_one, paper_tests
 from analysis.robust import extremes_table, heavy_table, robust_curves
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -111,6 +120,28 @@ def test_drift_after_one_update_prefers_the_expert_figure_and_says_which_it_show
     values, text = drift_after_one(results_with(metrics[["label", "seed", "step"]], layers.drop(columns="updates")),
                                    "grpo")
     assert values.empty and text.endswith("not after exactly one update")
+
+
+def test_drift_after_one_update_is_tested_against_the_5_percent_floor(tmp_path):
+    """GRPO's experts changed after one update: 3% on each of two seeds. The check's test is 3% - 5% =
+    -2% per seed (below the paper's floor), not 3% - 0."""
+    for label in ("grpo", "gspo"):
+        for seed in range(2):
+            make_run(tmp_path, label, seed, columns={"moe/drift_expert_1": 0.03})
+    tests = paper_tests(finished(load_results(tmp_path / "synth")), ("synth", ""))
+    drift = next(t for t in tests if t.quantity == DRIFT_ONE)
+    assert (drift.first, drift.second) == ("grpo", "5%") and drift.result.seeds == (0, 1)
+    assert drift.result.differences.tolist() == pytest.approx([-0.02, -0.02]) and drift.result.mean < 0
+
+
+def test_the_depth_gap_reads_the_rows_after_one_update_where_there_are_some():
+    """Seed 0, layers 0 and 1: after one update 0.1 and 0.3 (gap 0.2); after two 0.1 and 0.9. The gap is
+    0.2, not that of the means over both (0.1 and 0.6: 0.5), which is what rows without `updates` give."""
+    layers = pd.DataFrame({"label": "grpo", "seed": 0, "step": 1, "layer": [0, 1, 0, 1], "updates": [1, 1, 2, 2],
+                           "moe/drift": [0.1, 0.3, 0.1, 0.9]})
+    metrics = pd.DataFrame({"label": "grpo", "seed": [0], "step": [1]})
+    assert depth_gap(results_with(metrics, layers), "grpo").tolist() == pytest.approx([0.2])
+    assert depth_gap(results_with(metrics, layers.drop(columns="updates")), "grpo").tolist() == pytest.approx([0.5])
 
 
 def test_the_drift_figure_draws_drift_after_one_update_where_measured():
@@ -209,6 +240,53 @@ def test_a_run_learned_when_its_last_quarter_beats_its_first_ten_steps():
     assert np.isnan(training_rise(np.array([0.1, 0.2, 0.3]))[2])  # too short for two steps in each window
 
 
+@pytest.mark.filterwarnings("ignore:Precision loss occurred:RuntimeWarning")  # scipy flags the constant end window; its variance is exactly 0
+def test_the_gate_is_welchs_one_sided_t_and_a_falling_run_did_not_learn():
+    """20 steps: start = steps 1-10 (0, 1 in turn: mean 0.5, variance 10 x 0.25 / 9 = 5/18), end = steps
+    16-20, constant. Welch: se = sqrt(5/18 / 10) = 1/6; the constant end adds nothing, so df = 10 - 1 = 9.
+    End 1.0: t = 0.5 / (1/6) = 3, p = P(t_9 > 3) = 0.0075 (a pooled t: s^2 = 2.5/13, se 0.240, t 2.08 on 13
+    df, p 0.029). Start 1, 2 in turn and end 0.5: t = -6, p = P(t_9 > -6) = 0.9999 (a two-sided test would
+    give 0.0002: a falling run "learned")."""
+    rising = np.array([0.0, 1.0] * 5 + [0.7] * 5 + [1.0] * 5)
+    start, final, p = training_rise(rising)
+    assert (start, final) == (0.5, 1.0) and p == pytest.approx(stats.t.sf(3.0, 9), rel=1e-9)
+    falling = np.array([1.0, 2.0] * 5 + [1.0] * 5 + [0.5] * 5)
+    start, final, p = training_rise(falling)
+    assert (start, final) == (1.5, 0.5) and p == pytest.approx(stats.t.sf(-6.0, 9), rel=1e-9) and p > 0.999
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss occurred:RuntimeWarning")  # scipy flags the constant end window; its variance is exactly 0
+def test_a_short_run_shortens_its_start_window_so_the_two_do_not_overlap():
+    """12 steps: end = the last ceil(12 / 4) = 3 steps, start = the 9 before them (not 10). Start 0, 1, ...,
+    0 (mean 4/9, variance (4 (5/9)^2 + 5 (4/9)^2) / 8 = 5/18), end 1, 1, 1: se = sqrt(5/18 / 9), t = (5/9) / se
+    = sqrt(10), df = 8."""
+    rewards = np.array([0.0, 1.0] * 4 + [0.0] + [1.0] * 3)
+    start, final, p = training_rise(rewards)
+    assert start == pytest.approx(4 / 9) and final == 1.0
+    assert p == pytest.approx(stats.t.sf(np.sqrt(10), 8), rel=1e-9)
+
+
+def test_an_objective_learned_only_when_every_seed_did():
+    """grpo: seed 0 rose, seed 1 did not (p above 5%), seed 2 not judged (too short): 1 of 3, not learned;
+    gspo: both seeds rose."""
+    outcomes = pd.DataFrame({"algorithm": ["grpo"] * 3 + ["gspo"] * 2, "seed": [0, 1, 2, 0, 1],
+                             "learned": [True, False, None, True, True], "start": 0.2, "final": 0.3})
+    found = Learning(("synth", ""), None, outcomes, None)  # type: ignore[arg-type]
+    assert found.arms["learned_seeds"].to_dict() == {"grpo": 1, "gspo": 2}
+    assert found.arms["learned"].to_dict() == {"grpo": False, "gspo": True} and found.learned == ["gspo"]
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss occurred:RuntimeWarning")  # scipy flags the constant end window; its variance is exactly 0
+def test_a_run_whose_rise_has_p_between_5_and_10_percent_did_not_learn(tmp_path):
+    """Start 0, 1 in turn (mean 0.5, se 1/6 as above); seed 0 ends at 0.75: t = 1.5, p = P(t_9 > 1.5) = 0.084,
+    not learned at 5% (it would be at 10%); seed 1 ends at 1.0: t = 3, p = 0.0075, learned."""
+    for seed, end in enumerate((0.75, 1.0)):
+        make_run(tmp_path, "grpo", seed, columns={"reward/mean": [0.0, 1.0] * 5 + [0.5] * 5 + [end] * 5})
+    outcomes, _ = group_outcomes(finished(load_results(tmp_path / "synth")))
+    assert outcomes["p_rise"].tolist() == pytest.approx([stats.t.sf(1.5, 9), stats.t.sf(3.0, 9)], rel=1e-9)
+    assert 0.05 < outcomes["p_rise"].iloc[0] < 0.10 and outcomes["learned"].tolist() == [False, True]
+
+
 def eval_rows(label: str, seed: int, scores: list[float], stderr: float = 0.02) -> list[dict]:
     return [{"step": 10 * i, "label": label, "seed": seed, "task": "gspo_sort", "score": s, "stderr": stderr,
              "metric": "reward", "samples": 1, "compute/cum_flops": 1e9 * 10 * i} for i, s in enumerate(scores)]
@@ -230,6 +308,34 @@ def test_held_out_rewards_are_the_outcome_where_every_run_was_evaluated(tmp_path
     outcomes, source = group_outcomes(finished(load_results(tmp_path / "synth")))
     assert source.kind == TRAINING and "not every run" in source.why
     assert outcomes["final"].tolist() == pytest.approx([0.38, 0.41])
+
+
+def with_task(run) -> None:
+    config = run.path / "config.yaml"
+    config.write_text(config.read_text().replace("budget:", "task: {name: sort, params: {}}\n  budget:"))
+
+
+def test_one_evaluation_per_run_is_no_held_out_outcome(tmp_path):
+    """One evaluation cannot show a rise: the runs are compared on the training reward, saying why."""
+    for seed in range(2):
+        run = make_run(tmp_path, "grpo", seed)
+        run.write_rows("eval.parquet", eval_rows("grpo", seed, [0.3]))
+        with_task(run)
+    outcomes, source = group_outcomes(finished(load_results(tmp_path / "synth")))
+    assert source.kind == TRAINING and source.why == "not every run has two evaluations of the suite's task with " \
+                                                      "standard errors"
+    assert outcomes["final"].tolist() == pytest.approx([0.38, 0.41])
+
+
+def test_evaluations_written_out_of_step_order_are_read_by_step(tmp_path):
+    """eval.parquet rows in the order step 20, 0, 10: the start is step 0's 0.2, the outcome step 20's 0.3."""
+    run = make_run(tmp_path, "grpo", 0)
+    rows = eval_rows("grpo", 0, [0.2, 0.25, 0.3])
+    run.write_rows("eval.parquet", [rows[2], rows[0], rows[1]])
+    with_task(run)
+    outcomes, source = group_outcomes(finished(load_results(tmp_path / "synth")))
+    assert source.kind == HELD_OUT
+    assert (outcomes["start"].iloc[0], outcomes["final"].iloc[0]) == (0.2, 0.3)
 
 
 def test_the_held_out_source_names_the_engine_that_sampled_it():

@@ -89,6 +89,13 @@ def test_paired_uses_the_seeds_both_have_and_a_constant_as_a_one_sample_test():
     assert one.n == 4 and one.mean == pytest.approx(0.2) and one.p == pytest.approx(2 / 16)
 
 
+def test_a_seed_whose_second_value_is_not_finite_is_left_out():
+    """Seed 5's second value is NaN (seed 7's too, where the first has none): seeds 0 and 2 remain."""
+    a = pd.Series([0.1, 0.2, 0.3], index=[0, 2, 5])
+    found = paired(a, pd.Series([0.0, 0.1, np.nan, np.inf], index=[0, 2, 5, 7]))
+    assert found.seeds == (0, 2) and found.mean == pytest.approx(0.1) and np.isfinite(found.low)
+
+
 def test_holm_by_hand():
     """p 0.01, 0.04, 0.03, 0.005: sorted x 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> non-decreasing 0.06."""
     assert holm(np.array([0.01, 0.04, 0.03, 0.005])) == pytest.approx([0.03, 0.06, 0.06, 0.02])
@@ -101,6 +108,21 @@ def test_how_many_paired_seeds_a_claim_needs():
     assert seeds_needed(1) == 6  # 2/64 < 0.05 <= 2/32
     assert seeds_needed(3) == 7  # 3 x 2/128 = 0.047
     assert seeds_needed(4) == 8 and seeds_needed(10) == 9
+
+
+def test_too_few_seeds_only_below_the_seeds_the_family_needs():
+    """One test: 6 paired seeds are needed. 6 seeds with differences +-0.01 in turn (p = 1) are enough to
+    tell: not distinguishable; 5 of them are too few; 6 in one direction: p = 2/64, shown."""
+    from analysis.family import FEW, TIE, YES, Test, make_family
+
+    def outcome(differences: list[float]) -> str:
+        seeds = range(len(differences))
+        family = make_family([Test(("s", ""), "q", "a", "b", paired(pd.Series(differences, index=seeds),
+                                                                     pd.Series(0.0, index=seeds)))])
+        return family.outcome(family.tests[0].result, family.adjusted[0])
+
+    assert outcome([0.01, -0.01] * 3) == TIE and outcome([0.01, -0.01, 0.01, -0.01, 0.01]) == FEW
+    assert outcome([0.01] * 6) == YES
 
 
 def test_probability_of_improvement_counts_ties_as_half():

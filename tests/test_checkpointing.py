@@ -137,6 +137,29 @@ def test_router_weights_moved_between_forward_and_backward_do_not_reroute_the_re
     assert torch.equal(expert_gradients(model), routed)
 
 
+def test_a_checkpointed_full_replay_keeps_the_replayed_gate_weights_in_the_recompute():
+    """A full replay hands the experts recorded ids and recorded weights (no gradient): the recompute must
+    use those weights, not rebuild them from its router logits, to give the plain computation's loss and
+    gradients (the router then gets none through the gates)."""
+    plain, ckpt = pair("qwen3_moe")
+    ids, am = batch()
+    replay = other_routing(plain, ids, am)
+    weights = torch.full(replay.shape, 0.5) + 0.1 * torch.arange(replay.shape[-1])  # [L, B, T, k]: 0.5, 0.6
+    results = []
+    for model in (plain, ckpt):
+        model.zero_grad(set_to_none=True)
+        with RoutingCapture(model, replay=replay, replay_weights=weights):
+            logits = model(input_ids=ids, attention_mask=am).logits
+        loss = logits[am.bool()].pow(2).mean()
+        loss.backward()
+        results.append((loss.detach(), grads(model)))
+    (loss0, g0), (loss1, g1) = results
+    assert_close(loss1, loss0)
+    assert g1.keys() == g0.keys() and len(g0) > 0
+    for name in g0:
+        assert_close(g1[name], g0[name], msg=name)
+
+
 def test_a_capture_open_during_backward_neither_records_nor_replays_the_recompute():
     plain, ckpt = pair("mixtral")
     ids, am = batch()

@@ -75,6 +75,16 @@ def test_every_token_clipped_objective_bounds_negative_advantage_terms(name):
     assert torch.equal(g_on[unchanged], g_off[unchanged])
 
 
+def test_clip_cov_never_drops_a_token_the_dual_clip_cut():
+    """ratio_k 1 and Cov in (-100, 100): Clip-Cov drops every token the clips left alone. With c = 3 those
+    are response 0's 1.1 and 0.5 (4.0 is cut high; 1.2 stays in the loss), not response 1's ratio 5 (dual:
+    its term stays at 3 A = -3) nor 0.7 (cut low: -0.8). J = (1.2 - 3 - 0.8) / 5; 2 of 5 tokens dropped."""
+    loss, g, m = grad("clip_cov", ratio_k=1.0, cov_low=-100.0, cov_high=100.0, dual_clip=3.0)
+    assert_close(loss, torch.tensor(-(1.2 - 3.0 - 0.8) / 5))
+    assert_close(m["cov/frac"], torch.tensor(2 / 5))
+    assert torch.equal(g, torch.zeros_like(g))  # every token cut or dropped
+
+
 @pytest.mark.parametrize("bad", [1.0, 0.5, -2.0, True, "3"])
 def test_a_dual_clip_must_be_a_number_above_one(bad):
     logp, old, adv, mask = case()

@@ -108,6 +108,9 @@ def test_the_rollout_engine_score_is_the_average_pass_at_1_and_repeats_per_seed(
 def test_the_rollout_engine_path_takes_our_tasks_and_samples_only():
     with pytest.raises(ValueError, match="greedy and lm_eval_tasks need engine lm_eval"):
         EvalConfig(tasks=["sort"], engine="rollout", greedy=True)
+    with pytest.raises(ValueError, match="greedy and lm_eval_tasks need engine lm_eval"):
+        EvalConfig(tasks=["sort"], engine="rollout", lm_eval_tasks=["gsm8k"])
+    assert EvalConfig(tasks=["sort"], lm_eval_tasks=["gsm8k"]).engine == "lm_eval"
     with pytest.raises(SuiteError, match=r"eval\.tasks \['gsm8k'\]: eval\.engine rollout evaluates"):
         parse_suite({"name": "e", "task": TASK, "budget": {"kind": "steps", "value": 1},
                      "objectives": [{"name": "grpo"}], "eval": {"tasks": ["sort", "gsm8k"], "engine": "rollout"}})

@@ -139,6 +139,38 @@ def test_rspo_runs_read_the_router_shift_of_their_updates(tmp_path, cache):
     assert gmpo["loss"] != rspo["loss"]
 
 
+def test_each_purpose_draws_from_its_own_seed_stream(tmp_path, cache, monkeypatch):
+    """`step_seed` gives one stream per purpose: a step's prompts, sampling, minibatch order and an
+    objective's draws (Clip-Cov's generator) and the evaluation each take their own, so the evaluation's
+    samples are not coupled to Clip-Cov's drops at the same step. Recorded over a one-step Clip-Cov run
+    evaluated at steps 0 and 1: no stream serves two purposes of a step, none both a step and an evaluation."""
+    import gspo_bench.train.loop as loop
+
+    calls: list[tuple[str, int, int]] = []  # (where, step, stream)
+    where = ["step"]
+    step_seed, evaluate = loop.step_seed, loop.evaluate
+
+    def recording(seed: int, step: int, stream: int) -> int:
+        calls.append((where[0], step, stream))
+        return step_seed(seed, step, stream)
+
+    def evaluating(run, state) -> None:
+        where[0] = "evaluation"
+        try:
+            evaluate(run, state)
+        finally:
+            where[0] = "step"
+
+    monkeypatch.setattr(loop, "step_seed", recording)
+    monkeypatch.setattr(loop, "evaluate", evaluating)
+    run_suite(suite(cache, objectives=[{"name": "clip_cov"}],
+                    eval={"engine": "rollout", "tasks": ["sort"], "every": 1, "limit": 4, "samples": 1}), tmp_path)
+    in_step = [stream for kind, _, stream in calls if kind == "step"]
+    in_eval = [(step, stream) for kind, step, stream in calls if kind == "evaluation"]
+    assert len(in_step) == 4 and len(set(in_step)) == 4  # prompts, sampling, order, Clip-Cov's draws
+    assert [step for step, _ in in_eval] == [0, 1] and not {stream for _, stream in in_eval} & set(in_step)
+
+
 def test_clip_cov_draws_repeat_from_run_to_run(tmp_path, cache):
     """Clip-Cov drops tokens at random from the generator the loop makes for each (seed, step), not from
     torch's global one: two runs of one suite in one process drop the same tokens, whatever was drawn

@@ -3,6 +3,7 @@ a real run's own compute columns, and the real-shape suites fitting their GPUs."
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -21,8 +22,10 @@ from gspo_bench.suite.plan import (
     plan_suite,
     plan_vs_peak,
     propose,
+    step_compute,
     with_changes,
 )
+from gspo_bench.train.compute import StepCompute
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness import metrics, run_suite, tiny_suite  # noqa: E402
@@ -93,6 +96,22 @@ def test_the_rollout_copy_only_where_the_engine_makes_one_and_8bit_moments():
                        SHAPES).rollout_copy == 0
     # weights 4 + grads 4 + two 8-bit moments with an fp32 scale per 256: 10.03125 bytes, rounded up
     assert memory_plan(suite({"optimizer": "adamw8bit"}), SHAPES).state == 10_032
+
+
+def test_a_kl_penalty_adds_a_frozen_reference_and_a_forward_pass():
+    """kl_coef > 0: a reference in the compute dtype (fp32: 4 N bytes, bf16: 2 N) and one more no-grad
+    forward of every token: 3 passes of the step's 8 x 8 response tokens, not 2."""
+    kl = suite({"kl_coef": 0.1})
+    assert memory_plan(kl, SHAPES).state == 20 * N and memory_plan(suite(), SHAPES).state == 16 * N
+    assert memory_plan(suite({"kl_coef": 0.1, "dtype": "bfloat16"}), SHAPES).state == 18 * N
+    assert step_compute(kl, 0) == StepCompute(tokens_forward=3 * 64, tokens_trained=64)
+    assert step_compute(suite(), 0) == StepCompute(tokens_forward=2 * 64, tokens_trained=64)
+
+
+def test_a_log_prob_chunk_longer_than_the_micro_batch_holds_its_positions_only():
+    """logprob_chunk_tokens 1000 against a micro-batch of 4 rows x 8 response positions: one chunk of 32."""
+    head = memory_plan(suite({"logprob_chunk_tokens": 1000}), SHAPES, prompt_width=3)
+    assert head.logits == 32 * 57 * (2 * 4 + 8)
 
 
 def test_the_fit_leaves_ten_percent_free():
@@ -173,6 +192,21 @@ def test_step_one_prints_the_plan_beside_the_measured_peak():
     memory = MemoryPlan(state=18 * GIB, activations=20 * GIB, logits=GIB // 2, kv_cache=GIB // 4)
     assert plan_vs_peak(memory, 40.04) == ("GPU memory at step 1: measured peak 40.0 GiB; planned 38.5 GiB = state "
                                            "18.0 + activations 20.0 + logits 0.50 (KV cache 0.25)")
+
+
+def test_whole_suite_flops_count_every_run_and_compute_alone_makes_plans_differ():
+    """Two runs on the suite's plan (F FLOPs per step) and three on one with the same memory and 2 F: the
+    plans differ, and the whole suite takes (2 F + 3 x 2 F) steps, not (F + 2 F) steps."""
+    from gspo_bench.suite.plan import RunsPlan, group_rows, runs_differ, suite_flops
+
+    base = plan_suite(suite())
+    double = dataclasses.replace(base, flops_per_step=2 * base.flops_per_step)
+    groups = [RunsPlan(("a-s0", "a-s1"), base), RunsPlan(("b-s0", "b-s1", "b-s2"), double)]
+    assert double.memory == base.memory and runs_differ(groups)
+    assert not runs_differ([groups[0], RunsPlan(("c-s0",), base)])
+    total = (2 + 3 * 2) * base.flops_per_step * base.steps_per_run
+    assert suite_flops(base, groups) == f"{total:.3g} (summed over the runs' own plans below)"
+    assert [name for name, _ in group_rows(groups)] == ["a-s0, a-s1", "b-s0, b-s1, b-s2"]
 
 
 def test_the_dry_run_plans_each_arm_whose_set_changes_its_runs_shapes(tmp_path):

@@ -247,6 +247,20 @@ def test_set_changes_the_suite_and_keeps_its_sweep(tmp_path):
         apply_overrides(suite, {"train.minibatches": 4})
 
 
+def test_set_refuses_the_sweep_and_a_field_that_holds_a_swept_one(tmp_path):
+    """`--set sweep...` would be replaced by the file's sweep, `--set rollout.engine_options={...}` by the
+    swept router_noise at each point: both would be silently lost, so both are refused, naming the override."""
+    suite = parse_suite(tiny_suite(tmp_path, sweep={"rollout.engine_options.router_noise": [0.1, 0.2]}))
+    for path, value in (("sweep", {"train.lr": [1e-3, 2e-3]}), ("sweep.train.lr", [1e-3])):
+        with pytest.raises(SuiteError, match=rf"^s\.yaml: --set {path}: the sweep is set in the suite file, not with "
+                                             "--set$"):
+            apply_overrides(suite, {path: value}, "s.yaml")
+    with pytest.raises(SuiteError, match=r"^s\.yaml: --set rollout\.engine_options: the suite sweeps this field"):
+        apply_overrides(suite, {"rollout.engine_options": {"router_noise": 0.0}}, "s.yaml")
+    beside = apply_overrides(suite, {"rollout.engine_options.copy_weights": False})  # beside the swept field
+    assert beside.rollout.engine_options["copy_weights"] is False and beside.sweep == suite.sweep
+
+
 def test_a_bad_path_is_refused_as_a_sweep_refuses_it_in_one_line(tmp_path):
     suite = parse_suite(tiny_suite(tmp_path))
     with pytest.raises(SuiteError) as by_set:

@@ -5,6 +5,7 @@ it from the checkpoints, with the results of a sequential run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -202,26 +203,89 @@ def test_a_stop_signal_stops_the_parallel_suite_and_resume_finishes_it(suite_fil
     assert_same_as_sequential(sequential, tmp_path / "tiny")
 
 
+def lock_pid(run_dir: Path) -> int:
+    """The pid of the process that holds the run's lock (its worker)."""
+    return json.loads((run_dir / ".lock").read_text())["pid"]
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of `pid` has stopped (state T in /proc: SIGSTOP takes effect as each thread
+    next leaves the kernel, not when os.kill returns)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # the thread ended
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
+
+
+def worker_pids(out: Path, proc: subprocess.Popen) -> set[int]:
+    """The pids of the pool's two workers, read from the locks of two runs in progress (again if one
+    of them ended, and its lock went, between the two reads)."""
+    while True:
+        try:
+            return {lock_pid(out / "tiny" / name) for name in wait_until_running(out, 2, proc)}
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue
+
+
+def frozen_runs(out: Path, workers: set[int], proc: subprocess.Popen) -> dict[str, dict | None]:
+    """Every run's status with all `workers` stopped (SIGSTOP), at a moment when some run is in
+    progress: nothing can end or start until they continue, so what it says holds at the kill."""
+    while proc.poll() is None:
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        while not all(all_threads_stopped(pid) for pid in workers):
+            time.sleep(0.01)
+        found = {name: status(out / "tiny" / name) for name in RUNS}
+        if any(s and s["status"] == "running" for s in found.values()):
+            return found
+        for pid in workers:  # between two runs: let them go on and look again
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError(f"the suite ended before a run could be frozen: {(out / 'run.log').read_text()[-3000:]}")
+
+
 @pytest.mark.slow
 def test_kill_9_of_one_parallel_worker_fails_its_run_alone_and_resume_finishes_it(suite_file, sequential, tmp_path):
     """The worker of one run is killed (as the OOM killer would): that run is reported as the one whose
-    worker died, the run beside it as stopped because of it, the queued ones as not started; `--resume`
-    finishes the suite with the results of a sequential run and no half-written checkpoint is left."""
+    worker died, a run in progress beside it as stopped because of it (or done, had it just ended), the
+    queued ones as not started; `--resume` finishes the suite with the results of a sequential run and no
+    half-written checkpoint is left. Both workers are frozen (SIGSTOP) while the runs in progress are read
+    and one is killed, so the test knows which runs were in progress then however loaded the machine (a
+    run expected to be stopped may otherwise have ended before the kill)."""
     proc = start(suite_file, tmp_path, "--parallel", "2")
-    victim, beside = wait_until_running(tmp_path, 2, proc)
-    pid = json.loads((tmp_path / "tiny" / victim / ".lock").read_text())["pid"]
-    os.kill(pid, signal.SIGKILL)
+    workers = worker_pids(tmp_path, proc)
+    assert len(workers) == 2  # the pool's two processes
+    try:
+        frozen = frozen_runs(tmp_path, workers, proc)
+        running = [name for name, s in frozen.items() if s and s["status"] == "running"]
+        victim = running[0]
+        pid = lock_pid(tmp_path / "tiny" / victim)
+        assert pid in workers
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        for other in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(other, signal.SIGCONT)
     said = " ".join(output(proc, tmp_path).split())
     assert proc.returncode == 1, said
     recorded = status(tmp_path / "tiny" / victim)
     assert recorded["status"] == "failed" and f"run {victim}: its worker process died" in recorded["message"]
-    other = status(tmp_path / "tiny" / beside)
-    if other["status"] != "done":  # (it may have finished just before)
-        assert other["status"] == "failed" and "its worker process died" not in other["message"], other
-        assert f"stopped because the worker process of run {victim} died" in other["message"], other
-    for name in set(RUNS) - {victim, beside}:
-        assert status(tmp_path / "tiny" / name) is None  # never started
-    assert f"run {victim}: its worker process died" in said and "did not start" in said
+    assert f"run {victim}: its worker process died" in said
+    stopped_text = f"stopped because the worker process of run {victim} died"
+    for name in set(RUNS) - {victim}:
+        before, after = frozen[name], status(tmp_path / "tiny" / name)
+        if before is not None and before["status"] == "done":
+            assert after == before  # ended before the kill: its own end is kept
+        elif before is not None:  # in progress beside the victim: stopped because of it, unless it ended first
+            assert after["status"] == "done" or (after["status"] == "failed" and stopped_text in after["message"]), after
+        elif after is None:  # queued: never started (the usual case), or started just as the pool broke
+            assert f"run {name} did not start" in said or f"run {name} ended before it recorded anything" in said
+        else:
+            assert after["status"] == "done" or stopped_text in after["message"], after
     resume(suite_file, tmp_path)
     assert not list((tmp_path / "tiny").glob("*/.checkpoint-new-*"))
     assert_same_as_sequential(sequential, tmp_path / "tiny")

@@ -102,6 +102,22 @@ def test_enough_seeds_and_no_difference_is_no_leader(tmp_path):
     assert "over 6 paired seeds, p = 1 (Holm-adjusted over the report's 1 comparison: 1)" in found
 
 
+def test_an_arm_ahead_of_only_some_of_the_others_is_not_named_the_leader(tmp_path):
+    """Three arms on 8 seeds: grpo_rr (bonus 0.13, 0.09 in turn) and grpo_x (0.1) are each ahead of grpo on
+    every seed (sign-flip p = 2/256 each); grpo_rr - grpo_x is +0.03, -0.01 in turn: |sum| >= 0.08 for 72 of
+    the 256 sign patterns (all 16 with the four 0.03 positive, 4 x 5 with three of them and two or more 0.01,
+    and their mirror images), p = 0.28. Holm over the 3 tests: 3 x 2/256 = 0.023, 2 x 2/256 -> 0.023, 0.28.
+    The top arm beats grpo but not grpo_x: no arm is ahead of every other, so none is named (8 seeds are
+    enough: 3 tests need 7)."""
+    root = synth(tmp_path, {"grpo": [0.0] * 8, "grpo_rr": [0.13, 0.09] * 4})
+    for seed in range(8):
+        make_run(tmp_path, "grpo_x", seed, bonus=0.1, kind=("grpo", False))
+    found = leader(sentences(root))
+    assert found.startswith("**No objective is ahead of every other at equal compute** at a Holm-adjusted p below "
+                            "0.05: grpo_rr 0.595 and grpo_x 0.585 (the best two) differ by +0.01"), found
+    assert "over 8 paired seeds, p = 0.28 (Holm-adjusted over the report's 3 comparisons: 0.28)" in found
+
+
 def test_nothing_is_compared_where_no_objective_learned(tmp_path):
     """Flat rewards (slope 0): no run rose from its start; GSPO ahead by 0.1 on 7 seeds names no leader, and
     no reward comparison enters the report's family (only the clip and depth checks are tested)."""

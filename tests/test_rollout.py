@@ -184,6 +184,17 @@ def test_rows_in_kv_budget_chunks_give_the_tokens_logprobs_and_routes_of_one_bat
     assert torch.equal(chunked.routing[:, routed], whole.routing[:, routed])
 
 
+def test_a_kv_budget_is_the_hf_engines_alone():
+    from pydantic import ValidationError
+
+    from gspo_bench.config import RolloutConfig
+
+    assert RolloutConfig(kv_cache_gib=1.0).kv_cache_gib == 1.0
+    with pytest.raises(ValidationError, match="kv_cache_gib sizes the hf engine's row chunks; vllm manages its own KV "
+                                              "cache"):
+        RolloutConfig(engine="vllm", kv_cache_gib=1.0)
+
+
 def test_a_budget_below_one_row_and_a_prompt_over_the_limit_are_refused(setup):
     tok, model, prompts = setup
     params = SamplingParams(group_size=1, max_new_tokens=4, seed=0)

@@ -283,6 +283,9 @@ def test_a_suite_with_fewer_responses_than_minibatches_is_refused():
     assert parse_suite(tiny_suite(rollout={"prompts_per_step": 4, "group_size": 4}, train={"minibatches": 16}))
     with pytest.raises(SuiteError, match=r"train.minibatches \(16\) is more than the 8 responses"):
         parse_suite(tiny_suite(train={"minibatches": 16}))
+    assert parse_suite(tiny_suite(train={"minibatches": 8})).train.minibatches == 8  # one response each
+    with pytest.raises(SuiteError, match=r"train.minibatches \(9\) is more than the 8 responses"):
+        parse_suite(tiny_suite(train={"minibatches": 9}))
 
 
 def test_a_run_with_its_own_router_lr_resumes_as_if_uninterrupted(tmp_path):

@@ -5,10 +5,12 @@ engine, the warm start each run used, the floor at the rollout temperature."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -106,3 +108,18 @@ def test_one_minibatch_takes_drift_after_one_update_from_the_drift_after_pass(tm
     layers = pd.read_parquet(tmp_path / "tiny" / "grpo-s0" / "layers.parquet")
     assert (layers["updates"] == 1).all() and layers["moe/drift_expert"].mean() == pytest.approx(row["moe/drift_expert_1"])
     assert temperatures == [0.7]  # the floor's log-probs at the rollout temperature
+
+
+def test_one_minibatch_whose_update_was_skipped_records_no_drift_after_one_update(tmp_path, cache, monkeypatch):
+    """K = 1 with pi_old's log-probs poisoned (NaN): the step's one update is skipped as non-finite, so the
+    drift-after pass measures the policy after zero updates: `moe/drift_1` is NaN, `moe/drift_after` is kept."""
+    update = gspo_bench.train.loop.update_policy
+
+    def poisoned(policy, objective, batch, old, *args, **kwargs):
+        return update(policy, objective, batch, dataclasses.replace(old, logp=old.logp * float("nan")), *args, **kwargs)
+
+    monkeypatch.setattr(gspo_bench.train.loop, "update_policy", poisoned)
+    run_suite(suite(cache, train={"minibatches": 1}, objectives=[{"name": "grpo"}]), tmp_path)
+    row = metrics(tmp_path, "tiny", "grpo-s0").iloc[0]
+    assert row["nonfinite/minibatches"] == 1 and np.isfinite(row["moe/drift_after"])
+    assert np.isnan(row["moe/drift_1"]) and np.isnan(row["moe/drift_expert_1"])

@@ -5,6 +5,7 @@ loss, each against the minibatch updates replayed one by one."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 from functools import partial
 from pathlib import Path
@@ -85,6 +86,22 @@ def test_the_step_measures_drift_after_one_update_and_robust_ratios_over_every_m
     n_layers = len(results[1].drift["moe/drift_layer"])
     assert layers["moe/drift_expert"][:n_layers] == pytest.approx(first["moe/drift_expert_layer"], abs=0)
     assert len(layers["moe/drift_expert"]) == 2 * n_layers  # minibatches 2 and 3
+
+
+def test_no_drift_after_one_update_where_the_first_update_was_skipped(step):
+    """pi_old's log-probs of minibatch 1's rows poisoned (NaN): its loss is non-finite and its update
+    skipped, so minibatch 2 runs after zero updates: `moe/drift_1` and `moe/drift_expert_1` are NaN (not
+    that forward's drift), while the mean over minibatches 2..3 is still reported."""
+    model, batch, old = step
+    order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(0))
+    logp = old.logp.clone()
+    logp[torch.tensor_split(order, 3)[0]] = float("nan")
+    update = update_policy(policy_of(model), GRPO, batch, dataclasses.replace(old, logp=logp), order, 3,
+                           UpdateSettings())
+    metrics = to_host(update.metrics)
+    assert metrics["nonfinite/minibatches"] == 1
+    assert np.isnan(metrics["moe/drift_1"]) and np.isnan(metrics["moe/drift_expert_1"])
+    assert 0 < metrics["moe/drift"] < 1  # minibatch 3 ran after minibatch 2's update
 
 
 def test_the_floor_compares_log_probs_at_the_rollout_temperature(step):

@@ -49,7 +49,9 @@ __all__ = ["RunSpec", "run_step", "step_seed", "train_run"]
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
-    """An independent seed per (run seed, step, purpose)."""
+    """An independent seed per (run seed, step, purpose). One stream per purpose, never shared (two
+    purposes on one stream draw coupled numbers): 0 the step's prompts, 1 the rollout's sampling, 2 the
+    minibatch order, 3 the evaluation's sampling, 4 an objective's own draws (Clip-Cov's generator)."""
     return (seed * 1_000_003 + step * 7_919 + stream * 104_729) % (2**31 - 1)
 
 
@@ -133,8 +135,8 @@ def run_step(run: Run, step: int) -> StepOutcome:
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(step_seed(seed, step, 2)))
     settings = UpdateSettings(temperature=rollout_cfg.temperature, grad_clip=train.grad_clip, kl_coef=train.kl_coef,
                               measure=train.measure, correction=entry.correction_fn(), inputs=inputs,
-                              # objectives that draw at random (clip_cov) repeat per run
-                              generator=torch.Generator().manual_seed(step_seed(seed, step, 3)),
+                              # objectives that draw at random (clip_cov) repeat per run, on their own stream
+                              generator=torch.Generator().manual_seed(step_seed(seed, step, 4)),
                               coupled=objective_spec(entry.objective).coupled,
                               micro_batch_tokens=train.micro_batch_tokens, head_chunk=train.logprob_chunk_tokens)
     update = update_policy(policy, run.objective, batch, old, order, train.minibatches, settings)
@@ -154,7 +156,8 @@ def run_step(run: Run, step: int) -> StepOutcome:
                   "moe/drift_expert": after["moe/drift_expert_layer"][None],
                   **{key.removeprefix("layer:"): v[None] for key, v in after.items() if key.startswith("layer:")}}
         drift = {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"]}
-        values |= {**drift, **drift_after_one(drift), **layer_means({key: v[0] for key, v in layers.items()})}
+        applied = update.metrics["nonfinite/minibatches"] == 0  # the one update; skipped: no drift after one
+        values |= {**drift, **drift_after_one(drift, applied), **layer_means({key: v[0] for key, v in layers.items()})}
     layers = with_route_confidence(layers, old)
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
                 "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()},

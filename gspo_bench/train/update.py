@@ -373,9 +373,11 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
     loss and grad norm (means over applied updates), the objective's measurements (token- or
     response-weighted over applied updates), the token ratios' median, trimmed mean and tail counts
     over every applied update (`TokenRatios`), the drift of minibatches 2..K from the old policy
-    (means) and that of minibatch 2 alone, after exactly one update (`moe/drift_1`, `moe/drift_expert_1`)."""
+    (means) and that of minibatch 2 alone, after exactly one update (`moe/drift_1`, `moe/drift_expert_1`:
+    NaN where minibatch 1's update was skipped as non-finite, so that minibatch 2 ran after none)."""
     measured, drift, by_routing, ratios = StepMeasurements(), MeanOf(), RatioByRouting(), TokenRatios()
     after_one: dict[str, torch.Tensor] = {}
+    first_applied = torch.tensor(False)
     per_layer: list[dict[str, torch.Tensor]] = []
     losses: list[torch.Tensor] = []
     grad_norms: list[torch.Tensor] = []
@@ -386,6 +388,7 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
         result = update_minibatch(policy, objective, batch, old, rows, settings,
                                   measure_drift=settings.measure and j > 0)
         measured.add(result.metrics, result.n_tokens, result.n_responses, result.applied)
+        first_applied = result.applied if j == 0 else first_applied
         losses.append(torch.where(result.applied, result.loss.double(), float("nan")))
         grad_norms.append(torch.where(result.applied, result.grad_norm.double(), float("nan")))
         skipped = skipped + (~result.applied).long()
@@ -395,7 +398,7 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
         if result.drift is not None and result.layers is not None:  # measured together
             drift.add({**result.drift, **layer_means(result.layers)})
             per_layer.append(result.layers)
-            after_one = after_one or drift_after_one(result.drift)  # minibatch 2: one update since the old policy
+            after_one = after_one or drift_after_one(result.drift, first_applied)  # minibatch 2: after minibatch 1's
         if result.rerouted is not None and settings.measure:
             by_routing.add(result.log_ratio, batch.response_mask[rows], result.rerouted)
     means = drift.result()
@@ -411,10 +414,12 @@ def layer_means(layers: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {key: values.mean() for key, values in layers.items() if key not in ("moe/drift", "moe/drift_expert")}
 
 
-def drift_after_one(drift: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def drift_after_one(drift: dict[str, torch.Tensor], applied: torch.Tensor) -> dict[str, torch.Tensor]:
     """The paper's drift (section 5.3: after exactly one gradient update), from `routing_drift` of a
-    forward that ran after one update: `moe/drift_1`, `moe/drift_expert_1`."""
-    return {"moe/drift_1": drift["moe/drift"], "moe/drift_expert_1": drift["moe/drift_expert"]}
+    forward that ran after one update attempt: `moe/drift_1`, `moe/drift_expert_1`; NaN where that
+    update was not `applied` (0-d bool: skipped as non-finite, the forward ran after zero updates)."""
+    return {"moe/drift_1": torch.where(applied, drift["moe/drift"], float("nan")),
+            "moe/drift_expert_1": torch.where(applied, drift["moe/drift_expert"], float("nan"))}
 
 
 def drift_after_update(policy: Policy, batch: RolloutBatch, old: OldPolicy) -> dict[str, torch.Tensor]:
