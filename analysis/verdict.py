@@ -83,7 +83,7 @@ def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where:
     a, b = escape(found.best), escape(found.second)
     m, n = evidence.family.size, found.result.n
     pair = (f"{a} {found.means[0]:.3g} and {b} {found.means[1]:.3g} (the best two) differ by "
-            f"{difference_text(found.result)} over {count(n, 'paired seed')}, p = {p_text(found.result.p)} "
+            f"{difference_text(found.result)} over {count(n, 'paired seed')}, p = {p_text(found.result.p, n)} "
             f"(Holm-adjusted over the report's {count(m, 'comparison')}: {p_text(found.adjusted)})")
     if found.leader is not None:
         leader = escape(found.leader)
@@ -137,7 +137,7 @@ def phenomenon_sentence(check: Check, evidence: Evidence, where: str, links: tup
                  f"{evidence.family.needed} are needed): {check.evidence or check.this_run}")
     else:
         state = (f"{_SHOWN[check.outcome]} ({check.evidence or check.this_run} over {count(check.seeds, 'seed')}; "
-                 f"p = {p_text(check.p)}, Holm-adjusted {p_text(check.holm)})")
+                 f"p = {p_text(check.p, check.seeds)}, Holm-adjusted {p_text(check.holm)})")
     return Sentence(f"{where}{check.claim}: {state}.", links)
 
 
