@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from analysis.suites import check_not_mixed, label_by_suite, suite_settings
+from analysis.suites import check_not_mixed, label_by_suite, shared_settings, suite_settings
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, SCHEMA_VERSION
 
 
@@ -187,6 +187,8 @@ def _meta(run_dir: Path, status: dict, config: dict, prov: dict, metrics: pd.Dat
         "end": prov.get("end"),
         "path": str(run_dir),
         "settings": suite_settings(suite_cfg),  # what makes two runs the same suite (analysis.suites)
+        "shared": shared_settings(suite_settings(suite_cfg), run_cfg),  # less the run's arm and sweep point
+        "changed": any(r.get("changed") for r in prov.get("resumed") or [] if isinstance(r, dict)),  # --allow-changed
     }
 
 

@@ -26,12 +26,12 @@ SEED_OFFSET = 0.03  # every objective's reward on seed s is 0.03 s higher: seeds
 
 
 def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", message="", bonus=None, sweep=None,
-             slope=0.01, suite="synth", columns=None, kind=None):
+             slope=0.01, suite="synth", columns=None, kind=None, budget=2e10):
     """A synthetic run: reward 0.2 + `slope` step + 0.03 seed + `bonus` (default 0.1 for GSPO, 0
     otherwise). The seed offset is shared by every objective, so a comparison paired by seed sees the
     bonuses only while an unpaired one sees the seeds' spread too. `sweep` ({field: value}) makes it
     a run of that sweep point; `columns` ({column: value or [per step]}) adds or overrides columns; `kind`
-    (objective, replay) for a label not in LABELS."""
+    (objective, replay) for a label not in LABELS; `budget`: the suite's, the same for all its runs."""
     objective, replay = kind or LABELS[label]
     rng = np.random.default_rng(seed + 10 * len(label))
     bonus = (0.1 if objective == "gspo" else 0.0) if bonus is None else bonus
@@ -58,7 +58,7 @@ def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", mes
     run.write_rows("layers.parquet", layers)
     config = {"run": {"label": label, "algorithm": algorithm, "objective": objective, "replay": replay, "seed": seed,
                       "sweep": sweep or {}},
-              "suite": {"name": suite, "budget": {"kind": "flops", "value": flops_per_step * steps}}}
+              "suite": {"name": suite, "budget": {"kind": "flops", "value": budget}}}
     run.write_text("config.yaml", yaml.safe_dump(config))
     run.write_json("provenance.json", {"git": {"commit": "abc", "dirty": False}, "packages": {"torch": "x"},
                                        "device": "cpu", "start": "s", "end": "e"})

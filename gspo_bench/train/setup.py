@@ -282,8 +282,12 @@ _NOT_COMPARED = ("suite.description", "suite.output_dir")
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: leaf} of nested mappings, and of lists that hold mappings or lists (the objectives:
+    `suite.objectives.0.name`); a list of plain values (seeds) is one leaf."""
     if isinstance(data, dict):
         return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    if isinstance(data, list) and any(isinstance(x, dict | list) for x in data):
+        return {k: v for i, value in enumerate(data) for k, v in _flatten(value, f"{prefix}{i}.").items()}
     return {prefix[:-1]: data}
 
 
@@ -293,8 +297,15 @@ def config_changes(run_dir: Path, spec: Any) -> list[str]:  # spec: as resolved_
     recorded = Path(run_dir) / "config.yaml"
     if not recorded.is_file():
         return []
-    old = _flatten(yaml.safe_load(recorded.read_text()) or {})
-    new = _flatten(yaml.safe_load(resolved_config(spec, lr=spec.entry.lr or spec.suite.train.lr)))
+    return settings_changes(yaml.safe_load(recorded.read_text()) or {},
+                            yaml.safe_load(resolved_config(spec, lr=spec.entry.lr or spec.suite.train.lr)))
+
+
+def settings_changes(recorded: dict, now: dict) -> list[str]:
+    """"field: recorded -> now" for every flattened field where two configs as config.yaml holds them
+    (`run:` and `suite:` sections) differ, less the fields that do not change what a run computes; a
+    field added to the config after `recorded` was written is no change where it holds its default."""
+    old, new = _flatten(recorded), _flatten(now)
     keys = sorted(k for k in set(old) | set(new)
                   if k not in _NOT_COMPARED and not k.startswith(("suite.tracking.", "run.overrides")))
     # a field added to the config after the run started is no change where it holds its default
