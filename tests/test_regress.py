@@ -222,6 +222,52 @@ def test_bad_tolerance_files_name_the_file_and_the_field(tmp_path):
         load_tolerances(bad)
 
 
+@pytest.mark.parametrize(("text", "shown"), [
+    ("metrics:\n  clip/frac: {statistic: mean, absolute: .nan}\n", "metrics.clip/frac.absolute: expected a finite "
+     "number >= 0, got nan"),
+    ("metrics:\n  clip/frac: {statistic: mean, absolute: wide}\n", "metrics.clip/frac.absolute: expected a finite "
+     "number >= 0, got 'wide'"),
+    ("metrics:\n  clip/frac: {statistic: mean, factor: .inf}\n", "metrics.clip/frac.factor: expected a finite "
+     "number >= 1, got inf"),
+    ("metrics:\n  clip/frac: {statistic: mean, factor: 0.5}\n", "metrics.clip/frac.factor: expected a finite "
+     "number >= 1, got 0.5"),
+    ("metrics:\n  clip/frac: {statistic: mean, factor: true}\n", "metrics.clip/frac.factor: expected a finite "
+     "number >= 1, got True"),
+    ("metrics:\n  clip/frac: {statistic: mean, factor: 3}\nfloor: .nan\n", "floor: expected a finite number, got nan"),
+    ("metrics: [clip/frac]\n", "expected a `metrics:` mapping"),
+    ("metrics:\n  clip/frac: 3\n", "metrics.clip/frac: give exactly one of `absolute` or `factor`"),
+    ("- 1\n", "expected a `metrics:` mapping"),
+])
+def test_a_bad_tolerance_file_names_the_file_and_the_metric(tmp_path, cli, text, shown):
+    """Each problem of --tolerances in one line naming the file and the metric; NaN or infinite bands
+    (a NaN band fails every check, an infinite one passes every check) and factors below 1 refused."""
+    from test_reliability_inputs import one_line_error
+
+    bad = tmp_path / "t.yaml"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=None) as found:
+        load_tolerances(bad)
+    assert str(found.value).startswith(f"{bad}: ") and shown in str(found.value)
+    current = synthetic_suite(tmp_path / "a")
+    error = one_line_error(cli("regress", current, "--baseline", current, "--tolerances", bad))
+    assert f"{bad}: " in error and shown in error
+
+
+def test_a_missing_tolerance_file_is_named(tmp_path, cli):
+    from test_reliability_inputs import one_line_error
+
+    current = synthetic_suite(tmp_path / "a")
+    error = one_line_error(cli("regress", current, "--baseline", current, "--tolerances", tmp_path / "none.yaml"))
+    assert f"{tmp_path / 'none.yaml'}: cannot be read (No such file or directory)" in error
+
+
+def test_a_tolerance_file_with_a_repeated_metric_is_refused(tmp_path):
+    bad = tmp_path / "t.yaml"
+    bad.write_text("metrics:\n  clip/frac: {statistic: mean, factor: 3}\n  clip/frac: {statistic: mean, factor: 9}\n")
+    with pytest.raises(ValueError, match=f"{bad}: not valid YAML: key 'clip/frac' repeated \\(first at line 2\\)"):
+        load_tolerances(bad)
+
+
 def test_the_planted_bug_really_is_loss_only():
     gen = torch.Generator().manual_seed(0)
     logp, old = torch.randn(4, 6, generator=gen), torch.randn(4, 6, generator=gen)
