@@ -72,12 +72,13 @@ def check_not_mixed(runs: pd.DataFrame) -> None:
                                f"{a['label']}, seed {a['seed']}); give each results folder once")
     folder = runs["path"].map(lambda path: str(Path(path).parent))
     for _, group in runs[~runs["changed"].astype(bool)].groupby(folder, sort=False):
-        first, *others = list(group.itertuples())
-        for other in others:
-            changed = differences(first.shared, other.shared)
+        records: list[dict[str, Any]] = group.to_dict("records")  # type: ignore[assignment]  # keys are the columns
+        head, *rest = records
+        for record in rest:
+            changed = differences(head["shared"], record["shared"])
             if changed:
                 raise MixedSuitesError(
-                    f"one folder holds runs of two suites named {first.suite}: {first.path} and {other.path} differ "
+                    f"one folder holds runs of two suites named {head['suite']}: {head['path']} and {record['path']} differ "
                     f"in {shown(changed)} (not by an arm's set: or a sweep point); a second suite of that name was "
                     "run into it: move one suite's runs to a folder of their own")
     for suite, group in runs.groupby("suite", sort=False):
