@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from analysis.load import Results, find_run_dirs, is_run_dir, load_results
 from analysis.matching import MATCH_TOLERANCE, UnmatchedComputeError, check_matched
 from analysis.stats import final_value, first_value
+from gspo_bench.config.yamlread import read_yaml
 
 # the package's own tolerances (package data), so that `regress` works from any working directory
 DEFAULT_TOLERANCES = Path(__file__).with_name("regress_tolerances.yaml")
@@ -234,9 +234,11 @@ def _number(path: Path, where: str, value: Any, positive: bool = False) -> float
 def load_tolerances(path: Path) -> dict:
     """The rules of `path`, checked: ValueError naming the file and the field of the first problem."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+        data = read_yaml(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except ValueError as err:  # read_yaml's one line: not valid YAML (a repeated key too), or its alias bound
+        raise ValueError(f"{path}: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of rules, got {type(data).__name__}")
     first, trajectory = data.get("first_step"), data.get("trajectory")
