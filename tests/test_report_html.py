@@ -208,7 +208,7 @@ def test_compute_is_matched_within_each_sweep_point_not_across_points(tmp_path):
 EXPECTED_SECTIONS = ["answer", "suite-summary", "compute-matching", "unfinished", "learnability", "summary",
                      "paired-vs-grpo", "comparisons", "paper-vs-run", "by-sweep-point", "held-out-evaluation",
                      "clip-by-length", "heavy-tailed", "extreme-ratios", "ratio-variance-by-routing", "router-margins",
-                     "gpu-figures", "late-divergence", "provenance", "unreadable"]
+                     "gpu-figures", "late-divergence", "provenance", "unreadable", "infinite-values"]
 
 
 @pytest.fixture(scope="module")

@@ -117,8 +117,8 @@ def test_a_run_without_metric_rows_is_shown_as_unfinished(tmp_path, status):
 @pytest.mark.parametrize(("name", "content", "why"), [
     ("status.json", "{not json", "JSONDecodeError"),
     ("status.json", "[1, 2]", "expected a dict at the top, found list"),
-    ("config.yaml", "run: [unclosed", "ParserError"),
-    ("config.yaml", "run: {seed: many}", "ValueError"),
+    ("config.yaml", "run: [unclosed", "not valid YAML"),
+    ("config.yaml", "run: {seed: many}", "run.seed: expected an integer, got 'many'"),
     ("status.json", "{}", "no status (one of running, done, collapsed, failed)"),  # once a KeyError, or the whole report refused
     ("status.json", '{"schema_version": 1, "status": "paused"}', "unknown status 'paused'"),
     ("config.yaml", "- 1\n- 2\n", "expected a mapping at the top, found list"),

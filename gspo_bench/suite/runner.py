@@ -134,7 +134,8 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
 def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = False) -> list[PlannedRun]:
     """Runs to execute. Without --resume, existing results are never overwritten; a run folder held by
     a live process is refused (RunBusyError); with --resume, a run whose suite was edited since it
-    started is refused unless `allow_changed` (ValueError listing the changes)."""
+    started is refused unless `allow_changed` (ValueError listing the changes), and so is one whose
+    config.yaml, what the check compares with, is missing."""
     from gspo_bench.rundir.lock import check_free
     from gspo_bench.train.setup import config_changes
 
@@ -150,6 +151,9 @@ def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = Fa
                 "runs, or --out to write elsewhere"
             )
         elif status["status"] in ("running", "failed"):
+            if not (run.run_dir / "config.yaml").is_file() and not allow_changed:
+                raise ValueError(f"{run.run_dir / 'config.yaml'} is missing: --resume cannot check that the suite is "
+                                 "the one the run started with; pass --allow-changed to continue it anyway")
             changes = config_changes(run.run_dir, run)
             if changes and not allow_changed:
                 raise ValueError(f"{run.run_dir}: the suite changed since this run started ({'; '.join(changes)}); "
