@@ -309,6 +309,7 @@ def read_run_config(run_dir: Path) -> dict | None:
     path = run_dir / "config.yaml"
     if not path.is_file():
         return None
+    problem: str | None
     try:
         config = read_yaml(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
