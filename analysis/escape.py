@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import re
+import unicodedata
 
 SPECIAL = "\\`*_[]<>|&#~$"  # characters markdown (CommonMark, GFM tables, math) gives a meaning
 _ESCAPED = re.compile(r"\\([" + re.escape(SPECIAL) + "])")
@@ -14,10 +15,23 @@ _PLACEHOLDER = 0xE000  # private-use code points stand for escaped characters wh
 
 
 def escape(text: object) -> str:
-    """`text` on one line, every markdown-special character backslash-escaped (but `_` between two
+    """`text` on one line, control and format characters shown as escapes (`visible`), every
+    markdown-special character backslash-escaped (but `_` between two
     letters or digits, which CommonMark never reads as emphasis: `grpo_rr` stays readable)."""
-    line = re.sub(r"[\r\n\t\v\f\u2028\u2029]+", " ", str(text))
+    line = visible(re.sub(r"[\r\n\t\v\f\u2028\u2029]+", " ", str(text)))
     return "".join("\\" + c if c in SPECIAL and not _intraword(line, i) else c for i, c in enumerate(line))
+
+
+def visible(text: str) -> str:
+    """`text` with every control and format character (Unicode categories Cc and Cf: an escape
+    sequence's ESC, U+202E that reverses the text after it, ...) written as its escape, `\\x1b`,
+    `\\u202e`, as the console shows them: what reads on the page is what the text holds."""
+    return "".join(_escape_code(c) if unicodedata.category(c) in ("Cc", "Cf") else c for c in text)
+
+
+def _escape_code(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _intraword(line: str, i: int) -> bool:

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
-import yaml
 
-from analysis.suites import check_not_mixed, label_by_suite, suite_settings
-from gspo_bench.rundir.folder import REQUIRED_COLUMNS, SCHEMA_VERSION
+from analysis.suites import check_not_mixed, label_by_suite, shared_settings, suite_settings
+from gspo_bench.config.yamlread import read_yaml
+from gspo_bench.rundir.folder import REQUIRED_COLUMNS, SCHEMA_VERSION, config_problem, status_problem
 
 
 class NotResultsError(ValueError):
@@ -52,6 +53,7 @@ class Results:
     runs: pd.DataFrame
     evals: pd.DataFrame
     unreadable: tuple[str, ...] = ()  # "PATH: why" of run folders whose files could not be read
+    infinite: tuple[str, ...] = ()  # "COLUMN (N steps)" of metrics that held +-inf (read as NaN)
 
     @property
     def objectives(self) -> list[str]:
@@ -67,7 +69,7 @@ class Results:
                 return frame
             return frame[pd.MultiIndex.from_frame(frame[["label", "seed"]]).isin(chosen)]
 
-        return Results(rows(self.metrics), rows(self.layers), runs, rows(self.evals), self.unreadable)
+        return Results(rows(self.metrics), rows(self.layers), runs, rows(self.evals), self.unreadable, self.infinite)
 
 
 def is_finished(runs: pd.DataFrame) -> pd.Series:
@@ -86,7 +88,9 @@ def unfinished(results: Results) -> pd.DataFrame:
 
 
 def is_run_dir(path: Path) -> bool:
-    return (path / "status.json").is_file() and (path / "metrics.parquet").is_file()
+    """A run folder: status.json and metrics.parquet (found even where something not a file, a folder,
+    took metrics.parquet's place: `_read_run` names it)."""
+    return (path / "status.json").is_file() and (path / "metrics.parquet").exists()
 
 
 def find_run_dirs(path: Path) -> list[Path]:
@@ -118,19 +122,37 @@ def _json(path: Path) -> Any:
 
 
 def _yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text())
+    return read_yaml(path.read_text())
+
+
+def _metrics(path: Path) -> pd.DataFrame:
+    """The run's metrics table; RunFileError where a folder or another table (no reward/mean) is in its
+    place (a run silently left out of the report once)."""
+    if path.is_dir():
+        raise RunFileError(f"{path}: a folder, not a file")
+    metrics = read_file(path, pd.read_parquet)
+    if "reward/mean" not in metrics.columns:
+        raise RunFileError(f"{path}: not a metrics table: no column reward/mean")
+    return metrics
 
 
 def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     status = read_file(run_dir / "status.json", _json, dict)
+    problem = status_problem(status)
+    if problem:
+        raise RunFileError(f"{run_dir / 'status.json'}: {problem}")
     version = status.get("schema_version")
     if version != SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{run_dir}: results schema version {version}, this gspo-bench reads version {SCHEMA_VERSION}"
         )
-    config = read_file(run_dir / "config.yaml", _yaml, dict, optional=True) or {}
+    config = read_file(run_dir / "config.yaml", _yaml, optional=True)
+    problem = config_problem(config)
+    if problem:
+        raise RunFileError(f"{run_dir / 'config.yaml'}: {problem}")
+    config = config or {}
     prov = read_file(run_dir / "provenance.json", _json, dict, optional=True) or {}
-    metrics = read_file(run_dir / "metrics.parquet", pd.read_parquet)
+    metrics = _metrics(run_dir / "metrics.parquet")
     # columns a run did not measure (train.measure off, results of an older release) read as NaN
     metrics = metrics.reindex(columns=list(dict.fromkeys([*REQUIRED_COLUMNS, *metrics.columns])))
     layers = read_file(run_dir / "layers.parquet", pd.read_parquet, optional=True)
@@ -187,6 +209,8 @@ def _meta(run_dir: Path, status: dict, config: dict, prov: dict, metrics: pd.Dat
         "end": prov.get("end"),
         "path": str(run_dir),
         "settings": suite_settings(suite_cfg),  # what makes two runs the same suite (analysis.suites)
+        "shared": shared_settings(suite_settings(suite_cfg), run_cfg),  # less the run's arm and sweep point
+        "changed": any(r.get("changed") for r in prov.get("resumed") or [] if isinstance(r, dict)),  # --allow-changed
     }
 
 
@@ -239,4 +263,21 @@ def load_results(*paths: str | Path) -> Results:
     check_not_mixed(runs)
     if runs["suite"].nunique() > 1:  # runs of different suites are never pooled under one label
         label_by_suite([runs, metrics, layers, evals])
-    return Results(metrics=metrics, layers=layers, runs=runs, evals=evals, unreadable=tuple(unreadable))
+    metrics, infinite = without_infinities(metrics)
+    return Results(metrics=metrics, layers=layers, runs=runs, evals=evals, unreadable=tuple(unreadable),
+                   infinite=infinite)
+
+
+def without_infinities(metrics: pd.DataFrame) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """`metrics` with every +-inf read as NaN (a measurement that overflowed: left out of every mean,
+    median and figure, as a missing one is, instead of making them inf or NaN with a warning each),
+    and "COLUMN (N steps)" for each float column that held any, by name."""
+    floats = metrics.select_dtypes("number")
+    counts = np.isinf(floats.to_numpy(dtype=float)).sum(axis=0)
+    held = {name: int(n) for name, n in zip(floats.columns, counts, strict=True) if n}
+    if not held:
+        return metrics, ()
+    metrics = metrics.copy()
+    metrics[list(held)] = metrics[list(held)].replace([np.inf, -np.inf], np.nan)
+    return metrics, tuple(f"{name} ({n} steps)" for name, n in sorted(held.items()))
+

@@ -231,5 +231,5 @@ def paper_vs_run(results: Results, learning: Learning, family: Family) -> pd.Dat
     if checks is None:
         return None
     return pd.DataFrame([{"quantity": c.quantity, "paper": c.paper, "this run": c.this_run,
-                          "p (sign-flip)": p_text(c.p), "Holm p": p_text(c.holm), "agrees": c.agrees} for c in checks])
+                          "p (sign-flip)": p_text(c.p, c.seeds), "Holm p": p_text(c.holm), "agrees": c.agrees} for c in checks])
 

@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from analysis.load import Results, find_run_dirs, load_results
+from analysis.load import Results, find_run_dirs, is_run_dir, load_results
 from analysis.matching import MATCH_TOLERANCE, UnmatchedComputeError, check_matched
 from analysis.stats import final_value, first_value
+from gspo_bench.config.yamlread import read_yaml
 
 # the package's own tolerances (package data), so that `regress` works from any working directory
 DEFAULT_TOLERANCES = Path(__file__).with_name("regress_tolerances.yaml")
@@ -234,9 +234,11 @@ def _number(path: Path, where: str, value: Any, positive: bool = False) -> float
 def load_tolerances(path: Path) -> dict:
     """The rules of `path`, checked: ValueError naming the file and the field of the first problem."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+        data = read_yaml(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except ValueError as err:  # read_yaml's one line: not valid YAML (a repeated key too), or its alias bound
+        raise ValueError(f"{path}: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of rules, got {type(data).__name__}")
     first, trajectory = data.get("first_step"), data.get("trajectory")
@@ -269,11 +271,37 @@ def load_tolerances(path: Path) -> dict:
     return data
 
 
+def check_baseline_folder(baseline_dir: Path) -> None:
+    """ValueError unless `baseline_dir` is absent, empty, or a regress baseline (what `update_baseline`
+    writes: nothing but run folders holding nothing but RUN_FILES, status.json and metrics.parquet
+    among them), naming the first entry that is not: `--update` replaces the folder whole, and must
+    never delete one that holds anything else (`--baseline results`)."""
+    path = Path(baseline_dir)
+    if not path.exists() and not path.is_symlink():
+        return
+    if not path.is_dir() or path.is_symlink():
+        raise ValueError(f"{path} is not a regress baseline (not a folder); --update writes a baseline folder")
+    for entry in sorted(path.iterdir()):
+        inside = sorted(entry.iterdir()) if entry.is_dir() and not entry.is_symlink() else None
+        if inside is None or not is_run_dir(entry) or any(p.name not in RUN_FILES or not p.is_file() for p in inside):
+            raise ValueError(f"{path} is not a regress baseline ({entry} is not a run folder of run files only: "
+                             f"{', '.join(RUN_FILES)}); --update replaces the whole folder, so it only replaces a "
+                             "baseline: give a new folder or an existing baseline")
+
+
 def update_baseline(current_dir: Path, baseline_dir: Path) -> list[Path]:
-    """Replace the baseline with the run files of `current_dir` (no checkpoints, no eval caches)."""
+    """Replace the baseline with the run files of `current_dir` (no checkpoints, no eval caches).
+    ValueError, before anything is written or deleted, where `baseline_dir` is not a baseline
+    (`check_baseline_folder`) or `current_dir` holds the runs of several suites (a baseline is one
+    suite's runs, one folder each: two suites' `grpo-s0` would be one)."""
+    check_baseline_folder(baseline_dir)
     run_dirs = find_run_dirs(Path(current_dir))
     if not run_dirs:
         load_results(current_dir)  # raises the clear NotResultsError
+    suites = sorted({str(run_dir.parent) for run_dir in run_dirs})
+    if len(suites) > 1:
+        raise ValueError(f"{current_dir} holds the runs of {len(suites)} suites ({', '.join(suites)}): a baseline is "
+                         "one suite's runs; give that suite's folder")
     tmp = Path(str(baseline_dir) + ".new")
     shutil.rmtree(tmp, ignore_errors=True)
     written = []

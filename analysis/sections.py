@@ -90,6 +90,13 @@ def _unreadable(c: Context) -> list[Section]:
     return [Section("unreadable", "Unreadable runs (left out)", lines)] if lines else []
 
 
+def _infinite(c: Context) -> list[Section]:
+    if not c.results.infinite:
+        return []
+    text = f"infinite values (left out of every mean and figure): {escape(', '.join(c.results.infinite))}"
+    return [Section("infinite-values", "Infinite measurements (read as missing)", text)]
+
+
 def _unfinished(c: Context) -> list[Section]:
     if unfinished(c.results).empty:
         return []
@@ -139,6 +146,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("late-divergence", _divergence),
     SectionSpec("provenance", _one("provenance", "Provenance", lambda c: T.provenance_table(c.results))),
     SectionSpec("unreadable", _unreadable, when="with runs that could not be read"),
+    SectionSpec("infinite-values", _infinite, when="with metrics that held infinite values"),
 )
 
 

@@ -7,8 +7,10 @@ uses, and why:
 - comparisons are paired by seed (the same seed of two objectives shares its warm start, prompts and
   sampling noise): a paired t-interval of the mean difference (`scipy.stats.ttest_rel`; it assumes
   the per-seed differences are roughly normal) and an exact two-sided sign-flip p-value
-  (`scipy.stats.permutation_test`, every one of the 2^n sign patterns enumerated; no normality
-  assumed). With n paired seeds the smallest sign-flip p is 2 / 2^n: 0.25 at 3 seeds, 0.031 at 6;
+  (`scipy.stats.permutation_test`, every one of the 2^n sign patterns enumerated up to EXACT_PAIRS
+  pairs; above that a Monte Carlo estimate from MONTE_CARLO_DRAWS random sign patterns of a fixed
+  seed, (b + 1) / (m + 1) per tail; no normality assumed; `p_method` names which). With n paired
+  seeds the smallest sign-flip p is 2 / 2^n: 0.25 at 3 seeds, 0.031 at 6;
 - Holm's step-down correction over every comparison one report makes (`holm`);
 - the probability of improvement P(X > Y) of rliable (Agarwal et al. 2021): over all pairs of runs,
   ties counting one half (the Mann-Whitney U statistic over n m);
@@ -40,6 +42,13 @@ LEVEL = 1.0 - ALPHA
 # it). From 10 seeds on it is close enough to be shown as a 95% interval; below, the report gives
 # the per-seed values and t-intervals only, and no IQM (a 25% trimmed mean of 3 values is their median).
 MIN_BOOTSTRAP_SEEDS = 10
+# The sign-flip p is exact (2^n patterns) up to EXACT_PAIRS pairs (65,536 patterns, well under a
+# second); above, 2^n grows past memory (24 pairs) and time, and a Monte Carlo estimate takes over:
+# MONTE_CARLO_DRAWS random sign patterns (its standard error at p = 0.05 is about 0.001), drawn from
+# a generator of a fixed seed, so one report gives the same p on every run and machine.
+EXACT_PAIRS = 16
+MONTE_CARLO_DRAWS = 100_000
+MONTE_CARLO_SEED = 0
 
 
 @overload
@@ -130,18 +139,30 @@ def _mean_difference(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
     return np.asarray(np.mean(x - y, axis=axis))
 
 
+def p_method(pairs: int) -> str:
+    """How `sign_flip_p` computes the p of `pairs` pairs: "exact", or "Monte Carlo, N draws"."""
+    return "exact" if pairs <= EXACT_PAIRS else f"Monte Carlo, {MONTE_CARLO_DRAWS} draws"
+
+
 def sign_flip_p(a: np.ndarray, b: np.ndarray) -> float:
-    """Exact two-sided sign-flip p-value of mean(a - b) = 0 over pairs: every one of the 2^n ways of
-    swapping a pair's two values enumerated (`scipy.stats.permutation_test`, `permutation_type=
-    'samples'`), p = 2 min(P(<= observed), P(>= observed)), at most 1. NaN without pairs."""
+    """Two-sided sign-flip p-value of mean(a - b) = 0 over pairs (`scipy.stats.permutation_test`,
+    `permutation_type='samples'`: a pair's two values swapped), p = 2 min(P(<= observed), P(>=
+    observed)), at most 1. Up to EXACT_PAIRS pairs exact, every one of the 2^n patterns enumerated;
+    above, MONTE_CARLO_DRAWS random patterns of a generator seeded MONTE_CARLO_SEED, each tail
+    estimated (b + 1) / (m + 1) (b of the m draws as extreme; never 0). NaN without pairs."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a) == 0:
         return float("nan")
     if len(a) == 1:  # two patterns, one on each side: p = 2 x 1/2 (scipy wants two pairs)
         return 1.0
-    result = stats.permutation_test(  # type: ignore[call-overload]  # scipy documents n_resamples=np.inf (every permutation); scipy-stubs take an int only
-        (a, b), _mean_difference, vectorized=True, permutation_type="samples", n_resamples=np.inf,
-        alternative="two-sided")
+    if len(a) <= EXACT_PAIRS:
+        result = stats.permutation_test(  # type: ignore[call-overload]  # scipy documents n_resamples=np.inf (every permutation); scipy-stubs take an int only
+            (a, b), _mean_difference, vectorized=True, permutation_type="samples", n_resamples=np.inf,
+            alternative="two-sided")
+    else:  # batches of 10,000 draws: memory stays 10,000 x n whatever n
+        result = stats.permutation_test(
+            (a, b), _mean_difference, vectorized=True, permutation_type="samples", n_resamples=MONTE_CARLO_DRAWS,
+            batch=10_000, alternative="two-sided", rng=np.random.default_rng(MONTE_CARLO_SEED))
     return float(result.pvalue)
 
 

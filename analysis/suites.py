@@ -36,6 +36,17 @@ def suite_settings(suite: dict) -> dict[str, Any]:
     return {k: v for k, v in flat.items() if not any(k == i or k.startswith(f"{i}.") for i in IGNORED)}
 
 
+def shared_settings(settings: dict[str, Any], run: dict) -> dict[str, Any]:
+    """The settings a run shares with every run of its suite: `settings` less its arm's own fields
+    (config.yaml's `run.set`, dotted paths) and its sweep point's (`run.sweep`, by short name: a swept
+    path's last name, or the whole path where two would clash)."""
+    own = [str(path) for path in run.get("set") or {}]
+    swept = [str(name) for name in run.get("sweep") or {}]
+    return {key: value for key, value in settings.items()
+            if not any(key == p or key.startswith(f"{p}.") for p in own)
+            and not any(f".{name}." in f".{key}." for name in swept)}
+
+
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """`key: a vs b` for every setting both record with different values."""
     return [f"{key}: {a[key]!r} vs {b[key]!r}" for key in a if key in b and a[key] != b[key]]
@@ -47,9 +58,11 @@ def shown(items: list[str]) -> str:
 
 
 def check_not_mixed(runs: pd.DataFrame) -> None:
-    """MixedSuitesError for one run given twice, or one suite name whose runs in two folders have
-    different settings, whatever their labels (runs in one folder are one suite: `run` refuses an
-    edited suite). Same-named suites with the same settings are one suite, pooled."""
+    """MixedSuitesError for one run given twice, one suite name whose runs in two folders have
+    different settings, whatever their labels, or runs of one folder whose settings differ beyond
+    their arms' `set:` and sweep points (`shared_settings`; `run` refuses a second suite of one name in
+    a folder, and runs resumed with --allow-changed, their change recorded, are not compared). Same-named
+    suites with the same settings are one suite, pooled."""
     twice = runs[runs.duplicated(["suite", "label", "seed"], keep=False)]
     if len(twice):
         key = ["suite", "label", "seed"]
@@ -58,6 +71,16 @@ def check_not_mixed(runs: pd.DataFrame) -> None:
         raise MixedSuitesError(f"the same run twice: {a['path']} and {b['path']} (suite {a['suite']}, label "
                                f"{a['label']}, seed {a['seed']}); give each results folder once")
     folder = runs["path"].map(lambda path: str(Path(path).parent))
+    for _, group in runs[~runs["changed"].astype(bool)].groupby(folder, sort=False):
+        records: list[dict[str, Any]] = group.to_dict("records")  # type: ignore[assignment]  # keys are the columns
+        head, *rest = records
+        for record in rest:
+            changed = differences(head["shared"], record["shared"])
+            if changed:
+                raise MixedSuitesError(
+                    f"one folder holds runs of two suites named {head['suite']}: {head['path']} and {record['path']} differ "
+                    f"in {shown(changed)} (not by an arm's set: or a sweep point); a second suite of that name was "
+                    "run into it: move one suite's runs to a folder of their own")
     for suite, group in runs.groupby("suite", sort=False):
         first, *others = [(name, rows.iloc[0]) for name, rows in group.groupby(folder[group.index], sort=False)]
         for name, other in others:

@@ -18,8 +18,10 @@ from analysis.matching import MATCH_TOLERANCE, spent
 from analysis.outcome import training_rise
 from analysis.paper import arms, paper_vs_run
 from analysis.stats import (
+    EXACT_PAIRS,
     FINAL_FRACTION,
     MIN_BOOTSTRAP_SEEDS,
+    MONTE_CARLO_DRAWS,
     auc,
     final_value,
     iqm,
@@ -102,7 +104,7 @@ def paired_against(evidence: Evidence) -> pd.DataFrame | str:
             labels = [_label(evidence, group, a) for a in (algorithm, grpo)]
             ahead, behind = apart_from(evidence.results.metrics, labels[0], labels[1])
             rows.append({**_where(evidence, group), "objective": algorithm, "GRPO": grpo, "seeds": result.n,
-                         "minus GRPO (per seed)": difference_text(result, ".4f"), "p (sign-flip)": p_text(result.p),
+                         "minus GRPO (per seed)": difference_text(result, ".4f"), "p (sign-flip)": p_text(result.p, result.n),
                          "Holm p": p_text(adjusted), "P(objective > GRPO)": result.poi,
                          "descriptive: ahead on every seed from step": ahead,
                          "descriptive: behind on every seed from step": behind})
@@ -130,7 +132,7 @@ def comparisons_table(evidence: Evidence) -> pd.DataFrame | str:
         return "This report makes no comparison."
     return pd.DataFrame([{**_where(evidence, t.group), "quantity": t.quantity, "first": t.first, "second": t.second,
                           "seeds": t.result.n, "first minus second (per seed)": difference_text(t.result),
-                          "p (sign-flip)": p_text(t.result.p), "Holm p": p_text(adjusted),
+                          "p (sign-flip)": p_text(t.result.p, t.result.n), "Holm p": p_text(adjusted),
                           "P(first > second)": t.result.poi}
                          for t, adjusted in zip(evidence.family.tests, evidence.family.adjusted)])
 
@@ -240,12 +242,22 @@ def suite_summary(results: Results, spread: float, allow_unmatched: bool, eviden
         f"Budget: {escape(runs['budget_kind'].iloc[0])} = {runs['budget_value'].iloc[0]:.4g}; spent compute spread "
         f"between finished runs: {'n/a' if spread != spread else f'{spread:.2%}'}{unmatched}.\n"
         f"Final reward: mean of the last {FINAL_FRACTION:.0%} of steps. Intervals are 95% Student-t intervals over "
-        "seeds (differences: paired by seed), which assume the per-seed values (differences) roughly normal; every "
-        "p is an exact two-sided sign-flip p (no normality assumed), Holm-adjusted over all "
+        "seeds (differences: paired by seed), which assume the per-seed values (differences) roughly normal; "
+        f"{_p_method_text(evidence)}, Holm-adjusted over all "
         f"{evidence.family.size} comparisons of this report; P(X > Y) is rliable's probability of improvement. IQM "
         f"and bootstrap intervals only from {MIN_BOOTSTRAP_SEEDS} seeds on. AUC: mean reward over compute; other "
         "columns: means over all steps (heavy-tailed ones with their medians in their own table)."
     )
+
+
+def _p_method_text(evidence: Evidence) -> str:
+    """How the report's p-values were computed: all exact, or exact up to EXACT_PAIRS paired seeds and a
+    Monte Carlo estimate above (those marked in the tables)."""
+    if all(t.result.n <= EXACT_PAIRS for t in evidence.family.tests):
+        return "every p is an exact two-sided sign-flip p (no normality assumed)"
+    return (f"every p is a two-sided sign-flip p (no normality assumed): exact up to {EXACT_PAIRS} paired seeds, "
+            f"above {EXACT_PAIRS} paired seeds a Monte Carlo estimate from {MONTE_CARLO_DRAWS} random sign patterns "
+            "of a fixed seed, (b + 1) / (m + 1) per side, marked (Monte Carlo)")
 
 
 def paper_tables(evidence: Evidence) -> list[tuple[Group, pd.DataFrame]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.stats import Paired, t_interval
+from analysis.stats import EXACT_PAIRS, Paired, t_interval
 
 
 def seeds_text(values: pd.Series, spec: str = ".3g", sign: bool = False) -> str:
@@ -37,9 +37,12 @@ def difference_text(result: Paired, spec: str = ".3g") -> str:
     return f"{result.mean:+{spec}}{interval} ({seeds_text(differences, spec, sign=True)})"
 
 
-def p_text(p: float) -> str:
-    """A p-value in 2 significant digits ("-" for NaN)."""
-    return "-" if not np.isfinite(p) else f"{p:.2g}"
+def p_text(p: float, pairs: int = 0) -> str:
+    """A p-value in 2 significant digits ("-" for NaN); a sign-flip p of more than EXACT_PAIRS `pairs`
+    is marked "(Monte Carlo)" (analysis.stats.p_method; the report's summary says how many draws)."""
+    if not np.isfinite(p):
+        return "-"
+    return f"{p:.2g}" + (" (Monte Carlo)" if pairs > EXACT_PAIRS else "")
 
 
 def count(n: int, noun: str) -> str:

@@ -27,6 +27,10 @@ from analysis.paper import WITHHELD, Check, paper_checks
 from analysis.stats import ALPHA, Paired, smallest_p
 from analysis.texts import count, difference_text, p_text
 
+# A difference of outcomes below RESOLUTION is no difference: float rounding (1e-12 and below), far
+# under the resolution of any reward a suite averages (a final training reward is a mean of at most
+# ~10^5 responses: steps of its last 25% x responses a step; a held-out score, limit x samples).
+RESOLUTION = 1e-6
 LEARNABILITY = "learnability"
 COMPARISONS = "comparisons"
 UNFINISHED = "unfinished-runs"
@@ -43,8 +47,10 @@ class Sentence:
 @dataclass(frozen=True)
 class Lead:
     """The two objectives with the highest mean outcome, their paired comparison (`best - second`) and
-    its Holm-adjusted p; `leader`: the objective ahead of every other at Holm p < 5%, if one is, with
-    the largest of its adjusted p-values."""
+    its Holm-adjusted p; `leader`: the objective that learned and is ahead of every other by more than
+    RESOLUTION at Holm p < 5%, if one is, with the largest of its adjusted p-values (then `best` is the
+    leader and `second` the objective of that comparison: the one the claim rests on). `learned`: the
+    objectives that learned on every seed."""
 
     best: str
     second: str
@@ -53,22 +59,31 @@ class Lead:
     adjusted: float
     leader: str | None = None
     leader_p: float = float("nan")
+    learned: tuple[str, ...] = ()
+
+
+def _ahead(test: tuple[Paired, float] | None) -> bool:
+    return test is not None and test[0].mean > RESOLUTION and test[1] < ALPHA
 
 
 def lead(found: Learning, evidence: Evidence) -> Lead | None:
-    """The comparison behind the leader sentence of one group (None with fewer than two objectives)."""
+    """The comparison behind the leader sentence of one group (None with fewer than two objectives). Only
+    an objective that learned on every seed may lead: one that did not leads by where it started."""
     arms = found.arms.sort_values("final", ascending=False, kind="stable")
     if len(arms) < 2:
         return None
     family, group = evidence.family, found.group
-    leader, leader_p = None, float("nan")
-    for first in arms.index:
-        tests = [family.find(group, REWARD, first, other) for other in arms.index if other != first]
-        if all(t is not None and t[0].mean > 0 and t[1] < ALPHA for t in tests):
-            leader, leader_p = first, max(t[1] for t in tests if t is not None)
     best, second = arms.index[:2]
+    for first in (a for a in arms.index if a in found.learned):
+        tests = {other: family.find(group, REWARD, first, other) for other in arms.index if other != first}
+        if all(_ahead(t) for t in tests.values()):
+            closest = max(tests, key=lambda other: tests[other][1])  # type: ignore[index]  # every test is found (_ahead)
+            result, leader_p = family.tested(group, REWARD, first, closest)
+            return Lead(first, closest, (arms.loc[first, "final"], arms.loc[closest, "final"]), result, leader_p, first,
+                        leader_p, tuple(found.learned))
     result, adjusted = family.tested(group, REWARD, best, second)
-    return Lead(best, second, (arms.loc[best, "final"], arms.loc[second, "final"]), result, adjusted, leader, leader_p)
+    return Lead(best, second, (arms.loc[best, "final"], arms.loc[second, "final"]), result, adjusted,
+                learned=tuple(found.learned))
 
 
 def _compute_words(spread: float, allow_unmatched: bool) -> str:
@@ -82,19 +97,25 @@ def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where:
         return Sentence(f"{where}One objective only: nothing to compare.", links)
     a, b = escape(found.best), escape(found.second)
     m, n = evidence.family.size, found.result.n
-    pair = (f"{a} {found.means[0]:.3g} and {b} {found.means[1]:.3g} (the best two) differ by "
-            f"{difference_text(found.result)} over {count(n, 'paired seed')}, p = {p_text(found.result.p)} "
-            f"(Holm-adjusted over the report's {count(m, 'comparison')}: {p_text(found.adjusted)})")
+    tested = (f"{difference_text(found.result)} over {count(n, 'paired seed')}, p = {p_text(found.result.p, n)} "
+              f"(Holm-adjusted over the report's {count(m, 'comparison')}: {p_text(found.adjusted)})")
+    pair = f"{a} minus {b} (the best two), paired by seed: {tested}"
     if found.leader is not None:
         leader = escape(found.leader)
         return Sentence(f"{where}**{leader} leads {compute}** (Holm-adjusted p = {p_text(found.leader_p)}, the largest "
                         f"over its comparisons with every other objective; {count(m, 'comparison')} in the report): "
-                        f"{pair}; "
+                        f"it rests on {a} minus {b}, paired by seed: {tested}; "
                         f"P({a} > {b}) = {found.result.poi:.2g}.", links)
     if n < evidence.family.needed:
         return Sentence(f"{where}**No leader named {compute}**: {pair}. {count(n, 'paired seed')} cannot give a p "
                         f"below {smallest_p(n):.2g}; with {count(m, 'comparison')} a leader needs at least "
                         f"{evidence.family.needed} paired seeds.", links)
+    if found.adjusted < ALPHA and found.best not in found.learned and found.result.mean > RESOLUTION:
+        return Sentence(f"{where}**No leader named {compute}**: {a}, the best by its outcome, did not learn "
+                        f"on every seed (its lead is where it started): {pair}.", links)
+    if found.adjusted < ALPHA and abs(found.result.mean) <= RESOLUTION:
+        return Sentence(f"{where}**No leader named {compute}**: the best two differ by less than {RESOLUTION:g}, "
+                        f"below the reward's resolution: {pair}.", links)
     return Sentence(f"{where}**No objective is ahead of every other {compute}** at a Holm-adjusted p below "
                     f"{ALPHA:g}: {pair}.", links)
 
@@ -137,7 +158,7 @@ def phenomenon_sentence(check: Check, evidence: Evidence, where: str, links: tup
                  f"{evidence.family.needed} are needed): {check.evidence or check.this_run}")
     else:
         state = (f"{_SHOWN[check.outcome]} ({check.evidence or check.this_run} over {count(check.seeds, 'seed')}; "
-                 f"p = {p_text(check.p)}, Holm-adjusted {p_text(check.holm)})")
+                 f"p = {p_text(check.p, check.seeds)}, Holm-adjusted {p_text(check.holm)})")
     return Sentence(f"{where}{check.claim}: {state}.", links)
 
 

@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import typer
@@ -144,7 +144,21 @@ def parse_seeds(seeds: str | None) -> list[int] | None:
         raise typer.BadParameter(f"expected comma-separated integers, got {seeds!r}", param_hint="--seeds") from None
     if len(set(values)) != len(values) or not values:
         raise typer.BadParameter(f"expected distinct seeds, got {seeds!r}", param_hint="--seeds")
+    from gspo_bench.config.schema import MAX_SEED
+
+    outside = [v for v in values if not 0 <= v <= MAX_SEED]
+    if outside:  # the bounds of the suite's `seeds:`, which --seeds replaces
+        raise typer.BadParameter(f"each seed must be in 0..{MAX_SEED}, got {outside[0]}", param_hint="--seeds")
     return values
+
+
+def check_ray_installed() -> None:
+    """`fail` naming the missing package where --ray is asked for and Ray is not importable, before the
+    warm start (run_on_ray would find out only after it)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise fail("--ray needs Ray: pip install -e '.[ray]'") from None
 
 
 def suite_world(suite):
@@ -210,6 +224,8 @@ def run(
         return print_plan(suite_path, overrides)
     if parallel > 1 and not (ray or ray_address):  # the workers' imports overlap ours from here on
         start_process_server()
+    if ray or ray_address:
+        check_ray_installed()
     suite, root, todo = planned_todo(suite_path, overrides, out, only, parse_seeds(seeds), resume, allow_changed)
     world = suite_world(suite)  # under torchrun: this rank; the ranks check outputs before any writes
     if world.distributed and (parallel != 1 or ray or ray_address):
@@ -311,6 +327,9 @@ def probe(
             objective_spec(name)  # unknown names fail before any work
         except UnknownObjectiveError as err:
             raise typer.BadParameter(str(err), param_hint="--objectives") from None
+    if minibatches > prompts * group_size:
+        raise typer.BadParameter(f"more than the {prompts * group_size} responses of the step ({prompts} prompts x "
+                                 f"{group_size}), got {minibatches}", param_hint="--minibatches")
     cfg = ProbeConfig(
         objectives=names, family=family, prompts=prompts, group_size=group_size,
         max_new_tokens=max_new_tokens, minibatches=minibatches, lr=lr, seed=seed,
@@ -325,9 +344,18 @@ def probe(
     with console.status("sampling and updating ...") as status:
         rows = run_probe(cfg, on_result=lambda r: status.update(f"done: {r['objective']}"))
     for row in rows:
-        table.add_row(row["objective"], *(f"{row[c]:.3g}" for c in columns))
+        table.add_row(row["objective"], *(probe_cell(row, c) for c in columns))
     console.print(table)
+    if minibatches == 1:
+        console.print("moe/drift: - with K=1 (measured on minibatches 2..K)")
     console.print(f"reward/mean of the shared rollouts: {rows[0]['reward/mean']:.3f}")
+
+
+def probe_cell(row: dict, column: str) -> str:
+    """A probe table cell: the value to 3 figures, "-" where the step measured none (the drift with K=1:
+    it is measured on minibatches 2..K)."""
+    value = row.get(column)
+    return "-" if value is None or value != value else f"{value:.3g}"
 
 
 @app.command()
@@ -457,6 +485,22 @@ def reproduce(
     console.print(f"all {len(found)} runs identical")
 
 
+EVAL_OPTIONS = {"tasks": "--tasks", "samples": "--samples", "limit": "--limit", "greedy": "--greedy",
+                "max_new_tokens": "--max-new-tokens", "temperature": "--temperature"}
+
+
+def eval_option_problem(error: Any) -> str:
+    """One of EvalConfig's errors (pydantic's error dict) for `gspo-bench eval`: the command-line options
+    it is about, its message and the value given ("--samples: Input should be ... (got 99999)"); an error
+    of several fields names the options whose fields its message mentions, in the message's order."""
+    message = error["msg"].removeprefix("Value error, ")
+    field = error["loc"][0] if error["loc"] else None
+    if field is not None:
+        return f"{EVAL_OPTIONS.get(str(field), field)}: {message} (got {error['input']!r})"
+    options = [EVAL_OPTIONS[name] for name in sorted((n for n in EVAL_OPTIONS if n in message), key=message.index)]
+    return f"{', '.join(options)}: {message}" if options else message
+
+
 @app.command("eval")
 @guarded
 def eval_policy(
@@ -485,7 +529,7 @@ def eval_policy(
         cfg = EvalConfig(tasks=[t.strip() for t in tasks.split(",") if t.strip()], samples=samples, limit=limit,
                          greedy=greedy, max_new_tokens=max_new_tokens, temperature=temperature)
     except ValidationError as err:
-        raise fail("; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())) from None
+        raise fail("; ".join(eval_option_problem(e) for e in err.errors())) from None
     out = out or path / "eval"
     try:
         model_dir, scores = evaluate_saved(path, cfg, out, seed=seed, chat_template=chat_template)

@@ -26,12 +26,12 @@ SEED_OFFSET = 0.03  # every objective's reward on seed s is 0.03 s higher: seeds
 
 
 def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", message="", bonus=None, sweep=None,
-             slope=0.01, suite="synth", columns=None, kind=None):
+             slope=0.01, suite="synth", columns=None, kind=None, budget=2e10):
     """A synthetic run: reward 0.2 + `slope` step + 0.03 seed + `bonus` (default 0.1 for GSPO, 0
     otherwise). The seed offset is shared by every objective, so a comparison paired by seed sees the
     bonuses only while an unpaired one sees the seeds' spread too. `sweep` ({field: value}) makes it
     a run of that sweep point; `columns` ({column: value or [per step]}) adds or overrides columns; `kind`
-    (objective, replay) for a label not in LABELS."""
+    (objective, replay) for a label not in LABELS; `budget`: the suite's, the same for all its runs."""
     objective, replay = kind or LABELS[label]
     rng = np.random.default_rng(seed + 10 * len(label))
     bonus = (0.1 if objective == "gspo" else 0.0) if bonus is None else bonus
@@ -58,7 +58,7 @@ def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", mes
     run.write_rows("layers.parquet", layers)
     config = {"run": {"label": label, "algorithm": algorithm, "objective": objective, "replay": replay, "seed": seed,
                       "sweep": sweep or {}},
-              "suite": {"name": suite, "budget": {"kind": "flops", "value": flops_per_step * steps}}}
+              "suite": {"name": suite, "budget": {"kind": "flops", "value": budget}}}
     run.write_text("config.yaml", yaml.safe_dump(config))
     run.write_json("provenance.json", {"git": {"commit": "abc", "dirty": False}, "packages": {"torch": "x"},
                                        "device": "cpu", "start": "s", "end": "e"})
@@ -355,3 +355,22 @@ def test_the_windows_start_at_step_one():
             for step, g in gap.items() for label in ("a", "b")]
     rows[2]["reward/mean"] = -2.0  # step 2 of a: -2 outweighs step 3's +0.5 in a window of steps 2-3
     assert apart_from(pd.DataFrame(rows), "a", "b", window=2) == (3, "-")
+
+
+def test_a_monte_carlo_p_says_so_in_every_table_and_in_the_summary(tmp_path):
+    """17 paired seeds (above EXACT_PAIRS): GRPO + RR gains 0.05 on every seed; its p is the Monte Carlo
+    estimate, marked where it is shown, and the summary names the method and the number of draws. Six
+    seeds in the same report would keep the plain text (test_report_html's cases)."""
+    from analysis.load import finished
+    from analysis.stats import MONTE_CARLO_DRAWS
+    from analysis.tables import comparisons_table, paired_against, suite_summary
+
+    for seed in range(17):
+        make_run(tmp_path, "grpo", seed, steps=8)
+        make_run(tmp_path, "grpo_rr", seed, steps=8, bonus=0.05)
+    evidence = evidence_of(tmp_path / "synth")
+    p = comparisons_table(evidence).loc[0, "p (sign-flip)"]
+    assert p.endswith(" (Monte Carlo)") and float(p.split()[0]) < 1e-3  # 2^-17 of the patterns reach 17 x +0.05
+    assert paired_against(evidence).loc[0, "p (sign-flip)"] == p
+    summary = suite_summary(finished(load_results(tmp_path / "synth")), 0.0, False, evidence)
+    assert f"above 16 paired seeds a Monte Carlo estimate from {MONTE_CARLO_DRAWS} random sign patterns" in summary

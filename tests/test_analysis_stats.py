@@ -152,3 +152,47 @@ def test_the_stratified_bootstrap_resamples_within_each_stratum_and_refuses_few_
     low, high = stratified_bootstrap_ci([np.zeros(10), np.ones(10)], rng, statistic=lambda x, axis: x.mean(axis=axis))
     assert (low, high) == (0.5, 0.5)  # every resample keeps ten zeros and ten ones: the strata never mix
     assert np.isnan(stratified_bootstrap_ci([np.arange(9.0)], rng)[0])  # 9 runs: no interval
+
+
+# ------------------------------------------------------------------ many paired seeds (issue #40 item 5, cause 1)
+
+def enumerated_p_fast(differences: np.ndarray) -> float:
+    """`enumerated_p` with numpy, for up to ~20 pairs: every sign pattern's sum, in chunks."""
+    n, observed = len(differences), float(differences.sum())
+    low = high = 0
+    for start in range(0, 2**n, 2**16):
+        codes = np.arange(start, min(start + 2**16, 2**n))[:, None]  # [patterns, 1]
+        signs = 1 - 2 * ((codes >> np.arange(n)) & 1)  # [patterns, n]
+        sums = signs @ differences  # [patterns]
+        low += int((sums <= observed + 1e-12).sum())
+        high += int((sums >= observed - 1e-12).sum())
+    return min(1.0, 2 * min(low, high) / 2**n)
+
+
+def test_above_exact_pairs_the_sign_flip_p_is_a_seeded_monte_carlo_estimate_of_the_exact_one():
+    """18 pairs (2^18 patterns, enumerated here): the estimate from MONTE_CARLO_DRAWS random sign
+    patterns lies within 5 binomial standard errors (each tail's count is binomial; two tails double
+    it) plus the estimator's 2 / (m + 1) of the exact p, and the same on every call (a fixed seed)."""
+    from analysis.stats import EXACT_PAIRS, MONTE_CARLO_DRAWS, p_method
+
+    d = np.random.default_rng(7).normal(0.1, 0.3, size=18)
+    exact, estimate = enumerated_p_fast(d), sign_flip_p(d, np.zeros(18))
+    half = exact / 2
+    bound = 2 * 5 * np.sqrt(half * (1 - half) / MONTE_CARLO_DRAWS) + 2 / (MONTE_CARLO_DRAWS + 1)
+    assert 0.01 < exact < 0.5 and abs(estimate - exact) <= bound, (estimate, exact, bound)
+    assert sign_flip_p(d, np.zeros(18)) == estimate
+    assert EXACT_PAIRS == 16 and p_method(16) == "exact" and p_method(17) == f"Monte Carlo, {MONTE_CARLO_DRAWS} draws"
+
+
+def test_forty_paired_seeds_get_a_p_without_enumerating_two_to_the_forty_patterns():
+    """Every one of 40 differences positive: no random pattern reaches the observed sum but the all-plus
+    one (probability 2^-40), so p = 2 (0 + 1) / (m + 1), the estimator's smallest."""
+    from analysis.stats import MONTE_CARLO_DRAWS
+
+    a = np.linspace(1.0, 2.0, 40)
+    assert sign_flip_p(a, np.zeros(40)) == pytest.approx(2 / (MONTE_CARLO_DRAWS + 1))
+
+
+def test_a_p_of_sixteen_pairs_or_fewer_is_the_exact_one():
+    d = np.random.default_rng(3).normal(0.05, 0.3, size=12)
+    assert sign_flip_p(d, np.zeros(12)) == pytest.approx(enumerated_p_fast(d), abs=1e-12)

@@ -92,3 +92,20 @@ def test_dry_run_without_weights_or_architecture_says_what_to_set(tmp_path):
                      "budget: {kind: steps, value: 1}\nobjectives: [{name: gspo}]\n")
     result = CliRunner().invoke(app, ["run", str(suite), "--dry-run"])
     assert result.exit_code != 0 and "model.architecture" in result.output
+
+
+def test_probe_with_one_minibatch_runs_and_says_why_it_shows_no_drift():
+    """K = 1 (--minibatches' minimum) once crashed: the drift is measured on minibatches 2..K, of which
+    there are none. The table shows "-" there and says why."""
+    result = CliRunner().invoke(app, ["probe", "--objectives", "grpo", "--prompts", "2", "--group-size", "4",
+                                      "--max-new-tokens", "8", "--minibatches", "1"])
+    assert result.exit_code == 0, result.output
+    assert "moe/drift: - with K=1 (measured on minibatches 2..K)" in " ".join(result.output.split())
+
+
+def test_probe_with_more_minibatches_than_responses_is_refused_naming_the_option():
+    result = CliRunner().invoke(app, ["probe", "--objectives", "grpo", "--prompts", "2", "--group-size", "4",
+                                      "--minibatches", "9"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    text = " ".join(result.output.split())
+    assert "--minibatches" in text and "more than the 8 responses of the step" in text, text

@@ -222,6 +222,17 @@ def test_bad_tolerance_files_name_the_file_and_the_field(tmp_path):
         load_tolerances(bad)
 
 
+def test_a_tolerance_file_with_a_repeated_metric_is_refused(tmp_path):
+    """YAML lets the last of two equal keys win silently: a metric's band given twice is refused, naming
+    the file, the key and both lines (issue #40 item 5, cause 12)."""
+    bad = tmp_path / "t.yaml"
+    bad.write_text("trajectory:\n  metrics:\n    clip/frac: {statistic: mean, floor: 0.1}\n"
+                   "    clip/frac: {statistic: mean, floor: 0.2}\n")
+    with pytest.raises(ValueError, match=re.escape(f"{bad}: not valid YAML: key 'clip/frac' repeated (first at line 3) "
+                                                   "(line 4, column 5)")):
+        load_tolerances(bad)
+
+
 def test_the_planted_bug_really_is_loss_only():
     gen = torch.Generator().manual_seed(0)
     logp, old = torch.randn(4, 6, generator=gen), torch.randn(4, 6, generator=gen)
@@ -231,3 +242,56 @@ def test_the_planted_bug_really_is_loss_only():
     assert not torch.allclose(right, wrong)
     for key in ("ratio/token_var", "ratio/seq_var", "kl/old_new"):
         assert torch.equal(right_metrics[key], wrong_metrics[key]), key
+
+
+# ------------------------------------------------------------------ --update writes only into a baseline (issue #40 item 5, cause 2)
+
+def synthetic_suite(root: Path, suite: str = "synth", labels=("grpo", "gspo")) -> Path:
+    """Finished synthetic runs (test_analysis.make_run) of `labels`, seed 0, in ROOT/SUITE."""
+    from test_analysis import make_run
+
+    for label in labels:
+        make_run(root, label, 0, steps=4, suite=suite)
+    return root / suite
+
+
+def test_update_refuses_a_folder_that_is_not_a_baseline_and_deletes_nothing(tmp_path, cli):
+    """`--baseline results` (a results tree: a README and suite folders) is refused in one line naming
+    what is not a run folder; every file stays."""
+    from test_reliability_inputs import one_line_error
+
+    current = synthetic_suite(tmp_path / "fresh")
+    results = tmp_path / "results"
+    synthetic_suite(results, "paper_cpu")
+    (results / "README.md").write_text("committed results\n")
+    before = sorted(p.relative_to(results) for p in results.rglob("*"))
+    error = one_line_error(cli("regress", current, "--baseline", results, "--update"))
+    assert f"{results} is not a regress baseline" in error and "README.md" in error
+    assert sorted(p.relative_to(results) for p in results.rglob("*")) == before
+    a_run = results / "paper_cpu"
+    error = one_line_error(cli("regress", current, "--baseline", a_run / "grpo-s0", "--update"))  # one run's folder
+    assert "is not a regress baseline" in error and (a_run / "grpo-s0" / "metrics.parquet").is_file()
+
+
+def test_update_replaces_a_baseline_it_wrote_or_the_committed_one(tmp_path, cli):
+    current = synthetic_suite(tmp_path / "fresh")
+    target = tmp_path / "base"
+    for _ in range(2):  # absent, then a baseline --update wrote
+        assert cli("regress", current, "--baseline", target, "--update").exit_code == 0
+    assert sorted(p.name for p in target.iterdir()) == ["grpo-s0", "gspo-s0"]
+    committed = ROOT / "results" / "ci-baseline"
+    from analysis.regress import check_baseline_folder
+
+    check_baseline_folder(committed)  # the committed one is a baseline: no error
+
+
+def test_update_refuses_the_runs_of_two_suites(tmp_path, cli):
+    """Two suites whose runs share names (grpo-s0) would be flattened into one folder: refused."""
+    from test_reliability_inputs import one_line_error
+
+    root = tmp_path / "out"
+    synthetic_suite(root, "a")
+    synthetic_suite(root, "b")
+    error = one_line_error(cli("regress", root, "--baseline", tmp_path / "base", "--update"))
+    assert "runs of 2 suites" in error and f"{root / 'a'}" in error and f"{root / 'b'}" in error
+    assert not (tmp_path / "base").exists()

@@ -20,7 +20,7 @@ from analysis.load import load_results
 from gspo_bench.cli import app
 from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.rundir.folder import RunDir
-from gspo_bench.rundir.lock import RunBusyError, RunLock
+from gspo_bench.rundir.lock import RunBusyError, RunLock, check_free
 from gspo_bench.suite.preflight import check_runnable
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -71,6 +71,26 @@ def test_a_run_folder_held_by_a_live_process_is_refused_and_a_dead_holder_is_tak
         holder.wait()
     assert cli("run", str(suite), "--out", str(tmp_path / "out")).exit_code == 0  # the dead holder's lock is free
     assert RunDir(run_dir).read_status()["status"] == "done"
+
+
+def test_deleting_the_lock_file_of_a_held_run_lets_no_second_owner_in(tmp_path):
+    """The lock is the run folder's own (flock on the folder): deleting its `.lock` record (or replacing
+    it) while a run holds the folder lets no other process take it; once released it is free, the record
+    or not. flock conflicts between two open files of one process too, so one process can check it."""
+    run_dir = tmp_path / "out" / "tiny" / "grpo-s0"
+    held = RunLock(run_dir).acquire()
+    assert json.loads((run_dir / ".lock").read_text())["pid"] == os.getpid()
+    (run_dir / ".lock").unlink()
+    with pytest.raises(RunBusyError, match=f"{run_dir} is in use by pid \\? on host \\?"):
+        RunLock(run_dir).acquire()
+    (run_dir / ".lock").write_text("{}")  # a new record in its place
+    with pytest.raises(RunBusyError):
+        RunLock(run_dir).acquire()
+    with pytest.raises(RunBusyError):
+        check_free(run_dir)
+    held.release()
+    RunLock(run_dir).acquire().release()
+    check_free(run_dir)
 
 
 def test_two_runs_started_together_never_share_a_folder(tmp_path, cache):

@@ -73,6 +73,22 @@ def test_a_flipped_byte_is_caught_by_its_sha256(tmp_path, cache, cli):
                  f"{run_dir / 'checkpoint' / 'model' / 'model.safetensors'} differs from what was written (sha256)")
 
 
+def test_a_failed_resume_of_a_stopped_run_no_longer_says_resume_continues_it(tmp_path, cache, cli):
+    """A run stopped by SIGTERM says `--resume` continues it; its resume then fails on a damaged
+    checkpoint: status.json says why it was not resumed, not the stop's advice."""
+    import signal
+
+    from gspo_bench.rundir.failure import failure_message
+    from gspo_bench.runtime.stopping import Stopped
+
+    suite, run_dir = stopped(cache, tmp_path / "out", at_step=2)
+    RunDir(run_dir).write_status("failed", failure_message(Stopped(signal.SIGTERM), run_dir), step=2)
+    assert "--resume` continues it" in RunDir(run_dir).read_status()["message"]
+    flip_a_byte(run_dir / "checkpoint" / "model" / "model.safetensors")
+    message = resume_fails(cli, suite, tmp_path / "out", run_dir, "differs from what was written (sha256)")
+    assert message.startswith("not resumed: ") and "continues it" not in message
+
+
 def test_a_checkpoint_from_before_checksums_is_resumed_as_it_is(tmp_path, cache):
     """A checkpoint of a version that wrote no checksums is told by its state.pt, which holds no
     `checksummed` mark; it resumes to the uninterrupted run's metrics."""
@@ -123,14 +139,35 @@ def test_a_half_written_first_checkpoint_is_removed_on_resume_and_by_a_new_run(t
     assert not (run_dir / "checkpoint").exists()
     (run_dir / ".checkpoint-new-x1y2" / "model").mkdir(parents=True)
     (run_dir / ".checkpoint-new-x1y2" / "model" / "model.safetensors").write_bytes(b"\0" * 1000)
+    (run_dir / ".metrics.parquet.k9_2xq1a").write_bytes(b"PAR1")  # a table a kill -9 left half-written
     result = cli("run", suite, "--out", tmp_path / "out", "--resume")
     assert result.exit_code == 0, result.output
     assert not list(run_dir.glob(".checkpoint-new-*")) and RunDir(run_dir).read_status()["status"] == "done"
+    assert not (run_dir / ".metrics.parquet.k9_2xq1a").exists()
     fresh = tmp_path / "fresh" / "tiny" / "gspo-s0"
     (fresh / ".checkpoint-new-a1b2").mkdir(parents=True)
     result = cli("run", suite, "--out", tmp_path / "fresh")
     assert result.exit_code == 0, result.output
     assert not list(fresh.glob(".checkpoint-new-*")) and (fresh / "checkpoint").is_dir()
+
+
+def test_the_temporary_files_of_atomic_writes_a_kill_left_are_removed_and_nothing_else(tmp_path):
+    """An atomic write goes to `.NAME.XXXXXXXX` beside NAME, then is renamed: a kill -9 between the two
+    leaves the temporary file for good, unless opening the run folder removes it (once only
+    `.checkpoint-new-*` went). A user's own dot-file, and the run's files, stay."""
+    from gspo_bench.rundir.folder import atomic_write_text
+    from gspo_bench.train.checkpoint import remove_half_written
+
+    run = RunDir(tmp_path / "run")
+    run.write_status("failed", step=1)
+    atomic_write_text(run.path / "config.yaml", "run: {}\n")
+    left = [".metrics.parquet.k9_2xq1a", ".layers.parquet.abcdefgh", ".status.json.x1", ".config.yaml.y2",
+            ".provenance.json.z3", ".eval.parquet.w4", "..lock.v5", ".error.log.u6"]
+    for name in left:
+        (run.path / name).write_bytes(b"half")
+    (run.path / ".notes").write_text("mine")
+    remove_half_written(run.path)
+    assert sorted(p.name for p in run.path.iterdir()) == [".notes", "config.yaml", "status.json"]
 
 
 @pytest.mark.parametrize("table", ["metrics.parquet", "layers.parquet"])
@@ -155,6 +192,47 @@ def test_a_damaged_status_json_is_named(tmp_path, cache, cli, content):
     (run_dir / "status.json").write_bytes(content)
     output = one_line_error(cli("run", suite, "--out", tmp_path / "out", "--resume"))
     assert f"{run_dir / 'status.json'} is damaged" in output
+
+
+@pytest.mark.parametrize(("name", "content", "why"), [
+    ("status.json", "{}", "status.json is damaged (no status"),  # once KeyError: 'status'
+    ("status.json", '{"status": "paused"}', "status.json is damaged (unknown status 'paused'"),  # once skipped
+    ("config.yaml", "run: [unclosed", "config.yaml is damaged (not valid YAML"),
+    ("config.yaml", "- 1\n", "config.yaml is damaged (expected a mapping at the top, found list"),
+    ("config.yaml", "run: {seed: 0.5}\nsuite: {}\n", "config.yaml is damaged (run.seed: expected an integer, got 0.5"),
+])
+def test_run_names_a_damaged_run_file_before_any_compute(tmp_path, cli, name, content, why):
+    """`run --resume` over a run folder whose status.json or config.yaml is damaged: one line naming the
+    file, before the warm start (no cache made)."""
+    from test_harness import tiny_suite
+    from test_reliability_inputs import write_suite
+
+    suite = write_suite(tmp_path / "s.yaml", tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo"}]))
+    run = RunDir(tmp_path / "out" / "tiny" / "grpo-s0")
+    run.write_status("failed", "stopped", step=1)
+    run.write_text("config.yaml", "run: {seed: 0}\nsuite: {}\n")
+    (run.path / name).write_text(content)
+    error = one_line_error(cli("run", suite, "--out", tmp_path / "out", "--resume"))
+    assert f"{run.path}/{why}" in error and not (tmp_path / "cache").exists()
+
+
+def test_a_resume_without_config_yaml_is_refused_unless_allow_changed(tmp_path, cli):
+    """A stopped run whose config.yaml was deleted: the edit check of --resume has nothing to compare with,
+    so the resume is refused (naming the file) before any compute; --allow-changed takes the risk."""
+    from test_harness import tiny_suite
+    from test_reliability_inputs import write_suite
+
+    from gspo_bench.config import parse_suite
+    from gspo_bench.suite.runner import check_outputs, plan_runs
+
+    data = tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo"}])
+    runs = plan_runs(parse_suite(data), tmp_path / "out")
+    RunDir(runs[0].run_dir).write_status("failed", "stopped", step=1)
+    with pytest.raises(ValueError, match="config.yaml is missing"):
+        check_outputs(runs, resume=True)
+    assert check_outputs(runs, resume=True, allow_changed=True) == runs
+    error = one_line_error(cli("run", write_suite(tmp_path / "s.yaml", data), "--out", tmp_path / "out", "--resume"))
+    assert f"{runs[0].run_dir / 'config.yaml'} is missing" in error and not (tmp_path / "cache").exists()
 
 
 # ------------------------------------------------------------------ permissions

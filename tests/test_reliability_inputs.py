@@ -276,3 +276,44 @@ def test_a_dead_parallel_worker_names_its_run_and_says_resume(tmp_path):
     assert all("--resume" in s["message"] for s in statuses) and ended["grpo-s0"] == statuses[0]
     recorded = json.loads((started.run_dir / "status.json").read_text())
     assert recorded["status"] == "failed" and recorded["message"] == statuses[0]["message"]
+
+
+def test_a_second_suite_of_the_same_name_is_refused_before_it_runs_into_one_out(tmp_path, cli):
+    """OUT/tiny holds suite A (its suite.yaml); suite B, also named tiny, with another lr and other labels,
+    is refused in one line naming the difference, before anything is written; A itself is welcome, and
+    so is B with --resume --allow-changed (told to continue with the new settings)."""
+    from gspo_bench.suite.runner import write_suite_file
+    from gspo_bench.suite.session import plan_session
+
+    out = tmp_path / "out"
+    a = write_suite(tmp_path / "a.yaml", tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo"}]))
+    b = write_suite(tmp_path / "b.yaml", tiny_suite(tmp_path / "cache", objectives=[{"name": "gspo"}],
+                                                   train={"lr": 2e-3}))
+    write_suite_file(load_suite(a), out)
+    written = (out / "tiny" / "suite.yaml").read_text()
+    error = one_line_error(cli("run", b, "--out", out))
+    assert f"{out / 'tiny' / 'suite.yaml'}: another suite named tiny ran into {out}" in error
+    assert "train.lr: 0.001 -> 0.002" in error and "objectives.0.name: 'grpo' -> 'gspo'" in error
+    assert (out / "tiny" / "suite.yaml").read_text() == written and sorted(p.name for p in (out / "tiny").iterdir()) == [
+        "suite.yaml"]
+    assert [run.name for run in plan_session(a, None, out).todo] == ["grpo-s0"]
+    assert [run.name for run in plan_session(b, None, out, resume=True, allow_changed=True).todo] == ["gspo-s0"]
+
+
+def test_report_refuses_two_suites_of_one_name_in_one_folder_but_not_sweep_points_or_arms(tmp_path, cli):
+    """Runs of one folder (written there before `run` refused a second suite) differ in train.lr: refused,
+    naming both runs. An arm's own `set:` and a sweep point's value differ by design: one suite."""
+    make_run(tmp_path, "ci", "grpo", 0)
+    arm = make_run(tmp_path, "ci", "gspo", 0, lr=3e-3)
+    output = one_line_error(cli("report", tmp_path / "ci", "--out", tmp_path / "r"))
+    assert "one folder holds runs of two suites named ci" in output and "train.lr: 0.001 vs 0.003" in output
+    assert f"{tmp_path / 'ci' / 'grpo-s0'}" in output and f"{arm}" in output
+    config = yaml.safe_load((arm / "config.yaml").read_text())
+    config["run"]["set"] = {"train.lr": 3e-3}  # the gspo arm sets its own lr: part of the suite
+    (arm / "config.yaml").write_text(yaml.safe_dump(config))
+    assert len(load_results(tmp_path / "ci").runs) == 2
+    point = make_run(tmp_path, "ci", "grpo", 1, lr=3e-3)
+    config = yaml.safe_load((point / "config.yaml").read_text())
+    config["run"]["sweep"] = {"lr": 3e-3}  # a sweep point of train.lr (short name lr)
+    (point / "config.yaml").write_text(yaml.safe_dump(config))
+    assert len(load_results(tmp_path / "ci").runs) == 3

@@ -93,6 +93,16 @@ REFUSALS = [
          id="bound-prompts"),
     case({}, ["model.num_layers=100000"], "model.num_layers: Input should be less than or equal to", id="bound-layers"),
     case({"task": bomb()}, [], "YAML aliases expand to more than", id="alias-bomb"),
+    case({"model": {"router_scale": 1e300}}, [], "model.router_scale: Input should be less than or equal to 1000",
+         id="bound-router-scale-high"),
+    case({"model": {"router_scale": 1e-300}}, [], "model.router_scale: Input should be greater than or equal to 0.001",
+         id="bound-router-scale-low"),
+    case({"rollout": {"temperature": 1e-300}}, [], "rollout.temperature: Input should be greater than or equal to 0.01",
+         id="bound-temperature-low"),
+    case({}, ["rollout.temperature=1e300"], "rollout.temperature: Input should be less than or equal to 100",
+         id="bound-temperature-high"),
+    case({"eval": {"tasks": ["sort"], "temperature": 1e-9}}, [], "eval.temperature: Input should be greater than or "
+         "equal to 0.01", id="bound-eval-temperature"),
     # ---------------------------------------------------------------- what a run checks, checked by validate
     case({"rollout": {"engine_options": {"router_noise": -1.0}}}, [], "rollout.engine_options (grpo, grpo_rr, gspo): hf engine: "
          "router_noise must be a finite number >= 0 (the noise's std), got -1.0", id="noise-negative"),
@@ -122,6 +132,13 @@ REFUSALS = [
          id="optimizer-8bit-missing"),
     case({"warm_start": {"eval_examples": 300}}, [], "warm_start.eval_examples (300): task sort {'max_len': 3}: the task's test split has "
          "fewer than 300 distinct problems", id="warm-start-eval-examples"),
+    # what a run's rollout meets at its first step, checked by validate on the first step's prompts
+    case({"rollout": {"kv_cache_gib": 1e-9}}, [], "rollout.kv_cache_gib (grpo, grpo_rr, gspo): rollout.kv_cache_gib "
+         "= 1e-09 is below one row's KV cache at full length", id="kv-cache-below-one-row"),
+    case({"objectives": [{"name": "grpo", "set": {"rollout.kv_cache_gib": 1e-9}}, {"name": "gspo"}]}, [],
+         "rollout.kv_cache_gib (grpo): rollout.kv_cache_gib = 1e-09 is below one row's", id="kv-cache-of-one-arm"),
+    case({"rollout": {"max_prompt_tokens": 2}}, [], "rollout.max_prompt_tokens (grpo, grpo_rr, gspo): a prompt of ",
+         id="max-prompt-below-the-tasks-prompts"),
     # ---------------------------------------------------------------- earlier rounds
     case({"train": {"minibatches": 64}}, [], "minibatches", id="minibatches"),
     case({"model": {"path": "/no/such/model"}, "warm_start": {"enabled": False}}, [], "model.path", id="model-path"),
@@ -261,6 +278,26 @@ def test_an_alias_bomb_is_refused_and_ordinary_aliases_are_read(tmp_path):
     assert [(o.name, o.lr) for o in suite.objectives] == [("grpo", 2e-3), ("gspo", 2e-3)]
 
 
+def test_a_repeated_yaml_key_is_refused_naming_the_key_and_its_lines(tmp_path, cli):
+    """YAML lets the last of two equal keys win silently; every YAML a user gives (a suite file, a --set
+    value, --tolerances, a run's config.yaml) is read by one reader that refuses it. A merge key's
+    values overridden by the mapping's own (`<<: *base`) are not repeats."""
+    data = tiny_suite(tmp_path / "cache")
+    data.pop("train")
+    text = yaml.safe_dump(data) + "train:\n  lr: 1.0e-3\n  minibatches: 2\n  lr: 2.0e-3\n"
+    line = text.splitlines().index("  lr: 2.0e-3") + 1
+    error = one_line_error(cli("validate", write_suite(tmp_path / "s.yaml", text.encode())))
+    assert f"key 'lr' repeated (first at line {line - 2}) (line {line}, column 3)" in error and "s.yaml" in error
+    with pytest.raises(SuiteError, match="--set train: not valid YAML: key 'lr' repeated"):
+        parse_overrides(["train={lr: 1, lr: 2}"])
+    from gspo_bench.config.yamlread import read_yaml
+
+    merged = read_yaml("base: &b {lr: 1.0e-3, minibatches: 2}\ntrain: {<<: *b, lr: 2.0e-3}\n")
+    assert merged["train"] == {"lr": 2e-3, "minibatches": 2}
+    with pytest.raises(ValueError, match=r"key 'x' repeated \(first at line 1\) \(line 3, column 1\)"):
+        read_yaml("x: 1\ny: 2\nx: 3\n")
+
+
 def test_a_suite_file_that_is_not_text_is_named(tmp_path, cli):
     binary = write_suite(tmp_path / "s.yaml", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
     for command in (["validate", binary], ["run", binary, "--out", tmp_path / "out"]):
@@ -279,3 +316,98 @@ def test_parse_suite_and_set_make_the_same_checks(tmp_path):
     path = write_suite(tmp_path / "s.yaml", data)
     with pytest.raises(SuiteError, match=r"s\.yaml with --set objectives\.1\.label=grpo: objectives.0 \(grpo\)"):
         load_suite(path, parse_overrides(["objectives.1.label=grpo"]))
+
+
+def test_run_with_ray_missing_is_refused_before_the_warm_start(tmp_path, cli, monkeypatch):
+    """Ray is installed here: its absence is simulated (an import of `ray` fails). `run --ray` refuses in
+    one line before any compute: no warm start (the cache stays absent), no results folder."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    suite = write_suite(tmp_path / "s.yaml", tiny_suite(tmp_path / "cache"))
+    for flags in (["--ray"], ["--ray-address", "auto"]):
+        error = one_line_error(cli("run", suite, *flags, "--out", tmp_path / "out"))
+        assert "--ray needs Ray: pip install -e '.[ray]'" in error
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("seeds", ["-1", "99999999999", "0,4294967296"])
+def test_seeds_on_the_command_line_keep_the_suites_seed_bounds(tmp_path, cli, seeds):
+    """`--seeds` once skipped the bounds of `seeds:` (0..MAX_SEED): refused as a usage error naming the
+    option and the bound, before any compute."""
+    import typer
+
+    from gspo_bench.cli import parse_seeds
+    from gspo_bench.config.schema import MAX_SEED
+
+    with pytest.raises(typer.BadParameter, match=f"0..{MAX_SEED}"):
+        parse_seeds(seeds)
+    suite = write_suite(tmp_path / "s.yaml", tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo"}]))
+    result = cli("run", suite, f"--seeds={seeds}", "--out", tmp_path / "out")  # a usage error, as --seeds abc
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "--seeds" in result.output and f"0..{MAX_SEED}" in result.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("source", ["warm_start.cache_dir", "GSPO_BENCH_CACHE"])
+def test_a_warm_start_cache_that_cannot_be_written_is_named_before_any_compute(tmp_path, cli, monkeypatch, source):
+    """The cache under a file (a folder cannot be made there, even by root): `validate` and `run` name the
+    cache and where it was set, not --out, before the warm start; nothing is written."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cache = blocker / "cache"
+    data = tiny_suite(cache)
+    if source == "GSPO_BENCH_CACHE":
+        data["warm_start"].pop("cache_dir")
+        monkeypatch.setenv("GSPO_BENCH_CACHE", str(cache))
+    suite = write_suite(tmp_path / "s.yaml", data)
+    validated = one_line_error(cli("validate", suite))
+    ran = one_line_error(cli("run", suite, "--out", tmp_path / "out"))
+    assert validated == ran and f"{source}: the warm-start cache {cache} cannot be written: {blocker} is a file" in ran
+    assert "--out" not in ran and not (tmp_path / "out").exists()
+
+
+def test_the_bounds_of_degenerate_settings_are_stated_in_their_descriptions():
+    from gspo_bench.config import EvalConfig, ModelConfig, RolloutConfig
+
+    assert "0.001..1000" in ModelConfig.model_fields["router_scale"].description
+    assert "0.01..100" in RolloutConfig.model_fields["temperature"].description
+    assert "0.01..100" in EvalConfig.model_fields["temperature"].description
+
+
+@pytest.mark.parametrize(("options", "shown"), [
+    (["--samples", "99999"], "--samples: Input should be less than or equal to 4096 (got 99999)"),
+    (["--limit", "10000000"], "--limit: Input should be less than or equal to 65536 (got 10000000)"),
+    (["--temperature", "1e-9"], "--temperature: Input should be greater than or equal to 0.01 (got 1e-09)"),
+    (["--max-new-tokens", "999999999"], "--max-new-tokens: Input should be less than or equal to 131072"),
+    (["--greedy", "--samples", "2"], "--greedy, --samples: greedy decoding gives one response per prompt"),
+])
+def test_eval_option_errors_name_the_option(tmp_path, cli, options, shown):
+    """`gspo-bench eval` checks its options with EvalConfig: each problem names the command-line option
+    (pydantic's message alone named nothing), before any model is read."""
+    error = one_line_error(cli("eval", tmp_path, "--tasks", "sort", *options))
+    assert shown in error, error
+
+
+@pytest.mark.parametrize(("kind", "shown"), [
+    ("missing", "no such file"),
+    ("device", "a device, not a file: give the suite's YAML file"),
+    ("fifo", "a named pipe (FIFO), not a file: give the suite's YAML file"),
+    ("loop", "a symbolic link loop"),
+    ("dangling", "a symbolic link to a missing file"),
+])
+def test_validate_says_what_a_suite_path_that_is_no_file_is(tmp_path, cli, kind, shown):
+    """`validate /dev/null` once said "no such file"; so did a FIFO (which reading would block on) and a
+    symbolic link loop."""
+    import os
+
+    path = tmp_path / "s.yaml"
+    if kind == "device":
+        path = Path("/dev/null")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "loop":
+        (tmp_path / "other.yaml").symlink_to(path)
+        path.symlink_to(tmp_path / "other.yaml")
+    elif kind == "dangling":
+        path.symlink_to(tmp_path / "gone.yaml")
+    error = one_line_error(cli("validate", path))
+    assert f"{path}: {shown}" in error, error

@@ -60,9 +60,45 @@ def test_six_paired_seeds_that_all_favour_one_learning_arm_name_it_with_its_p(tm
     root = synth(tmp_path, {"grpo": [0.0] * 6, "grpo_rr": [0.05 + j for j in JITTER[:6]]})
     assert leader(sentences(root)) == (
         "**grpo_rr leads at equal compute** (Holm-adjusted p = 0.031, the largest over its comparisons with every "
-        "other objective; 1 comparison in the report): grpo_rr 0.505 and grpo 0.455 (the best two) differ by "
+        "other objective; 1 comparison in the report): it rests on grpo_rr minus grpo, paired by seed: "
         "+0.05 [+0.0406, +0.0594] (s0 +0.05, s1 +0.04, s2 +0.06, s3 +0.05, s4 +0.04, s5 +0.06) over 6 paired seeds, "
         "p = 0.031 (Holm-adjusted over the report's 1 comparison: 0.031); P(grpo_rr > grpo) = 0.74.")
+
+
+def test_the_leader_sentence_quotes_the_paired_difference_not_the_arms_means(tmp_path):
+    """GSPO has a seed GRPO lacks (s6, far above): its mean over 7 seeds is not what the paired test saw.
+    The sentence quotes the paired difference over the 6 shared seeds only."""
+    from test_analysis import make_run
+
+    root = synth(tmp_path, {"grpo": [0.0] * 6, "grpo_rr": [0.05 + j for j in JITTER[:6]]})
+    make_run(tmp_path, "grpo_rr", 6, bonus=2.0)
+    found = leader(sentences(root))
+    assert found.startswith("**grpo_rr leads at equal compute**") and "+0.05 [+0.0406, +0.0594]" in found
+    assert "over 6 paired seeds" in found and "0.505" not in found and "0.455" not in found  # the arms' own means
+
+
+def test_a_difference_below_the_rewards_resolution_names_no_leader(tmp_path):
+    """GRPO + RR ahead by 1e-12 on each of 6 seeds (float rounding, not a reward): p = 2/64 all the same,
+    and no leader: a difference must exceed RESOLUTION."""
+    from analysis.verdict import RESOLUTION
+
+    found = leader(sentences(synth(tmp_path, {"grpo": [0.0] * 6, "grpo_rr": [1e-12] * 6})))
+    assert found.startswith(f"**No leader named at equal compute**: the best two differ by less than {RESOLUTION:g}")
+    assert "p = 0.031" in found
+
+
+def test_an_arm_that_never_learned_is_not_named_leader_for_where_it_started(tmp_path):
+    """GSPO starts 0.5 above GRPO and stays flat (learned on no seed); GRPO rises on every seed. GSPO is
+    ahead on all 7 seeds at Holm p = 3 x 2/128 = 0.047, but what it leads by is its start: no leader."""
+    from test_analysis import make_run
+
+    for seed in range(7):
+        make_run(tmp_path, "grpo", seed)
+        make_run(tmp_path, "gspo", seed, slope=0.0, bonus=0.5)
+    found = sentences(tmp_path / "synth")
+    assert "not on every seed: gspo" in found[1]
+    assert leader(found).startswith("**No leader named at equal compute**: gspo, the best by its outcome, did "
+                                    "not learn on every seed (its lead is where it started)")
 
 
 def test_the_leader_flips_when_the_other_objective_is_ahead(tmp_path):
@@ -75,7 +111,7 @@ def test_three_seeds_name_no_leader_and_say_how_many_seeds_a_leader_needs(tmp_pa
     sd 0.02, t(0.975, 2) = 4.302653 -> 0.1 -+ 0.0497. Family: the pair, clip, depth: 3 tests -> 7 seeds."""
     found = sentences(synth(tmp_path, {"grpo": [0.0] * 3, "gspo": [0.1, 0.12, 0.08]}))
     assert leader(found) == (
-        "**No leader named at equal compute**: gspo 0.51 and grpo 0.41 (the best two) differ by +0.1 [+0.0503, "
+        "**No leader named at equal compute**: gspo minus grpo (the best two), paired by seed: +0.1 [+0.0503, "
         "+0.15] (s0 +0.1, s1 +0.12, s2 +0.08) over 3 paired seeds, p = 0.25 (Holm-adjusted over the report's 3 "
         "comparisons: 0.75). 3 paired seeds cannot give a p below 0.25; with 3 comparisons a leader needs at least "
         "7 paired seeds.")
@@ -188,7 +224,7 @@ def test_compute_is_matched_within_each_sweep_point_not_across_points(tmp_path):
 EXPECTED_SECTIONS = ["answer", "suite-summary", "compute-matching", "unfinished", "learnability", "summary",
                      "paired-vs-grpo", "comparisons", "paper-vs-run", "by-sweep-point", "held-out-evaluation",
                      "clip-by-length", "heavy-tailed", "extreme-ratios", "ratio-variance-by-routing", "router-margins",
-                     "gpu-figures", "late-divergence", "provenance", "unreadable"]
+                     "gpu-figures", "late-divergence", "provenance", "unreadable", "infinite-values"]
 
 
 @pytest.fixture(scope="module")

@@ -117,8 +117,13 @@ def test_a_run_without_metric_rows_is_shown_as_unfinished(tmp_path, status):
 @pytest.mark.parametrize(("name", "content", "why"), [
     ("status.json", "{not json", "JSONDecodeError"),
     ("status.json", "[1, 2]", "expected a dict at the top, found list"),
-    ("config.yaml", "run: [unclosed", "ParserError"),
-    ("config.yaml", "run: {seed: many}", "ValueError"),
+    ("config.yaml", "run: [unclosed", "not valid YAML"),
+    ("config.yaml", "run: {seed: many}", "run.seed: expected an integer, got 'many'"),
+    ("status.json", "{}", "no status (one of running, done, collapsed, failed)"),  # once a KeyError, or the whole report refused
+    ("status.json", '{"schema_version": 1, "status": "paused"}', "unknown status 'paused'"),
+    ("config.yaml", "- 1\n- 2\n", "expected a mapping at the top, found list"),
+    ("config.yaml", "run: {seed: 0.5}", "run.seed: expected an integer, got 0.5"),  # once read as seed 0
+    ("config.yaml", "run: {seed: 1}\nrun: {seed: 2}\n", "key 'run' repeated (first at line 1)"),
 ])
 def test_a_damaged_run_file_is_named_with_the_reason(tmp_path, name, content, why):
     root = synth(tmp_path, {"grpo": [0.0, 0.0]})
@@ -127,6 +132,27 @@ def test_a_damaged_run_file_is_named_with_the_reason(tmp_path, name, content, wh
     (unreadable,) = results.unreadable
     assert unreadable.startswith(f"{root / 'grpo-s1' / name}: ") and why in unreadable
     assert f"unreadable: {root / 'grpo-s1' / name}" in write_report(results, tmp_path / "r")["md"].read_text()
+
+
+@pytest.mark.parametrize("damage", ["another table", "a folder"])
+def test_a_metrics_table_that_is_not_one_is_named_and_the_run_not_dropped(tmp_path, damage):
+    """metrics.parquet replaced by the run's layers table, or a folder in its place: the run once
+    vanished from the report (the folder: not even found as a run); now it is named as unreadable."""
+    import shutil
+
+    root = synth(tmp_path, {"grpo": [0.0, 0.0]})
+    metrics = root / "grpo-s1" / "metrics.parquet"
+    if damage == "a folder":
+        metrics.unlink()
+        metrics.mkdir()
+        why = "a folder, not a file"
+    else:
+        shutil.copy(root / "grpo-s1" / "layers.parquet", metrics)
+        why = "not a metrics table: no column reward/mean"
+    results = load_results(root)
+    assert results.unreadable == (f"{metrics}: {why}",)
+    assert len(results.runs) == 1
+    assert f"unreadable: {metrics}" in write_report(results, tmp_path / "r")["md"].read_text()
 
 
 def test_two_suites_of_one_name_with_different_settings_are_refused_whatever_their_labels(tmp_path):
@@ -213,3 +239,33 @@ def test_a_report_of_runs_with_every_new_measurement(tmp_path):
     assert [line for line in answer.splitlines() if "not measured" in line] == [
         "- Routing Replay raises GRPO's final reward (Figure 3): **not measured** (no GRPO + RR runs). "
         "([table](#paper-vs-run), [figure](#figure-fig3_routing_replay))"]  # the only arm these runs lack
+
+
+def test_bidi_and_other_format_characters_of_a_label_are_escaped_in_the_report():
+    """U+202E (right-to-left override) reverses the text after it where it is shown raw: a label's
+    control and format characters reach report.md and report.html as the escapes the console shows."""
+    from analysis.escape import escape, to_html
+
+    label = "grpo\u202egnp.exe\u2066x\x1b[2J"
+    md = escape(label)
+    assert all(c not in md for c in "\u202e\u2066\x1b") and "\\\\u202e" in md and "\\\\x1b" in md
+    assert to_html(md) == "grpo\\u202egnp.exe\\u2066x\\x1b\\[2J".replace("\\[", "[")
+
+
+def test_infinite_values_are_reported_as_such_without_a_screen_of_warnings(tmp_path):
+    """A run whose ratios overflowed (inf in ratio/token_max and in the loss on some steps, -inf in the
+    log-ratio variance): the report is written with no RuntimeWarning, and says which columns held
+    infinite values and that they are left out of means."""
+    import warnings
+
+    inf = float("inf")
+    for label in ("grpo", "gspo"):
+        for seed in range(2):
+            make_run(tmp_path, label, seed, columns={"ratio/token_max": [inf] * 20,
+                                                     "loss": [inf if step % 3 == 0 else 0.1 for step in range(20)],
+                                                     "logratio/token_var": -inf})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        md = write_report(load_results(tmp_path / "synth"), tmp_path / "r")["md"].read_text()
+    assert "infinite values (left out of every mean and figure): logratio/token_var (80 steps), loss (28 steps), " \
+        "ratio/token_max (80 steps)" in md

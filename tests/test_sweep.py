@@ -110,3 +110,48 @@ def test_paths_joined_by_commas_move_together(tmp_path):
     assert runs[2].suite.model.num_experts == 8 and runs[2].suite.model.top_k == 4
     with pytest.raises(SuiteError, match="each value must be a list of 2"):
         parse_suite(sweep_suite(tmp_path, {"model.num_experts,model.top_k": [8, 64]}), "s.yaml")
+
+
+def test_a_sweep_of_whole_engine_options_with_an_empty_point_runs(tmp_path):
+    """`rollout.engine_options: [{}, {router_noise: 0.1}]`: validate passes it, and so must the run. A
+    mapping (or list) value is recorded in the rows as its JSON text (a table cannot hold an empty struct)."""
+    data = tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo"}], budget={"kind": "steps", "value": 1},
+                      warm_start={"enabled": False}, sweep={"rollout.engine_options": [{}, {"router_noise": 0.1}]})
+    statuses = run_suite(data, tmp_path / "out")
+    assert {s["status"] for s in statuses.values()} == {"done"}, statuses
+    from gspo_bench.rundir.names import run_folder_name
+
+    for label, text in (("grpo@engine_options={}", "{}"), ("grpo@engine_options={'router_noise': 0.1}", '{"router_noise": 0.1}')):
+        frame = pd.read_parquet(tmp_path / "out" / "tiny" / run_folder_name(label, 0) / "metrics.parquet")
+        assert frame["sweep/engine_options"].tolist() == [text]
+
+
+def test_a_sweep_of_more_points_than_the_cap_is_refused_before_it_is_expanded(tmp_path):
+    """100 x 100 values once took `validate` minutes (every point is validated as a suite): the product
+    is bounded by MAX_SWEEP_POINTS, checked by the schema before any point is built, with the number."""
+    from gspo_bench.config import SuiteConfig
+    from gspo_bench.config.schema import MAX_SWEEP_POINTS
+
+    data = sweep_suite(tmp_path, {"train.lr": [1e-4 * (i + 1) for i in range(100)],
+                                  "train.grad_clip": [1.0 + i for i in range(100)]})
+    with pytest.raises(ValueError, match=f"10000 points \\(100 x 100\\), more than {MAX_SWEEP_POINTS}"):
+        SuiteConfig.model_validate(data)  # the schema alone: no point expanded
+    with pytest.raises(SuiteError, match=f"sweep: 10000 points \\(100 x 100\\), more than {MAX_SWEEP_POINTS}"):
+        parse_suite(data, "s.yaml")
+    at_cap = {"train.lr": [1e-4 * (i + 1) for i in range(MAX_SWEEP_POINTS // 2)], "train.grad_clip": [1.0, 2.0]}
+    SuiteConfig.model_validate(sweep_suite(tmp_path, at_cap))  # exactly the cap: accepted
+
+
+def test_an_objectives_kwargs_are_set_with_set_and_not_swept_as_the_docs_say(tmp_path):
+    """docs/suites.md once said an objective's kwargs could be swept; a sweep crosses suite fields and
+    refuses `objectives.*` (the objectives already cross every point). `--set` reaches them; two values
+    are two objective entries."""
+    from gspo_bench.config import apply_overrides
+
+    data = tiny_suite(tmp_path, objectives=[{"name": "dppo_binary_tv"}])
+    with pytest.raises(SuiteError, match="objectives cannot be swept"):
+        parse_suite({**data, "sweep": {"objectives.0.kwargs.delta": [0.1, 0.2]}}, "s.yaml")
+    assert apply_overrides(parse_suite(data), {"objectives.0.kwargs.delta": 0.1}).objectives[0].kwargs == {"delta": 0.1}
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "suites.md").read_text()
+    paragraph = " ".join(docs.split("A path may also name a key inside a free-form mapping")[1].split("\n\n")[0].split())
+    assert "an objective's `kwargs` and `correction`, by `--set` only" in paragraph

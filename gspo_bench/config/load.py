@@ -3,6 +3,9 @@ every problem a `SuiteError` that names the file and the field."""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -209,13 +212,28 @@ def apply_overrides(suite: SuiteConfig, overrides: dict[str, Any], source: str =
                     lambda err: f"{source}: --set {given}: {'; '.join(_problems(err))}")
 
 
+def not_a_file(path: Path) -> str:
+    """What `path`, which is not a regular file nor a folder, is: missing, a symbolic link loop or to a
+    missing file, a device, a named pipe (which reading would block on) or a socket."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        return "a symbolic link to a missing file" if path.is_symlink() else "no such file"
+    kinds = [(stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+             (stat.S_ISSOCK, "a socket")]
+    kind = next((name for test, name in kinds if test(mode)), "something other")
+    return f"{kind}, not a file: give the suite's YAML file"
+
+
 def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> SuiteConfig:
     """Read and validate a suite YAML file, with `overrides` ({dotted path: value}, `--set`) applied."""
     path = Path(path)
     if path.is_dir():
         raise SuiteError(f"{path}: is a directory; give the suite's YAML file")
     if not path.is_file():
-        raise SuiteError(f"{path}: no such file")
+        raise SuiteError(f"{path}: {not_a_file(path)}")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:

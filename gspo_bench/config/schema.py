@@ -41,6 +41,9 @@ MAX_GROUP = 4096  # responses a prompt, samples a prompt
 MAX_STEPS = 10_000_000  # steps of a run or a warm start
 MAX_EVAL_EXAMPLES = 10_000  # a warm start's test problems (each a sampled answer at every evaluation)
 MAX_THREADS = 4096
+MAX_SWEEP_POINTS = 256  # points of a sweep (validate checks each as a suite; 100 x 100 took minutes)
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0  # sampling below or above is greedy or uniform to float noise
+MIN_ROUTER_SCALE, MAX_ROUTER_SCALE = 1e-3, 1e3  # logits scaled past these: every token tied, or one-hot routing
 
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
@@ -116,9 +119,11 @@ class ModelConfig(Strict):
                                "ernie4_5_moe, llama4_text")
     n_group: int = Field(1, ge=1, le=MAX_EXPERTS, description="expert groups of group-limited top-k (deepseek_v2/v3, glm4_moe, dots1)")
     topk_group: int = Field(1, ge=1, le=MAX_EXPERTS, description="groups a token may take its experts from (with n_group)")
-    router_scale: float = Field(1.0, gt=0, description="factor on every router weight right after the tiny "
-                                "model's initialisation: router logits scale by it, Adam's steps do not, so below 1 "
-                                "more tokens sit near a routing tie and above 1 routing is sharper (tiny models only)")
+    router_scale: float = Field(1.0, ge=MIN_ROUTER_SCALE, le=MAX_ROUTER_SCALE,
+                                description=f"factor on every router weight right after the tiny model's "
+                                f"initialisation, {MIN_ROUTER_SCALE:g}..{MAX_ROUTER_SCALE:g}: router logits scale by "
+                                "it, Adam's steps do not, so below 1 more tokens sit near a routing tie and above 1 "
+                                "routing is sharper (tiny models only)")
 
     @field_validator("family")
     @classmethod
@@ -237,7 +242,8 @@ class RolloutConfig(Strict):
     prompts_per_step: int = Field(8, ge=1, le=MAX_BATCH, description="P prompts per RL step")
     group_size: int = Field(8, ge=2, le=MAX_GROUP, description="G responses per prompt")
     max_new_tokens: int = Field(32, ge=1, le=MAX_TOKENS)
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE,
+                               description=f"sampling temperature, {MIN_TEMPERATURE:g}..{MAX_TEMPERATURE:g}")
     top_p: float = Field(1.0, gt=0, le=1)
     engine_options: dict[str, Any] = Field(default_factory=dict, description="engine keyword arguments "
                                            "(vllm: tensor_parallel_size, gpu_memory_utilization, ...)")
@@ -342,7 +348,9 @@ class EvalConfig(Strict):
     samples: int = Field(1, ge=1, le=MAX_GROUP, description="samples per prompt: the score is the average Pass@1")
     limit: int = Field(64, ge=1, le=MAX_BATCH, description="test documents per task")
     greedy: bool = Field(False, description="greedy decoding (samples must be 1)")
-    temperature: float | None = Field(None, gt=0, description="default: the rollout temperature")
+    temperature: float | None = Field(None, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE,
+                                      description=f"{MIN_TEMPERATURE:g}..{MAX_TEMPERATURE:g}; default: the rollout "
+                                      "temperature")
     max_new_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="default: the rollout's")
     batch_size: int = Field(64, ge=1, le=MAX_BATCH)
 
@@ -542,6 +550,10 @@ class SuiteConfig(Strict):
                 if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir"):
                     raise ValueError(f"sweep.{path}: {path.split('.')[0]} cannot be swept (seeds and objectives "
                                      "already cross every sweep point)")
+        sizes = [len(values) for values in v.values()]
+        if math.prod(sizes) > MAX_SWEEP_POINTS:  # before any point is built: validate checks each as a suite
+            raise ValueError(f"{math.prod(sizes)} points ({' x '.join(map(str, sizes))}), more than {MAX_SWEEP_POINTS}: "
+                             "split the sweep into several suites")
         return v
 
     @model_validator(mode="after")

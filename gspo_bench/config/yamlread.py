@@ -2,6 +2,8 @@
 
 - A number with an exponent and no dot (`1e-3`, `2e12`) is a float, as in YAML 1.2 and on a command
   line; YAML 1.1 reads it as a string.
+- A key repeated in one mapping is refused (YAML lets the last one win silently); a key that a merge
+  (`<<: *base`) brings in and the mapping sets again is an override, not a repeat.
 - Aliases are bounded: a document whose values, aliases expanded, number more than MAX_VALUES is
   refused (an "alias bomb": 1.3 KB of anchors that expand to 10^9 values for whatever walks them),
   and so is an alias that contains itself. Counting walks each distinct value once.
@@ -19,7 +21,27 @@ MAX_VALUES = 100_000  # values of a suite, aliases expanded (a suite file has a 
 
 
 class _SuiteLoader(yaml.SafeLoader):
-    """The safe loader, reading `1e-3` as a float."""
+    """The safe loader, reading `1e-3` as a float and refusing a repeated key."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        check_no_repeated_key(node)
+        return super().construct_mapping(node, deep=deep)
+
+
+def check_no_repeated_key(node: yaml.MappingNode) -> None:
+    """ConstructorError at the second of two equal scalar keys of `node` (its own keys: a merge's are
+    not among them), saying where the first is."""
+    if not isinstance(node, yaml.MappingNode):  # the constructor names that problem itself
+        return
+    first_line: dict[tuple[str, str], int] = {}
+    for key_node, _value in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = (key_node.tag, key_node.value)
+        if key in first_line:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key_node.value!r} repeated (first at line {first_line[key]})", key_node.start_mark)
+        first_line[key] = key_node.start_mark.line + 1
 
 
 _SuiteLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),

@@ -48,10 +48,12 @@ class Rollout:
 def check_prompt_lengths(prompts: list[list[int]], limit: int | None) -> None:
     """ValueError when a prompt is longer than `limit` tokens (`rollout.max_prompt_tokens`; None: no limit).
     A prompt is never truncated: the run's plan (`--dry-run`) counted on the limit."""
-    if limit is None:
-        return
-    longest = max((len(p) for p in prompts), default=0)
-    if longest > limit:
+    check_prompt_length(max((len(p) for p in prompts), default=0), limit)
+
+
+def check_prompt_length(longest: int, limit: int | None) -> None:
+    """ValueError when the longest prompt, of `longest` tokens, is longer than `limit` (None: no limit)."""
+    if limit is not None and longest > limit:
         raise ValueError(f"a prompt of {longest} tokens is longer than rollout.max_prompt_tokens = {limit}: raise "
                          "the limit (and check the dry run's memory plan), or shorten the task's prompts")
 

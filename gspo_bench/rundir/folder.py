@@ -73,6 +73,19 @@ def share(folder: Path) -> None:
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
+# the files of a run folder that are written atomically (`_atomic`); a kill -9 between the write and the
+# rename leaves `.NAME.XXXXXXXX` beside NAME
+ATOMIC_RUN_FILES = ("metrics.parquet", "layers.parquet", "eval.parquet", "config.yaml", "provenance.json",
+                    "status.json", "error.log", ".lock")
+
+
+def atomic_leftovers(folder: Path) -> list[Path]:
+    """The temporary files of atomic writes of ATOMIC_RUN_FILES that a killed process left in `folder`
+    (`.NAME.SUFFIX`, NAME one of them): nothing else, a user's own dot-files neither."""
+    return sorted(p for p in Path(folder).iterdir() if p.is_file() and p.name.startswith(".") and
+                  p.name[1:].rpartition(".")[0] in ATOMIC_RUN_FILES)
+
+
 def _atomic(path: Path, write: Callable[[str], object]) -> None:
     """`write(tmp)` to a temporary file beside `path`, then rename it over `path`: readers see the
     old file or the new one, never half of one. The file gets the usual permissions (0666 less the
@@ -158,6 +171,32 @@ def read_json_file(path: Path) -> dict[str, Any] | None:
     raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")
 
 
+def status_problem(body: dict[str, Any]) -> str | None:
+    """What is wrong with status.json's record `body` (None where nothing is): no `status`, or one
+    that is not in STATUSES."""
+    if "status" not in body:
+        return f"no status (one of {', '.join(STATUSES)})"
+    if body["status"] not in STATUSES:
+        return f"unknown status {body['status']!r} (one of {', '.join(STATUSES)})"
+    return None
+
+
+def config_problem(config: Any) -> str | None:
+    """What is wrong with a run's config.yaml data (None where nothing is): not a mapping (of `run:`
+    and `suite:`), or a `run.seed` that is not an integer."""
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        return f"expected a mapping at the top, found {type(config).__name__}"
+    run = config.get("run") or {}
+    if not isinstance(run, dict):
+        return f"run: expected a mapping, found {type(run).__name__}"
+    seed = run.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return f"run.seed: expected an integer, got {seed!r}"
+    return None
+
+
 class RunDir:
     """The files of one run. Rows are kept in memory and the whole table is rewritten atomically.
 
@@ -170,7 +209,15 @@ class RunDir:
 
     # ------------------------------------------------------------------ files
     def read_status(self) -> dict[str, Any] | None:
-        return read_json_file(self.path / "status.json")
+        """status.json's record (None where there is none); ValueError naming the file where it is
+        damaged, holds no status or one not in STATUSES."""
+        path = self.path / "status.json"
+        body = read_json_file(path)
+        if body is not None:
+            problem = status_problem(body)
+            if problem:
+                raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")
+        return body
 
     def status_if_readable(self) -> dict[str, Any]:
         """status.json's record, or {} where there is none or it is damaged: for reporting a run that

@@ -1,7 +1,10 @@
-"""One owner per run folder: an OS file lock (`flock`) on `RUN_DIR/.lock`, held for the run's life.
+"""One owner per run folder: an OS lock (`flock`) on the run folder itself, held for the run's life.
 
-A second process is refused with the holder's pid and host; the lock of a process that died is
-released by the OS, so the next run takes it over without any clean-up.
+The folder is what is locked, not a file in it: a lock file can be deleted or replaced while its run
+holds it, and a second process would then lock the new file and train the same run. `RUN_DIR/.lock`
+is only the holder's record (pid, host, since), read to name it when a second process is refused.
+The lock of a process that died is released by the OS, so the next run takes it over without any
+clean-up.
 """
 
 from __future__ import annotations
@@ -11,51 +14,60 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import IO
 
-from gspo_bench.rundir.folder import now
+from gspo_bench.rundir.folder import atomic_write_text, now
+
+RECORD = ".lock"
 
 
 class RunBusyError(RuntimeError):
     """Another live process holds the run folder."""
 
 
-def _describe(handle: IO[str]) -> str:
-    handle.seek(0)
+def _describe(record: Path) -> str:
+    """The holder as its record names it ("?" for what the record lacks: removed, damaged)."""
     try:
-        info = json.loads(handle.read() or "{}")
-    except json.JSONDecodeError:
+        info = json.loads(record.read_text())
+    except (OSError, ValueError):
         info = {}
+    info = info if isinstance(info, dict) else {}
     return f"pid {info.get('pid', '?')} on host {info.get('host', '?')} (since {info.get('since', '?')})"
+
+
+def _take(folder: Path) -> int:
+    """An open descriptor of `folder` holding its exclusive lock; RunBusyError naming the holder."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunBusyError(f"{folder} is in use by {_describe(folder / RECORD)}: wait for that run to end or stop "
+                           "it; two processes never train into one run folder") from None
+    return fd
 
 
 class RunLock:
     def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / ".lock"
-        self.handle: IO[str] | None = None
+        self.folder = Path(run_dir)
+        self.path = self.folder / RECORD  # the holder's record
+        self.handle: int | None = None
 
     def acquire(self) -> RunLock:
-        """Take the lock or raise RunBusyError naming its holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")  # noqa: SIM115  (held open for the run's life)
+        """Take the lock (creating the folder) and write the record, or raise RunBusyError naming its holder."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = _take(self.folder)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _describe(handle)
-            handle.close()
-            raise RunBusyError(f"{self.path.parent} is in use by {holder}: wait for that run to end or stop "
-                               "it; two processes never train into one run folder") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": now()}))
-        handle.flush()
-        self.handle = handle
+            atomic_write_text(self.path, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": now()}))
+        except BaseException:
+            os.close(fd)
+            raise
+        self.handle = fd
         return self
 
     def release(self) -> None:
         if self.handle is not None:
             fcntl.flock(self.handle, fcntl.LOCK_UN)
-            self.handle.close()
+            os.close(self.handle)
             self.handle = None
 
     def __enter__(self) -> RunLock:
@@ -66,6 +78,9 @@ class RunLock:
 
 
 def check_free(run_dir: Path) -> None:
-    """RunBusyError if a live process holds `run_dir` (a check: the lock is not kept)."""
-    if (Path(run_dir) / ".lock").is_file():
-        RunLock(run_dir).acquire().release()
+    """RunBusyError if a live process holds `run_dir` (a check: the lock is not kept, no record written)."""
+    folder = Path(run_dir)
+    if folder.is_dir():
+        fd = _take(folder)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -29,9 +29,36 @@ def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
     range and kwargs, every eval task is known, and every run's devices, optimizer and engine work
     (`_check_runs`). SuiteError naming the file and the field."""
     problems = [p for check in (_check_task, _check_model_path, _check_objectives, _check_eval_tasks, _check_tracking,
-                                _check_runs) for p in check(suite)]
+                                _check_cache, _check_runs) for p in check(suite)]
     if problems:
         raise SuiteError(problems_text(source, problems))
+
+
+def _check_cache(suite: SuiteConfig) -> list[str]:
+    """The warm-start cache of every sweep point that warm-starts can be made: its nearest existing
+    folder is a folder this process may write in. Named with where it was set (warm_start.cache_dir,
+    GSPO_BENCH_CACHE or the default), before the warm start (which would find out after its compute,
+    or blame --out)."""
+    import os
+
+    from gspo_bench.config import sweep_points
+    from gspo_bench.suite.runner import default_cache_dir
+
+    problems = []
+    for _, point in sweep_points(suite):
+        ws = point.warm_start
+        if point.model.path is not None or not ws.enabled:
+            continue
+        cache = Path(ws.cache_dir) if ws.cache_dir else default_cache_dir()
+        source = ("warm_start.cache_dir" if ws.cache_dir else
+                  "GSPO_BENCH_CACHE" if "GSPO_BENCH_CACHE" in os.environ else "the default warm-start cache")
+        existing = next(p for p in (cache, *cache.parents) if p.exists() or p.is_symlink())
+        why = (f"{existing} is a file" if not existing.is_dir() else
+               f"{existing} is not writable" if not os.access(existing, os.W_OK | os.X_OK) else None)
+        problem = f"{source}: the warm-start cache {cache} cannot be written: {why}"
+        if why is not None and problem not in problems:
+            problems.append(problem)
+    return problems
 
 
 def _check_task(suite: SuiteConfig) -> list[str]:
@@ -61,7 +88,8 @@ def _check_runs(suite: SuiteConfig) -> list[str]:
         model, tokenizer = models[key]
         for entry in point.objectives:
             run = arm_suite(point, entry)
-            for field, problem in _devices(run) + _optimizer(run, entry, model) + _engine(run, entry, model, tokenizer):
+            for field, problem in (_devices(run) + _optimizer(run, entry, model) + _engine(run, entry, model, tokenizer)
+                                   + _rollout_sizes(run, model)):
                 found.setdefault((field, problem), []).append(entry.run_label)
     return [f"{field} ({', '.join(dict.fromkeys(labels))}): {problem}" for (field, problem), labels in found.items()]
 
@@ -141,6 +169,36 @@ def _engine(suite: SuiteConfig, entry: ObjectiveEntry, model: torch.nn.Module,
         check_replay_engine(entry, engine, suite)
     except ValueError as err:
         problems.append(("rollout.engine", str(err)))
+    return problems
+
+
+def _rollout_sizes(suite: SuiteConfig, model: torch.nn.Module) -> list[tuple[str, str]]:
+    """What the rollout meets at the run's first step, on the first step's own prompts (`first_prompts`,
+    as `--dry-run` plans them; nothing where the task's data or tokenizer is not here): a prompt longer
+    than rollout.max_prompt_tokens (`check_prompt_length`), a KV-cache budget below one row of the hf
+    engine (`rows_per_chunk`, at the width the engine pads the batch to)."""
+    from gspo_bench.models.families import hf_model
+    from gspo_bench.rollout.chunks import kv_bytes_per_token, rows_per_chunk
+    from gspo_bench.rollout.engine import check_prompt_length
+    from gspo_bench.suite.plan import BYTES, first_prompts
+
+    measured = first_prompts(suite)
+    if measured is None:
+        return []
+    longest, rollout = max(measured[0]), suite.rollout
+    problems = []
+    try:
+        check_prompt_length(longest, rollout.max_prompt_tokens)
+    except ValueError as err:
+        problems.append(("rollout.max_prompt_tokens", str(err)))
+    if rollout.engine == "hf" and rollout.kv_cache_gib is not None:
+        element = BYTES[rollout.dtype or suite.train.dtype]
+        per_row = (longest + rollout.max_new_tokens) * kv_bytes_per_token(hf_model(model, "the KV-cache budget").config,
+                                                                           element)
+        try:
+            rows_per_chunk(rollout.prompts_per_step * rollout.group_size, per_row, rollout.kv_cache_gib)
+        except ValueError as err:
+            problems.append(("rollout.kv_cache_gib", str(err)))
     return problems
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig, WarmStartConfig, dump_config, sweep_points
+from gspo_bench.config.yamlread import read_yaml
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.runtime.distributed import World, barrier
 from gspo_bench.suite.launch import Observer, run_local_processes, run_on_ray, run_sequential
@@ -133,7 +134,8 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
 def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = False) -> list[PlannedRun]:
     """Runs to execute. Without --resume, existing results are never overwritten; a run folder held by
     a live process is refused (RunBusyError); with --resume, a run whose suite was edited since it
-    started is refused unless `allow_changed` (ValueError listing the changes)."""
+    started is refused unless `allow_changed` (ValueError listing the changes), and so is one whose
+    config.yaml, what the check compares with, is missing."""
     from gspo_bench.rundir.lock import check_free
     from gspo_bench.train.setup import config_changes
 
@@ -149,12 +151,37 @@ def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = Fa
                 "runs, or --out to write elsewhere"
             )
         elif status["status"] in ("running", "failed"):
+            if not (run.run_dir / "config.yaml").is_file() and not allow_changed:
+                raise ValueError(f"{run.run_dir / 'config.yaml'} is missing: --resume cannot check that the suite is "
+                                 "the one the run started with; pass --allow-changed to continue it anyway")
             changes = config_changes(run.run_dir, run)
             if changes and not allow_changed:
                 raise ValueError(f"{run.run_dir}: the suite changed since this run started ({'; '.join(changes)}); "
                                  "resume it unchanged, or pass --allow-changed to continue with the new settings")
             todo.append(run)
     return todo
+
+
+def check_suite_folder(suite: SuiteConfig, root: Path, allow_changed: bool = False) -> None:
+    """ValueError where ROOT/<name>/suite.yaml records another suite of the same name (different settings:
+    `gspo_bench.train.setup.settings_changes`, as a resume compares a run's config), naming the
+    differences: two suites never share a suite folder, whose runs the report reads as one suite. The
+    same suite (resumed, more runs of it) passes; so does another with `allow_changed` (--resume
+    --allow-changed: continue the suite with the new settings)."""
+    from gspo_bench.train.setup import settings_changes
+
+    path = root / suite.name / "suite.yaml"
+    if allow_changed or not path.is_file():
+        return
+    recorded = read_yaml(path.read_text())
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path}: expected the mapping of a suite's fields, found a {type(recorded).__name__}: move "
+                         "the folder away or give --out another folder")
+    changes = settings_changes({"suite": recorded}, {"suite": suite.model_dump(mode="json")})
+    if changes:
+        raise ValueError(f"{path}: another suite named {suite.name} ran into {root} ({'; '.join(changes)}); give --out "
+                         "another folder or the suite another name (--resume --allow-changed continues that suite "
+                         "with these settings)")
 
 
 def write_suite_file(suite: SuiteConfig, out: Path) -> None:

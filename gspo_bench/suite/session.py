@@ -47,12 +47,14 @@ def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = N
                  seeds: list[int] | None = None, resume: bool = False, allow_changed: bool = False) -> Session:
     """The suite (its `--set` overrides applied and recorded with each run), the results root (`out`,
     else the suite's output_dir) and the runs to do. Raises SuiteError, ValueError (an unknown --only
-    label, a changed suite on resume), FileExistsError (results already there without resume) or
+    label, a changed suite on resume, another suite of the same name in the results root),
+    FileExistsError (results already there without resume) or
     RunBusyError (a run folder held by a live process)."""
-    from gspo_bench.suite.runner import check_outputs, plan_runs
+    from gspo_bench.suite.runner import check_outputs, check_suite_folder, plan_runs
 
     suite, overrides = load_runnable(suite_path, items)
     root = out if out is not None else Path(suite.output_dir)
+    check_suite_folder(suite, root, allow_changed=resume and allow_changed)
     runs = plan_runs(suite, root, only=only, seeds=seeds, overrides=overrides)
     return Session(suite=suite, root=root, todo=check_outputs(runs, resume, allow_changed=allow_changed))
 

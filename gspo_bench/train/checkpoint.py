@@ -17,7 +17,7 @@ import torch
 
 from gspo_bench.models.families import hf_model
 from gspo_bench.rundir.checksums import CHECKSUMS, damage, write_checksums
-from gspo_bench.rundir.folder import share
+from gspo_bench.rundir.folder import atomic_leftovers, share
 from gspo_bench.runtime.distributed import World
 
 if TYPE_CHECKING:
@@ -68,10 +68,13 @@ def checkpoint_damage(path: Path) -> str | None:
 
 
 def remove_half_written(run_dir: Path) -> None:
-    """Remove the checkpoints a killed process left half-written in `run_dir` (call it holding the run
-    folder's lock: no other process writes one then)."""
+    """Remove the checkpoints and the temporary files of atomic writes (`atomic_leftovers`) a killed
+    process left half-written in `run_dir` (call it holding the run folder's lock: no other process
+    writes one then)."""
     for stale in Path(run_dir).glob(f"{NEW_PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
+    for leftover in atomic_leftovers(Path(run_dir)):
+        leftover.unlink(missing_ok=True)
 
 
 def save_checkpoint(run_dir: Path, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,

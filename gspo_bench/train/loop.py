@@ -14,6 +14,7 @@ replays exactly what an uninterrupted one would have done.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import traceback
 from collections.abc import Callable
@@ -46,6 +47,13 @@ if TYPE_CHECKING:
     from gspo_bench.config import SuiteConfig
 
 __all__ = ["RunSpec", "run_step", "step_seed", "train_run"]
+
+
+def sweep_cell(value: Any) -> Any:
+    """A sweep point's value as a metrics row holds it: a mapping or list as its JSON text (a table
+    cannot hold an empty struct, `engine_options: {}`, nor mix shapes across points), anything else as
+    it is."""
+    return json.dumps(value) if isinstance(value, dict | list) else value
 
 
 def step_seed(seed: int, step: int, stream: int) -> int:
@@ -160,7 +168,7 @@ def run_step(run: Run, step: int) -> StepOutcome:
         values |= {**drift, **drift_after_one(drift, applied), **layer_means({key: v[0] for key, v in layers.items()})}
     layers = with_route_confidence(layers, old)
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
-                "replay": entry.use_replay, **{f"sweep/{name}": value for name, value in run.spec.sweep.items()},
+                "replay": entry.use_replay, **{f"sweep/{name}": sweep_cell(value) for name, value in run.spec.sweep.items()},
                 **({} if warm_start_seed(run.spec) is None else {"warm_start/seed": warm_start_seed(run.spec)})}
     outcome = build_row(identity, values, layers, {"rollout_finite": batch.finite,
                                                    "params_finite": all_finite(policy.model, policy.world)})

@@ -16,7 +16,7 @@ from gspo_bench.config import ObjectiveEntry, SuiteConfig
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import RolloutEngine, make_engine
-from gspo_bench.rundir.folder import RunDir, now, provenance
+from gspo_bench.rundir.folder import RunDir, config_problem, now, provenance
 from gspo_bench.rundir.lock import RunBusyError, RunLock
 from gspo_bench.runtime.distributed import World, device_for, shard, world_from_env
 from gspo_bench.runtime.hardware import require_device
@@ -113,7 +113,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         tracker = open_tracker(suite.tracking, out.path, suite.name, yaml.safe_load(config), state.step, world.is_main)
     except BaseException as err:
         if lock is not None:
-            end_unresumed(out, err)
+            end_unresumed(out, err, resume)
             lock.release()
         raise
     objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
@@ -149,16 +149,17 @@ def warm_start_record(spec: RunSpec) -> dict:
     return record
 
 
-def end_unresumed(out: RunDir, err: BaseException) -> None:
-    """A run left `running` (its process was killed) that could not be opened again is `failed` with
-    why: status.json never says `running` once no process runs it."""
+def end_unresumed(out: RunDir, err: BaseException, resume: bool) -> None:
+    """A run left `running` (its process was killed), or `failed` (stopped, or failed before) whose
+    `--resume` failed, is `failed` with why: status.json never says `running` once no process runs it,
+    nor keeps a stop's advice that `--resume` continues it once a resume did not."""
     from gspo_bench.rundir.failure import failure_message
 
     try:
         status = out.read_status()
     except ValueError:  # status.json is damaged: the error on its way up names it (or one before it)
         return
-    if status is not None and status["status"] == "running":
+    if status is not None and (status["status"] == "running" or resume and status["status"] == "failed"):
         out.write_status("failed", f"not resumed: {failure_message(err, out.path)}", step=status.get("step", 0))
 
 
@@ -282,19 +283,51 @@ _NOT_COMPARED = ("suite.description", "suite.output_dir")
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: leaf} of nested mappings, and of lists that hold mappings or lists (the objectives:
+    `suite.objectives.0.name`); a list of plain values (seeds) is one leaf."""
     if isinstance(data, dict):
         return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    if isinstance(data, list) and any(isinstance(x, dict | list) for x in data):
+        return {k: v for i, value in enumerate(data) for k, v in _flatten(value, f"{prefix}{i}.").items()}
     return {prefix[:-1]: data}
 
 
 def config_changes(run_dir: Path, spec: Any) -> list[str]:  # spec: as resolved_config's
     """"field: recorded -> now" for every field where the run's recorded config.yaml and the config
     it would resolve to now differ ([] for a run that recorded none)."""
-    recorded = Path(run_dir) / "config.yaml"
-    if not recorded.is_file():
+    recorded = read_run_config(Path(run_dir))
+    if recorded is None:
         return []
-    old = _flatten(yaml.safe_load(recorded.read_text()) or {})
-    new = _flatten(yaml.safe_load(resolved_config(spec, lr=spec.entry.lr or spec.suite.train.lr)))
+    return settings_changes(recorded, yaml.safe_load(resolved_config(spec, lr=spec.entry.lr or spec.suite.train.lr)))
+
+
+def read_run_config(run_dir: Path) -> dict | None:
+    """The run's recorded config.yaml (None where there is none); ValueError naming the file where it is
+    damaged: not YAML, not a mapping, or a `run.seed` that is not an integer."""
+    from gspo_bench.config.yamlread import read_yaml
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    problem: str | None
+    try:
+        config = read_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except ValueError as err:  # read_yaml's one line: "not valid YAML: ..." or its alias bound
+        problem = str(err)
+    else:
+        problem = config_problem(config)
+        if problem is None:
+            return config or {}
+    raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")
+
+
+def settings_changes(recorded: dict, now: dict) -> list[str]:
+    """"field: recorded -> now" for every flattened field where two configs as config.yaml holds them
+    (`run:` and `suite:` sections) differ, less the fields that do not change what a run computes; a
+    field added to the config after `recorded` was written is no change where it holds its default."""
+    old, new = _flatten(recorded), _flatten(now)
     keys = sorted(k for k in set(old) | set(new)
                   if k not in _NOT_COMPARED and not k.startswith(("suite.tracking.", "run.overrides")))
     # a field added to the config after the run started is no change where it holds its default
