@@ -18,6 +18,7 @@ from gspo_bench.rundir.names import folder_name
 ANSWER = "answer"
 SUMMARY = "summary-per-objective"
 BY_POINT = "final-reward-by-sweep-point"
+FIGURES = "figures"  # the section holding the figures
 
 
 def part(text: str) -> str:

@@ -1,17 +1,21 @@
 """Everything the report tests, computed once from the finished runs: each group's outcomes and
 learnability gate (analysis.outcome), and the family of every comparison with its Holm-adjusted
 p-values (analysis.family: the reward pairs and the paper checks). The answer, the tables and the
-paper checks all read this one object, so a comparison is counted once and shown alike everywhere."""
+paper checks all read this one object, so a comparison is counted once and shown alike everywhere.
+
+Where the suite file declares a primary family (analysis.primary), the family is the declared
+comparisons (plus the paper checks where declared) and every other test is exploratory."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from analysis.family import Family, make_family, reward_tests
+from analysis.family import Family, Test, declared_family, make_family, reward_tests
 from analysis.groups import Group, group_subset, group_title, groups
 from analysis.load import Results
 from analysis.outcome import Learning, learning
-from analysis.paper import paper_tests
+from analysis.paper import arms, paper_tests
+from analysis.primary import Declaration, primary_tests
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,8 @@ class Evidence:
     results: Results  # the finished runs
     learnings: dict[Group, Learning]
     family: Family
+    declared: dict[str, Declaration] = field(default_factory=dict)  # by suite; {} without a declared family
+    primary: tuple[Test, ...] = ()  # the declared comparisons, in order (each in `family`)
 
     @property
     def groups(self) -> list[Group]:
@@ -30,11 +36,38 @@ class Evidence:
     def subset(self, group: Group) -> Results:
         return group_subset(self.results, group)
 
+    def paper_in_family(self, group: Group) -> bool:
+        return paper_in_family(self.declared, group)
 
-def gather(results: Results) -> Evidence:
-    """The evidence of `results`, which should hold finished runs only (analysis.load.finished)."""
+
+def paper_in_family(declared: dict[str, Declaration], group: Group) -> bool:
+    """Whether the group's paper checks are in the Holm family: always without a declared family, with
+    one only where its suite declares `paper_checks: true`."""
+    if not declared:
+        return True
+    declaration = declared.get(group[0])
+    return declaration is not None and declaration.primary.paper_checks
+
+
+def paper_reward_tests(results: Results, group: Group, rewards: list[Test]) -> list[Test]:
+    """The reward tests the paper checks read (GSPO and GRPO + RR against GRPO) among `rewards`."""
+    a = arms(group_subset(results, group).runs)
+    pairs = {frozenset(p) for p in ((a.gspo, a.grpo), (a.grpo_rr, a.grpo)) if None not in p}
+    return [t for t in rewards if t.group == group and frozenset((t.first, t.second)) in pairs]
+
+
+def gather(results: Results, declared: dict[str, Declaration] | None = None) -> Evidence:
+    """The evidence of `results`, which should hold finished runs only (analysis.load.finished);
+    `declared`: the suites' declared families (analysis.primary.declarations), if any."""
     learnings = learning(results)
-    tests = reward_tests(learnings)
-    for group in groups(results):
-        tests += paper_tests(group_subset(results, group), group)
-    return Evidence(results, learnings, make_family(tests))
+    rewards = reward_tests(learnings)
+    paper = {group: paper_tests(group_subset(results, group), group) for group in groups(results)}
+    if not declared:
+        return Evidence(results, learnings, make_family(rewards + [t for tests in paper.values() for t in tests]))
+    primary = primary_tests(learnings, declared)
+    chosen = list(primary)
+    for group in paper:
+        if paper_in_family(declared, group):
+            chosen += paper[group] + paper_reward_tests(results, group, rewards)
+    others = rewards + [t for tests in paper.values() for t in tests]
+    return Evidence(results, learnings, declared_family(chosen, others), declared, tuple(primary))

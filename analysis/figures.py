@@ -291,3 +291,36 @@ def kl_entropy(metrics: pd.DataFrame, axes: Sequence[plt.Axes] | None = None) ->
     axes[1].set_title("Policy entropy")
     axes[1].legend(fontsize=8)
     return axes
+
+
+FOREST_COLUMNS = ("comparison", "mean", "low", "high", "seeds", "differences", "holm")
+
+
+def seed_offsets(n: int, height: float = 0.36) -> np.ndarray:
+    """Vertical offsets that spread a row's n per-seed points over `height` (0 for one point)."""
+    return np.linspace(-height / 2, height / 2, n) if n > 1 else np.zeros(n)
+
+
+def forest(rows: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+    """A forest plot, one row per comparison (FOREST_COLUMNS; the first row at the top): the paired mean
+    difference (dot) and its 95% t-interval (bar), every seed's difference (grey points, spread over the
+    row's height in seed order), a dashed line at 0, and the Holm-adjusted p written at the right."""
+    ax = _ax(ax, size=(7.5, 1.2 + 0.5 * max(len(rows), 1)))
+    for i, row in enumerate(rows.to_dict("records")):
+        differences = np.asarray(row["differences"], dtype=float)
+        mean, low, high = float(row["mean"]), float(row["low"]), float(row["high"])
+        ax.scatter(differences, -i + seed_offsets(len(differences)), s=14, color="0.55", zorder=2,
+                   label="per-seed difference" if i == 0 else None)
+        if np.isfinite(low):
+            ax.hlines(-i, low, high, color="C0", lw=3, zorder=3, label="95% t-interval" if i == 0 else "_nolegend_")
+        if np.isfinite(mean):
+            ax.plot([mean], [-i], "o", color="C0", ms=7, zorder=4, label="mean difference" if i == 0 else None)
+        ax.annotate(f"Holm p = {row['holm']}", xy=(1.02, -i), xycoords=("axes fraction", "data"), va="center", fontsize=8)
+    ax.axvline(0.0, color="0.3", lw=0.8, ls="--")
+    ax.set_yticks(-np.arange(len(rows)), list(rows["comparison"]), fontsize=8)
+    ax.set_ylim(-max(len(rows), 1) + 0.5, 0.5)
+    ax.set_xlabel("final reward, first minus second (paired by seed)")
+    ax.set_title("Primary comparisons: mean difference, 95% t-interval, per-seed differences", fontsize=9)
+    if len(rows):
+        ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.06), ncol=3, frameon=False)
+    return ax

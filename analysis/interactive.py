@@ -201,3 +201,34 @@ def drift_heatmap(results: Results, label: str) -> list[go.Figure]:
                                colorbar=dict(title="drift"),
                                hovertemplate="step %{x}<br>layer %{y}<br>drift %{z:.4g}<extra></extra>"))
     return [_layout(fig, f"Drift by layer and step: {label}", "step", "layer")]
+
+
+def forest(rows: pd.DataFrame) -> list[go.Figure]:
+    """The forest plot (analysis.figures.forest): per comparison the mean difference with its 95%
+    t-interval, every seed's difference with its seed on hover, and the Holm-adjusted p at the right."""
+    fig = go.Figure()
+    names = list(rows["comparison"])
+    for i, row in enumerate(rows.to_dict("records")):
+        name, holm_p = str(row["comparison"]), str(row["holm"])
+        mean, low, high = float(row["mean"]), float(row["low"]), float(row["high"])
+        seeds, differences = list(row["seeds"]), np.asarray(row["differences"], dtype=float)
+        fig.add_trace(go.Scatter(
+            x=differences, y=[name] * len(differences), mode="markers", name="per-seed difference",
+            legendgroup="seeds", showlegend=i == 0, marker=dict(color="#888", size=7), customdata=seeds,
+            hovertemplate=f"{name}<br>seed %{{customdata}}: %{{x:+.4g}}<extra></extra>"))
+        if np.isfinite(mean):
+            below, above = (mean - low, high - mean) if np.isfinite(low) else (0.0, 0.0)
+            fig.add_trace(go.Scatter(
+                x=[mean], y=[name], mode="markers", name="mean, 95% t-interval", legendgroup="mean",
+                showlegend=i == 0, marker=dict(color="#1f77b4", size=11),
+                error_x=dict(type="data", symmetric=False, array=[above], arrayminus=[below], thickness=3),
+                hovertemplate=(f"{name}<br>mean %{{x:+.4g}} [{low:+.4g}, {high:+.4g}]<br>"
+                               f"Holm p = {holm_p}<extra></extra>")))
+        fig.add_annotation(x=1.0, xref="paper", xanchor="left", y=name, text=f"Holm p = {holm_p}",
+                           showarrow=False, font=dict(size=11))
+    fig.add_vline(x=0.0, line=dict(color="#555", dash="dash", width=1))
+    fig.update_yaxes(categoryorder="array", categoryarray=names[::-1], type="category")
+    _layout(fig, "Primary comparisons: mean difference, 95% t-interval, per-seed differences",
+            "final reward, first minus second (paired by seed)", "")
+    fig.update_layout(height=200 + 45 * max(len(names), 1), margin=dict(t=70, r=120, b=50, l=160))
+    return [fig]

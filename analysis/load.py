@@ -208,6 +208,7 @@ def _meta(run_dir: Path, status: dict, config: dict, prov: dict, metrics: pd.Dat
         "start": prov.get("start"),
         "end": prov.get("end"),
         "path": str(run_dir),
+        "suite_sha256": recorded_suite_sha256(prov),
         "settings": suite_settings(suite_cfg),  # what makes two runs the same suite (analysis.suites)
         "shared": shared_settings(suite_settings(suite_cfg), run_cfg),  # less the run's arm and sweep point
         "changed": any(r.get("changed") for r in prov.get("resumed") or [] if isinstance(r, dict)),  # --allow-changed
@@ -221,6 +222,14 @@ def kernels_text(kernels: Any) -> str | None:
     if not isinstance(kernels, dict):
         return None
     return f"{kernels.get('aten_cpu_capability')}/{kernels.get('mkl_branch')}/{kernels.get('threads')} threads"
+
+
+def recorded_suite_sha256(prov: dict) -> str | None:
+    """The sha256 of the suite file the run's last start or resume was given (provenance.json; None
+    where it records none: runs written before it was kept, or launched without a suite file)."""
+    resumed = prov.get("resumed") or []
+    last = resumed[-1] if resumed and isinstance(resumed[-1], dict) else prov
+    return last.get("suite_sha256")
 
 
 def load_results(*paths: str | Path) -> Results:

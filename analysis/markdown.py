@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis import anchors
 from analysis.escape import escape
-from analysis.sections import FigureSpec, Section
+from analysis.sections import FiguresHere, FigureSpec, Section
 from analysis.verdict import Sentence
 
 
@@ -35,7 +35,18 @@ def sentence_markdown(sentence: Sentence) -> str:
     return f"- {sentence.text}" + (f" ({links})" if links else "")
 
 
-def body_markdown(body: pd.DataFrame | str | list[Sentence]) -> str:
+def figures_markdown(figures: list[FigureSpec]) -> str:
+    """Each figure under its own anchored heading, its PNG linked by its URL-escaped name."""
+    md = []
+    for f in figures:
+        md += [f'<a id="{anchors.figure(f.name)}"></a>', "", f"### {escape(f.title)}", "",
+               f"![{escape(f.title)}](figures/{anchors.link(f.name)}.png)", ""]
+    return "\n".join(md)
+
+
+def body_markdown(body: pd.DataFrame | str | list[Sentence] | FiguresHere, figures: list[FigureSpec]) -> str:
+    if isinstance(body, FiguresHere):
+        return figures_markdown(figures)
     if isinstance(body, str):
         return body
     if isinstance(body, list):
@@ -44,13 +55,11 @@ def body_markdown(body: pd.DataFrame | str | list[Sentence]) -> str:
 
 
 def render_markdown(sections: list[Section], figures: list[FigureSpec]) -> str:
-    """Every heading carries an explicit anchor (`<a id>`), the target of the verdict's links; figure
-    files are linked by their URL-escaped names (analysis.anchors.link)."""
+    """Every heading carries an explicit anchor (`<a id>`), the target of the verdict's links; the
+    figures go where a section's body is FiguresHere (analysis.sections), files linked by their
+    URL-escaped names (analysis.anchors.link)."""
     md = ["# gspo-bench report", ""]
     for section in sections:
-        md += [f'<a id="{section.anchor}"></a>', "", f"## {escape(section.title)}", "", body_markdown(section.body), ""]
-    md += ['<a id="figures"></a>', "", "## Figures", ""]
-    for f in figures:
-        md += [f'<a id="{anchors.figure(f.name)}"></a>', "", f"### {escape(f.title)}", "",
-               f"![{escape(f.title)}](figures/{anchors.link(f.name)}.png)", ""]
+        md += [f'<a id="{section.anchor}"></a>', "", f"## {escape(section.title)}", "",
+               body_markdown(section.body, figures), ""]
     return "\n".join(md)

@@ -29,6 +29,23 @@ def compute_table(results: Results) -> pd.DataFrame:
                  "spent / budget", "cum_flops", "cum_tokens"]]
 
 
+def compute_by_arm(results: Results) -> pd.DataFrame:
+    """`compute_table` folded to one row per arm (suite and label): its runs, their statuses, and the
+    range over them of steps and of spent / budget."""
+    runs = results.runs.assign(ratio=lambda r: spent(r) / r["budget_value"])
+
+    def span(values: pd.Series, spec: str) -> str:
+        low, high = values.min(), values.max()
+        return f"{low:{spec}}" if low == high else f"{low:{spec}} to {high:{spec}}"
+
+    rows = [{"suite": suite, "label": label, "runs": len(arm),
+             "status": ", ".join(f"{n} {s}" for s, n in arm["status"].value_counts(sort=False).items()),
+             "steps": span(arm["steps"], "d"), "budget": f"{arm['budget_kind'].iloc[0]} = {arm['budget_value'].iloc[0]:.4g}",
+             "spent / budget": span(arm["ratio"], ".4f")}
+            for (suite, label), arm in runs.groupby(["suite", "label"], sort=False)]
+    return pd.DataFrame(rows)
+
+
 def check_matched(results: Results, allow_unmatched: bool = False) -> float:
     """The largest relative spread (max - min) / min of spent compute between the finished runs of one
     sweep point (facet; the whole suite without a sweep); raises above 2% unless allowed. Points are

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.anchors import part
-from analysis.family import FEW, REWARD, Family, Test
+from analysis.family import EXPLORATORY, FEW, REWARD, Family, Test
 from analysis.groups import Group
 from analysis.load import Results
 from analysis.outcome import Learning
@@ -152,10 +152,15 @@ def paper_tests(results: Results, group: Group) -> list[Test]:
 
 
 def tested(family: Family, group: Group, quantity: str, first: str, second: str, sign: int = 1) -> dict:
-    """The Check fields of one test of the family: outcome, seeds, p, Holm p."""
+    """The Check fields of one test of the family: outcome, seeds, p, Holm p; of an exploratory test
+    (outside a declared family): EXPLORATORY, seeds and its unadjusted p."""
     found = family.find(group, quantity, first, second)
     if found is None:
-        return {}
+        explored = family.read(group, quantity, first, second)
+        if explored is None:
+            return {}
+        return {"outcome": EXPLORATORY, "seeds": explored[0].n, "p": explored[0].p,
+                "note": "outside the primary family: unadjusted p, no claim"}
     result, adjusted = found
     return {"outcome": family.outcome(result, adjusted, sign), "seeds": result.n, "p": result.p, "holm": adjusted,
             "note": f"{family.needed} paired seeds needed" if family.outcome(result, adjusted, sign) == FEW else ""}
@@ -220,8 +225,10 @@ def _reward_check(quantity: str, paper: str, claim: str, figure: str, pair: tupl
         return Check(quantity, paper, "no GRPO + RR runs", claim=claim, figure=figure)
     if not learning.learned:
         return Check(quantity, paper, WITHHELD, claim=claim, figure=figure, evidence=WITHHELD)
-    result, _ = family.tested(learning.group, REWARD, first, second)
-    return Check(quantity, paper, difference_text(result), claim=claim, figure=figure,
+    found = family.read(learning.group, REWARD, first, second)
+    if found is None:
+        raise KeyError(f"no test of {first} against {second} on {REWARD} in group {learning.group}")
+    return Check(quantity, paper, difference_text(found[0]), claim=claim, figure=figure,
                  **tested(family, learning.group, REWARD, first, second))
 
 

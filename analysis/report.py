@@ -10,12 +10,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from analysis.html import render_html
-from analysis.load import NotResultsError, Results, finished
+from analysis.load import NotResultsError, Results
 from analysis.markdown import render_markdown
 from analysis.matching import UnmatchedComputeError, check_matched
-from analysis.sections import Context, FigureSpec, build_sections, figure_specs
+from analysis.primary import DeclarationError
+from analysis.sections import Context, FigureSpec, build_sections, report_figures
 
-__all__ = ["UnmatchedComputeError", "write_figures", "write_report"]
+__all__ = ["DeclarationError", "UnmatchedComputeError", "write_figures", "write_report"]
 
 
 def save_figures(results: Results, specs: list[FigureSpec], out: Path, dpi: int = 110) -> list[Path]:
@@ -35,23 +36,24 @@ def save_figures(results: Results, specs: list[FigureSpec], out: Path, dpi: int 
 
 
 def write_report(results: Results, out: Path, allow_unmatched: bool = False) -> dict[str, Path]:
-    """Write report.md, report.html and figures/ under `out`; returns the paths written."""
+    """Write report.md, report.html and figures/ under `out`; returns the paths written. A suite file
+    whose declared family cannot be read or differs from the runs' raises DeclarationError."""
     spread = check_matched(results, allow_unmatched)
     out = Path(out)
-    shown = finished(results)
-    specs = figure_specs(shown)
-    save_figures(shown, specs, out / "figures")
-    sections = build_sections(Context(results, spread, allow_unmatched, frozenset(s.name for s in specs)))
+    context = Context(results, spread, allow_unmatched)
+    specs = report_figures(context)
+    save_figures(context.shown, specs, out / "figures")
+    sections = build_sections(context)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(render_markdown(sections, specs))
-    interactive = [(s.name, s.title, s.interactive(shown)) for s in specs]
+    interactive = [(s.name, s.title, s.interactive(context.shown)) for s in specs]
     (out / "report.html").write_text(render_html(sections, interactive, ", ".join(sorted(results.runs["suite"].unique()))))
     return {"md": out / "report.md", "html": out / "report.html", "figures": out / "figures"}
 
 
 def write_figures(results: Results, out: Path) -> list[Path]:
-    """The figures of the finished runs; NotResultsError when no run finished."""
-    shown = finished(results)
-    if shown.runs.empty:
+    """The report's figures of the finished runs; NotResultsError when no run finished."""
+    context = Context(results, float("nan"), False)
+    if context.shown.runs.empty:
         raise NotResultsError("no finished run among the results: no figure to draw (the report lists unfinished runs)")
-    return save_figures(shown, figure_specs(shown), Path(out))
+    return save_figures(context.shown, report_figures(context), Path(out))

@@ -1,6 +1,12 @@
-"""What the report shows, declared in order: its sections (each a table, a paragraph or the verdict)
-and its figures (each a static matplotlib figure for report.md and interactive plotly ones for
-report.html). The renderers walk these lists; a section or figure exists because it is listed here."""
+"""What the report shows, declared in order: its sections (each a table, a paragraph, the verdict or
+the place of the figures) and its figures (each a static matplotlib figure for report.md and
+interactive plotly ones for report.html). The renderers walk these lists; a section or figure exists
+because it is listed here.
+
+The first screen is the answer and then the figures; tables with one row per run come folded to one
+row per arm near the top, their per-run rows near the end (folded in report.html). Where the suite
+file declares a primary family (analysis.primary), the first figure is the forest plot of its
+comparisons; without one, Figure 1."""
 
 from __future__ import annotations
 
@@ -21,30 +27,48 @@ from analysis import tables as T
 from analysis.escape import escape
 from analysis.evidence import Evidence, gather
 from analysis.load import Results, finished, unfinished
-from analysis.matching import compute_table
-from analysis.verdict import COMPARISONS, LEARNABILITY, UNFINISHED, Sentence, answer
+from analysis.matching import compute_by_arm, compute_table
+from analysis.primary import declarations
+from analysis.verdict import (
+    COMPARISONS,
+    EXPLORATORY_TABLE,
+    FOREST,
+    LEARNABILITY,
+    PRIMARY,
+    UNFINISHED,
+    Sentence,
+    answer,
+)
+
+
+@dataclass(frozen=True)
+class FiguresHere:
+    """The body of the section where the renderers put the report's figures."""
 
 
 @dataclass(frozen=True)
 class Section:
     """`title` is plain text (the renderers escape it); a str `body` is markdown (user text in it
-    escaped with analysis.escape.escape); a table's cells are plain text."""
+    escaped with analysis.escape.escape); a table's cells are plain text. `folded`: shown closed in
+    report.html (per-run detail under a summary shown above)."""
 
     anchor: str
     title: str
-    body: pd.DataFrame | str | list[Sentence]
+    body: pd.DataFrame | str | list[Sentence] | FiguresHere
+    folded: bool = False
 
 
 @dataclass(frozen=True)
 class Context:
     """What a section is built from: the results (every run), the compute spread found, the flag that
-    allowed it, and the names of the report's figures (for the verdict's links). `shown` holds the
-    finished runs, the only ones compared; `evidence` everything tested on them, computed once."""
+    allowed it, and the names of the figures the verdict may link to (None: the report's own,
+    `report_figures`). `shown` holds the finished runs, the only ones compared; `evidence` everything
+    tested on them, computed once, with the family the suite files declare (analysis.primary)."""
 
     results: Results
     spread: float
     allow_unmatched: bool
-    figures: frozenset[str]
+    figures: frozenset[str] | None = None
 
     @cached_property
     def shown(self) -> Results:
@@ -52,7 +76,11 @@ class Context:
 
     @cached_property
     def evidence(self) -> Evidence:
-        return gather(self.shown)
+        return gather(self.shown, declarations(self.results))
+
+    @cached_property
+    def figure_names(self) -> frozenset[str]:
+        return self.figures if self.figures is not None else frozenset(spec.name for spec in report_figures(self))
 
 
 @dataclass(frozen=True)
@@ -62,12 +90,19 @@ class SectionSpec:
     when: str = "always"
 
 
-def _one(anchor: str, title: str, body: Callable[[Context], pd.DataFrame | str | list]) -> Callable:
+def _one(anchor: str, title: str, body: Callable[[Context], pd.DataFrame | str | list | FiguresHere]) -> Callable:
     return lambda c: [Section(anchor, title, body(c))]
+
+
+def _folded(anchor: str, title: str, body: Callable[[Context], pd.DataFrame | str]) -> Callable:
+    return lambda c: [Section(anchor, title, body(c), folded=True)]
 
 
 def _paper(c: Context) -> list[Section]:
     title = "Paper vs this run (mean [95% t-interval] (per seed); exact sign-flip p, Holm-adjusted over the report)"
+    if c.evidence.declared:
+        title = ("Paper vs this run (mean [95% t-interval] (per seed); exact sign-flip p, Holm-adjusted where in the "
+                 "primary family, else exploratory)")
     only = len(c.evidence.groups) == 1
     return [Section(anchors.paper(group, only), title + (f": {c.evidence.title(group)}" if not only else ""), table)
             for group, table in T.paper_tables(c.evidence)]
@@ -111,23 +146,40 @@ def _margins(c: Context) -> list[Section]:
                     "(mean absolute error, per layer)", M.forecast_table(c.shown.layers))]
 
 
+def _primary(c: Context) -> list[Section]:
+    if not c.evidence.declared:
+        return []
+    return [Section(PRIMARY, "Primary comparisons, declared in the suite file (final reward, first minus second "
+                    "paired by seed; Holm over the primary family)", T.primary_table(c.evidence))]
+
+
+def _comparisons(c: Context) -> list[Section]:
+    if not c.evidence.declared:
+        return [Section(COMPARISONS, "Every comparison of this report (Holm's family)", T.comparisons_table(c.evidence))]
+    return [Section(COMPARISONS, "The primary family: every test Holm's adjustment runs over", T.comparisons_table(c.evidence)),
+            Section(EXPLORATORY_TABLE, "Exploratory comparisons: outside the primary family, unadjusted p, no claim",
+                    T.exploratory_table(c.evidence))]
+
+
 SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("answer", _one(anchors.ANSWER, "The answer", lambda c: answer(
-        c.evidence, unfinished(c.results), c.spread, c.allow_unmatched, set(c.figures)))),
+        c.evidence, unfinished(c.results), c.spread, c.allow_unmatched, set(c.figure_names)))),
+    SectionSpec("figures", _one(anchors.FIGURES, "Figures", lambda c: FiguresHere())),
     SectionSpec("suite-summary", _one("suite-summary", "Suite summary",
                                       lambda c: T.suite_summary(c.results, c.spread, c.allow_unmatched, c.evidence))),
-    SectionSpec("compute-matching", _one("compute-matching", "Compute matching", lambda c: compute_table(c.results))),
+    SectionSpec("compute-matching", _one("compute-matching", "Compute matching per arm (every run: further down)",
+                                         lambda c: compute_by_arm(c.results))),
     SectionSpec("unfinished", _unfinished, when="with runs that did not finish"),
-    SectionSpec("learnability", _one(LEARNABILITY, "Did RL learn? Each finished run's outcome at its start and end "
-                                     "(one-sided 5% test), against the task's chance baseline",
-                                     lambda c: T.learnability_table(c.evidence))),
+    SectionSpec("learnability", _one(LEARNABILITY, "Did RL learn? Per objective, how many finished seeds rose from "
+                                     "their start (one-sided 5% test), against the task's chance baseline (every run: "
+                                     "further down)", lambda c: T.learnability_by_arm(c.evidence))),
     SectionSpec("summary", _one(anchors.SUMMARY, "Summary per objective (finished runs)",
                                 lambda c: T.summary_table(c.results, c.evidence))),
+    SectionSpec("primary-comparisons", _primary, when="with a primary family declared in the suite file"),
     SectionSpec("paired-vs-grpo", _one("paired-vs-grpo", "Final reward against GRPO, paired by seed within each "
                                        "suite and sweep point (paired t-interval, exact sign-flip p, Holm)",
                                        lambda c: T.paired_against(c.evidence))),
-    SectionSpec("comparisons", _one(COMPARISONS, "Every comparison of this report (Holm's family)",
-                                    lambda c: T.comparisons_table(c.evidence))),
+    SectionSpec("comparisons", _comparisons),
     SectionSpec("paper-vs-run", _paper, when="per group with GRPO and GSPO runs"),
     SectionSpec("by-sweep-point", _by_point, when="with a sweep"),
     SectionSpec("held-out-evaluation", _one("held-out-evaluation", "Held-out evaluation",
@@ -144,7 +196,12 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("router-margins", _margins),
     SectionSpec("gpu-figures", _one("gpu-figures", gpu.TITLE, lambda c: gpu.gpu_table(c.shown))),
     SectionSpec("late-divergence", _divergence),
-    SectionSpec("provenance", _one("provenance", "Provenance", lambda c: T.provenance_table(c.results))),
+    SectionSpec("compute-matching-runs", _folded("compute-matching-runs", "Compute matching, every run",
+                                                 lambda c: compute_table(c.results))),
+    SectionSpec("learnability-runs", _folded("learnability-runs", "Did RL learn? Each finished run's outcome at its "
+                                             "start and end (one-sided 5% test), against the task's chance baseline",
+                                             lambda c: T.learnability_table(c.evidence))),
+    SectionSpec("provenance", _folded("provenance", "Provenance", lambda c: T.provenance_table(c.results))),
     SectionSpec("unreadable", _unreadable, when="with runs that could not be read"),
     SectionSpec("infinite-values", _infinite, when="with metrics that held infinite values"),
 )
@@ -200,6 +257,21 @@ FIGURES: tuple[FigureSpec, ...] = (
 def _drift_layers(label: str) -> FigureSpec:
     return FigureSpec(f"drift_layers_{anchors.part(label)}", f"Drift by layer: {label}",
                       lambda r: _figure_of(F.drift_heatmap(r.layers, label)), lambda r: plotly_figures.drift_heatmap(r, label))
+
+
+def forest_spec(context: Context) -> FigureSpec:
+    """The forest plot of the declared comparisons (analysis.tables.forest_rows)."""
+    return FigureSpec(FOREST, "Primary comparisons: final reward, first minus second, paired by seed (mean, 95% "
+                      "t-interval, per-seed differences, Holm p over the primary family)",
+                      lambda r: _figure_of(F.forest(T.forest_rows(context.evidence))),
+                      lambda r: plotly_figures.forest(T.forest_rows(context.evidence)))
+
+
+def report_figures(context: Context) -> list[FigureSpec]:
+    """The report's figures in order: the forest plot of the declared comparisons first where the suite
+    file declares a family, then `figure_specs` of the finished runs."""
+    declared = [forest_spec(context)] if context.evidence.declared else []
+    return declared + figure_specs(context.shown)
 
 
 def figure_specs(results: Results) -> list[FigureSpec]:

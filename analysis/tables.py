@@ -11,7 +11,7 @@ import pandas as pd
 from analysis import figures as F
 from analysis.escape import escape
 from analysis.evidence import Evidence, gather
-from analysis.family import REWARD
+from analysis.family import EXPLORATORY, FEW, NO, REWARD, TIE, YES, Test
 from analysis.groups import Group
 from analysis.load import Results, finished, is_finished, unfinished
 from analysis.matching import MATCH_TOLERANCE, spent
@@ -100,12 +100,16 @@ def paired_against(evidence: Evidence) -> pd.DataFrame | str:
         for algorithm in dict.fromkeys(found.outcomes["algorithm"]):
             if algorithm == grpo:
                 continue
-            result, adjusted = evidence.family.tested(group, REWARD, algorithm, grpo)
+            tested = evidence.family.read(group, REWARD, algorithm, grpo)
+            if tested is None:
+                raise KeyError(f"no test of {algorithm} against {grpo} in group {group}")
+            result, adjusted = tested
             labels = [_label(evidence, group, a) for a in (algorithm, grpo)]
             ahead, behind = apart_from(evidence.results.metrics, labels[0], labels[1])
             rows.append({**_where(evidence, group), "objective": algorithm, "GRPO": grpo, "seeds": result.n,
                          "minus GRPO (per seed)": difference_text(result, ".4f"), "p (sign-flip)": p_text(result.p, result.n),
-                         "Holm p": p_text(adjusted), "P(objective > GRPO)": result.poi,
+                         "Holm p": p_text(adjusted) if np.isfinite(adjusted) else EXPLORATORY,
+                         "P(objective > GRPO)": result.poi,
                          "descriptive: ahead on every seed from step": ahead,
                          "descriptive: behind on every seed from step": behind})
     if rows:
@@ -135,6 +139,72 @@ def comparisons_table(evidence: Evidence) -> pd.DataFrame | str:
                           "p (sign-flip)": p_text(t.result.p, t.result.n), "Holm p": p_text(adjusted),
                           "P(first > second)": t.result.poi}
                          for t, adjusted in zip(evidence.family.tests, evidence.family.adjusted)])
+
+
+def primary_table(evidence: Evidence) -> pd.DataFrame:
+    """The declared comparisons (analysis.primary), one row each: per-seed differences with their mean
+    and paired t-interval, the exact sign-flip p, the Holm-adjusted p over the declared family, and
+    the outcome (`primary_outcome`). The forest figure draws these rows."""
+    return pd.DataFrame([{**_where(evidence, t.group), "first": t.first, "second": t.second, "seeds": t.result.n,
+                          "first minus second (per seed)": difference_text(t.result), "p (sign-flip)": p_text(t.result.p),
+                          "Holm p": p_text(adjusted), "P(first > second)": t.result.poi,
+                          "outcome": primary_outcome(evidence, t, adjusted)}
+                         for t, adjusted in ((t, evidence.family.tested(t.group, t.quantity, t.first, t.second)[1])
+                                             for t in evidence.primary)],
+                        columns=[*(["group"] if len(evidence.groups) > 1 else []), "first", "second", "seeds",
+                                 "first minus second (per seed)", "p (sign-flip)", "Holm p", "P(first > second)",
+                                 "outcome"])
+
+
+def forest_rows(evidence: Evidence) -> pd.DataFrame:
+    """The declared comparisons as the forest figure draws them (analysis.figures.FOREST_COLUMNS): the
+    comparison named (with its group in a report of several), the paired mean difference and t-interval,
+    the seeds and their differences, and the Holm-adjusted p as text ("not tested" without one)."""
+    rows = []
+    for test in evidence.primary:
+        result, adjusted = evidence.family.tested(test.group, test.quantity, test.first, test.second)
+        title = evidence.title(test.group)
+        rows.append({"comparison": (f"{title}: " if title else "") + f"{test.first} - {test.second}",
+                     "mean": result.mean, "low": result.low, "high": result.high, "seeds": result.seeds,
+                     "differences": tuple(result.differences), "holm": p_text(adjusted) if result.n else "not tested"})
+    return pd.DataFrame(rows, columns=list(F.FOREST_COLUMNS))
+
+
+def primary_outcome(evidence: Evidence, test: Test, adjusted: float) -> str:
+    """A declared comparison's outcome in words: "first above" / "first below" (decided), "not
+    distinguishable", "too few seeds (N needed)", "withheld: no objective learned", "not tested"."""
+    if not evidence.learnings[test.group].learned:
+        return "withheld: no objective learned"
+    if not test.result.n:
+        return "not tested: an arm has no finished run"
+    outcome = evidence.family.outcome(test.result, adjusted)
+    words = {YES: "first above", NO: "first below", TIE: "not distinguishable",
+             FEW: f"too few seeds ({evidence.family.needed} needed)"}
+    return words[outcome]
+
+
+def exploratory_table(evidence: Evidence) -> pd.DataFrame | str:
+    """The tests outside a declared family: per-seed differences, the paired t-interval and the
+    unadjusted sign-flip p. No Holm p, no outcome: nothing is claimed from them."""
+    if not evidence.family.exploratory:
+        return "Every comparison of this report is in the primary family."
+    return pd.DataFrame([{**_where(evidence, t.group), "quantity": t.quantity, "first": t.first, "second": t.second,
+                          "seeds": t.result.n, "first minus second (per seed)": difference_text(t.result),
+                          "p (sign-flip, unadjusted)": p_text(t.result.p), "P(first > second)": t.result.poi,
+                          "status": "exploratory: no claim"} for t in evidence.family.exploratory])
+
+
+def learnability_by_arm(evidence: Evidence) -> pd.DataFrame | str:
+    """`learnability_table` folded to one row per objective of each group: seeds, how many learned, the
+    mean start and final outcome, the chance baseline and the final's distance to it."""
+    rows = []
+    for group, found in evidence.learnings.items():
+        chance = found.baseline.mean if found.baseline else np.nan
+        rows += [{**_where(evidence, group), "objective": algorithm, "compared on": found.source.kind,
+                  "seeds": int(arm.seeds), "learned": f"{arm.learned_seeds} of {arm.seeds}", "start (mean)": arm.start,
+                  "final (mean)": arm.final, "chance baseline": chance, "final minus baseline": arm.final - chance}
+                 for algorithm, arm in found.arms.iterrows()]
+    return pd.DataFrame(rows) if rows else "No run finished."
 
 
 def learnability_table(evidence: Evidence) -> pd.DataFrame | str:
@@ -243,8 +313,8 @@ def suite_summary(results: Results, spread: float, allow_unmatched: bool, eviden
         f"between finished runs: {'n/a' if spread != spread else f'{spread:.2%}'}{unmatched}.\n"
         f"Final reward: mean of the last {FINAL_FRACTION:.0%} of steps. Intervals are 95% Student-t intervals over "
         "seeds (differences: paired by seed), which assume the per-seed values (differences) roughly normal; "
-        f"{_p_method_text(evidence)}, Holm-adjusted over all "
-        f"{evidence.family.size} comparisons of this report; P(X > Y) is rliable's probability of improvement. IQM "
+        f"{_p_method_text(evidence)}, {_holm_words(evidence)}; P(X > Y) is rliable's "
+        "probability of improvement. IQM "
         f"and bootstrap intervals only from {MIN_BOOTSTRAP_SEEDS} seeds on. AUC: mean reward over compute; other "
         "columns: means over all steps (heavy-tailed ones with their medians in their own table)."
     )
@@ -258,6 +328,13 @@ def _p_method_text(evidence: Evidence) -> str:
     return (f"every p is a two-sided sign-flip p (no normality assumed): exact up to {EXACT_PAIRS} paired seeds, "
             f"above {EXACT_PAIRS} paired seeds a Monte Carlo estimate from {MONTE_CARLO_DRAWS} random sign patterns "
             "of a fixed seed, (b + 1) / (m + 1) per side, marked (Monte Carlo)")
+
+
+def _holm_words(evidence: Evidence) -> str:
+    if not evidence.declared:
+        return f"Holm-adjusted over all {evidence.family.size} comparisons of this report"
+    return (f"Holm-adjusted over the {evidence.family.size} tests of the primary family declared in the suite file; "
+            f"the other {len(evidence.family.exploratory)} comparisons are exploratory (unadjusted p, no claim)")
 
 
 def paper_tables(evidence: Evidence) -> list[tuple[Group, pd.DataFrame]]:

@@ -8,22 +8,29 @@ exact sign-flip p below 5% (analysis.family): never with fewer than 6 paired see
 report makes more comparisons; otherwise the sentence says how many paired seeds the claim needs.
 Nothing is named where no objective learned, and unfinished runs are never set against finished ones.
 
+Where the suite file declares a primary family (analysis.primary), no leader sentence is written: the
+answer states the family and where it was declared, then says of each declared comparison whether it
+is decided (Holm-adjusted p below 5%, naming the arm that ends above) or how many paired seeds it would
+need; the other comparisons are exploratory and no sentence claims anything from them.
+
 Sentence text is markdown: user text (labels, messages) goes in through `analysis.escape.escape`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
 from analysis import anchors
 from analysis.escape import escape
 from analysis.evidence import Evidence
-from analysis.family import FEW, NO, REWARD, TIE, YES
+from analysis.family import FEW, NO, REWARD, TIE, YES, Test
 from analysis.groups import Group
 from analysis.matching import MATCH_TOLERANCE
 from analysis.outcome import HELD_OUT, Learning
 from analysis.paper import WITHHELD, Check, paper_checks
+from analysis.primary import Declaration
 from analysis.stats import ALPHA, Paired, smallest_p
 from analysis.texts import count, difference_text, p_text
 
@@ -34,6 +41,9 @@ RESOLUTION = 1e-6
 LEARNABILITY = "learnability"
 COMPARISONS = "comparisons"
 UNFINISHED = "unfinished-runs"
+PRIMARY = "primary-comparisons"
+EXPLORATORY_TABLE = "exploratory-comparisons"
+FOREST = "forest_primary"  # the figure of the declared comparisons
 
 
 @dataclass(frozen=True)
@@ -154,12 +164,91 @@ def phenomenon_sentence(check: Check, evidence: Evidence, where: str, links: tup
     elif check.outcome is None:
         state = f"**not measured** ({check.this_run})"
     elif check.outcome == FEW:
-        state = (f"**too few seeds** ({check.seeds} paired; with the report's {count(evidence.family.size, 'comparison')} "
+        state = (f"**too few seeds** ({check.seeds} paired; with {family_words(evidence)} "
                  f"{evidence.family.needed} are needed): {check.evidence or check.this_run}")
     else:
         state = (f"{_SHOWN[check.outcome]} ({check.evidence or check.this_run} over {count(check.seeds, 'seed')}; "
                  f"p = {p_text(check.p, check.seeds)}, Holm-adjusted {p_text(check.holm)})")
     return Sentence(f"{where}{check.claim}: {state}.", links)
+
+
+def family_words(evidence: Evidence) -> str:
+    """"the report's 3 comparisons", or with a declared family "the primary family's 5 tests"."""
+    if evidence.declared:
+        return f"the primary family's {count(evidence.family.size, 'test')}"
+    return f"the report's {count(evidence.family.size, 'comparison')}"
+
+
+def primary_sentence(test: Test, evidence: Evidence, where: str, links: tuple) -> Sentence:
+    """One declared comparison: decided (the arm that ends above named), not distinguishable with
+    enough seeds, too few seeds (and how many it needs), withheld, or not tested."""
+    found, (result, adjusted) = evidence.learnings[test.group], evidence.family.tested(
+        test.group, test.quantity, test.first, test.second)
+    a, b, family = escape(test.first), escape(test.second), family_words(evidence)
+    pair = f"{where}{a} against {b} (primary)"
+    if not found.learned:
+        return Sentence(f"{pair}: **withheld**: no objective learned (counted in Holm's family at p = 1).", links)
+    if not result.n:
+        absent = [escape(x) for x in (test.first, test.second) if x not in set(found.outcomes["algorithm"])]
+        return Sentence(f"{pair}: **not tested**: no finished runs of {' and '.join(absent)} (counted in Holm's family "
+                        "at p = 1).", links)
+    numbers = (f"{a} minus {b} {difference_text(result)} over {count(result.n, 'paired seed')}, "
+               f"p = {p_text(result.p, result.n)}, Holm-adjusted {p_text(adjusted)} over {family}")
+    outcome = evidence.family.outcome(result, adjusted)
+    if outcome in (YES, NO):
+        above, below = (a, b) if outcome == YES else (b, a)
+        upper = test.first if outcome == YES else test.second
+        if abs(result.mean) <= RESOLUTION:  # the leader sentence's rules: a rounding difference is none
+            return Sentence(f"{pair}: **no difference**: the two differ by less than {RESOLUTION:g}, float rounding "
+                            f"below any reward's resolution: {numbers}.", links)
+        if upper not in found.learned:  # what an arm that did not learn ends above by is where it started
+            return Sentence(f"{pair}: **not named**: {above} did not learn on every seed, so where it ends is where it "
+                            f"started: {numbers}.", links)
+        return Sentence(f"{where}**{above} ends above {below}** (primary): {numbers}.", links)
+    if outcome == FEW:
+        return Sentence(f"{pair}: **too few seeds**: {numbers}. {count(result.n, 'paired seed')} cannot give a p below "
+                        f"{smallest_p(result.n):.2g}; with {family} a claim needs at least {evidence.family.needed} "
+                        "paired seeds.", links)
+    return Sentence(f"{pair}: **not distinguishable** at a Holm-adjusted p below {ALPHA:g} ({count(result.n, 'paired seed')}"
+                    f" are enough for a claim in this family): {numbers}.", links)
+
+
+def _declared_what(declaration: Declaration) -> str:
+    primary = declaration.primary
+    tests = (f"every other arm against {escape(declaration.names[primary.each_vs])}" if primary.each_vs is not None else
+             "; ".join(f"{escape(a)} against {escape(b)}" for a, b in declaration.comparisons()))
+    return tests + (", and the paper checks" if primary.paper_checks else "")
+
+
+def _hash_words(declaration: Declaration) -> str:
+    """The suite file's sha256 and what the runs' provenance recorded of it (analysis.load: `suite_sha256`)."""
+    shas, recorded = [sha for _, sha in declaration.files], declaration.recorded
+    same = sum(r in shas for r in recorded)
+    missing = sum(r is None for r in recorded)
+    other = sorted({r for r in recorded if r is not None and r not in shas})
+    if same == len(recorded):
+        return f"sha256 {', '.join(shas)}, as every run recorded it in its provenance at its start"
+    if missing == len(recorded):
+        return f"sha256 {', '.join(shas)}; no run recorded a suite hash in its provenance (written before runs kept one)"
+    words = [f"{same} of {count(len(recorded), 'run')} recorded it in their provenance at their start"]
+    if missing:
+        words.append(f"{missing} recorded no suite hash (written before runs kept one)")
+    if other:
+        words.append(f"**{len(recorded) - same - missing} started with another suite file** (sha256 {', '.join(other)}): "
+                     "it was rewritten since, with the same `analysis:`")
+    return f"sha256 {', '.join(shas)}; " + ", ".join(words)
+
+
+def family_sentence(evidence: Evidence, figures: set[str]) -> Sentence:
+    """The declared family: its size, what it holds, the suite file it came from and its hash."""
+    m, others = evidence.family.size, len(evidence.family.exploratory)
+    files = "; ".join(f"{' and '.join(escape(Path(path).parent.name + '/' + Path(path).name) for path, _ in d.files)} "
+                      f"({_hash_words(d)}): {_declared_what(d)}, in each group" for d in evidence.declared.values())
+    links = (("primary comparisons", PRIMARY), ("Holm's family", COMPARISONS), ("exploratory", EXPLORATORY_TABLE),
+             *([("figure", anchors.figure(FOREST))] if FOREST in figures else []))
+    return Sentence(f"**Primary family of {count(m, 'test')}, declared in the suite file** {files}. Holm's adjustment "
+                    f"runs over these tests only; the report's {count(others, 'other comparison')} are exploratory: "
+                    "unadjusted p, no claim and no leader named from them.", links)
 
 
 def unfinished_sentence(unfinished: pd.DataFrame) -> list[Sentence]:
@@ -172,6 +261,16 @@ def unfinished_sentence(unfinished: pd.DataFrame) -> list[Sentence]:
                      f"is a result in itself: read them apart): {named}.", (("table", UNFINISHED),))]
 
 
+def primary_sentences(group: Group, evidence: Evidence, figures: set[str], where: str) -> list[Sentence]:
+    """The group's declared comparisons, one sentence each (one saying so where its suite declares none)."""
+    tests = [t for t in evidence.primary if t.group == group]
+    if not tests:
+        return [Sentence(f"{where}The suite file declares no primary comparison here: this group's comparisons are "
+                         "exploratory (unadjusted p, no claim).", (("exploratory", EXPLORATORY_TABLE),))]
+    links = (("table", PRIMARY), *([("figure", anchors.figure(FOREST))] if FOREST in figures else []))
+    return [primary_sentence(t, evidence, where, links) for t in tests]
+
+
 def group_sentences(group: Group, evidence: Evidence, compute: str, figures: set[str]) -> list[Sentence]:
     title = evidence.title(group)
     where = f"At {escape(title)}: " if title else ""
@@ -179,12 +278,18 @@ def group_sentences(group: Group, evidence: Evidence, compute: str, figures: set
     sentences = [basis_sentence(found, where), learning_sentence(found, where)]
     figure = "reward_by_sweep_point" if group[1] else "fig1_reward_vs_compute"
     links = (("comparisons", COMPARISONS), *([("figure", anchors.figure(figure))] if figure in figures else []))
-    if found.learned:
+    if evidence.declared:
+        sentences += primary_sentences(group, evidence, figures, where)
+    elif found.learned:
         sentences.append(leader_sentence(lead(found, evidence), evidence, compute, where, links))
     checks = paper_checks(evidence.subset(group), found, evidence.family)
     if checks is None:
         return sentences + [Sentence(f"{where}The paper's phenomena are not checked: that needs GRPO and GSPO runs.", ())]
     table = ("table", anchors.paper(group, len(evidence.groups) == 1))
+    if not evidence.paper_in_family(group):
+        return sentences + [Sentence(f"{where}The paper's checks are exploratory here (the suite file's primary family "
+                                     "leaves them out): their table gives unadjusted p-values, and no claim is made "
+                                     "from them.", (table,))]
     for check in (c for c in checks if c.claim):
         shown = [("figure", anchors.figure(check.figure))] if check.figure in figures else []
         sentences.append(phenomenon_sentence(check, evidence, where, (table, *shown)))
@@ -198,6 +303,8 @@ def answer(evidence: Evidence, unfinished: pd.DataFrame, spread: float, allow_un
     if not evidence.groups:
         return sentences + [Sentence("No run finished: nothing is compared.", ())]
     compute = _compute_words(spread, allow_unmatched)
+    if evidence.declared:
+        sentences.append(family_sentence(evidence, figures))
     for group in evidence.groups:
         sentences += group_sentences(group, evidence, compute, figures)
     return sentences

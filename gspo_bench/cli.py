@@ -367,7 +367,7 @@ def report(
 ) -> None:
     """Write report.md, a self-contained report.html and the figures for one or more results dirs."""
     from analysis.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.report import UnmatchedComputeError, write_report
+    from analysis.report import DeclarationError, UnmatchedComputeError, write_report
     from analysis.suites import MixedSuitesError
 
     try:
@@ -375,7 +375,7 @@ def report(
         paths = write_report(loaded, out or results[0] / "report", allow_unmatched=allow_unmatched)
     except UnmatchedComputeError as err:
         raise fail(f"{err}; pass --allow-unmatched to compare anyway") from None
-    except (NotResultsError, SchemaVersionError, MixedSuitesError) as err:
+    except (NotResultsError, SchemaVersionError, MixedSuitesError, DeclarationError) as err:
         raise fail(str(err)) from None
     for unreadable in loaded.unreadable:
         say(f"unreadable: {unreadable} (left out of the report)")
@@ -390,12 +390,12 @@ def figures(
 ) -> None:
     """Write the paper-style figures (PNG and PDF) only."""
     from analysis.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.report import write_figures
+    from analysis.report import DeclarationError, write_figures
     from analysis.suites import MixedSuitesError
 
     try:
         paths = write_figures(load_results(*results), out or results[0] / "figures")
-    except (NotResultsError, SchemaVersionError, MixedSuitesError) as err:
+    except (NotResultsError, SchemaVersionError, MixedSuitesError, DeclarationError) as err:
         raise fail(str(err)) from None
     say(f"wrote {len(paths)} files to {paths[0].parent}/")
 

@@ -164,7 +164,9 @@ def test_report_sections_and_compute_table(results_dir, tmp_path):
     for section in ("## Suite summary", "## Compute matching", "## Summary per objective",
                     "## Clip fraction by response length", "## Provenance", "## Figures"):
         assert section in md
-    assert md.count("| synth ") == 9  # one compute row per run
+    by_arm = md.split("## Compute matching per arm")[1].split("<a id=")[0]
+    every_run = md.split("## Compute matching, every run")[1].split("<a id=")[0]
+    assert by_arm.count("| synth ") == 3 and every_run.count("| synth ") == 9  # one row per arm, then per run
     html = paths["html"].read_text()
     assert "<table" in html and html.count("class=\"plotly-graph-div\"") >= 8 and "src='figures/" not in html
     summary = md.split("## Summary per objective")[1].split("##")[0]

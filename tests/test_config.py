@@ -119,6 +119,56 @@ def test_cli_validate(tmp_path):
     assert bad.exit_code == 2 and "unknown objective 'nope'" in bad.output
 
 
+ARMS = [{"name": "grpo"}, {"name": "gspo"}, {"name": "grpo", "label": "grpo_tis", "correction": {"kind": "tis"}}]
+
+
+@pytest.mark.parametrize(
+    "analysis, expected",
+    [
+        ({"primary": {"each_vs": "grpoo"}}, r"analysis\.primary\.each_vs: 'grpoo' not an arm of this suite; its arms "
+                                            r"\(run labels\): grpo, gspo, grpo_tis"),
+        ({"primary": {"pairs": [["gspo", "grpo"], ["grpo_tis", "gpso"]]}},
+         r"analysis\.primary\.pairs: 'gpso' not an arm of this suite"),
+        ({"primary": {"pairs": [["gspo", "grpo"], ["grpo", "gspo"]]}},
+         r"analysis\.primary: pairs\.0 and pairs\.1: one comparison given twice \(grpo and gspo\)"),
+        ({"primary": {"pairs": [["gspo", "gspo"]]}}, r"analysis\.primary: pairs\.0: gspo against itself"),
+        ({"primary": {"each_vs": "grpo", "pairs": [["gspo", "grpo"]]}}, r"analysis\.primary: give each_vs .* one of them"),
+        ({"primary": {"paper_checks": True}}, r"analysis\.primary: give each_vs .* one of them"),
+        ({"primary": {"pairs": [["gspo", "grpo", "grpo_tis"]]}}, r"analysis\.primary\.pairs\.0: Tuple should have at most 2"),
+        ({"primary": {"each_vs": "grpo", "paper_checks": 2}}, r"analysis\.primary\.paper_checks: Input should be a valid "
+                                                              r"boolean"),
+        ({"primary": {"each_vs": "grpo"}, "secondary": {}}, r"analysis\.secondary: unknown key"),
+        ({}, r"analysis\.primary: required field missing"),
+    ],
+)
+def test_a_primary_family_names_arms_of_the_suite_or_the_field_that_does_not(tmp_path, analysis, expected):
+    with pytest.raises(SuiteError, match=expected) as err:
+        load_suite(write(tmp_path, {**GOOD, "objectives": ARMS, "analysis": analysis}))
+    assert str(tmp_path / "suite.yaml") in str(err.value)
+
+
+def test_a_primary_family_is_validated_by_validate_and_run_and_written_in_the_resolved_suite(tmp_path, cli):
+    """each_vs: every other arm (suite order) against it; pairs: as given. `validate` and `run --dry-run`
+    accept the key, refuse a label that is no arm, and the suite file `run` writes keeps it."""
+    from gspo_bench.config import dump_config
+
+    data = {**GOOD, "objectives": ARMS, "analysis": {"primary": {"each_vs": "gspo", "paper_checks": True}}}
+    suite = load_suite(write(tmp_path, data))
+    primary = suite.analysis.primary
+    assert primary.comparisons(["grpo", "gspo", "grpo_tis"]) == [("grpo", "gspo"), ("grpo_tis", "gspo")]
+    assert yaml.safe_load(dump_config(suite))["analysis"] == {
+        "primary": {"each_vs": "gspo", "pairs": None, "paper_checks": True}}
+    pairs = load_suite(write(tmp_path, {**data, "analysis": {"primary": {"pairs": [["grpo_tis", "grpo"]]}}}))
+    assert pairs.analysis.primary.comparisons(["grpo", "gspo", "grpo_tis"]) == [("grpo_tis", "grpo")]
+    assert load_suite(write(tmp_path, GOOD)).analysis is None
+    for command in (["validate"], ["run", "--dry-run"]):
+        assert cli(*command, write(tmp_path, data)).exit_code == 0
+        bad = cli(*command, write(tmp_path, {**data, "analysis": {"primary": {"each_vs": "nope"}}}))
+        assert bad.exit_code == 2 and "analysis.primary.each_vs: 'nope' not an arm of this suite" in bad.output
+    swept = cli("validate", write(tmp_path, {**data, "sweep": {"analysis.primary.paper_checks": [True, False]}}))
+    assert swept.exit_code == 2 and "analysis cannot be swept" in swept.output
+
+
 def test_preflight_runs_every_objective_with_its_declared_inputs_and_names_a_bad_kwarg():
     """check_runnable calls each objective once on a tiny batch, with the extra inputs it declares
     (the engine's mu, the router shift, a generator): every registered objective passes; a kwarg

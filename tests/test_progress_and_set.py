@@ -3,6 +3,7 @@ libraries' output in the run's log, what to do next) and `--set PATH=VALUE` over
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -327,7 +328,10 @@ def test_run_records_the_overrides_and_ends_with_the_report_command(tmp_path):
     assert config["suite"]["train"]["lr"] == 2e-3 and config["run"]["lr"] == 2e-3
     assert config["suite"]["objectives"][0]["clip_high"] == 0.3 and config["run"]["clip_high"] == 0.3
     assert config["run"]["overrides"] == {"train.lr": 2e-3, "objectives.0.clip_high": 0.3}
-    assert json.loads((run_dir / "provenance.json").read_text())["overrides"] == config["run"]["overrides"]
+    provenance = json.loads((run_dir / "provenance.json").read_text())
+    assert provenance["overrides"] == config["run"]["overrides"]
+    # the suite file the run was started with, as the report checks suite.yaml against it
+    assert provenance["suite_sha256"] == hashlib.sha256((out / "tiny" / "suite.yaml").read_bytes()).hexdigest()
     lines = result.output.strip().splitlines()
     assert "  warm start s0: step 0/2000" in result.output  # a fresh warm start, as plain lines here
     assert lines[-2:] == [f"results: {out / 'tiny'}", f"report:  gspo-bench report {out / 'tiny'}"]

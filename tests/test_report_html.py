@@ -221,10 +221,11 @@ def test_compute_is_matched_within_each_sweep_point_not_across_points(tmp_path):
         check_matched(load_results(tmp_path / "synth"))
 
 
-EXPECTED_SECTIONS = ["answer", "suite-summary", "compute-matching", "unfinished", "learnability", "summary",
-                     "paired-vs-grpo", "comparisons", "paper-vs-run", "by-sweep-point", "held-out-evaluation",
-                     "clip-by-length", "heavy-tailed", "extreme-ratios", "ratio-variance-by-routing", "router-margins",
-                     "gpu-figures", "late-divergence", "provenance", "unreadable", "infinite-values"]
+EXPECTED_SECTIONS = ["answer", "figures", "suite-summary", "compute-matching", "unfinished", "learnability", "summary",
+                     "primary-comparisons", "paired-vs-grpo", "comparisons", "paper-vs-run", "by-sweep-point",
+                     "held-out-evaluation", "clip-by-length", "heavy-tailed", "extreme-ratios", "ratio-variance-by-routing",
+                     "router-margins", "gpu-figures", "late-divergence", "compute-matching-runs", "learnability-runs",
+                     "provenance", "unreadable", "infinite-values"]
 
 
 @pytest.fixture(scope="module")
@@ -236,19 +237,38 @@ def report(tmp_path_factory) -> dict[str, Path]:
 
 def test_every_declared_section_is_in_both_reports_in_order(report):
     """The report's sections are a declared list: removing one fails here, and every section that applies
-    to these results is in report.md and report.html, the answer first."""
+    to these results is in report.md and report.html: the answer, then the figures, then the tables, the
+    per-run ones folded to one row per arm near the top and in full near the end (closed in report.html)."""
     assert [spec.key for spec in SECTIONS] == EXPECTED_SECTIONS
     results = load_results(report["md"].parent.parent / "synth")
     built = build_sections(Context(results, 0.0, False, frozenset()))
-    assert [s.anchor for s in built] == ["answer", "suite-summary", "compute-matching", "learnability", anchors.SUMMARY,
-                                         "paired-vs-grpo", "comparisons", "paper-vs-run", "held-out-evaluation",
-                                         "clip-by-length", "heavy-tailed", "extreme-ratios", "ratio-variance-by-routing",
-                                         "router-margins", "router-margins-reading", "drift-forecast", "gpu-figures",
-                                         "late-divergence", "late-divergence-thresholds", "provenance"]
+    assert [s.anchor for s in built] == ["answer", "figures", "suite-summary", "compute-matching", "learnability",
+                                         anchors.SUMMARY, "paired-vs-grpo", "comparisons", "paper-vs-run",
+                                         "held-out-evaluation", "clip-by-length", "heavy-tailed", "extreme-ratios",
+                                         "ratio-variance-by-routing", "router-margins", "router-margins-reading",
+                                         "drift-forecast", "gpu-figures", "late-divergence", "late-divergence-thresholds",
+                                         "compute-matching-runs", "learnability-runs", "provenance"]
     md, html = report["md"].read_text(), report["html"].read_text()
     positions = [md.index(f'<a id="{s.anchor}"></a>\n\n## {escape(s.title)}\n') for s in built]
-    assert positions == sorted(positions) and md.index("## The answer") < md.index("## Suite summary")
+    assert positions == sorted(positions) and md.index("## The answer") < md.index("## Figures") < md.index(
+        "### Figure 1") < md.index("## Suite summary")
     assert all(f"<h2 id='{s.anchor}'>" in html for s in built)
+    folded = [s.anchor for s in built if s.folded]
+    assert folded == ["compute-matching-runs", "learnability-runs", "provenance"]
+    assert all(f"<details><summary><h2 id='{anchor}'>" in html for anchor in folded)
+
+
+def test_per_run_tables_are_folded_to_one_row_per_arm_near_the_top(report):
+    """3 objectives x 3 seeds: compute matching and the learnability gate show 3 rows at the top and the 9
+    runs further down; the folded rows count the runs and their statuses."""
+    results = load_results(report["md"].parent.parent / "synth")
+    built = {s.anchor: s.body for s in build_sections(Context(results, 0.0, False, frozenset()))}
+    by_arm, every_run = built["compute-matching"], built["compute-matching-runs"]
+    assert len(by_arm) == 3 and len(every_run) == 9
+    assert by_arm.set_index("label").loc["gspo", ["runs", "status", "steps", "spent / budget"]].tolist() == [
+        3, "3 done", "20", "1.0000"]
+    learned = built["learnability"].set_index("objective")
+    assert len(learned) == 3 and len(built["learnability-runs"]) == 9 and learned.loc["grpo", "learned"] == "3 of 3"
 
 
 def test_every_verdict_link_has_its_target_in_both_reports(report):
@@ -273,7 +293,8 @@ def test_the_html_embeds_plotlys_javascript_once_and_loads_nothing(report):
                                           "ratio_variance", "drift", "clip_by_length", "kl_entropy",
                                           "drift_layers_gspo"}
     assert ("kl_entropy", "1") in divs  # KL and entropy: two plots under one figure
-    assert html.index("<h2 id='answer'>") < html.index("<h2 id='suite-summary'>") < html.index("id='figures'")
+    assert html.index("<h2 id='answer'>") < html.index("<h2 id='figures'>") < html.index(
+        "id='figure-fig1_reward_vs_compute'") < html.index("<h2 id='suite-summary'>")
 
 
 def test_interactive_figures_toggle_objectives_and_seeds_and_switch_to_log(report):

@@ -16,11 +16,13 @@ from gspo_bench.config.load import (
 )
 from gspo_bench.config.schema import (
     ALGORITHMS,
+    AnalysisConfig,
     BudgetConfig,
     CollapseConfig,
     EvalConfig,
     ModelConfig,
     ObjectiveEntry,
+    PrimaryConfig,
     RolloutConfig,
     SuiteConfig,
     TaskConfig,
@@ -30,7 +32,7 @@ from gspo_bench.config.schema import (
 )
 
 __all__ = [
-    "ALGORITHMS", "BudgetConfig", "CollapseConfig", "EvalConfig", "ModelConfig", "ObjectiveEntry", "RolloutConfig",
+    "ALGORITHMS", "AnalysisConfig", "BudgetConfig", "CollapseConfig", "EvalConfig", "ModelConfig", "ObjectiveEntry", "PrimaryConfig", "RolloutConfig",
     "SuiteConfig", "SuiteError", "TaskConfig", "TrackingConfig", "TrainConfig", "WarmStartConfig", "apply_overrides",
     "arm_suite",
     "check_run_names", "dump_config", "load_suite", "parse_overrides", "parse_suite", "problems_text", "sweep_points",

@@ -498,6 +498,59 @@ class ObjectiveEntry(Strict):
         return {} if low is None and high is None else {"clip_low": low, "clip_high": high}
 
 
+class PrimaryConfig(Strict):
+    """The confirmatory comparisons of a suite, declared before it runs: the report's Holm family holds
+    these and nothing else (analysis.primary); every other comparison is exploratory."""
+
+    each_vs: str | None = Field(None, description="an arm's label: in each group (suite and sweep point), every "
+                                "other arm against it (that arm's final reward minus this one's)")
+    pairs: list[tuple[str, str]] | None = Field(None, min_length=1, description="ordered pairs of arm labels "
+                                                "[first, second]: first's final reward minus second's, in each group")
+    paper_checks: bool = Field(False, description="the paper checks (analysis.paper) join the family; without, "
+                               "they are exploratory")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> PrimaryConfig:
+        if (self.each_vs is None) == (self.pairs is None):
+            raise ValueError("give each_vs (every other arm against one) or pairs ([first, second] each), one of them")
+        seen: dict[frozenset[str], int] = {}
+        for i, (first, second) in enumerate(self.pairs or []):
+            if first == second:
+                raise ValueError(f"pairs.{i}: {first} against itself")
+            j = seen.setdefault(frozenset((first, second)), i)
+            if j != i:
+                raise ValueError(f"pairs.{j} and pairs.{i}: one comparison given twice ({first} and {second})")
+        return self
+
+    def labels(self) -> list[str]:
+        """Every arm label this declaration names, in order."""
+        named = [self.each_vs] if self.each_vs is not None else [x for pair in self.pairs or [] for x in pair]
+        return list(dict.fromkeys(named))
+
+    def check_arms(self, arms: list[str]) -> None:
+        """ValueError naming the field of a label that is not one of `arms` (the suite's run labels), or
+        an `each_vs` arm with no other arm to compare with."""
+        where = "analysis.primary.each_vs" if self.each_vs is not None else "analysis.primary.pairs"
+        unknown = [label for label in self.labels() if label not in arms]
+        if unknown:
+            raise ValueError(f"{where}: {', '.join(map(repr, unknown))} not an arm of this suite; its arms (run labels): "
+                             f"{', '.join(arms)}")
+        if self.each_vs is not None and len(arms) < 2:
+            raise ValueError(f"{where}: {self.each_vs} is the suite's only arm: nothing to compare it with")
+
+    def comparisons(self, arms: list[str]) -> list[tuple[str, str]]:
+        """(first, second) of each declared comparison among `arms` (one group's run labels, suite order):
+        `pairs` as given, or every other arm against `each_vs`."""
+        if self.pairs is not None:
+            return list(self.pairs)
+        return [(arm, str(self.each_vs)) for arm in arms if arm != self.each_vs]
+
+
+class AnalysisConfig(Strict):
+    primary: PrimaryConfig = Field(description="the confirmatory family: {each_vs: LABEL} or {pairs: [[FIRST, "
+                                   "SECOND], ...]}, and paper_checks: true to add the paper checks")
+
+
 class SuiteConfig(Strict):
     name: str = Field(description="suite name (a directory name: letters, digits, _ . , = @ + -)")
     description: str = ""
@@ -532,6 +585,9 @@ class SuiteConfig(Strict):
     collapse: CollapseConfig = CollapseConfig()
     eval: EvalConfig = EvalConfig()
     tracking: TrackingConfig = TrackingConfig()
+    analysis: AnalysisConfig | None = Field(None, description="how the report tests: `primary` declares its "
+                                            "confirmatory comparisons (docs/report.md); without, every comparison "
+                                            "is in the report's Holm family")
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="suite fields by dotted path -> values "
                                         "to cross (e.g. train.lr: [1e-4, 3e-4]); every objective x seed runs at "
                                         "every combination, labelled objective@name=value,...")
@@ -547,9 +603,9 @@ class SuiteConfig(Strict):
                 raise ValueError(f"sweep.{key}: {len(paths)} paths move together: each value must be a list of "
                                  f"{len(paths)} (one per path)")
             for path in paths:
-                if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir"):
+                if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir", "analysis"):
                     raise ValueError(f"sweep.{path}: {path.split('.')[0]} cannot be swept (seeds and objectives "
-                                     "already cross every sweep point)")
+                                     "already cross every sweep point; the analysis is the whole suite's)")
         sizes = [len(values) for values in v.values()]
         if math.prod(sizes) > MAX_SWEEP_POINTS:  # before any point is built: validate checks each as a suite
             raise ValueError(f"{math.prod(sizes)} points ({' x '.join(map(str, sizes))}), more than {MAX_SWEEP_POINTS}: "
@@ -618,4 +674,10 @@ class SuiteConfig(Strict):
             if getattr(task, "steps", None) is None:
                 raise ValueError(f"credit: step needs a task that checks steps; task {self.task.name} does not "
                                  "(countdown does)")
+        return self
+
+    @model_validator(mode="after")
+    def _primary_names_arms(self) -> SuiteConfig:
+        if self.analysis is not None:
+            self.analysis.primary.check_arms([o.run_label for o in self.objectives])
         return self

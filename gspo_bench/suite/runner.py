@@ -4,6 +4,7 @@ same budget, show progress. A run that collapses is recorded and the suite goes 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -184,6 +185,12 @@ def check_suite_folder(suite: SuiteConfig, root: Path, allow_changed: bool = Fal
                          "with these settings)")
 
 
+def suite_file_sha256(suite: SuiteConfig) -> str:
+    """The sha256 of the suite file `write_suite_file` writes for `suite` (each run records it in its
+    provenance; the report checks its suite.yaml against it)."""
+    return hashlib.sha256(dump_config(suite).encode("utf-8")).hexdigest()
+
+
 def write_suite_file(suite: SuiteConfig, out: Path) -> None:
     from gspo_bench.rundir.folder import atomic_write_text
 
@@ -232,7 +239,8 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
             if not world.is_main:
                 weights[key] = starting_weights(planned.start, planned.seed, log=log, on_eval=on_eval)
     specs = [RunSpec(suite=p.suite, entry=p.entry, seed=p.seed, run_dir=p.run_dir, init_weights=weights[weights_key(p)],
-                     sweep=p.sweep, algorithm=p.algorithm, overrides=p.overrides) for p in todo]
+                     sweep=p.sweep, algorithm=p.algorithm, overrides=p.overrides,
+                     suite_sha256=suite_file_sha256(suite)) for p in todo]
     mode = {"resume": resume, "allow_changed": allow_changed}
     if ray_address is not False:
         statuses = run_on_ray(specs, mode, observer, ray_address)

@@ -46,6 +46,7 @@ class RunSpec:
     sweep: dict = field(default_factory=dict)  # swept values of this run's sweep point, by short name
     algorithm: str = ""  # the entry's label without the sweep point (default: the label)
     overrides: dict = field(default_factory=dict)  # `--set` values by dotted path, already in `suite`
+    suite_sha256: str | None = None  # of the suite file (OUT/<suite>/suite.yaml) this run was started with
 
 
 @dataclass
@@ -98,7 +99,8 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         checkpoint = find_checkpoint(out.path) if resume else None
         weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
         policy, tokenizer, n_active = load_policy(spec, weights, device, world)
-        state, prov = RunState(), provenance(str(device)) | {"overrides": spec.overrides, "kernels": kernel_state()}
+        state, prov = RunState(), provenance(str(device)) | {"overrides": spec.overrides, "kernels": kernel_state(),
+                                                             "suite_sha256": spec.suite_sha256}
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
         prov["warm_start"] = warm_start_record(spec)
@@ -185,7 +187,8 @@ def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device
                               out.read_rows("eval.parquet"))
     prov = out.read_json("provenance.json") or provenance(str(device))
     prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes,
-                                           "overrides": spec.overrides, "kernels": kernel_state()})
+                                           "overrides": spec.overrides, "kernels": kernel_state(),
+                                           "suite_sha256": spec.suite_sha256})
     return state, prov
 
 
