@@ -126,12 +126,13 @@ def _yaml(path: Path) -> Any:
 
 
 def _metrics(path: Path) -> pd.DataFrame:
-    """The run's metrics table; RunFileError where a folder or another table (no reward/mean) is in its
-    place (a run silently left out of the report once)."""
+    """The run's metrics table; RunFileError where a folder or another table (rows, but no reward/mean) is
+    in its place (a run silently left out of the report once). A table of no rows is a run stopped before
+    its first step: it is shown as unfinished."""
     if path.is_dir():
         raise RunFileError(f"{path}: a folder, not a file")
     metrics = read_file(path, pd.read_parquet)
-    if "reward/mean" not in metrics.columns:
+    if len(metrics) and "reward/mean" not in metrics.columns:
         raise RunFileError(f"{path}: not a metrics table: no column reward/mean")
     return metrics
 

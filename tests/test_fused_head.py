@@ -34,11 +34,15 @@ def batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def close_gradients(got: dict, expected: dict) -> None:
-    """Equal up to fp32 summation order: rtol 1e-5, and an absolute 1e-6 of each gradient's largest entry
-    (the chunks add a projection's gradient in another order than one matmul does)."""
+    """Equal up to fp32 summation order: rtol 1e-5, and an absolute 1e-6 of the model's largest gradient
+    entry (the chunks add a projection's gradient in another order than one matmul does, and that noise
+    flows back through every layer at the scale of the largest gradients: qwen3_next's A_log, whose own
+    largest entry is 4e-4, moved 4e-9 at one thread; measured over every family at 1 and 2 threads, the
+    largest excess over rtol is 1.7e-7 of the model's largest entry)."""
     assert got.keys() == expected.keys()
+    scale = max(float(grad.abs().max()) for grad in expected.values())
     for name, grad in expected.items():
-        assert_close(got[name], grad, rtol=1e-5, atol=1e-6 * float(grad.abs().max()), msg=name)
+        assert_close(got[name], grad, rtol=1e-5, atol=1e-6 * scale, msg=name)
 
 
 def logp_and_grads(model, ids, attention, head_chunk, temperature=0.7):

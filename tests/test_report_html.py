@@ -150,7 +150,7 @@ def test_an_arm_ahead_of_only_some_of_the_others_is_not_named_the_leader(tmp_pat
         make_run(tmp_path, "grpo_x", seed, bonus=0.1, kind=("grpo", False))
     found = leader(sentences(root))
     assert found.startswith("**No objective is ahead of every other at equal compute** at a Holm-adjusted p below "
-                            "0.05: grpo_rr 0.595 and grpo_x 0.585 (the best two) differ by +0.01"), found
+                            "0.05: grpo_rr minus grpo_x (the best two), paired by seed: +0.01"), found
     assert "over 8 paired seeds, p = 0.28 (Holm-adjusted over the report's 3 comparisons: 0.28)" in found
 
 

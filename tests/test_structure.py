@@ -62,9 +62,10 @@ def allowed_below(layer: int) -> set[str]:
     return set().union(*(packages for _, packages in ARCHITECTURE[: layer + 1]))
 
 
-# analysis reads run folders and task baselines, never torch (see the test above)
+# analysis reads run folders, task baselines and suite files (their schema and YAML reader, which import no
+# torch: test_the_suite_schema_imports_without_torch), never torch (see the test above)
 LAYERS = {package: allowed_below(i) for i, (_, packages) in enumerate(ARCHITECTURE) for package in packages}
-LAYERS["analysis"] = {"analysis", "gspo_bench.rundir", "gspo_bench.tasks"}
+LAYERS["analysis"] = {"analysis", "gspo_bench.rundir", "gspo_bench.tasks", "gspo_bench.config"}
 LAYERS.update(LIBRARY)
 LAYERS["gspo_bench.runtime"] = {"gspo_bench.runtime"}
 

@@ -160,12 +160,8 @@ def run_step(run: Run, step: int) -> StepOutcome:
     values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor
     layers = update.layers
     if train.minibatches == 1 and after:  # no minibatch 2..K: the step's drift is the one after its update
-        layers = {"moe/drift": after["moe/drift_layer"][None],
-                  "moe/drift_expert": after["moe/drift_expert_layer"][None],
-                  **{key.removeprefix("layer:"): v[None] for key, v in after.items() if key.startswith("layer:")}}
-        drift = {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"]}
-        applied = update.metrics["nonfinite/minibatches"] == 0  # the one update; skipped: no drift after one
-        values |= {**drift, **drift_after_one(drift, applied), **layer_means({key: v[0] for key, v in layers.items()})}
+        layers, one = one_update_drift(after, applied=update.metrics["nonfinite/minibatches"] == 0)
+        values |= one
     layers = with_route_confidence(layers, old)
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
                 "replay": entry.use_replay, **{f"sweep/{name}": sweep_cell(value) for name, value in run.spec.sweep.items()},
@@ -182,6 +178,15 @@ def run_step(run: Run, step: int) -> StepOutcome:
         flops=outcome.compute.flops(run.n_active), step_s=t_step, peak_flops=device_peak_flops(policy.device),
         gpus=policy.world.size, peak_mem_gib=peak_memory_gib(policy.device)))
     return outcome
+
+
+def one_update_drift(after: dict, applied: bool) -> tuple[dict, dict]:
+    """A step of one minibatch: its drift is the one measured after its only update (`applied`: that update
+    was taken; a skipped one leaves no drift after one update). (per-layer values [1, L], the row's values)."""
+    layers = {"moe/drift": after["moe/drift_layer"][None], "moe/drift_expert": after["moe/drift_expert_layer"][None],
+              **{key.removeprefix("layer:"): v[None] for key, v in after.items() if key.startswith("layer:")}}
+    drift = {"moe/drift": after["moe/drift_after"], "moe/drift_expert": after["moe/drift_expert_after"]}
+    return layers, {**drift, **drift_after_one(drift, applied), **layer_means({key: v[0] for key, v in layers.items()})}
 
 
 def sampling_params(suite: SuiteConfig, seed: int, step: int, world: World, routing: bool) -> SamplingParams:
