@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from gspo_bench.runtime.kernels import pin_kernels
+import os
+
+# no test reaches a hub: a name that is no local path fails at once instead of retrying the network for
+# minutes (read when huggingface_hub and datasets are first imported, so before anything imports them)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+from gspo_bench.runtime.kernels import pin_kernels  # noqa: E402
 
 pin_kernels()  # before any test computes: the kernels the command line pins (gspo_bench.runtime.kernels)
 
