@@ -180,8 +180,8 @@ def run_step(run: Run, step: int) -> StepOutcome:
     return outcome
 
 
-def one_update_drift(after: dict, applied: bool) -> tuple[dict, dict]:
-    """A step of one minibatch: its drift is the one measured after its only update (`applied`: that update
+def one_update_drift(after: dict, applied: torch.Tensor) -> tuple[dict, dict]:
+    """A step of one minibatch: its drift is the one measured after its only update (`applied`, 0-d bool: that update
     was taken; a skipped one leaves no drift after one update). (per-layer values [1, L], the row's values)."""
     layers = {"moe/drift": after["moe/drift_layer"][None], "moe/drift_expert": after["moe/drift_expert_layer"][None],
               **{key.removeprefix("layer:"): v[None] for key, v in after.items() if key.startswith("layer:")}}
