@@ -218,16 +218,6 @@ def test_other_selections_are_refused_naming_the_supported_families(setup, famil
     assert all(not router.module._forward_hooks for router in find_routers(model))
 
 
-def test_router_noise_option_is_checked():
-    for bad in (-0.1, float("nan"), float("inf"), True, "0.5"):
-        with pytest.raises(ValueError, match="router_noise must be a finite number >= 0"):
-            make_engine("hf", pad_id=0, eos_id=2, router_noise=bad)
-    with pytest.raises(ValueError, match=r"unknown engine_options router_nois;.*router_noise \(std >= 0\)"):
-        make_engine("hf", pad_id=0, eos_id=2, router_nois=0.5)
-    with pytest.raises(ValueError, match="router_noise is an hf engine option"):
-        make_engine("vllm", pad_id=0, eos_id=2, model_path="unused", router_noise=0.5)
-
-
 def test_noise_under_a_replay_is_refused(setup):
     """A replay attached before the noise would silently override it."""
     _, model, prompts = setup
@@ -349,12 +339,13 @@ def test_the_old_policy_pass_measures_logit_noise_as_a_logprob_mismatch_with_rou
         assert (float(gap["mismatch/k3_kl"]) > 1e-3) if std else (float(gap["mismatch/k3_kl"]) < 1e-10)
 
 
-def test_logit_noise_option_is_checked_and_refused_on_vllm():
-    assert make_engine("hf", pad_id=0, eos_id=2, logit_noise=0.25).logit_noise == 0.25
+@pytest.mark.parametrize("option", ["router_noise", "logit_noise"])
+def test_an_engine_noise_option_is_checked_and_refused_on_vllm(option):
+    assert getattr(make_engine("hf", pad_id=0, eos_id=2, **{option: 0.25}), option) == 0.25
     for bad in (-0.1, float("nan"), float("inf"), True, "0.5"):
-        with pytest.raises(ValueError, match="logit_noise must be a finite number >= 0"):
-            make_engine("hf", pad_id=0, eos_id=2, logit_noise=bad)
-    with pytest.raises(ValueError, match=r"unknown engine_options logit_nois;.*logit_noise \(std >= 0\)"):
-        make_engine("hf", pad_id=0, eos_id=2, logit_nois=0.5)
-    with pytest.raises(ValueError, match="logit_noise is an hf engine option"):
-        make_engine("vllm", pad_id=0, eos_id=2, model_path="unused", logit_noise=0.5)
+        with pytest.raises(ValueError, match=f"{option} must be a finite number >= 0"):
+            make_engine("hf", pad_id=0, eos_id=2, **{option: bad})
+    with pytest.raises(ValueError, match=rf"unknown engine_options {option[:-1]};.*{option} \(std >= 0\)"):
+        make_engine("hf", pad_id=0, eos_id=2, **{option[:-1]: 0.5})
+    with pytest.raises(ValueError, match=f"{option} is an hf engine option"):
+        make_engine("vllm", pad_id=0, eos_id=2, model_path="unused", **{option: 0.5})
