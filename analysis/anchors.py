@@ -39,3 +39,13 @@ def link(target: str) -> str:
     """A file name or anchor as it goes in a URL (markdown links, href): every character but letters,
     digits and `_.-~` percent-encoded, `%` included."""
     return quote(target, safe="")
+
+
+# the stability map (analysis.stability): its sections and figures
+STABILITY = "stability-map"
+STABILITY_RULES = "stability-rules"
+CHANGE_VS_KL = "stability_change_vs_kl"
+CELLS = "stability_cells"
+COLLAPSE_PROBABILITY = "stability_collapse_probability"
+DRIFT_VS_ROUTER_LR = "stability_drift_vs_router_lr"
+SURVIVAL = "stability_survival"

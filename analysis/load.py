@@ -201,6 +201,7 @@ def _meta(run_dir: Path, status: dict, config: dict, prov: dict, metrics: pd.Dat
         "clip_low": run_cfg.get("clip_low"),
         "clip_high": run_cfg.get("clip_high"),
         "lr": run_cfg.get("lr"),
+        "router_lr_scale": float((suite_cfg.get("train") or {}).get("router_lr_scale", 1.0)),  # as the run trained
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),
         "device": prov.get("device"),

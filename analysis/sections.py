@@ -23,6 +23,10 @@ from analysis import figures as F
 from analysis import interactive as plotly_figures
 from analysis import margins as M
 from analysis import robust as R
+from analysis import stability as S
+from analysis import stability_figures as SF
+from analysis import stability_interactive as SI
+from analysis import stability_text as ST
 from analysis import tables as T
 from analysis.escape import escape
 from analysis.evidence import Evidence, gather
@@ -82,6 +86,11 @@ class Context:
     def figure_names(self) -> frozenset[str]:
         return self.figures if self.figures is not None else frozenset(spec.name for spec in report_figures(self))
 
+    @cached_property
+    def stability(self) -> S.StabilityMap | None:
+        """The stability map of every run (it judges collapsed runs too), None where it does not apply."""
+        return S.stability_map(self.results)
+
 
 @dataclass(frozen=True)
 class SectionSpec:
@@ -138,6 +147,21 @@ def _unfinished(c: Context) -> list[Section]:
     return [Section(UNFINISHED, "Unfinished runs (shown apart, never compared)", T.unfinished_table(c.results))]
 
 
+def _answer(c: Context) -> list:
+    """The verdict, then the stability map's sentences where the map applies."""
+    figures = set(c.figure_names)
+    sentences = answer(c.evidence, unfinished(c.results), c.spread, c.allow_unmatched, figures)
+    return sentences + (ST.stability_sentences(c.stability, figures) if c.stability is not None else [])
+
+
+def _stability(c: Context) -> list[Section]:
+    if c.stability is None:
+        return []
+    return [Section(anchors.STABILITY, "Stability map: each run's outcome class (fixed before any run) and what it is "
+                    "plotted against", ST.outcome_table(c.stability.outcomes)),
+            Section(anchors.STABILITY_RULES, "How the outcome classes and the boundary are defined", ST.RULES)]
+
+
 def _margins(c: Context) -> list[Section]:
     return [Section("router-margins", "Router margins against drift: an independence check (means over steps and "
                     "seeds)", M.margin_table(c.shown.metrics)),
@@ -162,8 +186,7 @@ def _comparisons(c: Context) -> list[Section]:
 
 
 SECTIONS: tuple[SectionSpec, ...] = (
-    SectionSpec("answer", _one(anchors.ANSWER, "The answer", lambda c: answer(
-        c.evidence, unfinished(c.results), c.spread, c.allow_unmatched, set(c.figure_names)))),
+    SectionSpec("answer", _one(anchors.ANSWER, "The answer", _answer)),
     SectionSpec("figures", _one(anchors.FIGURES, "Figures", lambda c: FiguresHere())),
     SectionSpec("suite-summary", _one("suite-summary", "Suite summary",
                                       lambda c: T.suite_summary(c.results, c.spread, c.allow_unmatched, c.evidence))),
@@ -182,6 +205,8 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("comparisons", _comparisons),
     SectionSpec("paper-vs-run", _paper, when="per group with GRPO and GSPO runs"),
     SectionSpec("by-sweep-point", _by_point, when="with a sweep"),
+    SectionSpec("stability-map", _stability, when="with finished or collapsed runs in several groups, or a swept "
+                "mismatch or volatility knob (analysis.stability.map_applies)"),
     SectionSpec("held-out-evaluation", _one("held-out-evaluation", "Held-out evaluation",
                                             lambda c: T.eval_table(c.shown))),
     SectionSpec("clip-by-length", _one("clip-by-length", "Clip fraction by response length",
@@ -269,9 +294,47 @@ def forest_spec(context: Context) -> FigureSpec:
 
 def report_figures(context: Context) -> list[FigureSpec]:
     """The report's figures in order: the forest plot of the declared comparisons first where the suite
-    file declares a family, then `figure_specs` of the finished runs."""
+    file declares a family, then the stability map's where it applies (`stability_specs`: of every run, it
+    judges the collapsed ones too), then `figure_specs` of the finished runs."""
     declared = [forest_spec(context)] if context.evidence.declared else []
-    return declared + figure_specs(context.shown)
+    return declared + stability_specs(context.results) + figure_specs(context.shown)
+
+
+STABILITY_FIGURES: tuple[tuple[str, str, Callable[[pd.DataFrame], plt.Axes], Callable[[pd.DataFrame], list]], ...] = (
+    (anchors.CHANGE_VS_KL, "Stability map (a): reward change against measured mismatch KL", SF.change_vs_kl,
+     SI.change_vs_kl),
+    (anchors.CELLS, "Stability map (b): share of seeds degraded or collapsed per sweep cell", lambda o: SF.cells(o)[0],
+     SI.cells),
+    (anchors.COLLAPSE_PROBABILITY, "Stability map (c): P(degraded or collapsed) against KL, logistic fit",
+     SF.collapse_probability, SI.collapse_probability),
+    (anchors.DRIFT_VS_ROUTER_LR, "Stability map (d): drift after one update against train.router_lr_scale",
+     SF.drift_vs_router_lr, SI.drift_vs_router_lr),
+    (anchors.SURVIVAL, "Stability map (e): collapse over steps (Kaplan-Meier)", SF.survival_curves, SI.survival_curves),
+)
+
+
+def _stability_shown(name: str, outcomes: pd.DataFrame) -> bool:
+    """(d) needs two router learning-rate scales or more, (e) a collapsed run; the others always apply."""
+    if name == anchors.DRIFT_VS_ROUTER_LR:
+        return outcomes["router_lr_scale"].nunique() > 1
+    if name == anchors.SURVIVAL:
+        return bool((outcomes["outcome"] == S.COLLAPSED).any())
+    return True
+
+
+def stability_specs(results: Results) -> list[FigureSpec]:
+    """The stability map's figures that apply to `results`, which should hold every run (the map judges
+    collapsed runs too, analysis.stability.judged); none where the map does not apply. They are bound to
+    `results`' run outcomes, computed once here: their functions ignore the results they are called with."""
+    if not S.map_applies(results):
+        return []
+    outcomes = S.run_outcomes(results)
+
+    def spec(name: str, title: str, static: Callable[[pd.DataFrame], plt.Axes],
+             interactive: Callable[[pd.DataFrame], list]) -> FigureSpec:
+        return FigureSpec(name, title, lambda _: _figure_of(static(outcomes)), lambda _: interactive(outcomes))
+
+    return [spec(*entry) for entry in STABILITY_FIGURES if _stability_shown(entry[0], outcomes)]
 
 
 def figure_specs(results: Results) -> list[FigureSpec]:
