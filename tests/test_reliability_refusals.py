@@ -149,6 +149,9 @@ REFUSALS = [
     case({"objectives": [{"name": "gspo", "clip_low": 1.5}]}, [], "objectives.0", id="clip-above-one"),
     case({"objectives": [{"name": "grpo", "kwargs": {"temperature": 2}}]}, [], "objectives.0", id="kwargs"),
     case({"eval": {"tasks": ["no_such_task"]}}, [], "eval.tasks", id="eval-task"),
+    case({"task": {"name": "sort", "params": {"max_len": 3}}, "eval": {"tasks": ["sort"], "limit": 128}}, [],
+         "eval.limit (128): task sort {'max_len': 3}: the task's test split has fewer than 128 distinct problems",
+         id="eval-limit"),  # 102 distinct: every run failed at its first evaluation
     case({"rollout": {"engine": "sglang"}}, [], "rollout.engine", id="engine-name"),
     case({"seeds": [0, 0]}, [], "seeds", id="seeds-distinct"),
     *(case({"name": name}, [], "name: a suite name is a folder name", id=f"suite-name-{i}")

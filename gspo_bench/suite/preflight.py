@@ -259,4 +259,23 @@ def _check_eval_tasks(suite: SuiteConfig) -> list[str]:
     if unknown:
         problems.append(f"eval.lm_eval_tasks: {unknown} not in lm-eval's task registry"
                         + (f" nor in {suite.eval.lm_eval_include}" if suite.eval.lm_eval_include else ""))
+    return problems or _eval_limits(suite)
+
+
+def _eval_limits(suite: SuiteConfig) -> list[str]:
+    """Each of our eval tasks has `eval.limit` distinct test problems (both engines evaluate that many),
+    with the params it is evaluated with: a small problem space would fail every run at its first
+    evaluation."""
+    from gspo_bench.tasks import make_task
+    from gspo_bench.train.evaluation import resolve_tasks
+
+    problems = []
+    for name, params in resolve_tasks(suite.eval.tasks, suite.task.name, suite.task.params):
+        if params is None:
+            continue  # an lm-eval task: lm-eval reads its own documents
+        try:
+            make_task(name, **params).test_examples(suite.eval.limit)
+        except ValueError as err:
+            problems.append(f"eval.limit ({suite.eval.limit}): task {name} {params}: {err}; evaluate on fewer "
+                            "problems or widen the task")
     return problems
