@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import logging
 import math
@@ -288,11 +289,24 @@ def unknown_eval_tasks(names: list[str], suite_task: str | None = None, include:
     others = [n for n in names if n not in ours]
     if not others:
         return []
+    known = _lm_eval_task_names(include) if include else _registry_task_names()
+    return [n for n in others if n not in known]
+
+
+def _lm_eval_task_names(include: str | None) -> frozenset[str]:
+    """The task names lm-eval's registry knows, with the task directory `include` (its TaskManager
+    indexes every task YAML it ships: ~10 s)."""
     with lm_eval_scope():
         from lm_eval.tasks import TaskManager
 
-        known = set(TaskManager(include_path=include).all_tasks)
-    return [n for n in others if n not in known]
+        return frozenset(TaskManager(include_path=include).all_tasks)
+
+
+@functools.cache
+def _registry_task_names() -> frozenset[str]:
+    """lm-eval's own registry, indexed once per process (`validate` then `run` in one process index it
+    once); a task directory given with eval.lm_eval_include is indexed at each call (it may change)."""
+    return _lm_eval_task_names(None)
 
 
 def eval_target(path: Path) -> tuple[Path, dict]:
