@@ -91,11 +91,11 @@ def assert_same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> None:
 
 @pytest.mark.slow
 def test_ci_suite_end_to_end(tmp_path, monkeypatch):
-    """`gspo-bench run` of experiments/ci.yaml at a fifth of its budget (the regression check runs it
+    """`gspo-bench run` of experiments/ci.yaml at a tenth of its budget (the regression check runs it
     whole): schema and invariants of what it writes."""
     monkeypatch.setenv("GSPO_BENCH_CACHE", str(tmp_path / "cache"))
     data = yaml.safe_load((EXPERIMENTS / "ci.yaml").read_text())
-    data["budget"]["value"] = float(data["budget"]["value"]) / 5
+    data["budget"]["value"] = float(data["budget"]["value"]) / 10
     data["seeds"] = [0]  # the baseline's three seeds are the regression check's; one shows the schema
     data["train"]["threads"] = 1  # beside another test worker, 2 OpenMP threads spin-wait on 2 cores
     suite = tmp_path / "ci.yaml"
