@@ -20,9 +20,9 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q -e ".[dev]"
-	touch $@
+	touch $(VENV)/.installed $@
 
 ## the main job on the embedded default (a tiny MoE on CPU)
 quickstart: $(VENV)/.installed
@@ -42,10 +42,11 @@ test-browser: $(VENV)/.installed-dev
 	command -v chromium >/dev/null || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver)
 	$(BIN)/python -m pytest -q -m browser tests/test_report_html.py
 
-## CI regression: a fresh run of experiments/ci.yaml (seed 0) against the committed baseline (seeds 0-2)
+## CI regression: a fresh run of experiments/ci.yaml (seed 0, its four runs two at a time at 1 thread each)
+## against the committed baseline (seeds 0-2)
 regress: $(VENV)/.installed
 	rm -rf $(VENV)/ci-run
-	GSPO_BENCH_CACHE=$(VENV)/ci-run/cache $(BIN)/gspo-bench run experiments/ci.yaml --seeds 0 --out $(VENV)/ci-run
+	GSPO_BENCH_CACHE=$(VENV)/ci-run/cache $(BIN)/gspo-bench run experiments/ci.yaml --seeds 0 --out $(VENV)/ci-run --parallel 2
 	$(BIN)/gspo-bench regress $(VENV)/ci-run/ci --baseline results/ci-baseline
 
 $(VENV)/.installed-perf: pyproject.toml $(VENV)/.installed
