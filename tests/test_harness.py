@@ -97,7 +97,6 @@ def test_ci_suite_end_to_end(tmp_path, monkeypatch):
     data = yaml.safe_load((EXPERIMENTS / "ci.yaml").read_text())
     data["budget"]["value"] = float(data["budget"]["value"]) / 10
     data["seeds"] = [0]  # the baseline's three seeds are the regression check's; one shows the schema
-    data["train"]["threads"] = 1  # beside another test worker, 2 OpenMP threads spin-wait on 2 cores
     suite = tmp_path / "ci.yaml"
     suite.write_text(yaml.safe_dump(data))
     result = CliRunner().invoke(app, ["run", str(suite), "--out", str(tmp_path / "runs")])
