@@ -294,10 +294,10 @@ def forest_spec(context: Context) -> FigureSpec:
 
 def report_figures(context: Context) -> list[FigureSpec]:
     """The report's figures in order: the forest plot of the declared comparisons first where the suite
-    file declares a family, then the stability map's where it applies (`stability_specs`: of every run, it
-    judges the collapsed ones too), then `figure_specs` of the finished runs."""
+    file declares a family, then the stability map's where it applies (`map_figures` of the context's map: of
+    every run, it judges the collapsed ones too), then `figure_specs` of the finished runs."""
     declared = [forest_spec(context)] if context.evidence.declared else []
-    return declared + stability_specs(context.results) + figure_specs(context.shown)
+    return declared + map_figures(context.stability) + figure_specs(context.shown)
 
 
 STABILITY_FIGURES: tuple[tuple[str, str, Callable[[pd.DataFrame], plt.Axes], Callable[[pd.DataFrame], list]], ...] = (
@@ -322,19 +322,24 @@ def _stability_shown(name: str, outcomes: pd.DataFrame) -> bool:
     return True
 
 
-def stability_specs(results: Results) -> list[FigureSpec]:
-    """The stability map's figures that apply to `results`, which should hold every run (the map judges
-    collapsed runs too, analysis.stability.judged); none where the map does not apply. They are bound to
-    `results`' run outcomes, computed once here: their functions ignore the results they are called with."""
-    if not S.map_applies(results):
+def map_figures(found: S.StabilityMap | None) -> list[FigureSpec]:
+    """The stability map's figures that apply to `found` (analysis.stability.stability_map: none where the
+    map does not apply). They are bound to its run outcomes: their functions ignore the results they are
+    called with."""
+    if found is None:
         return []
-    outcomes = S.run_outcomes(results)
+    outcomes = found.outcomes
 
     def spec(name: str, title: str, static: Callable[[pd.DataFrame], plt.Axes],
              interactive: Callable[[pd.DataFrame], list]) -> FigureSpec:
         return FigureSpec(name, title, lambda _: _figure_of(static(outcomes)), lambda _: interactive(outcomes))
 
     return [spec(*entry) for entry in STABILITY_FIGURES if _stability_shown(entry[0], outcomes)]
+
+
+def stability_specs(results: Results) -> list[FigureSpec]:
+    """`map_figures` of `results`, which should hold every run (the map judges collapsed runs too)."""
+    return map_figures(S.stability_map(results))
 
 
 def figure_specs(results: Results) -> list[FigureSpec]:
