@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gspo_bench.config.numbers import boolean_message, boolean_numbers, check_settings
+from gspo_bench.config.tuning import TuningConfig, check_tuning
 from gspo_bench.models.families import SUPPORTED_FAMILIES
 
 if TYPE_CHECKING:
@@ -162,10 +163,13 @@ class TaskConfig(Strict):
 
         if self.name not in list_tasks():
             raise ValueError(f"unknown task {self.name!r}; expected one of {', '.join(list_tasks())}")
-        unknown = set(self.params) - set(task_params(self.name))
+        from gspo_bench.tasks.validation import HELD_OUT_PARAM
+
+        own = {k: v for k, v in self.params.items() if k != HELD_OUT_PARAM}  # held_out: any task's (make_task)
+        unknown = set(own) - set(task_params(self.name))
         if unknown:
             raise ValueError(f"task {self.name!r} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
-        check_settings(task_spec(self.name).factory, self.params, "params")
+        check_settings(task_spec(self.name).factory, own, "params")
         return self
 
     def instance(self) -> Task:
@@ -588,6 +592,9 @@ class SuiteConfig(Strict):
     analysis: AnalysisConfig | None = Field(None, description="how the report tests: `primary` declares its "
                                             "confirmatory comparisons (docs/report.md); without, every comparison "
                                             "is in the report's Holm family")
+    tuning: TuningConfig | None = Field(None, description="tune every arm on one declared budget before the "
+                                        "comparison: search spaces, trials, trial seeds, the selection rule "
+                                        "(gspo_bench.config.tuning; docs/suites.md)")
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="suite fields by dotted path -> values "
                                         "to cross (e.g. train.lr: [1e-4, 3e-4]); every objective x seed runs at "
                                         "every combination, labelled objective@name=value,...")
@@ -680,4 +687,10 @@ class SuiteConfig(Strict):
     def _primary_names_arms(self) -> SuiteConfig:
         if self.analysis is not None:
             self.analysis.primary.check_arms([o.run_label for o in self.objectives])
+        return self
+
+    @model_validator(mode="after")
+    def _tuning_runs(self) -> SuiteConfig:
+        if self.tuning is not None:
+            check_tuning(self)
         return self

@@ -57,12 +57,20 @@ def task_params(name: str) -> dict[str, object]:
 
 
 def make_task(name: str, **params: Any) -> Task:
-    """Build task `name` with `params`; unknown params are an error naming the valid ones."""
+    """Build task `name` with `params`; unknown params are an error naming the valid ones. The param
+    `held_out: validation` (any task; `tasks.validation`) builds the task with its validation split in
+    place of its test split, as a tuning trial trains and is scored on it."""
+    from gspo_bench.tasks.validation import HELD_OUT_PARAM, HELD_OUT_SPLITS, ValidationHeldOut
+
+    held_out = params.pop(HELD_OUT_PARAM, "test")
+    if held_out not in HELD_OUT_SPLITS:
+        raise ValueError(f"task {name!r}: {HELD_OUT_PARAM} must be one of {', '.join(HELD_OUT_SPLITS)}, got {held_out!r}")
     valid = task_params(name)
     unknown = set(params) - set(valid)
     if unknown:
         raise ValueError(f"task {name!r} has no params {sorted(unknown)}; valid: {sorted(valid)}")
-    return task_spec(name).factory(**params)
+    task = task_spec(name).factory(**params)
+    return ValidationHeldOut(task) if held_out == "validation" else task
 
 
 def task_baseline(name: str, params: dict[str, Any] | None = None) -> Baseline | None:

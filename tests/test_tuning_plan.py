@@ -1,0 +1,111 @@
+"""Tuning in a suite (`tuning:`): the trial plan is deterministic and inside the declared space, trial
+seeds are disjoint from the comparison's, bad input is refused in one line, and the comparison runs
+carry the chosen settings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gspo_bench.config import SuiteError, parse_suite
+from gspo_bench.config.tuning import (
+    LogUniform,
+    arms_ruleset,
+    comparison_suite,
+    plan_trials,
+    trial_settings,
+    trial_suite,
+)
+from gspo_bench.suite.runner import plan_runs
+
+
+def tuned_suite(**tuning) -> dict:
+    """A tiny two-arm suite with a tuning section (`tuning` replaces its keys); never trained here."""
+    section = {"trials": 6, "budget_share": 0.5, "seed": 3, "seeds": [10, 11],
+               "select": {"metric": "countdown", "rule": "final"},
+               "spaces": {"all": {"lr": {"log_uniform": [1e-4, 1e-3]}},
+                          "gspo": {"clip_low": {"log_uniform": [3e-4, 3e-2]}, "clip_high": [4e-4, 4e-3, 4e-2]}},
+               **tuning}
+    return {
+        "name": "tq", "task": {"name": "countdown", "params": {"count": 3}},
+        "model": {"num_layers": 2, "hidden_size": 32, "expert_hidden": 32, "num_experts": 4, "top_k": 2},
+        "warm_start": {"enabled": False}, "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
+        "train": {"lr": 2e-4, "minibatches": 1}, "budget": {"kind": "steps", "value": 4},
+        "objectives": [{"name": "grpo"}, {"name": "gspo"}], "seeds": [0, 1],
+        "eval": {"tasks": ["countdown"], "every": 2, "limit": 8, "engine": "rollout"}, "tuning": section,
+    }
+
+
+def test_the_trial_plan_is_the_same_for_a_seed_and_moves_with_it():
+    first = [(t.label, t.settings) for t in plan_trials(parse_suite(tuned_suite()))]
+    again = [(t.label, t.settings) for t in plan_trials(parse_suite(tuned_suite()))]
+    other = [(t.label, t.settings) for t in plan_trials(parse_suite(tuned_suite(seed=4)))]
+    assert first == again
+    assert [label for label, _ in first] == [f"{arm}.t{i:02d}" for arm in ("grpo", "gspo") for i in range(6)]
+    assert [s for _, s in first] != [s for _, s in other]
+    settings = [s for _, s in first]
+    assert len({s["lr"] for s in settings}) == len(settings)  # quasi-random points, not one value repeated
+
+
+def test_every_trial_lies_in_its_declared_space_and_fills_it():
+    settings = trial_settings({"lr": LogUniform(log_uniform=(1e-4, 1e-2)), "w": [1, 2, 3]}, 64, seed=0)
+    lrs = [s["lr"] for s in settings]
+    assert all(1e-4 <= lr <= 1e-2 for lr in lrs)
+    decades = [sum(lo <= math.log10(lr) < lo + 1 for lr in lrs) for lo in (-4, -3)]
+    assert min(decades) >= 28  # log-uniform: each decade gets about half (Halton: 32 +- a few)
+    assert {s["w"] for s in settings} == {1, 2, 3}  # a list is categorical: every value drawn, none other
+
+
+def test_trials_are_the_arm_with_its_settings_at_the_trial_budget_on_trial_seeds():
+    suite = parse_suite(tuned_suite())
+    trials = trial_suite(suite)
+    gspo = [t for t in plan_trials(suite) if t.arm == "gspo"]
+    assert all(t.entry.clip_low == t.settings["clip_low"] and t.entry.clip_high == t.settings["clip_high"]
+               and t.entry.lr == t.settings["lr"] and t.entry.objective == "gspo" for t in gspo)
+    assert trials.seeds == [10, 11] and trials.budget.value == 2.0 and trials.tuning is None
+    assert trials.task.params == {"count": 3, "held_out": "validation"}
+    assert not set(trials.seeds) & set(suite.seeds)
+    assert arms_ruleset(suite) == {"grpo": "tuned", "gspo": "tuned"}
+
+
+def test_the_comparison_runs_carry_the_chosen_settings_on_the_comparison_seeds(tmp_path):
+    suite = parse_suite(tuned_suite())
+    chosen = {"grpo": {"lr": 3e-4}, "gspo": {"lr": 5e-4, "clip_low": 1e-3, "clip_high": 4e-3}}
+    runs = plan_runs(comparison_suite(suite, chosen), tmp_path)
+    assert sorted((r.name, r.entry.lr, r.entry.clip_low) for r in runs) == [
+        ("grpo-s0", 3e-4, None), ("grpo-s1", 3e-4, None), ("gspo-s0", 5e-4, 1e-3), ("gspo-s1", 5e-4, 1e-3)]
+    assert {r.entry.clip_range()["clip_high"] for r in runs if r.entry.run_label == "gspo"} == {4e-3}
+    assert {r.suite.task.params.get("held_out") for r in runs} == {None}  # compared on the test split
+    with pytest.raises(ValueError, match=r"no choice for \['gspo'\]"):
+        comparison_suite(suite, {"grpo": {"lr": 3e-4}})
+
+
+@pytest.mark.parametrize(("tuning", "message"), [
+    ({"spaces": {"gspo": {}}}, r"spaces.gspo: empty search space"),
+    ({"spaces": {"all": {"kwargs.nope": [1, 2]}}}, r"objective grpo takes no keyword 'nope'"),
+    ({"spaces": {"all": {"correction.low": [0.5]}}}, r"arm grpo has no correction to tune"),
+    ({"spaces": {"all": {"model.num_layers": [2]}}}, r"model.num_layers: not a setting a space can tune"),
+    ({"spaces": {"sapo": {"lr": [1e-4]}}}, r"tuning.spaces.sapo: not an arm of this suite"),
+    ({"budget_share": None, "budget": {"value": 0}}, r"tuning.budget.value: Input should be greater than 0"),
+    ({"budget_share": None, "budget": {"value": 5}}, r"larger than the suite's budget \(steps = 4\)"),
+    ({"budget_share": 0}, r"tuning.budget_share: Input should be greater than 0"),
+    ({"seeds": [1, 10]}, r"tuning.seeds: \[1\] also seed the comparison"),
+    ({"select": {"metric": "reward/mean"}}, r"select.metric 'reward/mean': not a score the trials evaluate"),
+    ({"select": {"metric": "countdown", "rule": "best"}}, r"tuning.select.rule: Input should be 'final' or 'auc'"),
+])
+def test_bad_tuning_input_is_one_line_naming_the_field(tuning, message):
+    with pytest.raises(SuiteError, match=message) as err:
+        parse_suite(tuned_suite(**tuning))
+    assert "\n" not in str(err.value)
+
+
+def test_arms_tuned_on_unequal_budgets_are_refused_unless_the_suite_allows_it():
+    only_gspo = {"spaces": {"gspo": {"lr": {"log_uniform": [1e-4, 1e-3]}}}}
+    with pytest.raises(SuiteError, match=r"unequal budgets \(trials: grpo 0, gspo 6\)"):
+        parse_suite(tuned_suite(**only_gspo))
+    with pytest.raises(SuiteError, match=r"unequal budgets \(trials: grpo 6, gspo 2\)"):
+        parse_suite(tuned_suite(arm_trials={"gspo": 2}))
+    allowed = parse_suite(tuned_suite(**only_gspo, allow_unequal=True))
+    assert arms_ruleset(allowed) == {"grpo": "defaults", "gspo": "tuned"}
+    assert [t.arm for t in plan_trials(allowed)] == ["gspo"] * 6
