@@ -98,8 +98,15 @@ def find_run_dirs(path: Path) -> list[Path]:
     if is_run_dir(path):
         return [path]
     found = sorted(p for p in path.glob("*") if p.is_dir() and is_run_dir(p))
-    found += sorted(p for p in path.glob("*/*") if p.is_dir() and is_run_dir(p))
+    found += sorted(p for p in path.glob("*/*") if p.is_dir() and is_run_dir(p) and not is_trial_dir(p))
     return found
+
+
+def is_trial_dir(path: Path) -> bool:
+    """A tuned suite's trial run (OUT/<suite>/tuning/<trial>): read by analysis.tuning, never compared."""
+    from gspo_bench.config.tuning import TRIALS_FOLDER
+
+    return path.parent.name == TRIALS_FOLDER and (path.parent.parent / "suite.yaml").is_file()
 
 
 def read_file(path: Path, read: Callable[[Path], Any], kind: type | None = None, optional: bool = False) -> Any:

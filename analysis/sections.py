@@ -28,6 +28,7 @@ from analysis import stability_figures as SF
 from analysis import stability_interactive as SI
 from analysis import stability_text as ST
 from analysis import tables as T
+from analysis import tuning as TU
 from analysis.escape import escape
 from analysis.evidence import Evidence, gather
 from analysis.load import Results, finished, unfinished
@@ -207,6 +208,10 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("by-sweep-point", _by_point, when="with a sweep"),
     SectionSpec("stability-map", _stability, when="with finished or collapsed runs in several groups, or a swept "
                 "mismatch or volatility knob (analysis.stability.map_applies)"),
+    SectionSpec("tuning", lambda c: [Section("tuning", "Tuning: ruleset per arm, chosen settings, tuning and comparison "
+                                             "FLOPs", f"{TU.tuning_text(c.results)}"), Section(
+        "tuning-arms", "Tuning per arm", TU.tuning_table(c.results))] if TU.tuning_records(c.results) else [],
+                when="with a tuned suite (tuning: in its suite file)"),
     SectionSpec("held-out-evaluation", _one("held-out-evaluation", "Held-out evaluation",
                                             lambda c: T.eval_table(c.shown))),
     SectionSpec("clip-by-length", _one("clip-by-length", "Clip fraction by response length",
@@ -297,7 +302,10 @@ def report_figures(context: Context) -> list[FigureSpec]:
     file declares a family, then the stability map's where it applies (`map_figures` of the context's map: of
     every run, it judges the collapsed ones too), then `figure_specs` of the finished runs."""
     declared = [forest_spec(context)] if context.evidence.declared else []
-    return declared + map_figures(context.stability) + figure_specs(context.shown)
+    tuned = [FigureSpec(TU.TUNING_FIGURE, "Tuning sensitivity: validation score against each tuned setting (trials as "
+                        "points, the chosen one a star)", TU.sensitivity_figure, TU.sensitivity_interactive)]
+    return declared + map_figures(context.stability) + figure_specs(context.shown) + (
+        tuned if TU.tuning_records(context.results) else [])
 
 
 STABILITY_FIGURES: tuple[tuple[str, str, Callable[[pd.DataFrame], plt.Axes], Callable[[pd.DataFrame], list]], ...] = (

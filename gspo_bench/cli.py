@@ -21,8 +21,7 @@ from gspo_bench.runtime.stopping import Stopped, stop_on_signals
 from gspo_bench.suite.console import PrintableConsole
 
 if TYPE_CHECKING:
-    from gspo_bench.config import SuiteConfig
-    from gspo_bench.suite.runner import PlannedRun
+    from gspo_bench.suite.session import Session
 
 app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
@@ -133,6 +132,15 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), ove
         f"{suite.budget.value:g}")
     for run in runs:
         say(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}")
+    if suite.tuning is not None:
+        from gspo_bench.config.tuning import arms_ruleset, plan_trials
+        from gspo_bench.suite.tuning_runs import settings_text
+
+        trials = plan_trials(suite)
+        say(f"  tuning first: {len(trials)} trials x seeds {suite.tuning.seeds} on the validation split (the runs "
+            f"above then use each arm's chosen settings); {', '.join(f'{a} {r}' for a, r in arms_ruleset(suite).items())}")
+        for trial in trials:
+            say(f"    {trial.label}: {settings_text(trial.settings)}")
 
 
 def parse_seeds(seeds: str | None) -> list[int] | None:
@@ -177,6 +185,7 @@ def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
     from gspo_bench.suite.plan import PlanError, plan_rows, plan_suite, plans_by_suite
     from gspo_bench.suite.runner import plan_runs
     from gspo_bench.suite.session import load_with_overrides
+    from gspo_bench.suite.tuning_runs import tuning_rows
 
     try:
         suite, _ = load_with_overrides(suite_path, overrides)
@@ -187,7 +196,7 @@ def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
         raise fail(str(err)) from None
     given = "".join(f" --set {item}" for item in overrides or [])
     table = Table(title=escape(f"dry run: suite {suite.name!r} ({suite_path}{given})"), show_header=False)
-    for key, value in plan_rows(suite, plan, [run.name for run in runs], groups):
+    for key, value in plan_rows(suite, plan, [run.name for run in runs], groups) + tuning_rows(suite, plan):
         table.add_row(key, escape(value))
     console.print(table)
 
@@ -216,8 +225,6 @@ def run(
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
     from gspo_bench.suite.launch import default_parallel, start_process_server
-    from gspo_bench.suite.progress import SuiteProgress
-    from gspo_bench.suite.runner import run_suite
     from gspo_bench.suite.session import exit_code
 
     if dry_run:
@@ -226,44 +233,85 @@ def run(
         start_process_server()
     if ray or ray_address:
         check_ray_installed()
-    suite, root, todo = planned_todo(suite_path, overrides, out, only, parse_seeds(seeds), resume, allow_changed)
+    session = planned_todo(suite_path, overrides, out, only, parse_seeds(seeds), resume, allow_changed)
+    suite, root = session.suite, session.root
     world = suite_world(suite)  # under torchrun: this rank; the ranks check outputs before any writes
     if world.distributed and (parallel != 1 or ray or ray_address):
         raise fail("--parallel and --ray run whole runs side by side; under torchrun every rank trains the same run")
     out_console = console if world.is_main else Console(quiet=True)
+    launch = {"resume": resume, "allow_changed": allow_changed, "world": world, "out_console": out_console,
+              "parallel": parallel or default_parallel(suite.train.threads),
+              "ray_address": ray_address if (ray or ray_address) else False}
+    todo, trial_outcomes = session.todo, []
+    if session.trials or session.awaiting_choice:  # a tuned suite: its trials first, then the choice
+        trial_outcomes = run_trials(session, suite_path, overrides, launch)
+        todo = chosen_todo(session, overrides, only, parse_seeds(seeds), resume, allow_changed)
     if not todo:
         say("nothing to do: every planned run is finished", out_console)
         return what_next(root / suite.name, make_report) if world.is_main else None
-    try:
-        with SuiteProgress(out_console, {p.run_dir.name: p.suite.budget for p in todo},
-                           suites={p.run_dir.name: p.suite for p in todo}) as progress:
-            outcomes = run_suite(suite, todo, root, resume=resume, allow_changed=allow_changed, world=world,
-                                 log=lambda msg: say(msg, out_console), observer=progress,
-                                 parallel=parallel or default_parallel(suite.train.threads),
-                                 ray_address=ray_address if (ray or ray_address) else False)
-    except OSError as err:
-        raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
-    except KeyboardInterrupt as err:
-        raise suite_stopped(err, suite_path, root, overrides) from None
+    outcomes = launch_runs(suite, todo, root, suite_path, overrides, launch)
     print_outcomes(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
     if world.is_main:
         what_next(root / suite.name, make_report)
-    code = exit_code(outcomes)
+    code = exit_code(trial_outcomes + outcomes)
     if code:
         raise typer.Exit(code)
 
 
+def launch_runs(suite, todo, root: Path, suite_path: Path, overrides: list[str] | None, launch: dict) -> list:
+    """Run `todo` (runs of `suite` under `root`) with the launch settings of `run`; every stop as one line."""
+    from gspo_bench.suite.progress import SuiteProgress
+    from gspo_bench.suite.runner import run_suite
+
+    out_console = launch["out_console"]
+    try:
+        with SuiteProgress(out_console, {p.run_dir.name: p.suite.budget for p in todo},
+                           suites={p.run_dir.name: p.suite for p in todo}) as progress:
+            return run_suite(suite, todo, root, resume=launch["resume"], allow_changed=launch["allow_changed"],
+                             world=launch["world"], log=lambda msg: say(msg, out_console), observer=progress,
+                             parallel=launch["parallel"], ray_address=launch["ray_address"])
+    except OSError as err:
+        raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
+    except KeyboardInterrupt as err:
+        raise suite_stopped(err, suite_path, root, overrides) from None
+
+
+def run_trials(session, suite_path: Path, overrides: list[str] | None, launch: dict) -> list:
+    """A tuned suite's trial runs (OUT/<suite>/tuning/), before its comparison."""
+    from gspo_bench.config.tuning import trial_suite
+
+    if not session.trials:
+        return []
+    trials = trial_suite(session.suite)
+    say(f"tuning: {len(session.trials)} trial runs to do (OUT/{session.suite.name}/tuning/)", launch["out_console"])
+    outcomes = launch_runs(trials, session.trials, session.root / session.suite.name, suite_path, overrides, launch)
+    print_outcomes(outcomes, f"trials of {session.suite.name} -> {session.root / session.suite.name / 'tuning'}",
+                   launch["out_console"])
+    return outcomes
+
+
+def chosen_todo(session, overrides: list[str] | None, only: list[str] | None, seeds: list[int] | None,
+                resume: bool, allow_changed: bool) -> list:
+    """Each arm's choice from its trials (written to chosen.json), then the comparison's runs to do."""
+    from gspo_bench.rundir.lock import RunBusyError
+    from gspo_bench.suite.session import choose_and_plan
+
+    try:
+        return choose_and_plan(session, overrides, only, seeds, resume, allow_changed)
+    except (ValueError, FileExistsError, RunBusyError) as err:
+        raise fail(f"tuning: {err}") from None
+
+
 def planned_todo(suite_path: Path, overrides: list[str] | None, out: Path | None, only: list[str] | None,
-                 seeds: list[int] | None, resume: bool, allow_changed: bool) -> tuple[SuiteConfig, Path, list[PlannedRun]]:
-    """`gspo_bench.suite.session.plan_session` (the suite, the results root, the runs to do); every problem
-    as one error line."""
+                 seeds: list[int] | None, resume: bool, allow_changed: bool) -> Session:
+    """`gspo_bench.suite.session.plan_session` (the suite, the results root, the runs to do, a tuned suite's
+    trials); every problem as one error line."""
     from gspo_bench.config import SuiteError
     from gspo_bench.rundir.lock import RunBusyError
     from gspo_bench.suite.session import plan_session
 
     try:
-        session = plan_session(suite_path, overrides, out, only, seeds, resume, allow_changed)
-        return session.suite, session.root, session.todo
+        return plan_session(suite_path, overrides, out, only, seeds, resume, allow_changed)
     except (SuiteError, ValueError, FileExistsError, RunBusyError) as err:
         raise fail(str(err)) from None
 
