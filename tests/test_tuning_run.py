@@ -11,6 +11,7 @@ import pandas as pd
 import yaml
 
 from analysis.load import load_results
+from analysis.reproduce import compare_results
 from analysis.tuning import trial_points, tuning_table
 
 
@@ -52,5 +53,7 @@ def test_a_tuned_suite_runs_its_trials_then_compares_with_the_chosen_settings(tm
     assert list(table["ruleset"]) == ["tuned", "tuned"] and list(table["trials"]) == [2, 2]
     assert (table["tuning FLOPs"] > 0).all() and (table["comparison FLOPs"] > 0).all()
     assert trial_points(results)["chosen"].sum() == 3  # grpo's lr; gspo's lr and clip_high
+    names = [r.run for r in compare_results(suite_dir, suite_dir)]  # reproduce knows the trials and the choice
+    assert "tuning/gspo.t01-s10" in names and "tuning/chosen.json" in names and "gspo-s0" in names
     again = cli("run", path, "--out", tmp_path / "out", "--resume")
     assert again.exit_code == 0 and "nothing to do" in again.output
