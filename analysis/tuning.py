@@ -16,6 +16,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 import plotly.graph_objects as go
+from matplotlib.ticker import NullFormatter
 from plotly.subplots import make_subplots
 
 from analysis.load import Results
@@ -121,7 +122,9 @@ def sensitivity_figure(results: Results) -> plt.Figure:
             ax.scatter(here["value"], here["score"], s=18, color="tab:blue", alpha=0.7, label="trials")
             best = here[here["chosen"]]
             ax.scatter(best["value"], best["score"], s=140, marker="*", color="tab:red", label="chosen")
-            ax.set_xscale("log" if log_axis(here["value"]) else "linear")
+            if log_axis(here["value"]):
+                ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap
             ax.set_xlabel(settings[col])
             ax.set_ylabel(f"{arm}: validation score" if col == 0 else "")
     axes[0][0].legend(fontsize=7)

@@ -12,7 +12,7 @@ import yaml
 
 from analysis.load import load_results
 from analysis.reproduce import compare_results
-from analysis.tuning import trial_points, tuning_table
+from analysis.tuning import sensitivity_figure, sensitivity_interactive, trial_points, tuning_table
 
 
 def tiny_tuned_suite(cache: str) -> dict:
@@ -53,6 +53,11 @@ def test_a_tuned_suite_runs_its_trials_then_compares_with_the_chosen_settings(tm
     assert list(table["ruleset"]) == ["tuned", "tuned"] and list(table["trials"]) == [2, 2]
     assert (table["tuning FLOPs"] > 0).all() and (table["comparison FLOPs"] > 0).all()
     assert trial_points(results)["chosen"].sum() == 3  # grpo's lr; gspo's lr and clip_high
+    figure = sensitivity_figure(results)  # a row per arm, a panel per setting (grpo's second one off)
+    assert [ax.get_xlabel() for ax in figure.axes if ax.axison] == ["lr", "clip_high", "lr"]
+    stars = [t for f in sensitivity_interactive(results) for t in f.data if t.name == "chosen"]
+    picked = {arm: (c["label"], c["score"]) for arm, c in chosen["chosen"].items()}
+    assert [(t.text[0], t.y[0]) for t in stars] == [picked["grpo"], picked["gspo"], picked["gspo"]]
     names = [r.run for r in compare_results(suite_dir, suite_dir)]  # reproduce knows the trials and the choice
     assert "tuning/gspo.t01-s10" in names and "tuning/chosen.json" in names and "gspo-s0" in names
     again = cli("run", path, "--out", tmp_path / "out", "--resume")
