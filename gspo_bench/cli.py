@@ -21,6 +21,8 @@ from gspo_bench.runtime.stopping import Stopped, stop_on_signals
 from gspo_bench.suite.console import PrintableConsole
 
 if TYPE_CHECKING:
+    from gspo_bench.config import SuiteConfig
+    from gspo_bench.suite.runner import PlannedRun
     from gspo_bench.suite.session import Session
 
 app = typer.Typer(
@@ -258,7 +260,8 @@ def run(
         raise typer.Exit(code)
 
 
-def launch_runs(suite, todo, root: Path, suite_path: Path, overrides: list[str] | None, launch: dict) -> list:
+def launch_runs(suite: SuiteConfig, todo: list[PlannedRun], root: Path, suite_path: Path, overrides: list[str] | None,
+                launch: dict[str, Any]) -> list[tuple[PlannedRun, dict]]:
     """Run `todo` (runs of `suite` under `root`) with the launch settings of `run`; every stop as one line."""
     from gspo_bench.suite.progress import SuiteProgress
     from gspo_bench.suite.runner import run_suite
@@ -276,7 +279,8 @@ def launch_runs(suite, todo, root: Path, suite_path: Path, overrides: list[str] 
         raise suite_stopped(err, suite_path, root, overrides) from None
 
 
-def run_trials(session, suite_path: Path, overrides: list[str] | None, launch: dict) -> list:
+def run_trials(session: Session, suite_path: Path, overrides: list[str] | None, launch: dict[str, Any]
+               ) -> list[tuple[PlannedRun, dict]]:
     """A tuned suite's trial runs (OUT/<suite>/tuning/), before its comparison."""
     from gspo_bench.config.tuning import trial_suite
 
@@ -290,8 +294,8 @@ def run_trials(session, suite_path: Path, overrides: list[str] | None, launch: d
     return outcomes
 
 
-def chosen_todo(session, overrides: list[str] | None, only: list[str] | None, seeds: list[int] | None,
-                resume: bool, allow_changed: bool) -> list:
+def chosen_todo(session: Session, overrides: list[str] | None, only: list[str] | None, seeds: list[int] | None,
+                resume: bool, allow_changed: bool) -> list[PlannedRun]:
     """Each arm's choice from its trials (written to chosen.json), then the comparison's runs to do."""
     from gspo_bench.rundir.lock import RunBusyError
     from gspo_bench.suite.session import choose_and_plan

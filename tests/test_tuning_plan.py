@@ -5,8 +5,10 @@ carry the chosen settings."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
+import yaml
 
 from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.config.tuning import (
@@ -109,3 +111,18 @@ def test_arms_tuned_on_unequal_budgets_are_refused_unless_the_suite_allows_it():
     allowed = parse_suite(tuned_suite(**only_gspo, allow_unequal=True))
     assert arms_ruleset(allowed) == {"grpo": "defaults", "gspo": "tuned"}
     assert [t.arm for t in plan_trials(allowed)] == ["gspo"] * 6
+
+
+def test_validate_and_the_dry_run_show_the_trials_and_the_tuning_compute(tmp_path, cli):
+    path = tmp_path / "tq.yaml"
+    path.write_text(yaml.safe_dump(tuned_suite()))
+    shown = cli("validate", path)
+    assert shown.exit_code == 0, shown.output
+    assert "tuning first: 12 trials x seeds [10, 11] on the validation split" in shown.output
+    gspo = plan_trials(parse_suite(tuned_suite()))[6]
+    assert f"gspo.t00: clip_high={gspo.settings['clip_high']:.3g}, clip_low={gspo.settings['clip_low']:.3g}" in shown.output
+    planned = cli("run", path, "--dry-run")
+    assert planned.exit_code == 0, planned.output
+    flops = re.search(r"FLOPs, tuning vs comparison\s*│ grpo ([\d.e+]+) vs ([\d.e+]+)", planned.output)
+    assert flops and float(flops[1]) == pytest.approx(3 * float(flops[2]), rel=1e-2)  # 6 trials x 2 seeds x 2 steps vs 2 x 4
+    assert "each steps = 2 (>= 2 steps)" in planned.output

@@ -71,10 +71,10 @@ def chosen_record(suite: SuiteConfig, table: pd.DataFrame) -> dict[str, Any]:
     select = suite.tuning.select
     trials = plan_trials(suite)
     scores = trial_scores(table, select.rule) if not table.empty else pd.DataFrame(columns=["arm", "trial", "score", "runs"])
-    by_trial = {(r.arm, int(r.trial)): (float(r.score), int(r.runs)) for r in scores.itertuples()}
+    by_trial = {(str(r["arm"]), int(r["trial"])): (float(r["score"]), int(r["runs"])) for r in scores.to_dict("records")}
     expected = {t.arm for t in trials}
     best = choose(scores.merge(pd.DataFrame({"arm": sorted(expected)}), how="right", on="arm"))
-    chosen = {r.arm: next(t for t in trials if t.arm == r.arm and t.index == int(r.trial)) for r in best.itertuples()}
+    chosen = {t.arm: t for r in best.to_dict("records") for t in trials if t.arm == r["arm"] and t.index == int(r["trial"])}
     rows = [{"arm": t.arm, "trial": t.index, "label": t.label, "settings": t.settings,
              "score": finite(by_trial.get((t.arm, t.index), (math.nan, 0))[0]),
              "runs": by_trial.get((t.arm, t.index), (math.nan, 0))[1]} for t in trials]
