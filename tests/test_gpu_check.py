@@ -52,7 +52,8 @@ def test_the_rehearsal_finishes_every_part_and_tables_its_measures(rehearsal):
     for shape in ("granite", "olmoe"):
         assert float(rows[(shape, "planned peak")]["value"]) > 0
         assert {(shape, f"{phase}: plan / measured peak") for phase in ("rollout", "update", "step")} <= set(rows)
-    assert rows[("fsdp", "FSDP2 step equals the single-process step")]["value"] == "yes"
+    assert rows[("fsdp", "FSDP2 step 1 equals the single-process step")]["value"] == "yes"
+    assert rows[("fsdp", "FSDP2 steps equal the single-process steps")]["value"] == "yes"
     assert "gloo, world size 1, DTensor parameters True" in rows[("fsdp", "torchrun: s per step")]["note"]
     assert {("stability", f"{label}: projected cell") for label in ("grpo", "gspo")} <= set(rows)
     assert "| stability | done |" in (rehearsal / "gpu-check.md").read_text()
@@ -122,6 +123,20 @@ def test_fsdp_equality_ignores_timings_and_catches_a_metric_apart():
     rel, gap, column = check_table.fsdp_difference(one, two.assign(loss=[0.5, 0.25 * (1 + 1e-3)]))
     assert column == "loss" and rel > check_table.FSDP_RTOL and gap == pytest.approx(0.25e-3)
     assert check_table.fsdp_difference(one, two.assign(**{"reward/mean": [0.0, 1.0]}))[2] == "reward/mean"
+
+
+def test_fsdp_says_which_steps_equal_and_refuses_a_run_that_was_not_sharded(tmp_path):
+    one = pd.DataFrame({"step": [1, 2], "loss": [0.5, 0.25], "time/step_s": [1.0, 2.0]})
+    one.to_parquet(tmp_path / "fsdp-single.parquet")
+    one.assign(loss=[0.5, 0.3]).to_parquet(tmp_path / "fsdp-torchrun.parquet")
+    world = {"process_group": True, "backend": "nccl", "world_size": 1, "dtensor_parameters": True}
+    write_progress(tmp_path, "fsdp", single=world | {"process_group": False, "backend": None}, torchrun=world)
+    rows = {r.measure: r.value for r in check_table.parse_fsdp(tmp_path, "fsdp")}
+    assert rows["FSDP2 step 1 equals the single-process step"] == "yes"
+    assert rows["FSDP2 steps equal the single-process steps"] == "no" and rows["single: s per step"] == 2.0
+    write_progress(tmp_path, "fsdp", single=world, torchrun=world | {"dtensor_parameters": False})
+    with pytest.raises(ValueError, match="not sharded"):
+        check_table.parse_fsdp(tmp_path, "fsdp")
 
 
 def test_the_stability_cell_is_projected_from_the_steps_after_the_first(tmp_path):
