@@ -34,7 +34,7 @@ def rehearsal(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu-check")
     env = {key: value for key, value in os.environ.items() if key not in ("OUT", "WORLD_SIZE", "RANK")}
     done = subprocess.run([sys.executable, str(CHECK / "run.py"), "--dry", "--out", str(out)],
-                          env=env | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=1200)
+                          env=env | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
 

@@ -296,13 +296,15 @@ def shape_suite(shape: Shape, weights: Path, steps: int, dry: bool):
 
 
 def plan_record(suite) -> dict:
-    from gspo_bench.suite.plan import plan_suite
+    """The dry run's plan of `suite` on one GPU (`gspo-bench run --dry-run`'s numbers, and its table)."""
+    from gspo_bench.suite.plan import plan_rows, plan_suite
 
     plan = plan_suite(suite, ranks=1)
     return {**{key: getattr(plan.memory, key) for key in
                ("state", "activations", "logits", "kv_cache", "rollout_copy", "engine", "peak")},
             "params_total": plan.params_total, "batching": asdict(plan.batching), "fits": plan.fit.fits,
-            "gpu_memory_gb": suite.train.gpu_memory_gb}
+            "gpu_memory_gb": suite.train.gpu_memory_gb,
+            "dry_run": [f"{what}: {value}" for what, value in plan_rows(suite, plan, [suite.objectives[0].run_label])]}
 
 
 def part_shape(progress: Progress, work: Path, dry: bool) -> None:
