@@ -11,8 +11,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from analysis.load import Results
-from analysis.tuning import sensitivity_figure, sensitivity_interactive, tuning_table
+from analysis.data.load import Results
+from analysis.figures.tuning import sensitivity_figure, sensitivity_interactive
+from analysis.report.tuning import tuning_table
 
 TRIALS = [  # gspo: trial 1 is chosen (highest score); grpo ran untuned (defaults, allow_unequal)
     {"arm": "gspo", "trial": 0, "label": "gspo.t00", "settings": {"clip_low": 3e-4, "lr": 1e-4}, "score": 0.2, "runs": 2},

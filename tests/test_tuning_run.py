@@ -10,9 +10,11 @@ import json
 import pandas as pd
 import yaml
 
-from analysis.load import load_results
-from analysis.reproduce import compare_results
-from analysis.tuning import sensitivity_figure, sensitivity_interactive, trial_points, tuning_table
+from analysis.checks.reproduce import compare_results
+from analysis.data.load import load_results
+from analysis.data.tuning import trial_points
+from analysis.figures.tuning import sensitivity_figure, sensitivity_interactive
+from analysis.report.tuning import tuning_table
 
 
 def tiny_tuned_suite(cache: str) -> dict:
