@@ -4,6 +4,7 @@ carry the chosen settings."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -20,6 +21,7 @@ from gspo_bench.config.tuning import (
     trial_suite,
 )
 from gspo_bench.suite.runner import plan_runs
+from gspo_bench.suite.tuning_runs import unended_trials, write_chosen
 
 
 def tuned_suite(**tuning) -> dict:
@@ -126,3 +128,17 @@ def test_validate_and_the_dry_run_show_the_trials_and_the_tuning_compute(tmp_pat
     flops = re.search(r"FLOPs, tuning vs comparison\s*│ grpo ([\d.e+]+) vs ([\d.e+]+)", planned.output)
     assert flops and float(flops[1]) == pytest.approx(3 * float(flops[2]), rel=1e-2)  # 6 trials x 2 seeds x 2 steps vs 2 x 4
     assert "each steps = 2 (>= 2 steps)" in planned.output
+
+
+def test_no_choice_is_made_while_a_trial_run_has_not_ended(tmp_path):
+    suite = parse_suite(tuned_suite())
+    for trial in plan_trials(suite):
+        for seed in (10, 11):
+            folder = tmp_path / "tq" / "tuning" / f"{trial.label}-s{seed}"
+            folder.mkdir(parents=True)
+            ended = "failed" if (trial.label, seed) == ("gspo.t03", 11) else "collapsed" if seed == 11 else "done"
+            (folder / "status.json").write_text(json.dumps({"schema_version": 1, "status": ended}))
+    assert unended_trials(suite, tmp_path) == ["gspo.t03-s11"]
+    with pytest.raises(ValueError, match=r"1 trial run\(s\) did not end \(gspo.t03-s11\).*--resume` continues them"):
+        write_chosen(suite, tmp_path)
+    assert not (tmp_path / "tq" / "tuning" / "chosen.json").exists()

@@ -90,8 +90,27 @@ def finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def unended_trials(suite: SuiteConfig, root: Path) -> list[str]:
+    """Folder names of the trial runs that have not ended (failed, running, or not started): every arm
+    is chosen from all of its trials or not at all, so that no arm is tuned on fewer than declared."""
+    assert suite.tuning is not None
+    names = []
+    for trial in plan_trials(suite):
+        for seed in suite.tuning.seeds:
+            status = RunDir(trial_runs_dir(suite, root, trial.label, seed)).read_status()
+            if status is None or status["status"] not in ENDED:
+                names.append(f"{trial.label}-s{seed}")
+    return names
+
+
 def write_chosen(suite: SuiteConfig, root: Path) -> dict[str, Any]:
-    """Choose from the finished trials and write chosen.json; ValueError for an arm with no scored trial."""
+    """Choose from the trials and write chosen.json; ValueError where a trial run has not ended (`run
+    --resume` continues it) or an arm has no scored trial."""
+    unended = unended_trials(suite, root)
+    if unended:
+        raise ValueError(f"{len(unended)} trial run(s) did not end ({', '.join(unended[:4])}"
+                         f"{', ...' if len(unended) > 4 else ''}): every arm is chosen from all its trials; "
+                         "`gspo-bench run SUITE --resume` continues them, then chooses")
     record = chosen_record(suite, trials_table(suite, root))
     atomic_write_text(trials_dir(suite, root) / CHOSEN, json.dumps(record, indent=1) + "\n")
     return record
