@@ -69,3 +69,13 @@ def test_a_validation_split_overlapping_the_test_split_is_refused():
 def test_held_out_names_a_split():
     with pytest.raises(ValueError, match="held_out must be one of test, validation, got 'train'"):
         make_task("countdown", held_out="train")
+
+
+def test_lm_evals_task_files_of_a_trial_hold_validation_problems(tmp_path):
+    """A trial's evaluation through lm-eval (the default engine) writes the validation split as its test set."""
+    from gspo_bench.train.evaluation import write_task_files
+
+    name = write_task_files(tmp_path, "countdown", {"count": 3, "held_out": "validation"}, limit=8)
+    written = [json.loads(line)["prompt"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+    assert written == [e.prompt for e in make_task("countdown", count=3, held_out="validation").test_examples(8)]
+    assert all(in_validation_split(p) and not in_test_split(p) for p in written)
