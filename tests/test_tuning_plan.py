@@ -21,7 +21,7 @@ from gspo_bench.config.tuning import (
     trial_suite,
 )
 from gspo_bench.suite.runner import plan_runs
-from gspo_bench.suite.tuning_runs import unended_trials, write_chosen
+from gspo_bench.suite.tuning_runs import trial_runs, unended_trials, write_chosen
 
 
 def tuned_suite(**tuning) -> dict:
@@ -142,3 +142,13 @@ def test_no_choice_is_made_while_a_trial_run_has_not_ended(tmp_path):
     with pytest.raises(ValueError, match=r"1 trial run\(s\) did not end \(gspo.t03-s11\).*--resume` continues them"):
         write_chosen(suite, tmp_path)
     assert not (tmp_path / "tq" / "tuning" / "chosen.json").exists()
+
+
+def test_trial_runs_go_to_the_tuning_folder_and_start_from_the_comparisons_weights(tmp_path):
+    """A trial trains on the validation-held-out task, but its starting weights (the warm start, cached by
+    its suite's task) are the comparison's: a task with another held-out split must not warm-start anew."""
+    suite = parse_suite(tuned_suite())
+    runs = trial_runs(suite, tmp_path)
+    assert len(runs) == 12 * 2 and runs[0].run_dir == tmp_path / "tq" / "tuning" / "grpo.t00-s10"
+    assert {r.suite.task.params.get("held_out") for r in runs} == {"validation"}
+    assert {r.start.model_dump_json() for r in runs} == {suite.model_dump_json()}
