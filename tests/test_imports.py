@@ -22,6 +22,11 @@ from gspo_bench.imports.sources import SourceError
 from gspo_bench.imports.write import ImportError_, import_plan
 
 VERL, _, _ = load_mapping("verl")
+# verl's key of each column, read from verl's source (module docstring); the built-in mapping must say the same
+VERL_KEYS = {"reward/mean": "critic/score/mean", "response/len_mean": "response_length/mean",
+             "response/len_max": "response_length/max", "loss": "actor/pg_loss", "grad/norm": "actor/grad_norm",
+             "clip/frac": "actor/pg_clipfrac", "kl/old_new": "actor/ppo_kl", "entropy/mean": "actor/entropy",
+             "mismatch/k3_kl": "rollout_corr/k3_kl", "time/step_s": "timing_s/step", "lr": "actor/lr"}
 STEPS = 8
 
 
@@ -60,7 +65,8 @@ def test_verl_event_files_fill_every_mapped_column(tmp_path):
     suite, reads = import_plan(write_plan(tmp_path, [{"arm": "grpo", "seed": 0, "files": ["tb"]}]), tmp_path / "out")
     metrics = pd.read_parquet(suite / "grpo-s0" / "metrics.parquet")
     assert metrics["step"].tolist() == list(range(1, STEPS + 1))
-    for column, key in VERL.columns.items():  # float32 in the event file
+    assert VERL.columns == VERL_KEYS
+    for column, key in VERL_KEYS.items():  # float32 in the event file
         expected = [verl_values(step)[key] for step in range(1, STEPS + 1)]
         np.testing.assert_allclose(metrics[column], expected, rtol=1e-6, err_msg=column)
     assert metrics["compute/tokens"].tolist() == [1000.0 + 10 * s for s in range(1, STEPS + 1)]
@@ -249,3 +255,25 @@ def test_an_import_needs_no_torch(tmp_path):
                           cwd=Path(__file__).resolve().parent.parent)
     assert not {"torch", "transformers"} & set(done.stdout.split()), done.stdout
     assert (tmp_path / "out" / "imported" / "grpo-s0" / "metrics.parquet").is_file()
+
+
+def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
+    """The suite is written into a hidden folder and renamed into place: a write that fails on the second
+    run leaves neither the first run's folder nor the hidden one."""
+    from gspo_bench.imports import write
+
+    write_verl_events(tmp_path / "tb")
+    calls = []
+
+    def failing(folder, *args):
+        calls.append(folder)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(folder, *args)
+
+    real = write.write_run
+    monkeypatch.setattr(write, "write_run", failing)
+    plan = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["tb"]}, {"arm": "b", "seed": 0, "files": ["tb"]}])
+    with pytest.raises(OSError, match="disk full"):
+        import_plan(plan, tmp_path / "out")
+    assert len(calls) == 2 and list((tmp_path / "out").iterdir()) == []
