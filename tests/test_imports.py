@@ -166,15 +166,16 @@ def test_an_event_file_without_scalars_is_refused(tmp_path):
 
 def test_repeated_steps_refused_unless_resumed(tmp_path):
     """A run resumed from its step-5 checkpoint writes a second event file from step 6 on, after the first
-    had logged steps 6-8: the later values replace those only where the run is declared resumed."""
+    had logged steps 6-8 (and died): the later values replace those from step 6 on only where the run is
+    declared resumed; the resumed run stopped at step 7, so the first file's step 8 is gone too."""
     write_verl_events(tmp_path / "tb", steps=range(1, 9))
-    write_verl_events(tmp_path / "tb", steps=range(6, 11), override={s: {"critic/score/mean": 9.0} for s in range(6, 11)})
+    write_verl_events(tmp_path / "tb", steps=range(6, 8), override={s: {"critic/score/mean": 9.0} for s in range(6, 8)})
     assert len(list((tmp_path / "tb").iterdir())) == 2
     message = refused(plan_of(tmp_path, ["tb"]), tmp_path / "out", ImportError_, "logged at step 6 after step 8")
     assert "resumed" in message
     suite, _ = import_plan(plan_of(tmp_path, ["tb"], resumed=True), tmp_path / "out")
     metrics = pd.read_parquet(suite / "grpo-s0" / "metrics.parquet")
-    assert metrics["step"].tolist() == list(range(1, 11))
+    assert metrics["step"].tolist() == list(range(1, 8))
     assert (metrics["reward/mean"].iloc[5:] == 9.0).all() and (metrics["reward/mean"].iloc[:5] < 1).all()
 
 
@@ -277,3 +278,20 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         import_plan(plan, tmp_path / "out")
     assert len(calls) == 2 and list((tmp_path / "out").iterdir()) == []
+
+
+def test_imported_runs_beside_the_harness_runs(tmp_path):
+    """Imported runs and this harness's (the committed CI baseline) load together, labelled by suite; their
+    budgets differ in kind (steps against FLOPs), so the report's matched-compute rule refuses them unless
+    allowed."""
+    from analysis.load import load_results
+    from analysis.matching import UnmatchedComputeError, check_matched
+
+    write_verl_events(tmp_path / "tb")
+    suite, _ = import_plan(plan_of(tmp_path, ["tb"]), tmp_path / "out")
+    baseline = Path(__file__).resolve().parent.parent / "results" / "ci-baseline"
+    results = load_results(suite, baseline)
+    assert results.objectives[0] == "imported/grpo" and "ci/grpo" in results.objectives
+    with pytest.raises(UnmatchedComputeError, match="different budget kinds"):
+        check_matched(results)
+    assert np.isnan(check_matched(results, allow_unmatched=True))
