@@ -157,11 +157,21 @@ def test_missing_and_cut_short_files_are_refused(tmp_path):
     refused(plan_of(tmp_path, ["m.jsonl"]), tmp_path / "out", ImportError_, "m.jsonl line 2")
 
 
-def test_an_event_file_without_scalars_is_refused(tmp_path):
-    writer = SummaryWriter(str(tmp_path / "tb"))
+def write_text_events(folder: Path) -> Path:
+    """verl's ValidationGenerationsLogger: validation samples as text, through a SummaryWriter of its own."""
+    writer = SummaryWriter(str(folder))
     writer.add_text("val/generations", "no numbers here", 1)
     writer.close()
-    refused(plan_of(tmp_path, ["tb"]), tmp_path / "out", ImportError_, "holds no scalar values")
+    return next(f for f in sorted(folder.iterdir(), key=lambda f: f.stat().st_mtime_ns))
+
+
+def test_an_event_file_without_scalars_is_refused(tmp_path):
+    text_only = write_text_events(tmp_path / "tb")
+    refused(plan_of(tmp_path, ["tb"]), tmp_path / "out", ImportError_, "its event files hold no scalar values")
+    refused(plan_of(tmp_path, [str(text_only)]), tmp_path / "out", ImportError_, "holds no scalar values")
+    write_verl_events(tmp_path / "tb")  # beside the scalars of the run, a text-only event file is read as such
+    suite, _ = import_plan(plan_of(tmp_path, ["tb"]), tmp_path / "out")
+    assert len(pd.read_parquet(suite / "grpo-s0" / "metrics.parquet")) == STEPS
 
 
 def test_repeated_steps_refused_unless_resumed(tmp_path):
@@ -223,6 +233,10 @@ def test_a_home_made_mapping_imports_without_code(tmp_path):
 def test_compute_needs_a_flop_figure(tmp_path):
     with pytest.raises(PlanError, match="compute: give one of flops_per_token"):
         import_plan(write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["x"]}], compute={}), tmp_path / "out")
+    lines = [(s, verl_values(s)) for s in range(1, 4)]
+    del lines[1][1]["perf/total_num_tokens"]
+    write_verl_jsonl(tmp_path / "m.jsonl", lines)
+    refused(plan_of(tmp_path, ["m.jsonl"]), tmp_path / "out", ImportError_, "no tokens logged at step 2 (1 steps in all)")
 
 
 def test_the_cli_says_one_line_and_lists_unknown_keys(tmp_path, cli):

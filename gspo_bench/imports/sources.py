@@ -46,6 +46,19 @@ def source_files(path: Path) -> list[Path]:
     return found
 
 
+def read_path(path: Path) -> tuple[list[Path], list[Record]]:
+    """The files `path` names and their records. A folder's event files are read together: one of them
+    may hold no scalars (verl writes its validation samples as text through a writer of their own), but
+    not all of them."""
+    files = source_files(path)
+    if path.is_file():
+        return files, read_records(path)
+    records = [r for f in files for r in event_records(f)]
+    if not records:
+        raise SourceError(f"{path}: its event files hold no scalar values ({', '.join(f.name for f in files)})")
+    return files, records
+
+
 def read_records(path: Path) -> list[Record]:
     """Every (step, key, value) `path` logged, in write order; SourceError naming the file."""
     if EVENTS in path.name:

@@ -25,7 +25,7 @@ import yaml
 from gspo_bench.imports.mapping import MAPPABLE_COLUMNS, Mapping, load_mapping
 from gspo_bench.imports.plan import Compute, ImportedRun, Plan, load_plan
 from gspo_bench.imports.series import Series, SeriesError, build_series, tokens_per_step
-from gspo_bench.imports.sources import Record, SourceError, read_records, sha256, source_files
+from gspo_bench.imports.sources import Record, SourceError, read_path, sha256
 from gspo_bench.rundir.folder import (
     REQUIRED_COLUMNS,
     SCHEMA_VERSION,
@@ -55,8 +55,12 @@ def read_run(run: ImportedRun, mapping: Mapping, compute: Compute, base: Path) -
     """One run's files -> its metrics table; ImportError_ naming the run and the file."""
     who = f"run {run.arm!r} seed {run.seed}"
     try:
-        files = [f for name in run.files for f in source_files(base / name)]
-        records: list[Record] = [r for f in files for r in read_records(f)]
+        files: list[Path] = []
+        records: list[Record] = []
+        for name in run.files:
+            found, logged = read_path(base / name)
+            files += found
+            records += logged
         series = build_series(records, mapping, run.resumed)
         metrics = metrics_table(series, mapping, compute, run)
     except (SourceError, SeriesError) as err:
@@ -76,6 +80,10 @@ def metrics_table(series: Series, mapping: Mapping, compute: Compute, run: Impor
         tokens = np.full(len(table), np.nan)
     flops = tokens * compute.flops_per_token if compute.flops_per_token is not None else \
         np.full(len(table), compute.flops_per_step)
+    if np.isnan(flops).any():  # the x-axis of every figure: a gap would cut every curve there
+        missing = table.index[np.isnan(flops)].tolist()
+        raise SeriesError(f"no tokens logged at step {missing[0]} ({len(missing)} steps in all) to charge "
+                          "flops_per_token to: give compute.tokens_per_step or compute.flops_per_step")
     frame = table.reset_index()
     frame.insert(1, "objective", run.objective or run.arm)
     frame.insert(2, "label", run.arm)
