@@ -90,6 +90,9 @@ def test_event_files_import_as_the_trainer_state(trl_run, tmp_path):
     for column in ("reward/mean", "clip/frac", "loss", "grad/norm", "entropy/mean", "compute/cum_flops"):
         np.testing.assert_allclose(from_events[column], from_state[column], rtol=1e-6, err_msg=column)  # float32
     assert from_state["moe/drift"].isna().all() and from_state["ratio/token_var"].isna().all()  # TRL logs none
+    prov = json.loads((tmp_path / "a" / "out" / "trl" / "grpo-s0" / "provenance.json").read_text())["imported"]
+    assert {"moe/drift", "kl/ref"} <= set(prov["not_measured"])  # kl: mapped, never logged (beta = 0)
+    assert "reward/mean" not in prov["not_measured"] and prov["unknown_keys"] == []
 
 
 def test_the_report_reads_an_imported_trl_run(trl_run, tmp_path):

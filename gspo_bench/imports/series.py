@@ -24,6 +24,7 @@ class Series:
     table: pd.DataFrame  # index: step (ascending); one column per mapped column, NaN where not logged
     tokens: pd.Series  # the mapping's tokens key by step (NaN where not logged); empty without one
     unknown: tuple[str, ...]  # keys of the files the mapping neither uses nor ignores
+    absent: tuple[str, ...]  # mapped columns whose key the files never logged (TRL's `kl` with beta = 0)
 
 
 def by_key(records: list[Record], mapping: Mapping, resumed: bool) -> tuple[dict[str, dict[int, float]], list[str]]:
@@ -67,7 +68,8 @@ def build_series(records: list[Record], mapping: Mapping, resumed: bool = False)
         raise SeriesError(f"none of the mapping's keys was logged ({', '.join(sorted(set(mapping.columns.values())))})")
     table = pd.DataFrame({c: s.reindex(steps) for c, s in columns.items()}, index=pd.Index(steps, name="step"))
     tokens = pd.Series(values.get(mapping.tokens.key, {}), dtype=float) if mapping.tokens else pd.Series(dtype=float)
-    return Series(table, tokens, tuple(unknown))
+    absent = tuple(column for column, key in mapping.columns.items() if not values.get(key))
+    return Series(table, tokens, tuple(unknown), absent)
 
 
 def by_row(logged: pd.Series, steps: list[int]) -> pd.Series:

@@ -49,6 +49,7 @@ class ReadRun:
     metrics: pd.DataFrame
     sources: list[dict[str, Any]]  # {"path", "sha256", "bytes"}
     unknown: tuple[str, ...]
+    not_measured: list[str]  # the columns the mapping leaves out, and those it maps that the files never logged
 
 
 def read_run(run: ImportedRun, mapping: Mapping, compute: Compute, base: Path) -> ReadRun:
@@ -66,7 +67,8 @@ def read_run(run: ImportedRun, mapping: Mapping, compute: Compute, base: Path) -
     except (SourceError, SeriesError) as err:
         raise ImportError_(f"{who}: {err}") from None
     sources = [{"path": str(f.resolve()), "sha256": sha256(f), "bytes": f.stat().st_size} for f in files]
-    return ReadRun(run, metrics, sources, series.unknown)
+    not_measured = [c for c in mapping.not_measured() + list(series.absent) if c in metrics.columns]
+    return ReadRun(run, metrics, sources, series.unknown, sorted(not_measured, key=list(metrics.columns).index))
 
 
 def metrics_table(series: Series, mapping: Mapping, compute: Compute, run: ImportedRun) -> pd.DataFrame:
@@ -111,7 +113,7 @@ def provenance(read: ReadRun, mapping: Mapping, mapping_file: Path, mapping_sha:
         "imported": {"library": mapping.library, "mapping": str(mapping_file), "mapping_sha256": mapping_sha,
                      "sources": read.sources, "columns": dict(mapping.columns),
                      "tokens": mapping.tokens.model_dump() if mapping.tokens else None,
-                     "not_measured": mapping.not_measured(), "unknown_keys": list(read.unknown),
+                     "not_measured": read.not_measured, "unknown_keys": list(read.unknown),
                      "compute": plan.compute.model_dump(), "resumed": read.run.resumed, "at": now()},
         "git": git_state(Path(__file__).resolve().parent.parent.parent),
         "packages": package_versions(("gspo-bench", "pandas", "pyarrow", "tensorboard")),
