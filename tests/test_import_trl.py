@@ -96,8 +96,8 @@ def test_event_files_import_as_the_trainer_state(trl_run, tmp_path):
 
 
 def test_the_report_reads_an_imported_trl_run(trl_run, tmp_path):
-    from analysis.load import load_results
-    from analysis.report import write_report
+    from analysis.data.load import load_results
+    from analysis.report.writer import write_report
 
     imported(trl_run, tmp_path, ["trainer_state.json"])
     results = load_results(tmp_path / "out" / "trl")

@@ -108,10 +108,10 @@ def test_verl_json_lines_and_nan_inf_kept(tmp_path):
 
 
 def test_two_arms_three_seeds_report_names_the_paired_test_and_family(tmp_path):
-    from analysis.load import load_results
-    from analysis.markdown import render_markdown
-    from analysis.matching import check_matched
-    from analysis.sections import Context, build_sections, report_figures
+    from analysis.data.load import load_results
+    from analysis.data.matching import check_matched
+    from analysis.report.markdown import render_markdown
+    from analysis.report.sections import Context, build_sections, report_figures
 
     runs = []
     for arm in ("grpo", "gspo"):
@@ -298,8 +298,8 @@ def test_imported_runs_beside_the_harness_runs(tmp_path):
     """Imported runs and this harness's (the committed CI baseline) load together, labelled by suite; their
     budgets differ in kind (steps against FLOPs), so the report's matched-compute rule refuses them unless
     allowed."""
-    from analysis.load import load_results
-    from analysis.matching import UnmatchedComputeError, check_matched
+    from analysis.data.load import load_results
+    from analysis.data.matching import UnmatchedComputeError, check_matched
 
     write_verl_events(tmp_path / "tb")
     suite, _ = import_plan(plan_of(tmp_path, ["tb"]), tmp_path / "out")

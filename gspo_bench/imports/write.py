@@ -99,7 +99,7 @@ def metrics_table(series: Series, mapping: Mapping, compute: Compute, run: Impor
 
 
 def suite_section(plan: Plan, mapping: Mapping, steps: int) -> dict[str, Any]:
-    """The suite as every run's config.yaml records it (the same in each: analysis.suites compares them)."""
+    """The suite as every run's config.yaml records it (the same in each: analysis.data.suites compares them)."""
     section: dict[str, Any] = {"name": plan.name, "budget": {"kind": "steps", "value": steps},
                                "imported": {"library": mapping.library, "mapping": plan.mapping}}
     if plan.analysis is not None:
