@@ -32,6 +32,7 @@ from analysis.outcome import HELD_OUT, Learning
 from analysis.paper import CLIP, DEPTH, DRIFT_ONE, arms, paper_checks, paper_tests
 from analysis.primary import declarations
 from analysis.stability import Boundary, StabilityMap, stability_map
+from analysis.stability_text import FIGURE_LETTERS
 from analysis.stats import ALPHA, smallest_p
 from analysis.texts import count, difference_text, p_text
 from analysis.verdict import COMPARISONS, LEARNABILITY, PRIMARY, RESOLUTION, Sentence, lead
@@ -68,6 +69,11 @@ def names(items: list[str]) -> str:
 
 def _row(sentence: int, what: str, value: str, test: str = "", result: str = "") -> dict:
     return {"sentence": sentence, "what": what, "value": value, "test": test, "result": result}
+
+
+def map_link(name: str, figures: set[str]) -> tuple:
+    """A link to the stability map's figure `name` where the report has it: "figure (c)"."""
+    return ((f"figure ({FIGURE_LETTERS[name]})", anchors.figure(name)),) if name in figures else ()
 
 
 def _figure_links(figures: set[str], *names_: str) -> tuple:
@@ -220,12 +226,15 @@ def primary_text(evidence: Evidence) -> tuple[str, list[dict]]:
     decided = [s for s in statuses if " ends above " in s]
     rest = {label: statuses.count(label) for label in (TIE, FEW, "not named", "not tested") if label in statuses}
     n = max((t.result.n for t in evidence.primary), default=0)
-    held = {TIE: f"not distinguishable at {count(n, 'paired seed')}", FEW: "need more seeds",
+    held = {TIE: f"not distinguishable at {count(n, 'paired seed')}", FEW: "short of the seeds a decision needs",
             "not named": "not named (the arm above did not learn on every seed)",
             "not tested": "not tested (nothing learned, or no finished runs)"}
-    parts = [f"{len(decided)} {'is' if len(decided) == 1 else 'are'} decided" + (f" ({'; '.join(decided)})" if decided
-                                                                                  else "")]
-    parts += [f"{k} {held[label]}" for label, k in rest.items()]
+
+    def be(k: int) -> str:
+        return "is" if k == 1 else "are"
+
+    parts = [f"{len(decided)} {be(len(decided))} decided" + (f" ({'; '.join(decided)})" if decided else "")]
+    parts += [f"{k} {be(k)} {held[label]}" for label, k in rest.items()]
     rows = [_row(3, f"{t.first} minus {t.second} (declared), final {evidence.learnings[t.group].source.kind}",
                  difference_text(evidence.family.tested(t.group, t.quantity, t.first, t.second)[0]),
                  _holm_words(evidence).removeprefix("the "),
@@ -269,7 +278,8 @@ def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures
     """A swept suite with a stability map answers per arm; a declared family by its comparisons; else the leader."""
     if stability is not None:
         text = "Stability, per arm: " + "; ".join(arm_stability(b) for b in stability.bounds)
-        links = (("table", anchors.STABILITY), *_figure_links(figures, anchors.CHANGE_VS_KL, anchors.COLLAPSE_PROBABILITY))
+        links = (("table", anchors.STABILITY), *(link for name in (anchors.CHANGE_VS_KL, anchors.COLLAPSE_PROBABILITY)
+                                                 for link in map_link(name, figures)))
         return Sentence(text + ".", (*links, ("numbers", NUMBERS))), stability_rows(stability)
     if evidence.declared:
         clause, rows = primary_text(evidence)
@@ -286,6 +296,11 @@ def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures
 FINDINGS = {"fig2_clip_fraction": "GSPO clips more tokens than GRPO", "drift": "5% or more of GRPO's experts change "
             "per update", "depth": "deeper layers drift more", "fig3_routing_replay": "Routing Replay raises GRPO's "
             "reward", "fig1_reward_vs_compute": "GSPO ends above GRPO"}
+
+
+NEEDS_BOTH = "that needs GRPO and GSPO runs"
+EXPLORATORY_PAPER = ("The paper's findings are exploratory here: the suite file's declared family leaves them out, so "
+                     "no claim is made from them.")
 
 
 def finding(figure: str | None) -> str:
@@ -315,10 +330,10 @@ def paper_counts(evidence: Evidence) -> tuple[dict[str, list[str]], set[str], li
     for group, found in evidence.learnings.items():
         checks = paper_checks(evidence.subset(group), found, evidence.family)
         if checks is None:
-            unchecked.append("that needs GRPO and GSPO runs")
+            unchecked.append(NEEDS_BOTH)
             continue
         if not evidence.paper_in_family(group):
-            unchecked.append("the suite file's declared family leaves them out: exploratory, no claim")
+            unchecked.append(EXPLORATORY_PAPER)
             continue
         where = f"{evidence.title(group)}: " if len(evidence.groups) > 1 else ""
         tested_ = [c for c in checks if c.claim and c.outcome in by_outcome]
@@ -337,8 +352,10 @@ def paper_sentence(evidence: Evidence, figures: set[str]) -> tuple[Sentence, lis
     links = (("table", anchors.paper(evidence.groups[0], len(evidence.groups) == 1)),
              *_figure_links(figures, "fig2_clip_fraction"), ("numbers", NUMBERS))
     if not tested:
+        if unchecked and unchecked[0] == EXPLORATORY_PAPER:
+            return Sentence(EXPLORATORY_PAPER, links), rows
         why = unchecked[0] if unchecked else "no objective learned and nothing else was measured"
-        return Sentence(f"The paper's findings are not checked here: {why}.", () if "GRPO and GSPO" in why else links), rows
+        return Sentence(f"The paper's findings are not checked here: {why}.", () if why == NEEDS_BOTH else links), rows
     said = [f"confirms {names(sorted(set(by_outcome[YES])))}"] if by_outcome[YES] else []
     said += [f"shows the opposite of {names(sorted(set(by_outcome[NO])))}"] if by_outcome[NO] else []
     said += [f"finds no difference for {count(len(by_outcome[TIE]), 'finding')}"] if by_outcome[TIE] else []

@@ -29,6 +29,7 @@ from analysis.stats import seeds_needed
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_analysis import make_run  # noqa: E402
+from test_report_primary import SIX_ARMS, evidence_of, suite_folder  # noqa: E402
 from test_stability import FALLING, swept_run  # noqa: E402
 
 # 20 steps: the gate's start window is steps 1-10 (mean 0.3), its end window steps 16-20 (mean 0.32): the mean
@@ -114,6 +115,17 @@ def test_a_decided_leader_is_named_and_the_decision_says_it_stands(tmp_path):
     assert texts[3] == "The paper's findings are not checked here: that needs GRPO and GSPO runs."
     assert texts[4] == ("Decided at 6 paired seeds by the exact sign-flip test, Holm-adjusted over 1 comparison; "
                         "the table gives every interval.")
+
+
+def test_a_declared_family_is_answered_by_its_comparisons(tmp_path):
+    """Six arms, 8 seeds, declared `each_vs: grpo` (5 tests): grpo_r3 gains 0.05 +- 0.01 on every seed (Holm
+    5 x 2/256 = 0.039: decided), the other four tie with grpo exactly; the paper checks stay exploratory."""
+    evidence, results = evidence_of(suite_folder(tmp_path, SIX_ARMS, {"primary": {"each_vs": "grpo"}}))
+    texts = check_form(plain_answer(evidence, unfinished(results), stability_map(results)))
+    assert texts[2] == ("Of the 5 comparisons declared in the suite file, 1 is decided (grpo_r3 ends above grpo), 4 are "
+                        "not distinguishable at 8 paired seeds.")
+    assert texts[3].startswith("The paper's findings are exploratory here")
+    assert texts[4].startswith("At 8 paired seeds the exact sign-flip test, Holm-adjusted over 5 comparisons, can decide")
 
 
 @pytest.fixture()
