@@ -109,10 +109,10 @@ def _gate_words(kind: str) -> str:
 def learned_one_group(found: Learning) -> str:
     """Every arm by the gate: learned on every seed, on some seeds only, or on none."""
     arms_, judged = found.arms, found.outcomes.groupby("algorithm", sort=False)["learned"].count()
-    every = [a for a, r in arms_.iterrows() if r["learned"]]
-    some = [a for a, r in arms_.iterrows() if 0 < r["learned_seeds"] < r["seeds"]]
-    none = [a for a, r in arms_.iterrows() if r["learned_seeds"] == 0 and judged.get(a, 0)]
-    short = [a for a in arms_.index if not judged.get(a, 0)]  # too few steps for the test's two windows
+    every = [str(a) for a, r in arms_.iterrows() if r["learned"]]
+    some = [str(a) for a, r in arms_.iterrows() if 0 < r["learned_seeds"] < r["seeds"]]
+    none = [str(a) for a, r in arms_.iterrows() if r["learned_seeds"] == 0 and judged.get(a, 0)]
+    short = [str(a) for a in arms_.index if not judged.get(a, 0)]  # too few steps for the test's two windows
     parts = [f"RL learned on every seed for {names(every)}" if every else "no objective learned on every seed"]
     if some:
         parts.append(f"{names(some)} passed it on some seeds only")
@@ -338,7 +338,7 @@ def paper_counts(evidence: Evidence) -> tuple[dict[str, list[str]], set[str], li
         where = f"{evidence.title(group)}: " if len(evidence.groups) > 1 else ""
         tested_ = [c for c in checks if c.claim and c.outcome in by_outcome]
         for c in tested_:
-            by_outcome[c.outcome].append(finding(c.figure))
+            by_outcome[str(c.outcome)].append(finding(c.figure))
             rows.append(_row(4, f"{where}{c.claim}", c.evidence or c.this_run, _holm_words(evidence).removeprefix("the "),
                              f"{c.agrees}; p = {p_text(c.p, c.seeds)}, Holm-adjusted {p_text(c.holm)}"))
         seen = every_seed_agrees(evidence, group) & {finding(c.figure) for c in tested_}
