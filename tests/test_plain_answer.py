@@ -1,4 +1,4 @@
-"""The answer in plain sentences (analysis.plain_answer), built from hand-made results: at most five
+"""The answer in plain sentences (analysis.report.plain_answer), built from hand-made results: at most five
 sentences of at most 40 words, counts that mean what the words beside them say (no "0 of 2 seeds rose"
 beside a mean that went up), the test and the paired seeds a decision needs, the numbers in a table below
 them, a swept suite's answer per arm; and where it shows: first in report.md and report.html, and at the
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.evidence import gather
-from analysis.load import finished, load_results, unfinished
-from analysis.plain_answer import (
+from analysis.data.load import finished, load_results, unfinished
+from analysis.evidence.gather import gather
+from analysis.evidence.stability import stability_map
+from analysis.report.plain_answer import (
     MAX_SENTENCES,
     MAX_WORDS,
     NUMBERS,
@@ -24,8 +25,7 @@ from analysis.plain_answer import (
     plain_text,
     words,
 )
-from analysis.stability import stability_map
-from analysis.stats import seeds_needed
+from analysis.stats.library import seeds_needed
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_analysis import make_run  # noqa: E402
@@ -156,7 +156,7 @@ def test_a_swept_suite_answers_per_arm_before_any_sweep_point(swept):
 def test_the_report_opens_with_the_sentences_and_the_console_prints_them(tmp_path):
     """report.md's first section is the answer, linked to its evidence, then the numbers; the verdict's detailed
     sentences follow the figures; `console_answer` is the same sentences in plain text (no markdown)."""
-    from analysis.report import write_report
+    from analysis.report.writer import write_report
 
     root = quickstart_like(tmp_path)
     paths = write_report(load_results(root), tmp_path / "report")

@@ -76,7 +76,7 @@ def child_cpu(code: str) -> float:
 STARTUP = {"cli (gspo-bench --help)": "import sys; sys.argv = ['gspo-bench', '--help']\n"
                                       "from gspo_bench.cli import app\ntry: app()\nexcept SystemExit: pass",
            "training stack imports (torch, transformers, the loop)": "import gspo_bench.train.loop",
-           "report stack imports (pandas, matplotlib, plotly, analysis)": "import analysis.report"}
+           "report stack imports (pandas, matplotlib, plotly, analysis)": "import analysis.report.writer"}
 
 
 def run_one(suite: str, out: Path, label: str, budget: float, warm_steps: int) -> float:
@@ -90,8 +90,8 @@ def run_one(suite: str, out: Path, label: str, budget: float, warm_steps: int) -
 
 
 def report_cpu(results: Path, out: Path) -> float:
-    from analysis.load import load_results
-    from analysis.report import write_report
+    from analysis.data.load import load_results
+    from analysis.report.writer import write_report
     start = time.process_time()
     write_report(load_results(results), out)
     return time.process_time() - start
