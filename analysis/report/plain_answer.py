@@ -37,7 +37,7 @@ from analysis.report.escape import SPECIAL, escape
 from analysis.report.paper_checks import paper_checks
 from analysis.report.stability_text import FIGURE_LETTERS
 from analysis.report.texts import count, difference_text, p_text
-from analysis.report.verdict import COMPARISONS, LEARNABILITY, PRIMARY, RESOLUTION, Sentence, lead
+from analysis.report.verdict import COMPARISONS, FOREST, LEARNABILITY, PRIMARY, RESOLUTION, Sentence, lead
 from analysis.stats.library import ALPHA, smallest_p
 
 NUMBERS = "answer-numbers"  # the section of the table below the sentences
@@ -286,7 +286,7 @@ def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures
         return Sentence(text + ".", (*links, ("numbers", NUMBERS))), stability_rows(stability)
     if evidence.declared:
         clause, rows = primary_text(evidence)
-        links = (("table", PRIMARY),)
+        links = (("table", PRIMARY), *_figure_links(figures, FOREST))
     else:
         clause, rows = leader_text(evidence)
         links = (("comparisons", COMPARISONS), *_figure_links(figures, "fig1_reward_vs_compute"))
