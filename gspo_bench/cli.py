@@ -484,6 +484,29 @@ def regress(
     console.print(f"no regression ({len(checks)} checks)")
 
 
+@app.command("import")
+@guarded
+def import_runs(
+    plan: Path = typer.Argument(..., help="an import plan (YAML: name, mapping, compute, runs; docs/import.md)"),
+    out: Path = typer.Option(..., "--out", help="output root: the runs go to OUT/<name>/<arm>-s<seed>/"),
+) -> None:
+    """Turn runs another library wrote (TRL, verl, or any library a mapping file describes) into run folders
+    that `report` reads."""
+    from gspo_bench.imports.mapping import MappingError
+    from gspo_bench.imports.plan import PlanError
+    from gspo_bench.imports.write import ImportError_, import_plan
+
+    try:
+        target, reads = import_plan(plan, out)
+    except (PlanError, MappingError, ImportError_) as err:
+        raise fail(str(err)) from None
+    for read in reads:
+        unknown = f"; keys not in the mapping: {', '.join(read.unknown)}" if read.unknown else ""
+        say(f"{read.run.arm} seed {read.run.seed}: {len(read.metrics)} steps from "
+            f"{', '.join(Path(s['path']).name for s in read.sources)}{unknown}")
+    say(f"wrote {len(reads)} runs to {target}/ (gspo-bench report {target})")
+
+
 @app.command("reproduce")
 @guarded
 def reproduce(

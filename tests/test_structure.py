@@ -48,6 +48,7 @@ ARCHITECTURE: list[tuple[str, set[str]]] = [
     ("library", {"gspo_bench.models", "gspo_bench.moe", "gspo_bench.objectives", "gspo_bench.tasks",
                  "gspo_bench.rollout"}),
     ("suite schema", {"gspo_bench.config"}),
+    ("imports", {"gspo_bench.imports"}),
     ("one run", {"gspo_bench.train"}),
     ("suites", {"gspo_bench.suite"}),
     ("analysis", {"analysis"}),
@@ -72,6 +73,8 @@ def allowed_below(layer: int) -> set[str]:
 # torch: test_the_suite_schema_imports_without_torch), never torch (see the test above)
 LAYERS = {package: allowed_below(i) for i, (_, packages) in enumerate(ARCHITECTURE) for package in packages}
 LAYERS["analysis"] = {"analysis", "gspo_bench.rundir", "gspo_bench.tasks", "gspo_bench.config"}
+# other libraries' logs -> run folders: the run folder's schema and the suite schema (a declared family), no torch
+LAYERS["gspo_bench.imports"] = {"gspo_bench.imports", "gspo_bench.rundir", "gspo_bench.config"}
 LAYERS.update(LIBRARY)
 LAYERS["gspo_bench.runtime"] = {"gspo_bench.runtime"}
 
