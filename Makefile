@@ -24,9 +24,9 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q -e ".[dev]"
 	touch $(VENV)/.installed $@
 
-## the main job on the embedded default (a tiny MoE on CPU)
+## the main job on the embedded default (a tiny MoE on CPU); ends with its answer and writes the report
 quickstart: $(VENV)/.installed
-	$(BIN)/gspo-bench run experiments/quickstart.yaml --out runs --resume --parallel 2
+	$(BIN)/gspo-bench run experiments/quickstart.yaml --out runs --resume --parallel 2 --report
 
 ## the tests (two workers of one thread each, each test file whole on one worker: TEST_WORKERS=0 runs
 ## them in this process at the environment's thread count)

@@ -327,12 +327,33 @@ def program() -> str:
 
 
 def what_next(suite_dir: Path, make_report: bool) -> None:
-    """The end of `run`: where the results are, then the report (with --report) or the command that makes it."""
+    """The end of `run`: where the results are, the suite's answer in at most five plain sentences
+    (analysis.plain_answer), then where the full report is (with --report) or the command that makes it."""
     say(f"results: {suite_dir}")
     if make_report:
         report(results=[suite_dir], out=None, allow_unmatched=False)
+    print_answer(suite_dir)
+    if make_report:
+        say(f"full report: {suite_dir / 'report' / 'report.html'} (and report.md beside it)")
     else:
         say(f"report:  {shlex.quote(program())} report {shlex.quote(str(suite_dir))}")
+
+
+def print_answer(suite_dir: Path) -> None:
+    """The answer's sentences, one a line, or the one line that says why there is none."""
+    from analysis.data.load import NotResultsError, SchemaVersionError, load_results
+    from analysis.data.suites import MixedSuitesError
+    from analysis.report.plain_answer import console_answer
+    from analysis.report.writer import DeclarationError, UnmatchedComputeError
+
+    try:
+        sentences = console_answer(load_results(suite_dir))
+    except (UnmatchedComputeError, NotResultsError, SchemaVersionError, MixedSuitesError, DeclarationError) as err:
+        say(f"answer:  none ({err})")
+        return
+    say("answer:")
+    for sentence in sentences:  # one line each, however long: the terminal wraps it, nothing is cut
+        console.print(f"  {sentence}", markup=False, highlight=False, soft_wrap=True)
 
 
 def suite_stopped(err: KeyboardInterrupt, suite_path: Path, root: Path, overrides: list[str] | None = None

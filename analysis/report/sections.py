@@ -3,10 +3,12 @@ the place of the figures) and its figures (each a static matplotlib figure for r
 interactive plotly ones for report.html). The renderers walk these lists; a section or figure exists
 because it is listed here.
 
-The first screen is the answer and then the figures; tables with one row per run come folded to one
-row per arm near the top, their per-run rows near the end (folded in report.html). Where the suite
-file declares a primary family (analysis.primary), the first figure is the forest plot of its
-comparisons; without one, Figure 1."""
+The first screen is the answer in plain sentences (analysis.report.plain_answer), the table of their
+numbers (folded in report.html, so that the first figure is on the first screen), and then the
+figures; every claim with its numbers (analysis.report.verdict) follows the figures; tables with one
+row per run come folded to one row per arm near the top, their per-run rows near the end (folded in
+report.html). Where the suite file declares a primary family (analysis.evidence.primary), the first
+figure is the forest plot of its comparisons; without one, Figure 1."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from analysis.report import stability_text as ST
 from analysis.report import tables as T
 from analysis.report import tuning as TU
 from analysis.report.escape import escape
+from analysis.report.plain_answer import NUMBERS, PlainAnswer, plain_answer
 from analysis.report.verdict import (
     COMPARISONS,
     EXPLORATORY_TABLE,
@@ -48,6 +51,8 @@ from analysis.report.verdict import (
     Sentence,
     answer,
 )
+
+DETAIL = "answer-detail"  # the verdict's sentences (analysis.report.verdict), below the figures
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,12 @@ class Context:
     def stability(self) -> S.StabilityMap | None:
         """The stability map of every run (it judges collapsed runs too), None where it does not apply."""
         return S.stability_map(self.results)
+
+    @cached_property
+    def plain(self) -> PlainAnswer:
+        """The answer in at most five plain sentences and the table of their numbers (analysis.report.plain_answer)."""
+        return plain_answer(self.evidence, unfinished(self.results), self.stability, self.spread, self.allow_unmatched,
+                            self.figure_names)
 
 
 @dataclass(frozen=True)
@@ -152,8 +163,9 @@ def _unfinished(c: Context) -> list[Section]:
     return [Section(UNFINISHED, "Unfinished runs (shown apart, never compared)", T.unfinished_table(c.results))]
 
 
-def _answer(c: Context) -> list:
-    """The verdict, then the stability map's sentences where the map applies."""
+def _detail(c: Context) -> list:
+    """Every claim of the answer with its numbers: the verdict, then the stability map's sentences where the
+    map applies."""
     figures = set(c.figure_names)
     sentences = answer(c.evidence, unfinished(c.results), c.spread, c.allow_unmatched, figures)
     return sentences + (ST.stability_sentences(c.stability, figures) if c.stability is not None else [])
@@ -191,8 +203,11 @@ def _comparisons(c: Context) -> list[Section]:
 
 
 SECTIONS: tuple[SectionSpec, ...] = (
-    SectionSpec("answer", _one(anchors.ANSWER, "The answer", _answer)),
+    SectionSpec("answer", _one(anchors.ANSWER, "The answer", lambda c: c.plain.sentences)),
+    SectionSpec("answer-numbers", _folded(NUMBERS, "The answer's numbers (mean [95% t-interval] (per seed), the "
+                                          "test, its result)", lambda c: c.plain.numbers)),
     SectionSpec("figures", _one(anchors.FIGURES, "Figures", lambda c: FiguresHere())),
+    SectionSpec("answer-detail", _one(DETAIL, "Every claim, with its numbers", _detail)),
     SectionSpec("suite-summary", _one("suite-summary", "Suite summary",
                                       lambda c: T.suite_summary(c.results, c.spread, c.allow_unmatched, c.evidence))),
     SectionSpec("compute-matching", _one("compute-matching", "Compute matching per arm (every run: further down)",
