@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis.load import load_results
-from analysis.regress import DEFAULT_TOLERANCES, compare, invariants, load_tolerances, reward_rise_check
+from analysis.regress import DEFAULT_TOLERANCES, compare, load_tolerances, reward_rise_check
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "results" / "ci-baseline"
