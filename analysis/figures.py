@@ -52,6 +52,9 @@ def band(ys: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
     return bootstrap_ci(ys, rng, reps=500)
 
 
+CURVE_COLUMNS = ["label", "x", "mean", "low", "high"]
+
+
 def curve_with_band(metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth: float | None = 0.2,
                     points: int = 100, rng: np.random.Generator | None = None) -> pd.DataFrame:
     """Per label: mean over seeds of `column` (EMA-smoothed per run) on a common x grid, with a band
@@ -75,7 +78,7 @@ def curve_with_band(metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth
         low, high = band(curves, rng)
         rows += [{"label": label, "x": g, "mean": m, "low": lo, "high": hi}
                  for g, m, lo, hi in zip(grid, curves.mean(axis=0), low, high)]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS)  # the columns even without a curve (a column all NaN)
 
 
 def plot_curves(metrics: pd.DataFrame, column: str, ax: plt.Axes | None = None, x: str = COMPUTE, smooth: float | None = 0.2,

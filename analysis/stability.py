@@ -36,8 +36,8 @@ survived (a skipped minibatch, fewer than `nonfinite_patience` steps in a row) i
 harness's rule decides, and (ii) catches a run that diverges without a non-finite value.
 
 **The map's axis is measured**, not set: per run the median over steps of `mismatch/k3_kl` (the
-engine-vs-trainer KL the run measured). Runs without a positive measured KL are left off the KL axis and
-the fit (counted in the text). **Failure** is degraded or collapsed; the logistic fit of P(failure)
+engine-vs-trainer KL the run measured). Runs without a measured KL above KL_FLOOR (1e-8: below it the KL
+is float rounding, as a noise-free engine measures) are left off the KL axis and the fit (counted in the text). **Failure** is degraded or collapsed; the logistic fit of P(failure)
 against log10 KL per arm is by maximum likelihood, with a 95% Wald band for the curve (the covariance the
 inverse of the observed information at the optimum) and Fieller's interval for the KL where the curve
 crosses 0.5 (the KL values whose band contains 0.5); only where the arm has both outcomes at two or more
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, special, stats
+from scipy import special, stats
 
 from analysis.groups import group_subset, group_title, groups
 from analysis.load import Results, finished, is_finished
@@ -60,6 +60,7 @@ from analysis.outcome import HELD_OUT, START_STEPS, group_outcomes, own_evals, s
 from analysis.stats import ALPHA, FINAL_FRACTION, LEVEL
 
 COLLAPSED, DEGRADED, LEARNED, FLAT = "collapsed", "degraded", "learned", "flat"
+TOO_SHORT = "too short"  # a finished run the training reward's gate cannot judge: not on the map
 CLASSES = (COLLAPSED, DEGRADED, LEARNED, FLAT)  # precedence order
 FAILED = (COLLAPSED, DEGRADED)  # what the fit and the bound count
 DROP_FLOOR = 0.05  # a drop smaller than this is never "degraded"
@@ -67,7 +68,12 @@ DROP_SE = 3.0  # ... nor one within this many standard errors of the difference
 SPIKE_FACTOR = 100.0
 SPIKE_STEPS = 3
 SUSTAINED = 2
+NEWTON_STEPS = 100  # the logistic fit's damped Newton steps (it needs under 20 on every pattern tried)
+NEWTON_TOLERANCE = 1e-16  # the Newton decrement that ends the fit (the loss is then at its minimum to rounding)
 KL = "mismatch/k3_kl"
+# a measured KL at or below this is float rounding between two computations of one distribution (a
+# noise-free engine measures ~3e-14; the smallest engine noise of the stability suites, 9.5e-5): no mismatch
+KL_FLOOR = 1e-8
 LN2_SHARE = "mismatch/frac_gt_ln2"
 DRIFT_EXPERT, DRIFT_TOKEN = "moe/drift_expert_1", "moe/drift_1"
 # swept fields that move the mismatch or the routing's volatility: sweeping one shows the map
@@ -187,7 +193,13 @@ def _median(frame: pd.DataFrame, column: str) -> float:
 
 
 def run_outcomes(results: Results) -> pd.DataFrame:
-    """One row per judged run: its group's cell, arm (algorithm), seed, class with its step and why, the
+    """One row per judged run (outcome_rows without the runs too short to judge)."""
+    rows = outcome_rows(results)
+    return rows[rows["outcome"] != TOO_SHORT].reset_index(drop=True) if len(rows) else rows
+
+
+def outcome_rows(results: Results) -> pd.DataFrame:
+    """One row per run judged() keeps, those too short for the gate with the outcome TOO_SHORT: its group's cell, arm (algorithm), seed, class with its step and why, the
     reward it was judged on (start, final, change), and what the map plots against: the median over steps
     of `mismatch/k3_kl` (`kl`) and `mismatch/frac_gt_ln2`, the median drift after one update
     (`drift_expert_1`, `drift_1`), `router_lr_scale` (config.yaml `train.router_lr_scale`, 1 where absent),
@@ -211,9 +223,11 @@ def run_outcomes(results: Results) -> pd.DataFrame:
             else:
                 points = training_points(step_numbers, steps["reward/mean"].to_numpy(dtype=float))
             stopped = step_numbers[-1] if run.status == COLLAPSED else float("nan")
-            verdict = classify(points, stopped, str(run.message or ""),
-                               grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)),
-                               float(p_of.get((run.label, run.seed), float("nan"))))
+            p_rise = float(p_of.get((run.label, run.seed), float("nan")))
+            verdict = RunClass(TOO_SHORT, float("nan"), "too short for the gate's windows") \
+                if evals is None and run.status != COLLAPSED and not np.isfinite(p_rise) else \
+                classify(points, stopped, str(run.message or ""),
+                         grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)), p_rise)
             start = float(points["score"].iloc[0]) if len(points) else float("nan")
             final = float(points["score"].iloc[-1]) if len(points) > 1 else float("nan")
             sweep = {c: steps[c].iloc[0] for c in steps.columns if c.startswith("sweep/") and steps[c].notna().any()}
@@ -263,7 +277,7 @@ def zero_event_bound(n: int, level: float = LEVEL) -> float:
 def no_fit_reason(x: np.ndarray, y: np.ndarray) -> str | None:
     """Why P(y) against x has no maximum-likelihood logistic fit, or None when it has one."""
     if len(x) == 0:
-        return "no run measured a positive mismatch KL"
+        return f"no run measured a mismatch KL above {KL_FLOOR:g}"
     if y.all() or not y.any():
         return f"every run {'failed' if y.all() else 'held'}: only one outcome"
     if len(np.unique(x)) < 2:
@@ -300,11 +314,12 @@ class LogisticFit:
     def crossing(self, level: float = LEVEL) -> tuple[float, float, float]:
         """(x where p = 0.5, low, high): -b0/b1 and Fieller's interval, the x whose band contains 0.5,
         i.e. (b0 + b1 x)^2 <= z^2 se(x)^2: between the two roots of that quadratic where b1^2 > z^2 var(b1),
-        else unbounded, (-inf, +inf) (the slope is not different from 0 at 1 - level)."""
+        else unbounded, (-inf, +inf) (the slope is not different from 0 at 1 - level). A slope of exactly
+        0 (the same failure rate at every KL) crosses nowhere: the center is NaN."""
         z2 = stats.norm.ppf(0.5 + level / 2) ** 2
         b0, b1, v = self.intercept, self.slope, self.cov
         a, b, c = b1 ** 2 - z2 * v[1, 1], 2 * (b0 * b1 - z2 * v[0, 1]), b0 ** 2 - z2 * v[0, 0]
-        center = -b0 / b1
+        center = -b0 / b1 if b1 != 0 else math.nan
         if a <= 0:
             return center, -math.inf, math.inf
         root = math.sqrt(max(b * b - 4 * a * c, 0.0))  # >= 0 up to rounding: the center is in the set
@@ -312,13 +327,15 @@ class LogisticFit:
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray) -> LogisticFit:
-    """The maximum-likelihood logistic fit of y (booleans) on x (scipy's trust-exact Newton with the
-    exact gradient and Hessian); ValueError where no_fit_reason gives one."""
+    """The maximum-likelihood logistic fit of y (booleans) on x (damped Newton with the exact gradient
+    and Hessian, on x centred and scaled, so that the intercept and the slope are not nearly the same
+    direction; the estimate and its covariance mapped back to x); ValueError where no_fit_reason gives one."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=bool)
     reason = no_fit_reason(x, y)
     if reason:
         raise ValueError(f"no logistic fit: {reason}")
-    design = np.column_stack([np.ones_like(x), x])  # [n, 2]
+    center, scale = float(x.mean()), float(x.std())
+    design = np.column_stack([np.ones_like(x), (x - center) / scale])  # [n, 2]
     target = y.astype(float)
 
     def loss(b: np.ndarray) -> float:
@@ -332,16 +349,42 @@ def fit_logistic(x: np.ndarray, y: np.ndarray) -> LogisticFit:
         p = special.expit(design @ b)
         return (design * (p * (1 - p))[:, None]).T @ design
 
-    start = np.array([special.logit(target.mean()), 0.0])
-    found = optimize.minimize(loss, start, jac=grad, hess=hess, method="trust-exact", options={"gtol": 1e-8})
-    if not found.success:
-        raise ValueError(f"no logistic fit: the optimiser did not converge ({found.message})")
-    return LogisticFit(float(found.x[0]), float(found.x[1]), np.linalg.inv(hess(found.x)), len(x), int(y.sum()))
+    found = newton(loss, grad, hess, np.array([special.logit(target.mean()), 0.0]))
+    back = np.array([[1.0, -center / scale], [0.0, 1.0 / scale]])  # (b0, b1) in x from the scaled fit
+    b0, b1 = back @ found
+    return LogisticFit(float(b0), float(b1), back @ np.linalg.inv(hess(found)) @ back.T, len(x), int(y.sum()))
+
+
+def newton(loss, grad, hess, start: np.ndarray, steps: int = NEWTON_STEPS) -> np.ndarray:
+    """The minimum of a smooth, strictly convex `loss` by damped Newton steps (halved until the loss falls
+    by a quarter of what the quadratic model predicts, up to the loss's rounding): it converges from any start wherever a minimum
+    exists, which for the logistic likelihood is wherever no_fit_reason finds none (scipy's trust-exact
+    stopped short of its tolerance on about 1 in 11 such outcome patterns). Stops once the Newton
+    decrement g^T H^-1 g (twice the loss's predicted distance to its minimum) is below NEWTON_TOLERANCE,
+    after that last step; ValueError after `steps` steps without that."""
+    b = start
+    for _ in range(steps):
+        g = grad(b)
+        step = np.linalg.solve(hess(b), g)
+        decrement = float(g @ step)
+        if decrement < NEWTON_TOLERANCE:
+            return b - step
+        size, now = 1.0, loss(b)
+        rounding = 64 * np.finfo(float).eps * (1 + abs(now))  # below this a loss's fall is not measurable
+        while loss(b - size * step) > now - 0.25 * size * decrement + rounding and size > 1e-12:
+            size /= 2
+        b = b - size * step
+    raise ValueError(f"no logistic fit: Newton's method did not converge in {steps} steps")
+
+
+def on_kl_axis(outcomes: pd.DataFrame) -> pd.Series:
+    """Per run: whether it measured a mismatch (a median KL above KL_FLOOR), i.e. has a place on the KL axis."""
+    return outcomes["kl"] > KL_FLOOR
 
 
 def kl_axis(outcomes: pd.DataFrame) -> pd.DataFrame:
-    """The runs with a positive measured KL, with `log_kl` = log10 of it and `failed`."""
-    placed = outcomes[outcomes["kl"] > 0]
+    """The runs on the KL axis (on_kl_axis), with `log_kl` = log10 of their KL and `failed`."""
+    placed = outcomes[on_kl_axis(outcomes)]
     return placed.assign(log_kl=np.log10(placed["kl"].to_numpy(dtype=float)), failed=failed(placed).to_numpy())
 
 
@@ -349,7 +392,13 @@ def arm_fit(outcomes: pd.DataFrame) -> LogisticFit | str:
     """One arm's fit of P(failure) on log10 KL, or the reason it has none."""
     placed = kl_axis(outcomes)
     x, y = placed["log_kl"].to_numpy(dtype=float), placed["failed"].to_numpy(dtype=bool)
-    return no_fit_reason(x, y) or fit_logistic(x, y)
+    reason = no_fit_reason(x, y)
+    if reason:
+        return reason
+    try:
+        return fit_logistic(x, y)
+    except (ValueError, np.linalg.LinAlgError) as err:  # the report says why, and reads the cells instead
+        return str(err).removeprefix("no logistic fit: ")
 
 
 def survival(outcomes: pd.DataFrame) -> pd.DataFrame:
@@ -376,7 +425,7 @@ class Boundary:
     runs: int
     failures: int
     collapses: int
-    off_axis: int  # runs without a positive measured KL
+    off_axis: int  # runs off the KL axis (no measured KL above KL_FLOOR)
     kl_low: float
     kl_high: float
     fit: LogisticFit | None
@@ -413,12 +462,15 @@ def boundaries(outcomes: pd.DataFrame) -> list[Boundary]:
 class StabilityMap:
     outcomes: pd.DataFrame  # run_outcomes
     bounds: list[Boundary]  # one per arm
+    too_short: int = 0  # finished runs too short for the gate, left off the map
 
 
 def stability_map(results: Results) -> StabilityMap | None:
     """The map of `results` (every run: it judges the finished and the collapsed ones), or None where it
-    does not apply (map_applies)."""
+    does not apply (map_applies) or no run is long enough to judge."""
     if not map_applies(results):
         return None
-    outcomes = run_outcomes(results)
-    return StabilityMap(outcomes, boundaries(outcomes))
+    rows = outcome_rows(results)
+    short = rows["outcome"] == TOO_SHORT if len(rows) else pd.Series(dtype=bool)
+    outcomes = rows[~short].reset_index(drop=True)
+    return StabilityMap(outcomes, boundaries(outcomes), int(short.sum())) if len(outcomes) else None
