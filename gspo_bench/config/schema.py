@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gspo_bench.config.numbers import boolean_message, boolean_numbers, check_settings
+from gspo_bench.config.shown import shown
 from gspo_bench.models.families import SUPPORTED_FAMILIES
 
 if TYPE_CHECKING:
@@ -161,10 +162,10 @@ class TaskConfig(Strict):
         from gspo_bench.tasks.registry import task_spec
 
         if self.name not in list_tasks():
-            raise ValueError(f"unknown task {self.name!r}; expected one of {', '.join(list_tasks())}")
+            raise ValueError(f"unknown task {shown(self.name)}; expected one of {', '.join(list_tasks())}")
         unknown = set(self.params) - set(task_params(self.name))
         if unknown:
-            raise ValueError(f"task {self.name!r} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
+            raise ValueError(f"task {shown(self.name)} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
         check_settings(task_spec(self.name).factory, self.params, "params")
         return self
 
@@ -176,7 +177,7 @@ class TaskConfig(Strict):
             task = make_task(self.name, **self.params)
             task.test_examples(1)  # the test split exists (a generated task's problem space may be too small)
         except (ValueError, TypeError, OSError) as err:
-            raise ValueError(f"task {self.name!r} with params {self.params}: {err}") from None
+            raise ValueError(f"task {shown(self.name)} with params {shown(self.params)}: {err}") from None
         return task
 
 
@@ -236,7 +237,7 @@ class RolloutConfig(Strict):
         from gspo_bench.rollout import list_engines
 
         if v not in list_engines():
-            raise ValueError(f"unknown rollout engine {v!r}; expected one of {', '.join(list_engines())}")
+            raise ValueError(f"unknown rollout engine {shown(v)}; expected one of {', '.join(list_engines())}")
         return v
 
     prompts_per_step: int = Field(8, ge=1, le=MAX_BATCH, description="P prompts per RL step")
@@ -435,7 +436,7 @@ class ObjectiveEntry(Strict):
 
         kind = v.get("kind")
         if kind not in list_corrections():
-            raise ValueError(f"correction.kind must be one of {', '.join(list_corrections())}, got {kind!r}")
+            raise ValueError(f"correction.kind must be one of {', '.join(list_corrections())}, got {shown(kind)}")
         valid = correction_spec(kind).params()
         unknown = sorted(set(v) - {"kind"} - set(valid))
         if unknown:
@@ -449,7 +450,7 @@ class ObjectiveEntry(Strict):
 
         valid = list_objectives() + sorted(ALGORITHMS)
         if self.name not in valid:
-            raise ValueError(f"unknown objective {self.name!r}; expected one of {', '.join(valid)}")
+            raise ValueError(f"unknown objective {shown(self.name)}; expected one of {', '.join(valid)}")
         check_settings(get_objective(self.objective), self.kwargs, "kwargs")
         if self.replay is False and self.replay_from is not None:
             raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
