@@ -389,6 +389,9 @@ class CollapseConfig(Strict):
     )
 
 
+LOOP_INPUTS = ("logp", "old_logp", "advantages", "mask")  # what every objective gets from the loop
+
+
 class ObjectiveEntry(Strict):
     name: str = Field(description="registered objective or algorithm (grpo_rr = grpo + routing replay, "
                       "grpo_r3 = grpo + rollout routing replay)")
@@ -452,11 +455,23 @@ class ObjectiveEntry(Strict):
         if self.name not in valid:
             raise ValueError(f"unknown objective {shown(self.name)}; expected one of {', '.join(valid)}")
         check_settings(get_objective(self.objective), self.kwargs, "kwargs")
+        self._check_kwargs_are_settings(objective_spec(self.objective).inputs)
         if self.replay is False and self.replay_from is not None:
             raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
         if self.credit == "step" and objective_spec(self.objective).advantages != "token":
             raise ValueError(f"credit: step gives per-token advantages; {self.objective} takes one per response")
         return self
+
+    def _check_kwargs_are_settings(self, inputs: frozenset[str]) -> None:
+        """ValueError for a key of `kwargs` that is passed to the objective otherwise: the clip range
+        (the entry's own clip_low / clip_high) or an input of the training loop (Python's words were
+        "got multiple values for keyword argument", at the run's first update)."""
+        for key in self.kwargs:
+            if key in ("clip_low", "clip_high"):
+                raise ValueError(f"kwargs.{key}: the clip range is set with the entry's own clip_low / clip_high "
+                                 f"(e.g. {{name: {self.name}, {key}: {shown(self.kwargs[key])}}}), not in kwargs")
+            if key in (*LOOP_INPUTS, *inputs):
+                raise ValueError(f"kwargs.{key}: an input the training loop passes to the objective, not a setting")
 
     @property
     def objective(self) -> str:
@@ -681,4 +696,17 @@ class SuiteConfig(Strict):
     def _primary_names_arms(self) -> SuiteConfig:
         if self.analysis is not None:
             self.analysis.primary.check_arms([o.run_label for o in self.objectives])
+            self._check_paper_arms()
         return self
+
+    def _check_paper_arms(self) -> None:
+        """`paper_checks: true` needs what the paper checks compare (analysis.paper.arms): an arm of
+        objective grpo and one of gspo, neither with routing replay; without them it holds no check."""
+        if not self.analysis or not self.analysis.primary.paper_checks:
+            return
+        have = {o.objective for o in self.objectives if not o.use_replay}
+        missing = [name for name in ("grpo", "gspo") if name not in have]
+        if missing:
+            raise ValueError(f"analysis.primary.paper_checks: the paper checks compare GRPO and GSPO (objectives grpo "
+                             f"and gspo without routing replay); this suite has no {' and no '.join(missing)} arm, so "
+                             "they would hold no check: drop paper_checks or add the arm")
