@@ -103,3 +103,14 @@ def test_update_refuses_a_baseline_whose_run_folder_holds_other_files(fresh, tmp
     with pytest.raises(ValueError, match="gspo-s0 is not a run folder of run files only"):
         update_baseline(BASELINE, fresh)
     assert (fresh / "gspo-s0" / "notes.txt").read_text() == "keep me\n"
+
+
+def test_a_same_named_suite_with_no_common_label_is_another_suite():
+    """Same suite name, other arms: refused as another suite (it ran and failed on "run present")."""
+    from analysis.suites import suite_differences
+
+    current = pd.DataFrame({"suite": ["ci"] * 2, "label": ["grpo_tis", "r3"], "settings": [{}, {}]})
+    base = load_results(BASELINE).runs
+    found = suite_differences(current, base)
+    assert found == ["no arm label in common: grpo_tis, r3 vs baseline grpo, grpo_rr, gspo, gspo_token"]
+    assert suite_differences(base, base) == []
