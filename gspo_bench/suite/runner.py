@@ -159,8 +159,28 @@ def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = Fa
             if changes and not allow_changed:
                 raise ValueError(f"{run.run_dir}: the suite changed since this run started ({'; '.join(changes)}); "
                                  "resume it unchanged, or pass --allow-changed to continue with the new settings")
+            layout = optimizer_layout_change(run)
+            if layout:
+                raise ValueError(f"{run.run_dir}: {layout}")
             todo.append(run)
     return todo
+
+
+def optimizer_layout_change(run: PlannedRun) -> str | None:
+    """Why the run's checkpointed optimizer state cannot be loaded under its settings now, even with
+    --allow-changed, or None: train.router_lr_scale moved to or from 1 changes the optimizer's param
+    groups (one group at 1, the routers a group of their own otherwise: gspo_bench.train.optim), and
+    the resume failed on it with KeyError 'param_groups.0.name' (after suite.yaml was rewritten)."""
+    from gspo_bench.train.setup import read_run_config
+
+    recorded = read_run_config(run.run_dir) or {}
+    train = (recorded.get("suite") or {}).get("train") or {}
+    before, now = float(train.get("router_lr_scale", 1.0)), float(run.suite.train.router_lr_scale)
+    if (before == 1.0) == (now == 1.0):
+        return None
+    return (f"train.router_lr_scale {before:g} -> {now:g} changes the optimizer's parameter groups (the routers are a "
+            "group of their own unless the scale is 1), so the run's checkpointed optimizer state cannot be loaded: "
+            f"resume it at router_lr_scale {before:g}, or run it again in a new folder")
 
 
 def check_suite_folder(suite: SuiteConfig, root: Path, allow_changed: bool = False) -> None:
