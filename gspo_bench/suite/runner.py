@@ -240,11 +240,15 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
     are prepared first (under torchrun rank 0 trains or finds them, then the others reuse them), then
     the runs go one after another, `parallel` at a time as local processes, or as Ray tasks
     (`ray_address`: None for a local cluster, an address for an existing one, False for no Ray).
-    A run that fails is recorded as failed and the others go on."""
+    A run that fails is recorded as failed and the others go on. suite.yaml is written first, except
+    where --resume --allow-changed continues runs with new settings: then it is written after them, and
+    only where one of them did not fail (a failed resume, its settings refused by the checkpoint, left
+    suite.yaml saying settings no run ran with, and the next resume with the run's own was refused)."""
     from gspo_bench.train.loop import RunSpec
 
     observer = observer or Observer()
-    if world.is_main:
+    continuing = resume and allow_changed
+    if world.is_main and not continuing:
         write_suite_file(suite, root)
     weights = {}
     for planned in todo:  # cached on disk: the first call per (model, task, seed) trains, the others find it
@@ -268,4 +272,6 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
         statuses = run_local_processes(specs, mode, observer, parallel)
     else:
         statuses = run_sequential(specs, mode, observer)
+    if world.is_main and continuing and any(status["status"] != "failed" for status in statuses):
+        write_suite_file(suite, root)
     return list(zip(todo, statuses, strict=True))

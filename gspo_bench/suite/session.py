@@ -56,7 +56,32 @@ def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = N
     root = out if out is not None else Path(suite.output_dir)
     check_suite_folder(suite, root, allow_changed=resume and allow_changed)
     runs = plan_runs(suite, root, only=only, seeds=seeds, overrides=overrides)
-    return Session(suite=suite, root=root, todo=check_outputs(runs, resume, allow_changed=allow_changed))
+    todo = check_outputs(runs, resume, allow_changed=allow_changed)
+    if resume and allow_changed:
+        check_unstarted_keep_settings(suite, root, todo)
+    return Session(suite=suite, root=root, todo=todo)
+
+
+def check_unstarted_keep_settings(suite: SuiteConfig, root: Path, todo: list[PlannedRun]) -> None:
+    """ValueError where --resume --allow-changed would start runs under settings other than those the
+    suite folder's suite.yaml records: --allow-changed continues started runs (each records its change),
+    but a run that never started would train under the new settings beside finished runs under the old
+    ones, silently, and the report would then refuse the folder as two suites."""
+    from gspo_bench.config.yamlread import read_yaml
+    from gspo_bench.rundir.folder import RunDir
+    from gspo_bench.train.setup import settings_changes
+
+    path = root / suite.name / "suite.yaml"
+    recorded = read_yaml(path.read_text()) if path.is_file() else None
+    if not isinstance(recorded, dict):
+        return
+    changes = settings_changes({"suite": recorded}, {"suite": suite.model_dump(mode="json")})
+    unstarted = [run.run_dir.name for run in todo if RunDir(run.run_dir).read_status() is None]
+    if changes and unstarted:
+        raise ValueError(f"{path} records other settings ({'; '.join(changes)}); --allow-changed continues started "
+                         f"runs with new settings, but {len(unstarted)} run(s) have not started ({', '.join(unstarted)}) "
+                         "and would start under them beside runs of the old ones (two suites in one folder): resume "
+                         "the started ones alone (--only, --seeds), or run the new settings into another folder")
 
 
 def exit_code(outcomes: list[tuple[Any, dict]]) -> int:
