@@ -10,9 +10,9 @@ import re
 
 import pandas as pd
 
-from analysis.html import figure_html
-from analysis.interactive import curves
-from analysis.plotly_text import OUR_TAGS, plain_text
+from analysis.figures.curves_interactive import curves
+from analysis.report.html import figure_html
+from analysis.report.plotly_text import OUR_TAGS, plain_text
 
 LINK = '<a href="https://example.com">grpo (click for the data)</a>'
 STYLE = '<span style="font-size:60px">gspo</span>'

@@ -10,8 +10,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from test_report_primary import SIX_ARMS, evidence_of, suite_folder  # noqa: E402
 
-from analysis.stats import EXACT_PAIRS  # noqa: E402
-from analysis.tables import exploratory_table, primary_table  # noqa: E402
+from analysis.report.tables import exploratory_table, primary_table  # noqa: E402
+from analysis.stats.library import EXACT_PAIRS  # noqa: E402
 
 
 def test_a_monte_carlo_p_is_marked_in_the_primary_and_exploratory_tables(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.load import load_results
-from analysis.regress import DEFAULT_TOLERANCES, compare, load_tolerances, reward_rise_check
+from analysis.checks.regress import DEFAULT_TOLERANCES, compare, load_tolerances, reward_rise_check
+from analysis.data.load import load_results
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "results" / "ci-baseline"
@@ -97,7 +97,7 @@ def test_a_run_without_step_1_fails(fresh):
 def test_update_refuses_a_baseline_whose_run_folder_holds_other_files(fresh, tmp_path):
     """A run folder with a file that is no run file (someone's notes, a checkpoint) is not a baseline
     --update may replace: refused before anything is deleted."""
-    from analysis.regress import update_baseline
+    from analysis.checks.regress import update_baseline
 
     (fresh / "gspo-s0" / "notes.txt").write_text("keep me\n")
     with pytest.raises(ValueError, match="gspo-s0 is not a run folder of run files only"):
@@ -107,7 +107,7 @@ def test_update_refuses_a_baseline_whose_run_folder_holds_other_files(fresh, tmp
 
 def test_a_same_named_suite_with_no_common_label_is_another_suite():
     """Same suite name, other arms: refused as another suite (it ran and failed on "run present")."""
-    from analysis.suites import suite_differences
+    from analysis.data.suites import suite_differences
 
     current = pd.DataFrame({"suite": ["ci"] * 2, "label": ["grpo_tis", "r3"], "settings": [{}, {}]})
     base = load_results(BASELINE).runs

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from analysis import anchors
-from analysis.load import load_results
-from analysis.sections import FOREST, Context, report_figures
+from analysis.data.load import load_results
+from analysis.report import anchors
+from analysis.report.sections import FOREST, Context, report_figures
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_stability import swept_run  # noqa: E402

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.reproduce import compare_results
+from analysis.checks.reproduce import compare_results
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reproduce import write_run  # noqa: E402

@@ -13,19 +13,11 @@ import pandas as pd
 import pytest
 from scipy import special
 
-from analysis.figures import curve_with_band, plot_curves
-from analysis.load import load_results
-from analysis.stability import (
-    COLLAPSED,
-    DEGRADED,
-    FLAT,
-    LEARNED,
-    boundaries,
-    fit_logistic,
-    no_fit_reason,
-    stability_map,
-)
-from analysis.stability_text import boundary_sentence, stability_sentences
+from analysis.data.load import load_results
+from analysis.evidence.stability import COLLAPSED, DEGRADED, FLAT, LEARNED, boundaries, stability_map
+from analysis.figures.curves import curve_with_band, plot_curves
+from analysis.report.stability_text import boundary_sentence, stability_sentences
+from analysis.stats.logistic import fit_logistic, no_fit_reason
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_stability import FALLING, swept_run  # noqa: E402

@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from analysis.report import save_figures, write_report
-from analysis.sections import FigureSpec
+from analysis.report.sections import FigureSpec
+from analysis.report.writer import save_figures, write_report
 from gspo_bench.rundir.folder import remove_entry
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -54,8 +54,8 @@ def test_the_report_replaces_links_and_leaves_their_targets(tmp_path, monkeypatc
     targets = {name: victim(tmp_path, name) for name in ("report.md", "report.html")}
     for name, target in targets.items():
         (out / name).symlink_to(target)
-    from analysis import report
-    from analysis.load import load_results
+    from analysis.data.load import load_results
+    from analysis.report import writer as report
 
     results = load_results(tmp_path / "synth")
     def stopped(*args, **kwargs):
