@@ -5,6 +5,7 @@ The stability map (analysis.evidence.stability) fits P(failure) against log10 KL
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,7 +106,8 @@ def fit_logistic(x: np.ndarray, y: np.ndarray) -> LogisticFit:
     return LogisticFit(float(b0), float(b1), back @ np.linalg.inv(hess(found)) @ back.T, len(x), int(y.sum()))
 
 
-def newton(loss, grad, hess, start: np.ndarray, steps: int = NEWTON_STEPS) -> np.ndarray:
+def newton(loss: Callable[[np.ndarray], float], grad: Callable[[np.ndarray], np.ndarray],
+           hess: Callable[[np.ndarray], np.ndarray], start: np.ndarray, steps: int = NEWTON_STEPS) -> np.ndarray:
     """The minimum of a smooth, strictly convex `loss` by damped Newton steps (halved until the loss falls
     by a quarter of what the quadratic model predicts, up to the loss's rounding): it converges from any
     start wherever a minimum exists, which for the logistic likelihood is wherever no_fit_reason finds

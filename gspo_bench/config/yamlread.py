@@ -62,12 +62,12 @@ def read_yaml(text: str) -> Any:
         raise ValueError(f"not valid YAML: {yaml_problem(err, text)}") from None
     except RecursionError:
         raise ValueError("not valid YAML: nested too deeply") from None
-    count, text = expanded_size(data, {}, set())
+    count, characters = expanded_size(data, {}, set())
     if count > MAX_VALUES:
         raise ValueError(f"YAML aliases expand to more than {MAX_VALUES} values ({count}): write the values out "
                          "instead of nesting aliases")
-    if text > MAX_TEXT:
-        raise ValueError(f"YAML aliases expand to more than {MAX_TEXT:,} characters of text ({text:,}): write the "
+    if characters > MAX_TEXT:
+        raise ValueError(f"YAML aliases expand to more than {MAX_TEXT:,} characters of text ({characters:,}): write the "
                          "values out instead of repeating a long one through aliases")
     return data
 
