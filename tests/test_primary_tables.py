@@ -31,3 +31,24 @@ def test_an_exact_p_is_not_marked_and_the_holm_column_is_adjusted(tmp_path):
     evidence, _ = evidence_of(suite_folder(tmp_path, SIX_ARMS, {"primary": {"each_vs": "grpo"}}))
     row = primary_table(evidence).set_index("first").loc["grpo_r3"]
     assert (row["p (sign-flip)"], row["Holm p"]) == ("0.0078", "0.039")
+
+
+def test_the_primary_sentence_names_the_arm_that_ends_above_when_it_learned(tmp_path):
+    """Declared [grpo, gspo]; GSPO ends 0.1 above on 8 of 8 seeds and learned, GRPO's reward is flat (it
+    did not learn): the arm above is GSPO, which learned, so it is named (a review's break checked the
+    first arm, GRPO, instead, and the sentence said "not named")."""
+    import yaml
+    from test_analysis import make_run
+
+    from analysis.data.load import unfinished
+    from analysis.report.verdict import answer
+
+    for seed in range(8):
+        make_run(tmp_path, "grpo", seed, slope=0.0, bonus=0.0)
+        make_run(tmp_path, "gspo", seed, bonus=0.1)
+    suite = {"name": "synth", "objectives": [{"name": "grpo"}, {"name": "gspo"}],
+             "analysis": {"primary": {"pairs": [["grpo", "gspo"]]}}}
+    (tmp_path / "synth" / "suite.yaml").write_text(yaml.safe_dump(suite))
+    evidence, results = evidence_of(tmp_path / "synth")
+    texts = [s.text for s in answer(evidence, unfinished(results), 0.0, False, set())]
+    assert any(t.startswith("**gspo ends above grpo** (primary)") for t in texts), texts
