@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.data.load import find_run_dirs, is_run_dir, kernels_text
+from analysis.data.load import RunFileError, find_run_dirs, is_run_dir, kernels_text, read_file
+from gspo_bench.rundir.folder import status_problem
 
 TABLES = ("metrics.parquet", "layers.parquet", "eval.parquet")
 IGNORED = ("time/", "perf/", "gpu/")  # column prefixes: the machine's speed, not the run's results
@@ -62,14 +63,27 @@ def _plain(value: object) -> object:
 
 
 def _status(run_dir: Path) -> tuple[str | None, int | None]:
+    """(status, step) of a run's status.json, read as `analysis.data.load` reads it: RunFileError (a
+    ValueError) naming the file, and so the run, where it is damaged."""
     path = run_dir / "status.json"
-    status = json.loads(path.read_text()) if path.is_file() else {}
+    status = read_file(path, _json, dict)
+    problem = status_problem(status)
+    if problem:
+        raise RunFileError(f"{path}: {problem}")
     return status.get("status"), status.get("step")
 
 
 def _kernels(run_dir: Path) -> str | None:
-    path = run_dir / "provenance.json"
-    return kernels_text(json.loads(path.read_text()).get("kernels")) if path.is_file() else None
+    prov = read_file(run_dir / "provenance.json", _json, dict, optional=True)
+    return kernels_text(prov.get("kernels")) if prov is not None else None
+
+
+def _json(path: Path) -> object:
+    return json.loads(path.read_text())
+
+
+def _table(path: Path) -> pd.DataFrame:
+    return read_file(path, pd.read_parquet)
 
 
 def compare_run(reference: Path, fresh: Path) -> RunReproduction:
@@ -82,7 +96,7 @@ def compare_run(reference: Path, fresh: Path) -> RunReproduction:
                 continue
             return RunReproduction(reference.name, False, f"{table}: only in {'the reference' if have[0] else 'the fresh run'}",
                                    kernels)
-        difference = first_difference(pd.read_parquet(reference / table), pd.read_parquet(fresh / table), table)
+        difference = first_difference(_table(reference / table), _table(fresh / table), table)
         if difference:
             return RunReproduction(reference.name, False, difference, kernels)
     if _status(reference) != _status(fresh):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from gspo_bench.config.numbers import boolean_message, boolean_numbers, check_settings
+from gspo_bench.config.shown import shown
 from gspo_bench.config.tuning import TuningConfig, check_tuning
 from gspo_bench.models.families import SUPPORTED_FAMILIES
 
@@ -162,13 +163,13 @@ class TaskConfig(Strict):
         from gspo_bench.tasks.registry import task_spec
 
         if self.name not in list_tasks():
-            raise ValueError(f"unknown task {self.name!r}; expected one of {', '.join(list_tasks())}")
+            raise ValueError(f"unknown task {shown(self.name)}; expected one of {', '.join(list_tasks())}")
         from gspo_bench.tasks.validation import HELD_OUT_PARAM
 
         own = {k: v for k, v in self.params.items() if k != HELD_OUT_PARAM}  # held_out: any task's (make_task)
         unknown = set(own) - set(task_params(self.name))
         if unknown:
-            raise ValueError(f"task {self.name!r} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
+            raise ValueError(f"task {shown(self.name)} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
         check_settings(task_spec(self.name).factory, own, "params")
         return self
 
@@ -180,7 +181,7 @@ class TaskConfig(Strict):
             task = make_task(self.name, **self.params)
             task.test_examples(1)  # the test split exists (a generated task's problem space may be too small)
         except (ValueError, TypeError, OSError) as err:
-            raise ValueError(f"task {self.name!r} with params {self.params}: {err}") from None
+            raise ValueError(f"task {shown(self.name)} with params {shown(self.params)}: {err}") from None
         return task
 
 
@@ -240,7 +241,7 @@ class RolloutConfig(Strict):
         from gspo_bench.rollout import list_engines
 
         if v not in list_engines():
-            raise ValueError(f"unknown rollout engine {v!r}; expected one of {', '.join(list_engines())}")
+            raise ValueError(f"unknown rollout engine {shown(v)}; expected one of {', '.join(list_engines())}")
         return v
 
     prompts_per_step: int = Field(8, ge=1, le=MAX_BATCH, description="P prompts per RL step")
@@ -392,6 +393,9 @@ class CollapseConfig(Strict):
     )
 
 
+LOOP_INPUTS = ("logp", "old_logp", "advantages", "mask")  # what every objective gets from the loop
+
+
 class ObjectiveEntry(Strict):
     name: str = Field(description="registered objective or algorithm (grpo_rr = grpo + routing replay, "
                       "grpo_r3 = grpo + rollout routing replay)")
@@ -439,7 +443,7 @@ class ObjectiveEntry(Strict):
 
         kind = v.get("kind")
         if kind not in list_corrections():
-            raise ValueError(f"correction.kind must be one of {', '.join(list_corrections())}, got {kind!r}")
+            raise ValueError(f"correction.kind must be one of {', '.join(list_corrections())}, got {shown(kind)}")
         valid = correction_spec(kind).params()
         unknown = sorted(set(v) - {"kind"} - set(valid))
         if unknown:
@@ -453,13 +457,25 @@ class ObjectiveEntry(Strict):
 
         valid = list_objectives() + sorted(ALGORITHMS)
         if self.name not in valid:
-            raise ValueError(f"unknown objective {self.name!r}; expected one of {', '.join(valid)}")
+            raise ValueError(f"unknown objective {shown(self.name)}; expected one of {', '.join(valid)}")
         check_settings(get_objective(self.objective), self.kwargs, "kwargs")
+        self._check_kwargs_are_settings(objective_spec(self.objective).inputs)
         if self.replay is False and self.replay_from is not None:
             raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
         if self.credit == "step" and objective_spec(self.objective).advantages != "token":
             raise ValueError(f"credit: step gives per-token advantages; {self.objective} takes one per response")
         return self
+
+    def _check_kwargs_are_settings(self, inputs: frozenset[str]) -> None:
+        """ValueError for a key of `kwargs` that is passed to the objective otherwise: the clip range
+        (the entry's own clip_low / clip_high) or an input of the training loop (Python's words were
+        "got multiple values for keyword argument", at the run's first update)."""
+        for key in self.kwargs:
+            if key in ("clip_low", "clip_high"):
+                raise ValueError(f"kwargs.{key}: the clip range is set with the entry's own clip_low / clip_high "
+                                 f"(e.g. {{name: {self.name}, {key}: {shown(self.kwargs[key])}}}), not in kwargs")
+            if key in (*LOOP_INPUTS, *inputs):
+                raise ValueError(f"kwargs.{key}: an input the training loop passes to the objective, not a setting")
 
     @property
     def objective(self) -> str:
@@ -687,6 +703,7 @@ class SuiteConfig(Strict):
     def _primary_names_arms(self) -> SuiteConfig:
         if self.analysis is not None:
             self.analysis.primary.check_arms([o.run_label for o in self.objectives])
+            self._check_paper_arms()
         return self
 
     @model_validator(mode="after")
@@ -694,3 +711,15 @@ class SuiteConfig(Strict):
         if self.tuning is not None:
             check_tuning(self)
         return self
+
+    def _check_paper_arms(self) -> None:
+        """`paper_checks: true` needs what the paper checks compare (analysis.paper.arms): an arm of
+        objective grpo and one of gspo, neither with routing replay; without them it holds no check."""
+        if not self.analysis or not self.analysis.primary.paper_checks:
+            return
+        have = {o.objective for o in self.objectives if not o.use_replay}
+        missing = [name for name in ("grpo", "gspo") if name not in have]
+        if missing:
+            raise ValueError(f"analysis.primary.paper_checks: the paper checks compare GRPO and GSPO (objectives grpo "
+                             f"and gspo without routing replay); this suite has no {' and no '.join(missing)} arm, so "
+                             "they would hold no check: drop paper_checks or add the arm")

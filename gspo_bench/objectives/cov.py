@@ -18,9 +18,11 @@ from gspo_bench.objectives.surrogate import check_clip_range, check_dual_clip, c
 
 
 @torch.no_grad()
-def centred_covariance(batch: PolicyBatch) -> torch.Tensor:
-    """Cov_t [B, T] (0 at padding): (A_t - mean A)(log pi_t - mean log pi) over the valid tokens."""
-    adv, logp = batch.advantages, batch.logp.detach()
+def centred_covariance(batch: PolicyBatch, logp: torch.Tensor | None = None) -> torch.Tensor:
+    """Cov_t [B, T] (0 at padding): (A_t - mean A)(log pi_t - mean log pi) over the valid tokens, of the
+    policy's log-probs or of `logp` where given."""
+    adv = batch.advantages
+    logp = batch.logp.detach() if logp is None else torch.where(batch.mask, logp.detach().float(), 0.0)
     cov = (adv - masked_mean(adv, batch.mask)) * (logp - masked_mean(logp, batch.mask))
     return torch.where(batch.mask, cov, 0.0)
 
@@ -55,11 +57,15 @@ def kl_cov_loss(
 ) -> tuple[torch.Tensor, Metrics]:
     """KL-Cov: J = sum_t [r_t A_t - kl_coef |log r_t| 1(t in top-k by Cov_t)] / sum_i |y_i|, with
     k = max(1, floor(ratio_k * N)) of the N valid tokens; no clip. `clip/frac*` stays 0 (nothing is
-    clipped); `cov/frac` is the share of tokens under the KL term."""
+    clipped); `cov/frac` is the share of tokens under the KL term.
+    Cov_t is taken on pi_old's log-probs (`old_logp`), the values every update path shares (the old
+    policy's pass runs once per batch), not on the update forward's, whose float noise differs between
+    a plain and a micro-batched forward and, at the default k (one token), moved the selected token;
+    ties go to the earlier token (row-major). On a batch's first update pi_theta is pi_old."""
     if not 0.0 < ratio_k <= 1.0 or kl_coef < 0:
         raise ValueError(f"kl_cov: ratio_k must be in (0, 1] and kl_coef >= 0, got {ratio_k}, {kl_coef}")
     batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="kl_cov")
-    cov = centred_covariance(batch)
+    cov = centred_covariance(batch, old_logp)
     penalised = _pick(cov, batch.mask, _budget(ratio_k, batch))  # [B, T]
     terms = safe_exp(batch.log_ratio) * batch.advantages - kl_coef * batch.log_ratio.abs() * penalised
     loss = -aggregate(terms, batch, "token_mean")

@@ -264,18 +264,28 @@ def _check_eval_tasks(suite: SuiteConfig) -> list[str]:
 
 def _eval_limits(suite: SuiteConfig) -> list[str]:
     """Each of our eval tasks has `eval.limit` distinct test problems (both engines evaluate that many),
-    with the params it is evaluated with: a small problem space would fail every run at its first
-    evaluation."""
+    with the params it is evaluated with, at every sweep point (a sweep of `task.params.max_len` makes
+    a smaller split at some points): a small problem space would fail every run at its first
+    evaluation. Each (task, params, limit) is searched once."""
+    import json
+
+    from gspo_bench.config import sweep_points
+    from gspo_bench.config.sweep import describe
     from gspo_bench.tasks import make_task
     from gspo_bench.train.evaluation import resolve_tasks
 
-    problems = []
-    for name, params in resolve_tasks(suite.eval.tasks, suite.task.name, suite.task.params):
-        if params is None:
-            continue  # an lm-eval task: lm-eval reads its own documents
-        try:
-            make_task(name, **params).test_examples(suite.eval.limit)
-        except ValueError as err:
-            problems.append(f"eval.limit ({suite.eval.limit}): task {name} {params}: {err}; evaluate on fewer "
-                            "problems or widen the task")
+    problems, searched = [], set()
+    for values, point in sweep_points(suite):
+        limit = point.eval.limit
+        for name, params in resolve_tasks(point.eval.tasks, point.task.name, point.task.params):
+            key = (name, json.dumps(params, sort_keys=True, default=str), limit)
+            if params is None or key in searched:
+                continue  # an lm-eval task (lm-eval reads its own documents), or searched at another point
+            searched.add(key)
+            try:
+                make_task(name, **params).test_examples(limit)
+            except ValueError as err:
+                where = f" at sweep point {describe(values)}" if values else ""
+                problems.append(f"eval.limit ({limit}){where}: task {name} {params}: {err}; evaluate on fewer "
+                                "problems or widen the task")
     return problems

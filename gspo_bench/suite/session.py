@@ -66,6 +66,8 @@ def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = N
     trials = check_outputs(trial_runs(suite, root), resume, allow_changed) if suite.tuning is not None else []
     compared = compared_suite(suite, root)
     todo = [] if compared is None else comparison_todo(compared, root, only, seeds, overrides, resume, allow_changed)
+    if resume and allow_changed:
+        check_unstarted_keep_settings(suite, root, todo)
     return Session(suite=suite, root=root, todo=todo, trials=trials, awaiting_choice=compared is None)
 
 
@@ -89,6 +91,28 @@ def choose_and_plan(session: Session, items: list[str] | None, only: list[str] |
     compared = compared_suite(session.suite, session.root)
     assert compared is not None  # chosen.json is there now
     return comparison_todo(compared, session.root, only, seeds, parse_overrides(items or []), resume, allow_changed)
+
+
+def check_unstarted_keep_settings(suite: SuiteConfig, root: Path, todo: list[PlannedRun]) -> None:
+    """ValueError where --resume --allow-changed would start runs under settings other than those the
+    suite folder's suite.yaml records: --allow-changed continues started runs (each records its change),
+    but a run that never started would train under the new settings beside finished runs under the old
+    ones, silently, and the report would then refuse the folder as two suites."""
+    from gspo_bench.config.yamlread import read_yaml
+    from gspo_bench.rundir.folder import RunDir
+    from gspo_bench.train.setup import settings_changes
+
+    path = root / suite.name / "suite.yaml"
+    recorded = read_yaml(path.read_text()) if path.is_file() else None
+    if not isinstance(recorded, dict):
+        return
+    changes = settings_changes({"suite": recorded}, {"suite": suite.model_dump(mode="json")})
+    unstarted = [run.run_dir.name for run in todo if RunDir(run.run_dir).read_status() is None]
+    if changes and unstarted:
+        raise ValueError(f"{path} records other settings ({'; '.join(changes)}); --allow-changed continues started "
+                         f"runs with new settings, but {len(unstarted)} run(s) have not started ({', '.join(unstarted)}) "
+                         "and would start under them beside runs of the old ones (two suites in one folder): resume "
+                         "the started ones alone (--only, --seeds), or run the new settings into another folder")
 
 
 def exit_code(outcomes: list[tuple[Any, dict]]) -> int:
