@@ -33,7 +33,7 @@ quickstart: $(VENV)/.installed
 TEST_WORKERS ?= 2
 TEST_THREADS := $(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 MKL_NUM_THREADS=1)
 test: $(VENV)/.installed-dev
-	$(TEST_THREADS) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(TEST_THREADS) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 ## the browser check: report.html loads in headless chromium, every figure renders, no console error
 ## (installs Debian's chromium with apt-get when absent; `make test` skips it where chromium is missing)
