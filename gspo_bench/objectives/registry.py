@@ -32,6 +32,8 @@ from typing import Literal
 
 import torch
 
+from gspo_bench.registry import Registry
+
 Metrics = dict[str, torch.Tensor | float]
 ObjectiveFn = Callable[..., tuple[torch.Tensor, Metrics]]
 AdvantageLevel = Literal["response", "token"]
@@ -66,7 +68,7 @@ class ObjectiveSpec:
                 if p.default is not inspect.Parameter.empty and name not in ("clip_low", "clip_high", "weights")}
 
 
-_REGISTRY: dict[str, ObjectiveSpec] = {}
+_REGISTRY: Registry[ObjectiveSpec] = Registry("objective", unknown=UnknownObjectiveError)
 
 
 def register_objective(
@@ -78,11 +80,6 @@ def register_objective(
     same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
 
     def decorate(fn: ObjectiveFn) -> ObjectiveFn:
-        if name in _REGISTRY:
-            raise ValueError(
-                f"objective {name!r} is already registered (by {_REGISTRY[name].fn.__module__}."
-                f"{_REGISTRY[name].fn.__qualname__}); pick another name"
-            )
         params = inspect.signature(fn).parameters
         missing = {"logp", "old_logp", "advantages", "mask", "weights"} - set(params)
         if missing:
@@ -93,7 +90,7 @@ def register_objective(
             p = params.get(arg)
             return None if p is None or p.default is inspect.Parameter.empty else p.default
 
-        _REGISTRY[name] = ObjectiveSpec(
+        _REGISTRY.add(name, ObjectiveSpec(
             name=name,
             fn=fn,
             description=description,
@@ -103,7 +100,7 @@ def register_objective(
             clip_high=default("clip_high"),
             inputs=frozenset(inputs),
             coupled=coupled,
-        )
+        ), fn.__module__)
         return fn
 
     return decorate
@@ -123,11 +120,7 @@ def _check_inputs(name: str, declared: set[str], params: set[str]) -> None:
 
 def objective_spec(name: str) -> ObjectiveSpec:
     """The registered spec of `name`, or an error naming every valid objective."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        valid = ", ".join(list_objectives())
-        raise UnknownObjectiveError(f"unknown objective {name!r}; valid objectives: {valid}") from None
+    return _REGISTRY.lookup(name)
 
 
 def get_objective(name: str) -> ObjectiveFn:
@@ -137,4 +130,4 @@ def get_objective(name: str) -> ObjectiveFn:
 
 def list_objectives() -> list[str]:
     """Names of all registered objectives, sorted."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
