@@ -97,12 +97,29 @@ def guarded(command):
     return wrapper
 
 
+def plugin_option():
+    return typer.Option(None, "--plugin", metavar="FILE|MODULE", help="a plugin to load first: a Python file or an "
+                        "importable module registering objectives, corrections, tasks or engines (docs/plugins.md); "
+                        "repeatable")
+
+
+def load_plugins_or_fail(names: list[str] | None) -> None:
+    """The installed packages' plugins and `names` (files from the working folder), or one error line."""
+    from gspo_bench.config.plugins import PluginError, load_plugins
+
+    try:
+        load_plugins(names or [])
+    except PluginError as err:
+        raise fail(str(err)) from None
+
+
 @app.command("ls")
 @guarded
-def list_registered() -> None:
+def list_registered(plugins: list[str] | None = plugin_option()) -> None:
     """List the registered objectives, algorithms, tasks, corrections, MoE families and rollout engines."""
     from gspo_bench.suite.catalog import registry_tables
 
+    load_plugins_or_fail(plugins)
     for table in registry_tables():
         console.print(table)
 
@@ -316,11 +333,13 @@ def probe(
     minibatches: int = typer.Option(4, min=1),
     lr: float = typer.Option(3e-4, min=0.0),
     seed: int = 0,
+    plugins: list[str] | None = plugin_option(),
 ) -> None:
     """One RL step (K minibatch updates) of each objective on a tiny MoE from identical weights."""
     from gspo_bench.objectives import UnknownObjectiveError, objective_spec
     from gspo_bench.suite.probe import ProbeConfig, run_probe
 
+    load_plugins_or_fail(plugins)
     names = [n.strip() for n in objectives.split(",") if n.strip()]
     for name in names:
         try:
@@ -369,7 +388,9 @@ def report(
     from analysis.load import NotResultsError, SchemaVersionError, load_results
     from analysis.report import DeclarationError, UnmatchedComputeError, write_report
     from analysis.suites import MixedSuitesError
+    from gspo_bench.config.plugins import recorded_plugins
 
+    load_plugins_or_fail(recorded_plugins(results))
     try:
         loaded = load_results(*results)
         paths = write_report(loaded, out or results[0] / "report", allow_unmatched=allow_unmatched)

@@ -554,6 +554,9 @@ class AnalysisConfig(Strict):
 class SuiteConfig(Strict):
     name: str = Field(description="suite name (a directory name: letters, digits, _ . , = @ + -)")
     description: str = ""
+    plugins: list[str] = Field(default_factory=list, description="Python files (relative to the suite file) and "
+                               "importable modules that register objectives, corrections, tasks or rollout engines, "
+                               "loaded before the rest of the suite is read (docs/plugins.md)")
     # built on use, not at import: their validators read the model and engine registries (torch)
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: TaskConfig
@@ -563,6 +566,17 @@ class SuiteConfig(Strict):
     budget: BudgetConfig
     objectives: list[ObjectiveEntry] = Field(min_length=1)
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1, description=f"seeds of the runs, 0..{MAX_SEED}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugins_first(cls, data: Any) -> Any:
+        """The plugins register their names before the objectives, tasks and engines are checked against
+        the registries (once per process: a sweep point or a worker's copy finds them loaded)."""
+        if isinstance(data, dict) and isinstance(data.get("plugins"), list):
+            from gspo_bench.config.plugins import load_plugins
+
+            load_plugins([str(name) for name in data["plugins"]])
+        return data
 
     @field_validator("name")
     @classmethod
@@ -603,7 +617,7 @@ class SuiteConfig(Strict):
                 raise ValueError(f"sweep.{key}: {len(paths)} paths move together: each value must be a list of "
                                  f"{len(paths)} (one per path)")
             for path in paths:
-                if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir", "analysis"):
+                if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir", "analysis", "plugins"):
                     raise ValueError(f"sweep.{path}: {path.split('.')[0]} cannot be swept (seeds and objectives "
                                      "already cross every sweep point; the analysis is the whole suite's)")
         sizes = [len(values) for values in v.values()]

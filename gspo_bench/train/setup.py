@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
+from gspo_bench.config.plugins import load_plugins
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import RolloutEngine, make_engine
@@ -104,6 +105,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
         prov["warm_start"] = warm_start_record(spec)
+        prov["plugins"] = [plugin.record() for plugin in load_plugins(suite.plugins)]
         prompt_format = run_prompt_format(suite, tokenizer)
         engine = make_run_engine(suite, tokenizer, weights, device)
         check_replay_engine(spec.entry, engine, suite)
@@ -276,8 +278,17 @@ def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planne
     run = {"label": entry.run_label, "algorithm": spec.algorithm or entry.run_label, "objective": entry.objective,
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
            "seed": spec.seed, "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs, "sweep": spec.sweep,
-           "correction": entry.correction, "set": entry.set, "overrides": spec.overrides}
+           "correction": entry.correction, "set": entry.set, "overrides": spec.overrides,
+           **({"plugins": plugin_hashes(spec.suite.plugins)} if spec.suite.plugins else {})}
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
+
+
+def plugin_hashes(names: list[str]) -> dict[str, str]:
+    """{plugin: sha256 of its file as it is now}: a plugin edited since a run started is a change of the
+    run's settings (config.yaml's `run.plugins`), refused on resume as an edited suite is."""
+    from gspo_bench.config.plugins import file_sha256, load_plugins
+
+    return {plugin.name: file_sha256(plugin.path) for plugin in load_plugins(names)}
 
 
 # fields of config.yaml that do not change what a run computes (nor do suite.tracking.*; run.overrides.*

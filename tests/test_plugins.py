@@ -1,0 +1,146 @@
+"""Plugins named by a suite: a plugin's objective trains as the same code registered in the package does,
+sequentially and in `--parallel` workers; a bad plugin is one line naming its file and problem, with
+nothing written; an edited plugin refuses a resume; provenance records each plugin's sha256."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gspo_bench.cli import app
+from gspo_bench.config.plugins import unload_plugins
+from gspo_bench.objectives import list_objectives
+from gspo_bench.rundir.folder import TIMING_COLUMNS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness import signal_suite  # noqa: E402
+
+SAME_GRPO = ("from gspo_bench.objectives import get_objective, register_objective\n"
+             "register_objective('grpo_plugin', description='GRPO, from a plugin', reference='-')(get_objective('grpo'))\n")
+RAISES_AT_STEP_2 = ("from gspo_bench.objectives import get_objective, register_objective\n"
+                    "calls = []\n"
+                    "@register_objective('boom', description='raises on its third call', reference='-')\n"
+                    "def boom(logp, old_logp, advantages, mask, weights=None):\n"
+                    "    calls.append(1)\n"
+                    "    if len(calls) == 3:\n"
+                    "        raise RuntimeError('boom at step 2')\n"
+                    "    return get_objective('grpo')(logp, old_logp, advantages, mask, weights=weights)\n")
+
+
+@pytest.fixture(autouse=True)
+def no_plugin_left():
+    """Each test loads its plugins into a clean registry and leaves none behind (other tests list the
+    built-in names)."""
+    unload_plugins()
+    builtin = list_objectives()
+    yield
+    unload_plugins()
+    assert list_objectives() == builtin
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("plugin-cache")
+
+
+def write_suite(folder: Path, cache: Path, plugin_text: str | None, objectives: list[str], steps: int = 2) -> Path:
+    """A tiny suite in `folder` naming the plugin file `plugin.py` (holding `plugin_text`) by a relative path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = signal_suite(cache, steps=steps, objectives=[{"name": n} for n in objectives], seeds=[0])
+    if plugin_text is not None:
+        (folder / "plugin.py").write_text(plugin_text)
+        data["plugins"] = ["plugin.py"]
+    (folder / "suite.yaml").write_text(yaml.safe_dump(data))
+    return folder / "suite.yaml"
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def metrics(run: Path) -> pd.DataFrame:
+    return pd.read_parquet(run / "metrics.parquet").drop(columns=[*TIMING_COLUMNS, "objective", "label", "algorithm"],
+                                                         errors="ignore")
+
+
+@pytest.mark.slow
+def test_a_plugin_objective_trains_as_the_same_code_in_the_package(tmp_path, cache):
+    """Needs training (2 steps of a 2-run tiny suite, twice): the plugin must reach the --parallel workers."""
+    suite = write_suite(tmp_path / "suite", cache, SAME_GRPO, ["grpo", "grpo_plugin"])
+    for out, extra in ((tmp_path / "seq", []), (tmp_path / "par", ["--parallel", "2"])):
+        code, output = invoke("run", str(suite), "--out", str(out), *extra)
+        assert code == 0, output
+        pd.testing.assert_frame_equal(metrics(out / "tiny" / "grpo-s0"), metrics(out / "tiny" / "grpo_plugin-s0"))
+    pd.testing.assert_frame_equal(metrics(tmp_path / "seq" / "tiny" / "grpo_plugin-s0"),
+                                  metrics(tmp_path / "par" / "tiny" / "grpo_plugin-s0"))
+    prov = json.loads((tmp_path / "par" / "tiny" / "grpo_plugin-s0" / "provenance.json").read_text())
+    assert [(p["path"], p["registered"]) for p in prov["plugins"]] == [
+        (str((tmp_path / "suite" / "plugin.py").resolve()), ["objective:grpo_plugin"])]
+    assert len(prov["plugins"][0]["sha256"]) == 64
+
+
+@pytest.mark.slow
+def test_an_edited_plugin_refuses_resume_and_a_raising_loss_fails_its_run_alone(tmp_path, cache):
+    """Needs training (2 steps): the failing run leaves a folder to resume."""
+    suite = write_suite(tmp_path / "suite", cache, RAISES_AT_STEP_2, ["grpo", "boom"])
+    code, output = invoke("run", str(suite), "--out", str(tmp_path / "out"))
+    statuses = {run: json.loads((tmp_path / "out" / "tiny" / run / "status.json").read_text())
+                for run in ("grpo-s0", "boom-s0")}
+    assert statuses["grpo-s0"]["status"] == "done"
+    assert statuses["boom-s0"]["status"] == "failed" and "boom at step 2" in statuses["boom-s0"]["message"]
+    unload_plugins()
+    (tmp_path / "suite" / "plugin.py").write_text(RAISES_AT_STEP_2.replace("len(calls) == 3", "len(calls) == 99"))
+    code, output = invoke("run", str(suite), "--out", str(tmp_path / "out"), "--resume")
+    assert code == 2 and "the suite changed since this run started (run.plugins." in output, output
+    assert json.loads((tmp_path / "out" / "tiny" / "boom-s0" / "status.json").read_text())["step"] == 1
+
+
+BAD_PLUGINS = {
+    "missing file": (None, "plugin.py: no such plugin file"),
+    "syntax error": ("x = 1\ndef f(:\n", "plugin.py:2: syntax error: "),
+    "import error": ("import numpy\nimport no_such_package_xyz\n",
+                     "plugin.py:2: loading the plugin raised ModuleNotFoundError: No module named 'no_such_package_xyz'"),
+    "collision": ("from gspo_bench.objectives import get_objective, register_objective\n"
+                  "register_objective('gspo', description='d', reference='r')(get_objective('grpo'))\n",
+                  "plugin.py: objective 'gspo' is already registered (by gspo_bench.objectives.gspo); pick another name"),
+    "registers nothing": ("import torch\n", "plugin.py: registers nothing (no objective, correction, task or rollout"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PLUGINS))
+def test_a_bad_plugin_is_one_line_naming_the_file_and_nothing_is_written(case, tmp_path):
+    text, expected = BAD_PLUGINS[case]
+    suite = write_suite(tmp_path / "suite", tmp_path / "cache", text or "", ["grpo"])
+    if text is None:
+        (tmp_path / "suite" / "plugin.py").unlink()
+    for command in (["validate", str(suite)], ["run", str(suite), "--out", str(tmp_path / "out")]):
+        code, output = invoke(*command)
+        assert code == 2 and len(output.strip().splitlines()) == 1, output
+        assert f"{tmp_path / 'suite' / expected}" in " ".join(output.split()), output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+    assert "grpo_plugin" not in list_objectives()
+
+
+def test_a_partly_loaded_plugin_takes_back_what_it_registered(tmp_path):
+    """A plugin that registers one objective, then fails, leaves the registry as it found it."""
+    text = SAME_GRPO + "raise RuntimeError('late')\n"
+    suite = write_suite(tmp_path / "suite", tmp_path / "cache", text, ["grpo"])
+    code, output = invoke("validate", str(suite))
+    assert code == 2 and "plugin.py:3: loading the plugin raised RuntimeError: late" in output
+    assert "grpo_plugin" not in list_objectives()
+
+
+def test_ls_and_validate_see_a_plugin_file(tmp_path):
+    suite = write_suite(tmp_path / "suite", tmp_path / "cache", SAME_GRPO, ["grpo_plugin"])
+    code, output = invoke("validate", str(suite))
+    assert code == 0 and "grpo_plugin-s0: grpo_plugin" in output, output
+    unload_plugins()
+    code, output = invoke("ls", "--plugin", str(tmp_path / "suite" / "plugin.py"))
+    assert code == 0 and "grpo_plugin" in output and "GRPO, from a plugin" in output
