@@ -370,6 +370,37 @@ def probe(
     console.print(f"reward/mean of the shared rollouts: {rows[0]['reward/mean']:.3f}")
 
 
+@app.command()
+@guarded
+def check(
+    name: str = typer.Argument(..., help="a registered objective (built in, or from --plugin)"),
+    plugins: list[str] | None = plugin_option(),
+    seed: int = typer.Option(0, help="seed of the kit's random batches"),
+) -> None:
+    """The conformance kit: measure the properties every objective must have (finite at extreme ratios,
+    padding and order invariance, zero advantages, the on-policy gradient of its reduction, ascent,
+    micro-batch exactness, declared inputs, measurements) on small batches; exit 1 on a failure."""
+    from gspo_bench.objectives import UnknownObjectiveError, objective_spec
+    from gspo_bench.objectives.conformance import check_objective
+
+    load_plugins_or_fail(plugins)
+    try:
+        objective_spec(name)
+    except UnknownObjectiveError as err:
+        raise fail(str(err)) from None
+    findings = check_objective(name, seed)
+    for f in findings:
+        verdict = "n/a" if f.passed is None else "pass" if f.passed else "FAIL"
+        number = "-" if f.passed is None else f"{f.measured:.3g}"
+        say(f"{f.property:<15} {verdict:<5} {number:>10}  {f.bound:<24} {f.note}")
+    failed = [f.property for f in findings if f.passed is False]
+    if failed:
+        say(f"{name}: {len(failed)} of {len(findings)} properties fail: {', '.join(failed)}")
+        raise typer.Exit(1)
+    skipped = sum(f.passed is None for f in findings)
+    say(f"{name}: conforms ({len(findings) - skipped} properties pass, {skipped} declared not to apply)")
+
+
 def probe_cell(row: dict, column: str) -> str:
     """A probe table cell: the value to 3 figures, "-" where the step measured none (the drift with K=1:
     it is measured on minibatches 2..K)."""

@@ -14,7 +14,7 @@ through `add`.
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -27,15 +27,21 @@ class NameTakenError(ValueError):
     """A registration under a name that is already registered; the message names who holds it."""
 
 
+KINDS: dict[str, Registry[Any]] = {}  # kind -> the package's registry of it (a plugin's additions are found here)
+
+
 class Registry(MutableMapping[str, T]):
     """Entries of one kind by name (e.g. `Registry("rollout engine", "engines")`)."""
 
-    def __init__(self, kind: str, plural: str | None = None, unknown: type[LookupError] = UnknownNameError):
+    def __init__(self, kind: str, plural: str | None = None, unknown: type[LookupError] = UnknownNameError,
+                 listed: bool = True):
         self.kind = kind
         self.plural = plural or f"{kind}s"
         self.unknown = unknown  # the LookupError subclass a miss raises (objectives keep their own)
         self._entries: dict[str, T] = {}
         self._origins: dict[str, str] = {}
+        if listed:
+            KINDS[kind] = self
 
     def add(self, name: str, entry: T, origin: str) -> None:
         """Register `entry` as `name`, made by module `origin`; NameTakenError if the name is taken."""
@@ -62,7 +68,7 @@ class Registry(MutableMapping[str, T]):
 
     def copy(self) -> Registry[T]:
         """An independent registry with the same entries (a test registers into it, then drops it)."""
-        twin: Registry[T] = Registry(self.kind, self.plural, self.unknown)
+        twin: Registry[T] = Registry(self.kind, self.plural, self.unknown, listed=False)
         twin._entries, twin._origins = dict(self._entries), dict(self._origins)
         return twin
 

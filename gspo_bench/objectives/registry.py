@@ -45,6 +45,12 @@ EXTRA_INPUTS: dict[str, str] = {
 }
 
 
+# the conformance kit's properties (gspo_bench.objectives.conformance), by name: what `exempt=` may name
+CONFORMANCE_PROPERTIES = ("finite", "padding", "order", "zero_advantage", "on_policy", "ascent", "separable",
+                          "inputs_used", "metrics")
+REDUCTIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")  # gspo_bench.objectives.reduce
+
+
 class UnknownObjectiveError(LookupError):
     """Raised for an objective name that is not registered; the message lists the valid names."""
 
@@ -60,6 +66,8 @@ class ObjectiveSpec:
     clip_high: float | None  # default eps_high
     inputs: frozenset[str] = frozenset()  # EXTRA_INPUTS the objective declares (and takes)
     coupled: bool = False  # the loss couples rows through their log-probs (batch statistics, top-k selections)
+    reduction: str = "seq_mean_token_mean"  # how its token terms become the loss (gspo_bench.objectives.reduce)
+    exempt: tuple[tuple[str, str], ...] = ()  # (conformance property, why it does not apply)
 
     def params(self) -> dict[str, object]:
         """The objective's keyword defaults beyond the clip range and the correction weights (what a
@@ -73,11 +81,13 @@ _REGISTRY: Registry[ObjectiveSpec] = Registry("objective", unknown=UnknownObject
 
 def register_objective(
     name: str, *, description: str, reference: str, advantages: AdvantageLevel = "token", inputs: tuple[str, ...] = (),
-    coupled: bool = False,
+    coupled: bool = False, reduction: str = "seq_mean_token_mean", exempt: dict[str, str] | None = None,
 ) -> Callable[[ObjectiveFn], ObjectiveFn]:
     """Decorator registering `fn` under `name` with its extra `inputs` (names from EXTRA_INPUTS) and
-    whether its loss couples rows (`coupled`, see the module docstring); a second registration of the
-    same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
+    whether its loss couples rows (`coupled`, see the module docstring), the reduction its token terms
+    go through (`reduction`, one of REDUCTIONS: the conformance kit checks its on-policy gradient against
+    it) and the conformance properties that do not apply to it with why (`exempt`); a second
+    registration of the same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
 
     def decorate(fn: ObjectiveFn) -> ObjectiveFn:
         params = inspect.signature(fn).parameters
@@ -85,6 +95,7 @@ def register_objective(
         if missing:
             raise TypeError(f"objective {name!r} lacks the arguments {sorted(missing)}")
         _check_inputs(name, set(inputs), set(params))
+        _check_declarations(name, reduction, exempt or {})
 
         def default(arg: str) -> float | None:
             p = params.get(arg)
@@ -100,6 +111,8 @@ def register_objective(
             clip_high=default("clip_high"),
             inputs=frozenset(inputs),
             coupled=coupled,
+            reduction=reduction,
+            exempt=tuple(sorted((exempt or {}).items())),
         ), fn.__module__)
         return fn
 
@@ -116,6 +129,18 @@ def _check_inputs(name: str, declared: set[str], params: set[str]) -> None:
     if declared != taken:
         raise TypeError(f"objective {name!r} declares inputs {sorted(declared)} but its arguments take "
                         f"{sorted(taken)}: declare every extra input it takes, and only those")
+
+
+def _check_declarations(name: str, reduction: str, exempt: dict[str, str]) -> None:
+    """A known reduction; exemptions name known conformance properties, each with a reason."""
+    if reduction not in REDUCTIONS:
+        raise TypeError(f"objective {name!r} declares reduction {reduction!r}; known: {', '.join(REDUCTIONS)}")
+    unknown = sorted(set(exempt) - set(CONFORMANCE_PROPERTIES))
+    if unknown:
+        raise TypeError(f"objective {name!r} exempts unknown properties {unknown}; known: "
+                        f"{', '.join(CONFORMANCE_PROPERTIES)}")
+    if not all(isinstance(why, str) and why.strip() for why in exempt.values()):
+        raise TypeError(f"objective {name!r}: every exempted property needs its reason (a non-empty string)")
 
 
 def objective_spec(name: str) -> ObjectiveSpec:
