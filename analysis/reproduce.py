@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import find_run_dirs, kernels_text
+from analysis.plugins import plugin_difference
 
 TABLES = ("metrics.parquet", "layers.parquet", "eval.parquet")
 IGNORED = ("time/", "perf/", "gpu/")  # column prefixes: the machine's speed, not the run's results
@@ -67,6 +68,11 @@ def _status(run_dir: Path) -> tuple[str | None, int | None]:
     return status.get("status"), status.get("step")
 
 
+def _provenance(run_dir: Path) -> dict:
+    path = run_dir / "provenance.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def _kernels(run_dir: Path) -> str | None:
     path = run_dir / "provenance.json"
     return kernels_text(json.loads(path.read_text()).get("kernels")) if path.is_file() else None
@@ -75,6 +81,9 @@ def _kernels(run_dir: Path) -> str | None:
 def compare_run(reference: Path, fresh: Path) -> RunReproduction:
     """One run of `reference` against the run of the same name in `fresh`."""
     kernels = (_kernels(reference), _kernels(fresh))
+    plugin = plugin_difference(_provenance(reference), _provenance(fresh))
+    if plugin:  # other code ran: that is the difference to name
+        return RunReproduction(reference.name, False, plugin, kernels)
     for table in TABLES:
         have = (reference / table).is_file(), (fresh / table).is_file()
         if have != (True, True):

@@ -13,13 +13,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from analysis.load import load_results
+from analysis.reproduce import compare_results
 from gspo_bench.cli import app
 from gspo_bench.config.plugins import unload_plugins
 from gspo_bench.objectives import list_objectives
 from gspo_bench.rundir.folder import TIMING_COLUMNS
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import signal_suite  # noqa: E402
+from test_harness import tiny_suite  # noqa: E402
 
 SAME_GRPO = ("from gspo_bench.objectives import get_objective, register_objective\n"
              "register_objective('grpo_plugin', description='GRPO, from a plugin', reference='-')(get_objective('grpo'))\n")
@@ -52,7 +54,7 @@ def cache(tmp_path_factory) -> Path:
 def write_suite(folder: Path, cache: Path, plugin_text: str | None, objectives: list[str], steps: int = 2) -> Path:
     """A tiny suite in `folder` naming the plugin file `plugin.py` (holding `plugin_text`) by a relative path."""
     folder.mkdir(parents=True, exist_ok=True)
-    data = signal_suite(cache, steps=steps, objectives=[{"name": n} for n in objectives], seeds=[0])
+    data = tiny_suite(cache, budget={"kind": "steps", "value": steps}, objectives=[{"name": n} for n in objectives])
     if plugin_text is not None:
         (folder / "plugin.py").write_text(plugin_text)
         data["plugins"] = ["plugin.py"]
@@ -84,6 +86,14 @@ def test_a_plugin_objective_trains_as_the_same_code_in_the_package(tmp_path, cac
     assert [(p["path"], p["registered"]) for p in prov["plugins"]] == [
         (str((tmp_path / "suite" / "plugin.py").resolve()), ["objective:grpo_plugin"])]
     assert len(prov["plugins"][0]["sha256"]) == 64
+    runs = load_results(tmp_path / "par" / "tiny").runs.set_index("label")
+    assert runs.loc["grpo_plugin", "plugin"] == "plugin.py" and runs.loc["grpo", "plugin"] == ""
+    assert all(run.identical for run in compare_results(tmp_path / "seq" / "tiny", tmp_path / "par" / "tiny"))
+    prov["plugins"][0]["sha256"] = "0" * 64  # as a run of an edited plugin records it
+    (tmp_path / "par" / "tiny" / "grpo_plugin-s0" / "provenance.json").write_text(json.dumps(prov))
+    found = {run.run: run for run in compare_results(tmp_path / "seq" / "tiny", tmp_path / "par" / "tiny")}
+    assert found["grpo-s0"].identical and not found["grpo_plugin-s0"].identical
+    assert found["grpo_plugin-s0"].difference.startswith("plugin plugin.py differs: sha256 ")
 
 
 @pytest.mark.slow
