@@ -254,7 +254,10 @@ def with_plugins(data: Any, path: Path) -> Any:
     naming the suite file and the plugin's one line for a plugin that cannot be loaded."""
     from gspo_bench.config.plugins import PluginError, load_plugins, resolve
 
-    if not isinstance(data, dict) or not isinstance(data.get("plugins"), list):
+    if not isinstance(data, dict):
+        return data
+    data = with_reward_file(data, path)
+    if not isinstance(data.get("plugins"), list):
         return data
     names = [resolve(str(name), path.resolve().parent) for name in data["plugins"]]
     try:
@@ -266,3 +269,18 @@ def with_plugins(data: Any, path: Path) -> Any:
 
 def dump_config(config: BaseModel) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def with_reward_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The suite data with task.reward's file (`from:` or `file:`) as an absolute path, read from the
+    folder of the suite file `path`."""
+    task = data.get("task")
+    reward = task.get("reward") if isinstance(task, dict) else None
+    if not isinstance(reward, dict):
+        return data
+    key = "from" if "from" in reward else "file"
+    if not isinstance(reward.get(key), str):
+        return data
+    where = Path(reward[key]).expanduser()
+    absolute = str(where if where.is_absolute() else (path.resolve().parent / where).resolve())
+    return data | {"task": task | {"reward": reward | {key: absolute}}}

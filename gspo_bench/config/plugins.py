@@ -80,7 +80,7 @@ def load_plugin(name: str) -> Plugin:
     registries = _registries()
     before = {kind: set(table) for kind, table in registries.items()}
     try:
-        path = _execute_file(name) if is_file_plugin(name) else _import_module(name)
+        path = Path(name) if is_file_plugin(name) and _execute_file(name) else _import_module(name)
         added = tuple(f"{kind}:{n}" for kind, table in registries.items() for n in sorted(set(table) - before[kind]))
         if not added:
             raise PluginError(f"{path}: registers nothing (no objective, correction, task or rollout engine): "
@@ -95,12 +95,13 @@ def load_plugin(name: str) -> Plugin:
     return _LOADED[name]
 
 
-def _execute_file(name: str) -> Path:
-    """Run the plugin file `name` as a module of its own (in sys.modules: its dataclasses and pickles work)."""
+def _execute_file(name: str, module_prefix: str = "gspo_bench_plugin_") -> str:
+    """Run the Python file `name` as a module of its own (in sys.modules: its dataclasses and pickles
+    work); the module's name."""
     path = Path(name)
     if not path.is_file():
-        raise PluginError(f"{path}: no such plugin file")
-    module_name = f"gspo_bench_plugin_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+        raise PluginError(f"{path}: no such {'plugin ' if module_prefix == 'gspo_bench_plugin_' else ''}file")
+    module_name = f"{module_prefix}{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise PluginError(f"{path}: not a Python file Python can load")
@@ -111,7 +112,7 @@ def _execute_file(name: str) -> Path:
     except BaseException as err:
         sys.modules.pop(module_name, None)
         raise PluginError(_failure_line(path, err)) from None
-    return path
+    return module_name
 
 
 def _import_module(name: str) -> Path:
@@ -138,6 +139,22 @@ def _failure_line(path: Path, err: BaseException) -> str:
     where = f"{path}:{frames[-1].lineno}" if frames else str(path)
     what = str(err).splitlines()[0] if str(err) else ""
     return f"{where}: loading the plugin raised {type(err).__name__}: {what}"
+
+
+_FUNCTIONS: dict[tuple[str, str], Any] = {}
+
+
+def load_function(path: str, name: str) -> Any:
+    """The callable `name` of the Python file `path` (absolute: `resolve`), e.g. a task's reward function;
+    PluginError naming the file and the problem (no such file, a syntax or import error, no such name,
+    not callable). Loaded once per process."""
+    if (path, name) not in _FUNCTIONS:
+        module_name = _execute_file(path, module_prefix="gspo_bench_function_")
+        fn = getattr(sys.modules[module_name], name, None)
+        if not callable(fn):
+            raise PluginError(f"{path}: defines no function {name!r}" + ("" if fn is None else " (not callable)"))
+        _FUNCTIONS[(path, name)] = fn
+    return _FUNCTIONS[(path, name)]
 
 
 def installed_plugins() -> list[str]:
@@ -182,6 +199,7 @@ def unload_plugins() -> None:
         for entry in plugin.registered:
             kind, _, name = entry.partition(":")
             KINDS[kind].pop(name, None)
-    for module in [m for m in sys.modules if m.startswith("gspo_bench_plugin_")]:
+    for module in [m for m in sys.modules if m.startswith(("gspo_bench_plugin_", "gspo_bench_function_"))]:
         del sys.modules[module]
     _LOADED.clear()
+    _FUNCTIONS.clear()

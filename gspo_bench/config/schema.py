@@ -20,7 +20,15 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gspo_bench.config.numbers import boolean_message, boolean_numbers, check_settings
 from gspo_bench.models.families import SUPPORTED_FAMILIES
@@ -149,9 +157,18 @@ class ModelConfig(Strict):
         return self
 
 
+class RewardFileConfig(Strict):
+    file: str = Field(validation_alias=AliasChoices("from", "file"), description="the Python file (relative to the "
+                      "suite file) that defines the reward function")
+    name: str = Field("compute_score", description="the function: fn(response, fields) -> a number in [0, 1], "
+                      "fields the example's record with its prompt and answer")
+
+
 class TaskConfig(Strict):
     name: str = Field(description="registered task: see `gspo-bench ls`")
     params: dict[str, Any] = Field(default_factory=dict, description="task parameters (see `gspo-bench ls`)")
+    reward: RewardFileConfig | None = Field(None, description="a data-set task's (jsonl, hf_dataset) reward from "
+                                            "your own function: {from: score.py, name: compute_score}")
 
     _finite_params = field_validator("params")(classmethod(lambda cls, v: finite_settings(v)))
 
@@ -166,6 +183,9 @@ class TaskConfig(Strict):
         if unknown:
             raise ValueError(f"task {self.name!r} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
         check_settings(task_spec(self.name).factory, self.params, "params")
+        if self.reward is not None and not task_spec(self.name).needs_params:
+            raise ValueError(f"reward: a reward from a file is for the data-set tasks (jsonl, hf_dataset); "
+                             f"{self.name!r} checks its own answers")
         return self
 
     def instance(self) -> Task:
@@ -177,7 +197,22 @@ class TaskConfig(Strict):
             task.test_examples(1)  # the test split exists (a generated task's problem space may be too small)
         except (ValueError, TypeError, OSError) as err:
             raise ValueError(f"task {self.name!r} with params {self.params}: {err}") from None
-        return task
+        return task if self.reward is None else self._rewarded(task)
+
+    def _rewarded(self, task: Task) -> Task:
+        """`task` rewarded by the function `reward` names, checked on a few examples first (ValueError
+        naming the file, the function, the value and the example)."""
+        from gspo_bench.config.plugins import PluginError, load_function
+        from gspo_bench.tasks.reward_file import FileRewardTask, check_reward
+
+        assert self.reward is not None
+        try:
+            fn = load_function(self.reward.file, self.reward.name)
+        except PluginError as err:
+            raise ValueError(f"reward: {err}") from None
+        rewarded = FileRewardTask(task, fn, f"{self.reward.file}:{self.reward.name}")
+        check_reward(rewarded)
+        return rewarded
 
 
 class WarmStartConfig(Strict):

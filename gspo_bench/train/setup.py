@@ -279,16 +279,20 @@ def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planne
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
            "seed": spec.seed, "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs, "sweep": spec.sweep,
            "correction": entry.correction, "set": entry.set, "overrides": spec.overrides,
-           **({"plugins": plugin_hashes(spec.suite.plugins)} if spec.suite.plugins else {})}
+           **({"plugins": code_hashes(spec.suite)} if code_hashes(spec.suite) else {})}
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
 
 
-def plugin_hashes(names: list[str]) -> dict[str, str]:
-    """{plugin: sha256 of its file as it is now}: a plugin edited since a run started is a change of the
-    run's settings (config.yaml's `run.plugins`), refused on resume as an edited suite is."""
-    from gspo_bench.config.plugins import file_sha256, load_plugins
+def code_hashes(suite: SuiteConfig) -> dict[str, str]:
+    """{plugin or reward file: sha256 of the file as it is now}: a plugin or reward function edited since
+    a run started is a change of the run's settings (config.yaml's `run.plugins`), refused on resume as an
+    edited suite is."""
+    from gspo_bench.config.plugins import file_sha256
 
-    return {plugin.name: file_sha256(plugin.path) for plugin in load_plugins(names)}
+    found = {plugin.name: file_sha256(plugin.path) for plugin in load_plugins(suite.plugins)}
+    if suite.task.reward is not None:
+        found[suite.task.reward.file] = file_sha256(suite.task.reward.file)
+    return found
 
 
 # fields of config.yaml that do not change what a run computes (nor do suite.tracking.*; run.overrides.*
