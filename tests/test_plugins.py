@@ -32,7 +32,12 @@ RAISES_AT_STEP_2 = ("from gspo_bench.objectives import get_objective, register_o
                     "    calls.append(1)\n"
                     "    if len(calls) == 3:\n"
                     "        raise RuntimeError('boom at step 2')\n"
-                    "    return get_objective('grpo')(logp, old_logp, advantages, mask, weights=weights)\n")
+                    "    return get_objective('grpo')(logp, old_logp, advantages, mask, weights=weights)\n"
+                    "@register_objective('nan_later', description='NaN from its third call', reference='-')\n"
+                    "def nan_later(logp, old_logp, advantages, mask, weights=None):\n"
+                    "    calls.append(2)\n"
+                    "    loss, metrics = get_objective('grpo')(logp, old_logp, advantages, mask, weights=weights)\n"
+                    "    return loss * (float('nan') if calls.count(2) >= 3 else 1.0), metrics\n")
 
 
 @pytest.fixture(autouse=True)
@@ -51,10 +56,12 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("plugin-cache")
 
 
-def write_suite(folder: Path, cache: Path, plugin_text: str | None, objectives: list[str], steps: int = 2) -> Path:
+def write_suite(folder: Path, cache: Path, plugin_text: str | None, objectives: list[str], steps: int = 2,
+                **changes: dict) -> Path:
     """A tiny suite in `folder` naming the plugin file `plugin.py` (holding `plugin_text`) by a relative path."""
     folder.mkdir(parents=True, exist_ok=True)
-    data = tiny_suite(cache, budget={"kind": "steps", "value": steps}, objectives=[{"name": n} for n in objectives])
+    data = tiny_suite(cache, budget={"kind": "steps", "value": steps}, objectives=[{"name": n} for n in objectives],
+                      **changes)
     if plugin_text is not None:
         (folder / "plugin.py").write_text(plugin_text)
         data["plugins"] = ["plugin.py"]
@@ -99,12 +106,15 @@ def test_a_plugin_objective_trains_as_the_same_code_in_the_package(tmp_path, cac
 @pytest.mark.slow
 def test_an_edited_plugin_refuses_resume_and_a_raising_loss_fails_its_run_alone(tmp_path, cache):
     """Needs training (2 steps): the failing run leaves a folder to resume."""
-    suite = write_suite(tmp_path / "suite", cache, RAISES_AT_STEP_2, ["grpo", "boom"])
+    suite = write_suite(tmp_path / "suite", cache, RAISES_AT_STEP_2, ["boom", "nan_later", "grpo"],
+                        collapse={"nonfinite_patience": 1})
     code, output = invoke("run", str(suite), "--out", str(tmp_path / "out"))
     statuses = {run: json.loads((tmp_path / "out" / "tiny" / run / "status.json").read_text())
-                for run in ("grpo-s0", "boom-s0")}
+                for run in ("grpo-s0", "boom-s0", "nan_later-s0")}
     assert statuses["grpo-s0"]["status"] == "done"
     assert statuses["boom-s0"]["status"] == "failed" and "boom at step 2" in statuses["boom-s0"]["message"]
+    nan = statuses["nan_later-s0"]
+    assert (nan["status"], nan["step"]) == ("collapsed", 1) and "non-finite" in nan["message"], nan  # 1 step done
     unload_plugins()
     (tmp_path / "suite" / "plugin.py").write_text(RAISES_AT_STEP_2.replace("len(calls) == 3", "len(calls) == 99"))
     code, output = invoke("run", str(suite), "--out", str(tmp_path / "out"), "--resume")
