@@ -275,9 +275,9 @@ def with_reward_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
     """The suite data with task.reward's file (`from:` or `file:`) as an absolute path, read from the
     folder of the suite file `path`."""
     task = data.get("task")
-    reward = task.get("reward") if isinstance(task, dict) else None
-    if not isinstance(reward, dict):
+    if not isinstance(task, dict) or not isinstance(task.get("reward"), dict):
         return data
+    reward = task["reward"]
     key = "from" if "from" in reward else "file"
     if not isinstance(reward.get(key), str):
         return data

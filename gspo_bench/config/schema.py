@@ -21,7 +21,6 @@ import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -158,10 +157,20 @@ class ModelConfig(Strict):
 
 
 class RewardFileConfig(Strict):
-    file: str = Field(validation_alias=AliasChoices("from", "file"), description="the Python file (relative to the "
-                      "suite file) that defines the reward function")
+    file: str = Field(description="the Python file (relative to the suite file) that defines the reward function; "
+                      "`from:` in a suite file")
     name: str = Field("compute_score", description="the function: fn(response, fields) -> a number in [0, 1], "
                       "fields the example's record with its prompt and answer")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from(cls, data: Any) -> Any:
+        """`from:` (as a suite file writes it, `{from: score.py}`) is the field `file`."""
+        if isinstance(data, dict) and "from" in data:
+            if "file" in data:
+                raise ValueError("give the reward's file once: `from:` or `file:`")
+            return {("file" if k == "from" else k): v for k, v in data.items()}
+        return data
 
 
 class TaskConfig(Strict):

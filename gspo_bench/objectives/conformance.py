@@ -66,7 +66,7 @@ def random_batch(seed: int, b: int = 6, t: int = 7, scale: float = 0.1) -> Batch
     return Batch(old + scale * torch.randn(b, t, generator=g), old, adv, mask)
 
 
-def call(spec: ObjectiveSpec, batch: Batch, logp: torch.Tensor | None = None, **extra: Any) -> tuple[torch.Tensor, dict]:
+def call(spec: ObjectiveSpec, batch: Batch, logp: torch.Tensor | None = None, **extra: Any) -> tuple[torch.Tensor, dict[str, Any]]:
     """The objective on `batch` (with `logp` in place of its own), its declared inputs at neutral values
     unless given: mu = pi_old, no router shift, a generator seeded 0."""
     neutral = {"sampling_logp": batch.old_logp, "router_shift": torch.zeros(batch.logp.shape),
@@ -76,7 +76,7 @@ def call(spec: ObjectiveSpec, batch: Batch, logp: torch.Tensor | None = None, **
                    mask=batch.mask, **kw)
 
 
-def loss_grad(spec: ObjectiveSpec, batch: Batch, **extra: Any) -> tuple[torch.Tensor, torch.Tensor, dict]:
+def loss_grad(spec: ObjectiveSpec, batch: Batch, **extra: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """(loss, d loss / d logp [B, T], metrics as floats)."""
     logp = batch.logp.clone().requires_grad_(True)
     loss, metrics = call(spec, batch, logp, **extra)
@@ -149,7 +149,7 @@ def padded(x: torch.Tensor, mask: torch.Tensor, junk: float) -> torch.Tensor:
     return out
 
 
-def _padded_inputs(spec: ObjectiveSpec, batch: Batch, padded: Callable[[torch.Tensor], torch.Tensor]) -> dict:
+def _padded_inputs(spec: ObjectiveSpec, batch: Batch, padded: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
     """The declared per-token extra inputs, padded like the log-probs."""
     out: dict[str, Any] = {}
     if "sampling_logp" in spec.inputs:
