@@ -27,15 +27,15 @@ SAME_GRPO = ("from gspo_bench.objectives import get_objective, register_objectiv
              "register_objective('grpo_plugin', description='GRPO, from a plugin', reference='-')(get_objective('grpo'))\n")
 RAISES_AT_STEP_2 = ("from gspo_bench.objectives import get_objective, register_objective\n"
                     "calls = []\n"
-                    "@register_objective('boom', description='raises on its third call', reference='-')\n"
+                    "@register_objective('boom', description='raises on its third training minibatch', reference='-')\n"
                     "def boom(logp, old_logp, advantages, mask, weights=None):\n"
-                    "    calls.append(1)\n"
+                    "    calls.append(1) if len(logp) == 4 else None  # a training minibatch (2 x 4 responses / 2)\n"
                     "    if len(calls) == 3:\n"
                     "        raise RuntimeError('boom at step 2')\n"
                     "    return get_objective('grpo')(logp, old_logp, advantages, mask, weights=weights)\n"
-                    "@register_objective('nan_later', description='NaN from its third call', reference='-')\n"
+                    "@register_objective('nan_later', description='NaN from its third training minibatch', reference='-')\n"
                     "def nan_later(logp, old_logp, advantages, mask, weights=None):\n"
-                    "    calls.append(2)\n"
+                    "    calls.append(2) if len(logp) == 4 else None\n"
                     "    loss, metrics = get_objective('grpo')(logp, old_logp, advantages, mask, weights=weights)\n"
                     "    return loss * (float('nan') if calls.count(2) >= 3 else 1.0), metrics\n")
 
@@ -113,13 +113,14 @@ def test_an_edited_plugin_refuses_resume_and_a_raising_loss_fails_its_run_alone(
                 for run in ("grpo-s0", "boom-s0", "nan_later-s0")}
     assert statuses["grpo-s0"]["status"] == "done"
     assert statuses["boom-s0"]["status"] == "failed" and "boom at step 2" in statuses["boom-s0"]["message"]
+    assert statuses["boom-s0"]["step"] == 2
     nan = statuses["nan_later-s0"]
-    assert (nan["status"], nan["step"]) == ("collapsed", 1) and "non-finite" in nan["message"], nan  # 1 step done
+    assert (nan["status"], nan["step"]) == ("collapsed", 2) and "non-finite" in nan["message"], nan
     unload_plugins()
     (tmp_path / "suite" / "plugin.py").write_text(RAISES_AT_STEP_2.replace("len(calls) == 3", "len(calls) == 99"))
     code, output = invoke("run", str(suite), "--out", str(tmp_path / "out"), "--resume")
     assert code == 2 and "the suite changed since this run started (run.plugins." in output, output
-    assert json.loads((tmp_path / "out" / "tiny" / "boom-s0" / "status.json").read_text())["step"] == 1
+    assert json.loads((tmp_path / "out" / "tiny" / "boom-s0" / "status.json").read_text())["step"] == 2  # untouched
 
 
 BAD_PLUGINS = {
@@ -131,13 +132,25 @@ BAD_PLUGINS = {
                   "register_objective('gspo', description='d', reference='r')(get_objective('grpo'))\n",
                   "plugin.py: objective 'gspo' is already registered (by gspo_bench.objectives.gspo); pick another name"),
     "registers nothing": ("import torch\n", "plugin.py: registers nothing (no objective, correction, task or rollout"),
+    "a loss that fails the kit": ("from gspo_bench.objectives import get_objective, register_objective\n"
+                                  "@register_objective('flipped', description='d', reference='r')\n"
+                                  "def flipped(logp, old_logp, advantages, mask, weights=None):\n"
+                                  "    loss, metrics = get_objective('grpo')(logp, old_logp, advantages, mask)\n"
+                                  "    return -loss, metrics\n",
+                                  "suite.yaml: objectives.1 (flipped): fails the conformance kit: on_policy ("),
+    "a loss that raises": ("from gspo_bench.objectives import register_objective\n"
+                           "@register_objective('raises', description='d', reference='r')\n"
+                           "def raises(logp, old_logp, advantages, mask, weights=None):\n"
+                           "    raise RuntimeError('not written yet')\n",
+                           "suite.yaml: objectives.1 (raises): "),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_PLUGINS))
 def test_a_bad_plugin_is_one_line_naming_the_file_and_nothing_is_written(case, tmp_path):
     text, expected = BAD_PLUGINS[case]
-    suite = write_suite(tmp_path / "suite", tmp_path / "cache", text or "", ["grpo"])
+    arms = ["grpo", *(name for name in ("flipped", "raises") if f"'{name}'" in (text or ""))]
+    suite = write_suite(tmp_path / "suite", tmp_path / "cache", text or "", arms)
     if text is None:
         (tmp_path / "suite" / "plugin.py").unlink()
     for command in (["validate", str(suite)], ["run", str(suite), "--out", str(tmp_path / "out")]):

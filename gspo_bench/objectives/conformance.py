@@ -22,6 +22,7 @@ Pure tensors, no printing: the command line prints the findings.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -274,10 +275,13 @@ def not_applicable(spec: ObjectiveSpec, prop: str) -> str | None:
     return dict(spec.exempt).get(prop)
 
 
-def check_objective(name: str, seed: int = 0) -> list[Finding]:
-    """Every property of the kit measured on objective `name` (a registered one), in PROPERTIES' order;
-    an exempted property is a Finding with `passed` None and the declared reason."""
+def check_objective(name: str, seed: int = 0, settings: dict[str, Any] | None = None) -> list[Finding]:
+    """Every property of the kit measured on objective `name` (a registered one) with keyword `settings`
+    (a suite entry's clip range and kwargs; default: the function's), in PROPERTIES' order; an exempted
+    property is a Finding with `passed` None and the declared reason."""
     spec = objective_spec(name)
+    if settings:
+        spec = dataclasses.replace(spec, fn=functools.partial(spec.fn, **settings))
     findings = []
     for prop, measure in PROPERTIES.items():
         reason = not_applicable(spec, prop)
