@@ -177,3 +177,39 @@ def test_ls_and_validate_see_a_plugin_file(tmp_path):
     unload_plugins()
     code, output = invoke("ls", "--plugin", str(tmp_path / "suite" / "plugin.py"))
     assert code == 0 and "grpo_plugin" in output and "GRPO, from a plugin" in output
+
+
+def test_a_module_plugin_and_an_installed_packages_entry_point(tmp_path, monkeypatch):
+    """`plugins: [my_pkg.losses]` imports the module; the entry-point group gspo_bench.plugins loads an
+    installed package's module for every command, here `ls`."""
+    import importlib.metadata
+
+    package = tmp_path / "my_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "losses.py").write_text(SAME_GRPO.replace("grpo_plugin", "grpo_module"))
+    (package / "installed.py").write_text(SAME_GRPO.replace("grpo_plugin", "grpo_installed"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    suite = write_suite(tmp_path / "suite", tmp_path / "cache", None, ["grpo_module"])
+    data = yaml.safe_load(suite.read_text())
+    suite.write_text(yaml.safe_dump(data | {"plugins": ["my_pkg.losses"]}))
+    code, output = invoke("validate", str(suite))
+    assert code == 0 and "grpo_module-s0: grpo_module" in output, output
+    suite.write_text(yaml.safe_dump(data | {"plugins": ["my_pkg.nothere"]}))
+    unload_plugins()
+    code, output = invoke("validate", str(suite))
+    assert code == 2 and "my_pkg.nothere: no module named 'my_pkg.nothere'" in output, output
+    point = importlib.metadata.EntryPoint("mine", "my_pkg.installed", "gspo_bench.plugins")
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group=None: [point] if group == "gspo_bench.plugins" else [])
+    code, output = invoke("ls")
+    assert code == 0 and "grpo_installed" in output and "grpo_module" not in output
+
+
+def test_probe_sees_a_plugin_objective(tmp_path):
+    (tmp_path / "plugin.py").write_text(SAME_GRPO)
+    code, output = invoke("probe", "--objectives", "grpo,grpo_plugin", "--plugin", str(tmp_path / "plugin.py"),
+                          "--prompts", "2", "--group-size", "2", "--max-new-tokens", "4", "--minibatches", "1")
+    assert code == 0, output
+    rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") > 3}
+    assert rows["grpo_plugin"][:-2] == rows["grpo"][:-2]  # the same code, the same weights: the same step (time aside)
