@@ -157,9 +157,16 @@ def load_function(path: str, name: str) -> Any:
     return _FUNCTIONS[(path, name)]
 
 
+_INSTALLED: dict[str, list[str]] = {}  # "modules": the entry points' modules, read once per process
+
+
 def installed_plugins() -> list[str]:
-    """Modules that installed packages offer as plugins (entry-point group `gspo_bench.plugins`)."""
-    return sorted({ep.value.split(":")[0].strip() for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+    """Modules that installed packages offer as plugins (entry-point group `gspo_bench.plugins`), read
+    once per process (every suite validation asks: a sweep validates each of its points)."""
+    if "modules" not in _INSTALLED:
+        _INSTALLED["modules"] = sorted({ep.value.split(":")[0].strip()
+                                        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+    return list(_INSTALLED["modules"])
 
 
 def load_plugins(names: list[str] | tuple[str, ...] = (), base: Path | None = None) -> list[Plugin]:
@@ -203,3 +210,4 @@ def unload_plugins() -> None:
         del sys.modules[module]
     _LOADED.clear()
     _FUNCTIONS.clear()
+    _INSTALLED.clear()
