@@ -598,7 +598,7 @@ class AnalysisConfig(Strict):
 class SuiteConfig(Strict):
     name: str = Field(description="suite name (a directory name: letters, digits, _ . , = @ + -)")
     description: str = ""
-    plugins: list[str] = Field(default_factory=list, description="Python files (relative to the suite file) and "
+    plugins: list[str] = Field([], description="Python files (relative to the suite file) and "
                                "importable modules that register objectives, corrections, tasks or rollout engines, "
                                "loaded before the rest of the suite is read (docs/plugins.md)")
     # built on use, not at import: their validators read the model and engine registries (torch)
