@@ -214,3 +214,15 @@ def test_probe_sees_a_plugin_objective(tmp_path):
     assert code == 0, output
     rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") > 3}
     assert rows["grpo_plugin"][:-2] == rows["grpo"][:-2]  # the same code, the same weights: the same step (time aside)
+
+
+def test_a_run_from_before_plugins_resumes_without_a_change():
+    """config.yaml's of runs started before `plugins:` and `task.reward` existed hold neither: their
+    defaults are no change of settings."""
+    from gspo_bench.train.setup import settings_changes
+
+    now = {"suite": {"name": "x", "plugins": [], "task": {"name": "sort", "reward": None}}}
+    assert settings_changes({"suite": {"name": "x", "task": {"name": "sort"}}}, now) == []
+    assert settings_changes({"suite": {"name": "x", "task": {"name": "sort"}}},
+                            now | {"suite": now["suite"] | {"plugins": ["/a/xpo.py"]}}) == [
+        "suite.plugins: None -> ['/a/xpo.py']"]
