@@ -59,12 +59,10 @@ def run_one(spec: RunSpec, mode: dict[str, Any], report: Callable[[str, str, dic
     status. A crash comes back as a `failed` status (the run's folder has its traceback) and a run
     folder another process holds as `refused`, so the other runs go on. What other libraries print
     meanwhile goes to the run's run.log (`gspo_bench.rundir.runlog`)."""
-    from gspo_bench.config.plugins import load_plugins
     from gspo_bench.rundir.lock import RunBusyError
     from gspo_bench.rundir.runlog import LOG_NAME, library_output
     from gspo_bench.train.loop import train_run
 
-    load_plugins(spec.suite.plugins)  # a worker process (--parallel, Ray) registers them before it builds anything
     name = spec.run_dir.name
     on_step = None
     if report is not None:

@@ -83,6 +83,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
     another process holds it) and writes the resolved config, provenance and a `running` status
     (rank 0 only under torchrun). The caller releases `run.lock` when the run ends."""
     suite, train = spec.suite, spec.suite.train
+    load_plugins(suite.plugins)  # a worker process (--parallel, Ray) registers them before it builds anything
     device = require_device(train.device, "train.device")
     world = world_from_env(device)
     device = device_for(world, device)
