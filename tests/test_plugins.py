@@ -226,3 +226,19 @@ def test_a_run_from_before_plugins_resumes_without_a_change():
     assert settings_changes({"suite": {"name": "x", "task": {"name": "sort"}}},
                             now | {"suite": now["suite"] | {"plugins": ["/a/xpo.py"]}}) == [
         "suite.plugins: None -> ['/a/xpo.py']"]
+
+
+def test_a_plugin_task_and_correction_are_named_like_built_in_ones(tmp_path):
+    text = ("from gspo_bench.objectives.corrections import get_correction, register_correction\n"
+            "from gspo_bench.tasks import make_task\nfrom gspo_bench.tasks.registry import register_task\n"
+            "@register_task('my_sort', 'sort, from a plugin')\n"
+            "def my_sort(max_len: int = 3):\n"
+            "    return make_task('sort', max_len=max_len)\n"
+            "register_correction('my_tis', description='d', reference='r')(get_correction('tis'))\n")
+    suite = write_suite(tmp_path / "suite", tmp_path / "cache", text, ["grpo"])
+    data = yaml.safe_load(suite.read_text())
+    data["task"] = {"name": "my_sort", "params": {"max_len": 3}}
+    data["objectives"] = [{"name": "grpo", "correction": {"kind": "my_tis"}}]
+    suite.write_text(yaml.safe_dump(data))
+    code, output = invoke("validate", str(suite))
+    assert code == 0 and "grpo-s0: grpo" in output, output
