@@ -13,8 +13,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analysis.load import load_results
-from analysis.reproduce import compare_results
+from analysis.checks.reproduce import compare_results
+from analysis.data.load import load_results
 from gspo_bench.cli import app
 from gspo_bench.config.plugins import unload_plugins
 from gspo_bench.objectives import list_objectives
