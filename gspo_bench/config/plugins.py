@@ -80,7 +80,11 @@ def load_plugin(name: str) -> Plugin:
     registries = _registries()
     before = {kind: set(table) for kind, table in registries.items()}
     try:
-        path = Path(name) if is_file_plugin(name) and _execute_file(name) else _import_module(name)
+        if is_file_plugin(name):
+            _execute_file(name)
+            path = Path(name)
+        else:
+            path = _import_module(name)
         added = tuple(f"{kind}:{n}" for kind, table in registries.items() for n in sorted(set(table) - before[kind]))
         if not added:
             raise PluginError(f"{path}: registers nothing (no objective, correction, task or rollout engine): "
@@ -203,6 +207,8 @@ def unload_plugins() -> None:
     from gspo_bench.registry import KINDS
 
     for plugin in _LOADED.values():
+        if not is_file_plugin(plugin.name):  # imported again on the next load, registering again
+            sys.modules.pop(plugin.name, None)
         for entry in plugin.registered:
             kind, _, name = entry.partition(":")
             KINDS[kind].pop(name, None)
