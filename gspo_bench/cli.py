@@ -98,12 +98,29 @@ def guarded(command):
     return wrapper
 
 
+def plugin_option():
+    return typer.Option(None, "--plugin", metavar="FILE|MODULE", help="a plugin to load first: a Python file or an "
+                        "importable module registering objectives, corrections, tasks or engines (docs/plugins.md); "
+                        "repeatable")
+
+
+def load_plugins_or_fail(names: list[str] | None) -> None:
+    """The installed packages' plugins and `names` (files from the working folder), or one error line."""
+    from gspo_bench.config.plugins import PluginError, load_plugins
+
+    try:
+        load_plugins(names or [])
+    except PluginError as err:
+        raise fail(str(err)) from None
+
+
 @app.command("ls")
 @guarded
-def list_registered() -> None:
+def list_registered(plugins: list[str] | None = plugin_option()) -> None:
     """List the registered objectives, algorithms, tasks, corrections, MoE families and rollout engines."""
     from gspo_bench.suite.catalog import registry_tables
 
+    load_plugins_or_fail(plugins)
     for table in registry_tables():
         console.print(table)
 
@@ -389,11 +406,13 @@ def probe(
     minibatches: int = typer.Option(4, min=1),
     lr: float = typer.Option(3e-4, min=0.0),
     seed: int = 0,
+    plugins: list[str] | None = plugin_option(),
 ) -> None:
     """One RL step (K minibatch updates) of each objective on a tiny MoE from identical weights."""
     from gspo_bench.objectives import UnknownObjectiveError, objective_spec
     from gspo_bench.suite.probe import ProbeConfig, run_probe
 
+    load_plugins_or_fail(plugins)
     names = [n.strip() for n in objectives.split(",") if n.strip()]
     for name in names:
         try:
@@ -424,6 +443,37 @@ def probe(
     console.print(f"reward/mean of the shared rollouts: {rows[0]['reward/mean']:.3f}")
 
 
+@app.command()
+@guarded
+def check(
+    name: str = typer.Argument(..., help="a registered objective (built in, or from --plugin)"),
+    plugins: list[str] | None = plugin_option(),
+    seed: int = typer.Option(0, help="seed of the kit's random batches"),
+) -> None:
+    """The conformance kit: measure the properties every objective must have (finite at extreme ratios,
+    padding and order invariance, zero advantages, the on-policy gradient of its reduction, ascent,
+    micro-batch exactness, declared inputs, measurements) on small batches; exit 1 on a failure."""
+    from gspo_bench.objectives import UnknownObjectiveError, objective_spec
+    from gspo_bench.objectives.conformance import check_objective
+
+    load_plugins_or_fail(plugins)
+    try:
+        objective_spec(name)
+    except UnknownObjectiveError as err:
+        raise fail(str(err)) from None
+    findings = check_objective(name, seed)
+    for f in findings:
+        verdict = "n/a" if f.passed is None else "pass" if f.passed else "FAIL"
+        number = "-" if f.passed is None else f"{f.measured:.3g}"
+        say(f"{f.property:<15} {verdict:<5} {number:>10}  {f.bound:<24} {f.note}")
+    failed = [f.property for f in findings if f.passed is False]
+    if failed:
+        say(f"{name}: {len(failed)} of {len(findings)} properties fail: {', '.join(failed)}")
+        raise typer.Exit(1)
+    skipped = sum(f.passed is None for f in findings)
+    say(f"{name}: conforms ({len(findings) - skipped} properties pass, {skipped} declared not to apply)")
+
+
 def probe_cell(row: dict, column: str) -> str:
     """A probe table cell: the value to 3 figures, "-" where the step measured none (the drift with K=1:
     it is measured on minibatches 2..K)."""
@@ -442,7 +492,9 @@ def report(
     from analysis.data.load import NotResultsError, SchemaVersionError, load_results
     from analysis.data.suites import MixedSuitesError
     from analysis.report.writer import DeclarationError, UnmatchedComputeError, write_report
+    from gspo_bench.config.plugins import recorded_plugins
 
+    load_plugins_or_fail(recorded_plugins(results))
     try:
         loaded = load_results(*results)
         paths = write_report(loaded, out or results[0] / "report", allow_unmatched=allow_unmatched)

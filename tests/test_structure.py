@@ -43,6 +43,7 @@ def test_objectives_and_routing_import_without_transformers():
 # layers below it, never one above. Inside the library, finer rules: models at the bottom, routing
 # above them, objectives and tasks on their own, rollout engines over all of them.
 ARCHITECTURE: list[tuple[str, set[str]]] = [
+    ("registry", {"gspo_bench.registry"}),
     ("runtime", {"gspo_bench.runtime"}),
     ("run folder", {"gspo_bench.rundir"}),
     ("library", {"gspo_bench.models", "gspo_bench.moe", "gspo_bench.objectives", "gspo_bench.tasks",
@@ -57,10 +58,10 @@ ARCHITECTURE: list[tuple[str, set[str]]] = [
 LIBRARY = {
     "gspo_bench.models": {"gspo_bench.models"},
     "gspo_bench.moe": {"gspo_bench.moe", "gspo_bench.models"},
-    "gspo_bench.objectives": {"gspo_bench.objectives"},
-    "gspo_bench.tasks": {"gspo_bench.tasks"},
+    "gspo_bench.objectives": {"gspo_bench.objectives", "gspo_bench.registry"},
+    "gspo_bench.tasks": {"gspo_bench.tasks", "gspo_bench.registry"},
     "gspo_bench.rollout": {"gspo_bench.rollout", "gspo_bench.models", "gspo_bench.moe", "gspo_bench.objectives",
-                           "gspo_bench.runtime"},
+                           "gspo_bench.runtime", "gspo_bench.registry"},
 }
 
 
@@ -77,6 +78,7 @@ LAYERS["analysis"] = {"analysis", "gspo_bench.rundir", "gspo_bench.tasks", "gspo
 LAYERS["gspo_bench.imports"] = {"gspo_bench.imports", "gspo_bench.rundir", "gspo_bench.config"}
 LAYERS.update(LIBRARY)
 LAYERS["gspo_bench.runtime"] = {"gspo_bench.runtime"}
+LAYERS["gspo_bench.registry"] = {"gspo_bench.registry"}
 
 
 def gspo_imports(path: Path) -> list[tuple[int, str]]:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.data.load import RunFileError, find_run_dirs, is_run_dir, kernels_text, read_file
+from analysis.data.plugins import plugin_difference
 from gspo_bench.rundir.folder import status_problem
 
 TABLES = ("metrics.parquet", "layers.parquet", "eval.parquet")
@@ -73,6 +74,11 @@ def _status(run_dir: Path) -> tuple[str | None, int | None]:
     return status.get("status"), status.get("step")
 
 
+def _provenance(run_dir: Path) -> dict:
+    path = run_dir / "provenance.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def _kernels(run_dir: Path) -> str | None:
     prov = read_file(run_dir / "provenance.json", _json, dict, optional=True)
     return kernels_text(prov.get("kernels")) if prov is not None else None
@@ -89,6 +95,9 @@ def _table(path: Path) -> pd.DataFrame:
 def compare_run(reference: Path, fresh: Path) -> RunReproduction:
     """One run of `reference` against the run of the same name in `fresh`."""
     kernels = (_kernels(reference), _kernels(fresh))
+    plugin = plugin_difference(_provenance(reference), _provenance(fresh))
+    if plugin:  # other code ran: that is the difference to name
+        return RunReproduction(reference.name, False, plugin, kernels)
     for table in TABLES:
         have = (reference / table).is_file(), (fresh / table).is_file()
         if have != (True, True):

@@ -341,4 +341,6 @@ def paper_tables(evidence: Evidence) -> list[tuple[Group, pd.DataFrame]]:
 
 
 def provenance_table(results: Results) -> pd.DataFrame:
-    return results.runs[["label", "seed", "commit", "dirty", "torch", "device", "start", "end"]]
+    """Where each run ran, and the plugin file its objective came from (a column only where one did)."""
+    plugin = ["plugin"] if "plugin" in results.runs and results.runs["plugin"].astype(bool).any() else []
+    return results.runs[["label", "seed", *plugin, "commit", "dirty", "torch", "device", "start", "end"]]

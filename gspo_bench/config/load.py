@@ -246,8 +246,42 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> Sui
         data = read_yaml(text)
     except ValueError as err:
         raise SuiteError(f"{path}: {err}") from None
-    return apply_overrides(parse_suite(data, str(path)), overrides or {}, str(path))
+    return apply_overrides(parse_suite(with_plugins(data, path), str(path)), overrides or {}, str(path))
+
+
+def with_plugins(data: Any, path: Path) -> Any:
+    """The suite data of file `path` with its plugins loaded and their files named by absolute path (the
+    suite written beside the results, the workers and the report find them from anywhere); SuiteError
+    naming the suite file and the plugin's one line for a plugin that cannot be loaded."""
+    from gspo_bench.config.plugins import PluginError, load_plugins, resolve
+
+    if not isinstance(data, dict):
+        return data
+    data = with_reward_file(data, path)
+    if not isinstance(data.get("plugins"), list):
+        return data
+    names = [resolve(str(name), path.resolve().parent) for name in data["plugins"]]
+    try:
+        load_plugins(names)
+    except PluginError as err:
+        raise SuiteError(f"{path}: plugins: {err}") from None
+    return data | {"plugins": names}
 
 
 def dump_config(config: BaseModel) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def with_reward_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The suite data with task.reward's file (`from:` or `file:`) as an absolute path, read from the
+    folder of the suite file `path`."""
+    task = data.get("task")
+    if not isinstance(task, dict) or not isinstance(task.get("reward"), dict):
+        return data
+    reward = task["reward"]
+    key = "from" if "from" in reward else "file"
+    if not isinstance(reward.get(key), str):
+        return data
+    where = Path(reward[key]).expanduser()
+    absolute = str(where if where.is_absolute() else (path.resolve().parent / where).resolve())
+    return data | {"task": task | {"reward": reward | {key: absolute}}}

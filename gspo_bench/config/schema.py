@@ -20,7 +20,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gspo_bench.config.numbers import boolean_message, boolean_numbers, check_settings
 from gspo_bench.config.shown import shown
@@ -151,9 +158,28 @@ class ModelConfig(Strict):
         return self
 
 
+class RewardFileConfig(Strict):
+    file: str = Field(description="the Python file (relative to the suite file) that defines the reward function; "
+                      "`from:` in a suite file")
+    name: str = Field("compute_score", description="the function: fn(response, fields) -> a number in [0, 1], "
+                      "fields the example's record with its prompt and answer")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from(cls, data: Any) -> Any:
+        """`from:` (as a suite file writes it, `{from: score.py}`) is the field `file`."""
+        if isinstance(data, dict) and "from" in data:
+            if "file" in data:
+                raise ValueError("give the reward's file once: `from:` or `file:`")
+            return {("file" if k == "from" else k): v for k, v in data.items()}
+        return data
+
+
 class TaskConfig(Strict):
     name: str = Field(description="registered task: see `gspo-bench ls`")
     params: dict[str, Any] = Field(default_factory=dict, description="task parameters (see `gspo-bench ls`)")
+    reward: RewardFileConfig | None = Field(None, description="a data-set task's (jsonl, hf_dataset) reward from "
+                                            "your own function: {from: score.py, name: compute_score}")
 
     _finite_params = field_validator("params")(classmethod(lambda cls, v: finite_settings(v)))
 
@@ -171,6 +197,9 @@ class TaskConfig(Strict):
         if unknown:
             raise ValueError(f"task {shown(self.name)} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
         check_settings(task_spec(self.name).factory, own, "params")
+        if self.reward is not None and not task_spec(self.name).needs_params:
+            raise ValueError(f"reward: a reward from a file is for the data-set tasks (jsonl, hf_dataset); "
+                             f"{shown(self.name)} checks its own answers")
         return self
 
     def instance(self) -> Task:
@@ -182,7 +211,22 @@ class TaskConfig(Strict):
             task.test_examples(1)  # the test split exists (a generated task's problem space may be too small)
         except (ValueError, TypeError, OSError) as err:
             raise ValueError(f"task {shown(self.name)} with params {shown(self.params)}: {err}") from None
-        return task
+        return task if self.reward is None else self._rewarded(task)
+
+    def _rewarded(self, task: Task) -> Task:
+        """`task` rewarded by the function `reward` names, checked on a few examples first (ValueError
+        naming the file, the function, the value and the example)."""
+        from gspo_bench.config.plugins import PluginError, load_function
+        from gspo_bench.tasks.reward_file import FileRewardTask, check_reward
+
+        assert self.reward is not None
+        try:
+            fn = load_function(self.reward.file, self.reward.name)
+        except PluginError as err:
+            raise ValueError(f"reward: {err}") from None
+        rewarded = FileRewardTask(task, fn, f"{self.reward.file}:{self.reward.name}")
+        check_reward(rewarded)
+        return rewarded
 
 
 class WarmStartConfig(Strict):
@@ -574,6 +618,9 @@ class AnalysisConfig(Strict):
 class SuiteConfig(Strict):
     name: str = Field(description="suite name (a directory name: letters, digits, _ . , = @ + -)")
     description: str = ""
+    plugins: list[str] = Field([], description="Python files (relative to the suite file) and "
+                               "importable modules that register objectives, corrections, tasks or rollout engines, "
+                               "loaded before the rest of the suite is read (docs/plugins.md)")
     # built on use, not at import: their validators read the model and engine registries (torch)
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: TaskConfig
@@ -583,6 +630,17 @@ class SuiteConfig(Strict):
     budget: BudgetConfig
     objectives: list[ObjectiveEntry] = Field(min_length=1)
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1, description=f"seeds of the runs, 0..{MAX_SEED}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugins_first(cls, data: Any) -> Any:
+        """The plugins register their names before the objectives, tasks and engines are checked against
+        the registries (once per process: a sweep point or a worker's copy finds them loaded)."""
+        if isinstance(data, dict) and isinstance(data.get("plugins"), list):
+            from gspo_bench.config.plugins import load_plugins
+
+            load_plugins([str(name) for name in data["plugins"]])
+        return data
 
     @field_validator("name")
     @classmethod
@@ -626,7 +684,7 @@ class SuiteConfig(Strict):
                 raise ValueError(f"sweep.{key}: {len(paths)} paths move together: each value must be a list of "
                                  f"{len(paths)} (one per path)")
             for path in paths:
-                if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir", "analysis"):
+                if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir", "analysis", "plugins"):
                     raise ValueError(f"sweep.{path}: {path.split('.')[0]} cannot be swept (seeds and objectives "
                                      "already cross every sweep point; the analysis is the whole suite's)")
         sizes = [len(values) for values in v.values()]

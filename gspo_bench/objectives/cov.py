@@ -45,6 +45,9 @@ def _budget(ratio: float, batch: PolicyBatch) -> torch.Tensor:
     description="KL-Cov: unclipped r A, plus beta |log r| on the top ratio_k of tokens by Cov(log pi, A)",
     reference="Cui et al. 2025 (arXiv 2505.22617), eq. for KL-Cov; k = 2e-4, beta = 1 as the released code",
     coupled=True,  # the mask/selection is over the whole batch
+    reduction="token_mean",
+    exempt={"zero_advantage": "its KL penalty on the top-covariance tokens has a gradient wherever pi != pi_old, "
+                              "whatever the advantages"},
 )
 def kl_cov_loss(
     logp: torch.Tensor,
@@ -80,6 +83,10 @@ def kl_cov_loss(
     reference="Cui et al. 2025 (arXiv 2505.22617), Clip-Cov; clip 0.2/0.2, k = 2e-4, Cov in (1, 5) as the released code",
     inputs=("generator",),
     coupled=True,  # the mask/selection is over the whole batch
+    reduction="token_mean",
+    exempt={"inputs_used": "the generator draws among the tokens whose covariance lies in (cov_low, cov_high): on "
+                           "the kit's small batches none is eligible, so another seed changes nothing",
+            "on_policy": "at ratio 1 it still leaves its drawn high-covariance tokens out of the update"},
 )
 def clip_cov_loss(
     logp: torch.Tensor,
