@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
+from gspo_bench.config.changes import settings_changes
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import RolloutEngine, make_engine
@@ -280,24 +281,10 @@ def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planne
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
 
 
-# fields of config.yaml that do not change what a run computes (nor do suite.tracking.*; run.overrides.*
-# records how suite fields were set: the fields themselves are compared)
-_NOT_COMPARED = ("suite.description", "suite.output_dir")
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """{dotted key: leaf} of nested mappings, and of lists that hold mappings or lists (the objectives:
-    `suite.objectives.0.name`); a list of plain values (seeds) is one leaf."""
-    if isinstance(data, dict):
-        return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
-    if isinstance(data, list) and any(isinstance(x, dict | list) for x in data):
-        return {k: v for i, value in enumerate(data) for k, v in _flatten(value, f"{prefix}{i}.").items()}
-    return {prefix[:-1]: data}
-
-
 def config_changes(run_dir: Path, spec: Any) -> list[str]:  # spec: as resolved_config's
-    """"field: recorded -> now" for every field where the run's recorded config.yaml and the config
-    it would resolve to now differ ([] for a run that recorded none)."""
+    """"field: recorded -> now" for every setting that changes the run's results where its recorded
+    config.yaml and the config it would resolve to now differ (`gspo_bench.config.changes`: the rule
+    the report groups suites by); [] for a run that recorded none."""
     recorded = read_run_config(Path(run_dir))
     if recorded is None:
         return []
@@ -324,42 +311,3 @@ def read_run_config(run_dir: Path) -> dict | None:
         if problem is None:
             return config or {}
     raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")
-
-
-def settings_changes(recorded: dict, now: dict) -> list[str]:
-    """"field: recorded -> now" for every flattened field where two configs as config.yaml holds them
-    (`run:` and `suite:` sections) differ, less the fields that do not change what a run computes; a
-    field added to the config after `recorded` was written is no change where it holds its default."""
-    old, new = _flatten(recorded), _flatten(now)
-    keys = sorted(k for k in set(old) | set(new)
-                  if k not in _NOT_COMPARED and not k.startswith(("suite.tracking.", "run.overrides")))
-    # a field added to the config after the run started is no change where it holds its default
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
-            if old.get(k) != new.get(k) and not (k not in old and new.get(k) == suite_field_default(k))]
-
-
-_NO_DEFAULT = object()
-
-
-def suite_field_default(key: str) -> Any:
-    """The default of suite field `key` ("suite.model.router_scale"), or a sentinel equal to nothing
-    where the key is no suite field or has no plain default."""
-    from pydantic import BaseModel
-
-    from gspo_bench.config import SuiteConfig
-
-    parts = key.split(".")
-    if parts[0] != "suite":
-        return _NO_DEFAULT
-    model: type[BaseModel] = SuiteConfig
-    for i, name in enumerate(parts[1:], start=1):
-        field = model.model_fields.get(name)
-        if field is None:
-            return _NO_DEFAULT
-        if i == len(parts) - 1:
-            return _NO_DEFAULT if field.is_required() or field.default_factory is not None else field.default
-        annotation = field.annotation
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return _NO_DEFAULT
-        model = annotation
-    return _NO_DEFAULT
