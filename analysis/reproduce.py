@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import find_run_dirs, kernels_text
+from gspo_bench.rundir.records import ProvenanceRecord, StatusRecord, as_provenance
 
 TABLES = ("metrics.parquet", "layers.parquet", "eval.parquet")
 IGNORED = ("time/", "perf/", "gpu/")  # column prefixes: the machine's speed, not the run's results
@@ -63,13 +64,14 @@ def _plain(value: object) -> object:
 
 def _status(run_dir: Path) -> tuple[str | None, int | None]:
     path = run_dir / "status.json"
-    status = json.loads(path.read_text()) if path.is_file() else {}
+    status: StatusRecord | dict = json.loads(path.read_text()) if path.is_file() else {}
     return status.get("status"), status.get("step")
 
 
 def _kernels(run_dir: Path) -> str | None:
     path = run_dir / "provenance.json"
-    return kernels_text(json.loads(path.read_text()).get("kernels")) if path.is_file() else None
+    prov: ProvenanceRecord | None = as_provenance(json.loads(path.read_text())) if path.is_file() else None
+    return None if prov is None else kernels_text(prov.get("kernels"))
 
 
 def compare_run(reference: Path, fresh: Path) -> RunReproduction:

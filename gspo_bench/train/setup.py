@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import yaml
@@ -19,6 +19,7 @@ from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import RolloutEngine, make_engine
 from gspo_bench.rundir.folder import RunDir, config_problem, now, provenance
 from gspo_bench.rundir.lock import RunBusyError, RunLock
+from gspo_bench.rundir.records import ProvenanceRecord, WarmStartRecord
 from gspo_bench.runtime.distributed import World, device_for, shard, world_from_env
 from gspo_bench.runtime.hardware import require_device
 from gspo_bench.runtime.kernels import kernel_state
@@ -62,7 +63,7 @@ class Run:
     task: Task
     objective: Objective
     n_active: int  # active parameters per token (FLOP accounting)
-    provenance: dict
+    provenance: ProvenanceRecord
     evaluator: Evaluator | EngineEvaluator | None
     lock: RunLock | None = None  # this process's hold on the run folder (rank 0)
     prompt_format: PromptFormat = PromptFormat()  # raw prompts, or rendered with the chat template
@@ -100,8 +101,8 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         checkpoint = find_checkpoint(out.path) if resume else None
         weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
         policy, tokenizer, n_active = load_policy(spec, weights, device, world)
-        state, prov = RunState(), provenance(str(device)) | {"overrides": spec.overrides, "kernels": kernel_state(),
-                                                             "suite_sha256": spec.suite_sha256}
+        state, prov = RunState(), provenance(str(device))
+        prov["overrides"], prov["kernels"], prov["suite_sha256"] = spec.overrides, kernel_state(), spec.suite_sha256
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
         prov["warm_start"] = warm_start_record(spec)
@@ -111,7 +112,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         evaluator = make_evaluator(suite, out.path, engine, prompt_format, policy)
         config = resolved_config(spec, lr=policy.trainer().param_groups[0]["lr"])
         out.write_text("config.yaml", config)
-        out.write_json("provenance.json", prov)
+        out.write_provenance(prov)
         out.write_status("running", step=state.step)
         tracker = open_tracker(suite.tracking, out.path, suite.name, yaml.safe_load(config), state.step, world.is_main)
     except BaseException as err:
@@ -142,14 +143,14 @@ def warm_start_seed(spec: RunSpec) -> int | None:
     return None if spec.suite.model.path is not None else spec.suite.warm_start.seed_for(spec.seed)
 
 
-def warm_start_record(spec: RunSpec) -> dict:
+def warm_start_record(spec: RunSpec) -> WarmStartRecord:
     """The starting weights of the run, for provenance.json (the analysis stratifies by them): the warm
     start's seed, its folder and, from its warmstart.json, its cache key, accuracy and steps."""
     record = {"seed": warm_start_seed(spec), "path": str(spec.init_weights)}
     info = Path(spec.init_weights) / "warmstart.json"
     if info.is_file():
         record |= {k: v for k, v in json.loads(info.read_text()).items() if k in ("key", "accuracy", "steps", "in_band")}
-    return record
+    return cast(WarmStartRecord, record)
 
 
 def end_unresumed(out: RunDir, err: BaseException, resume: bool) -> None:
@@ -173,7 +174,7 @@ def run_prompt_format(suite: SuiteConfig, tokenizer: PreTrainedTokenizerBase) ->
 
 
 def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device: torch.device,
-            allow_changed: bool) -> tuple[RunState, dict]:
+            allow_changed: bool) -> tuple[RunState, ProvenanceRecord]:
     """The loop state and provenance at `checkpoint`, the optimizer restored. A suite edited since the
     run started is refused unless `allow_changed`; then its settings (the lr too, which the restored
     optimizer state would otherwise bring back) apply, and the change is recorded in provenance."""
@@ -186,7 +187,7 @@ def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device
     check_tables(out, scalars["step"], spec.suite.eval.enabled)
     state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
                               out.read_rows("eval.parquet"))
-    prov = out.read_json("provenance.json") or provenance(str(device))
+    prov = out.read_provenance() or provenance(str(device))
     prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes,
                                            "overrides": spec.overrides, "kernels": kernel_state(),
                                            "suite_sha256": spec.suite_sha256})
