@@ -40,7 +40,7 @@ EDITS = {
     "learning rate": ("train.lr", 2e-3, True),
     "warm-start seeds": ("warm_start.seeds", [0, 1], True),
     "a task param": ("task.params.max_len", 4, True),
-    "an objective's kwargs": ("objectives.1.kwargs", {"clip_low": 0.1}, True),
+    "an objective's params": ("objectives.1.params", {"clip_low": 0.1}, True),
 }
 
 
@@ -124,7 +124,7 @@ def test_a_seed_added_to_a_suite_resumes_its_runs_and_stays_one_suite_in_the_rep
 
 def test_a_setting_one_record_lacks_reads_as_its_default_for_both_callers():
     """An older run did not write train.router_lr_scale: no change at its default (1.0), a change at 2.0;
-    a free-form key (an objective's kwargs) has no default, so its absence differs from any value."""
+    a free-form key (an objective's params) has no default, so its absence differs from any value."""
     old = run_settings(SUITE, "suite")
     assert "train.router_lr_scale" not in old
     assert changed_settings(old, run_settings(edited("train.router_lr_scale", 1.0), "suite"), "suite") == []
@@ -132,8 +132,8 @@ def test_a_setting_one_record_lacks_reads_as_its_default_for_both_callers():
         ("train.router_lr_scale", None, 2.0)]
     assert settings_changes({"suite": SUITE}, {"suite": edited("train.router_lr_scale", 2.0)}) == [
         "suite.train.router_lr_scale: None -> 2.0"]
-    kwargs = run_settings(edited("objectives.0.kwargs", {"beta": 0.0}), "suite")
-    assert changed_settings(old, kwargs, "suite") == [("objectives.0.kwargs.beta", None, 0.0)]
+    params = run_settings(edited("objectives.0.params", {"beta": 0.0}), "suite")
+    assert changed_settings(old, params, "suite") == [("objectives.0.params.beta", None, 0.0)]
 
 
 def test_flatten_names_every_leaf_and_the_ignored_settings_are_the_documented_ones():

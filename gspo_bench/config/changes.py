@@ -26,6 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gspo_bench.config.spelling import respell_path
+
 NOT_RESULTS = ("suite.description", "suite.output_dir", "suite.tracking", "suite.warm_start.cache_dir", "suite.seeds",
                "run.overrides")
 
@@ -47,11 +49,13 @@ def changes_results(key: str) -> bool:
 
 
 def run_settings(config: Mapping[str, Any], section: str = "") -> dict[str, Any]:
-    """The settings of `config` that change a run's results, flattened. `section` names where `config`
-    sits in config.yaml ("suite" for a suite's fields alone, as suite.yaml holds them; "" for the whole
-    file); keys are given relative to it."""
+    """The settings of `config` that change a run's results, flattened, their keys in the one spelling
+    (`gspo_bench.config.spelling`: a run recorded as `objectives.0.kwargs.beta` compares as
+    `objectives.0.params.beta`). `section` names where `config` sits in config.yaml ("suite" for a
+    suite's fields alone, as suite.yaml holds them; "" for the whole file); keys are given relative to it."""
     prefix = f"{section}." if section else ""
-    return {key: value for key, value in flatten(config).items() if changes_results(prefix + key)}
+    flat = {respell_path(prefix + key): value for key, value in flatten(config).items()}
+    return {key[len(prefix):]: value for key, value in flat.items() if changes_results(key)}
 
 
 def field_default(key: str) -> Any:

@@ -234,7 +234,7 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
             if correction is not None:
                 correction(old_logp=logp, sampling_logp=logp, logp=logp, advantages=advantages, mask=mask)
             inputs = {name: neutral[name] for name in objective_spec(entry.objective).inputs}
-            get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=advantages, mask=mask, **inputs, **entry.clip_range(), **entry.kwargs)
+            get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=advantages, mask=mask, **inputs, **entry.clip_range(), **entry.params)
         except (TypeError, ValueError) as err:
             problems.append(f"objectives.{i} ({entry.run_label}): {err}")
     return problems

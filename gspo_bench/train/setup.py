@@ -120,7 +120,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
             end_unresumed(out, err, resume)
             lock.release()
         raise
-    objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
+    objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.params)
     return Run(spec, out, policy, tokenizer, engine, suite.task.instance(), objective, n_active, prov, evaluator,
                lock, prompt_format, tracker), state
 
@@ -277,7 +277,7 @@ def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planne
     entry = spec.entry
     run = {"label": entry.run_label, "algorithm": spec.algorithm or entry.run_label, "objective": entry.objective,
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
-           "seed": spec.seed, "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs, "sweep": spec.sweep,
+           "seed": spec.seed, "lr": lr, **entry.clip_range(), "params": entry.params, "sweep": spec.sweep,
            "correction": entry.correction, "set": entry.set, "overrides": spec.overrides}
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
 
