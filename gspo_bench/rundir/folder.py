@@ -229,7 +229,7 @@ class RunDir:
         except ValueError:
             return {}
 
-    def write_status(self, status: str, message: str = "", *, step: int, **totals: float) -> None:
+    def write_status(self, status: str, message: str = "", *, step: int = 0, **totals: float) -> None:
         """status.json (`records.status_record`); `totals`: a finished run's cum_flops and cum_tokens."""
         if not self.writable:
             return
