@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: quickstart test test-browser regress perf vllm-env test-vllm test-gpu lint types clean
+.PHONY: quickstart test test-browser regress perf vllm-env test-vllm test-gpu gpu-check lint types clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -87,3 +87,10 @@ clean:
 test-gpu: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m gpu
 	$(BIN)/gspo-bench run experiments/gpu_tiny.yaml --out runs/gpu-tiny
+
+## every GPU measurement in one command that fits a short GPU loan (docs/gpu-check.md): on a bare GPU
+## machine, with the missing wheels carried in .whl/, into $OUT (default runs/gpu-check) in under 8
+## minutes; GPU_CHECK_DRY=1: its rehearsal on the CPU (a tiny model, every part's set-up and table)
+GPU_CHECK_DRY ?=
+gpu-check: $(if $(GPU_CHECK_DRY),$(VENV)/.installed-dev $(VENV)/.installed-perf)
+	$(if $(GPU_CHECK_DRY),$(BIN)/python,python3) experiments/gpu_check/run.py $(if $(GPU_CHECK_DRY),--dry)

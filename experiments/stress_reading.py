@@ -1,6 +1,6 @@
 """The numbers of results/stress_cpu/README.md that the report does not print as numbers: each run's
 held-out reward at its first and last evaluation with the learnability gate's one-sided p (the
-report's test, analysis.outcome.held_out_rise) and, per arm, the means, the seeds that passed, the
+report's test, analysis.evidence.learning.held_out_rise) and, per arm, the means, the seeds that passed, the
 clip fraction, the engine's routing gap, the extreme token ratios and the drift after one update;
 reward over the first 10 steps, the engine's median log-prob mismatch, GRPO's drift and predicted flip rate by
 number of updates and by layer, the largest token ratios of each objective, and the floor.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.outcome import held_out_rise
-from analysis.stats import ALPHA
+from analysis.evidence.learning import held_out_rise
+from analysis.stats.library import ALPHA
 
 
 def read(root: Path, name: str) -> pd.DataFrame:

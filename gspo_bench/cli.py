@@ -366,9 +366,9 @@ def report(
     allow_unmatched: bool = typer.Option(False, "--allow-unmatched", help="compare runs whose compute differs by > 2%"),
 ) -> None:
     """Write report.md, a self-contained report.html and the figures for one or more results dirs."""
-    from analysis.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.report import DeclarationError, UnmatchedComputeError, write_report
-    from analysis.suites import MixedSuitesError
+    from analysis.data.load import NotResultsError, SchemaVersionError, load_results
+    from analysis.data.suites import MixedSuitesError
+    from analysis.report.writer import DeclarationError, UnmatchedComputeError, write_report
 
     try:
         loaded = load_results(*results)
@@ -389,9 +389,9 @@ def figures(
     out: Path | None = typer.Option(None, "--out", help="output directory (default: RESULTS/figures)"),
 ) -> None:
     """Write the paper-style figures (PNG and PDF) only."""
-    from analysis.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.report import DeclarationError, write_figures
-    from analysis.suites import MixedSuitesError
+    from analysis.data.load import NotResultsError, SchemaVersionError, load_results
+    from analysis.data.suites import MixedSuitesError
+    from analysis.report.writer import DeclarationError, write_figures
 
     try:
         paths = write_figures(load_results(*results), out or results[0] / "figures")
@@ -406,7 +406,7 @@ def regress(
     results: Path = typer.Argument(..., help="fresh results of experiments/ci.yaml (OUT/ci)"),
     baseline: Path = typer.Option(Path("results/ci-baseline"), "--baseline", help="committed baseline results"),
     tolerances: Path | None = typer.Option(None, "--tolerances", help="default: the package's own "
-                                           "(analysis/regress_tolerances.yaml)"),
+                                           "(analysis/checks/regress_tolerances.yaml)"),
     update: bool = typer.Option(False, "--update", help="rewrite the baseline from RESULTS"),
     allow_other_suite: bool = typer.Option(False, "--allow-other-suite", help="compare with a baseline of another "
                                            "suite (name or settings differ); the differences are printed"),
@@ -414,9 +414,15 @@ def regress(
     """Compare fresh CI results with the baseline: step 1 to float noise, trajectory bands from the
     baseline's seeds, invariants; each check's distance in units of its tolerance; exit 1 on a regression.
     A baseline of another suite (name or resolved settings) is refused (exit 2), naming the differences."""
-    from analysis.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.regress import DEFAULT_TOLERANCES, compare, excess_text, load_tolerances, update_baseline
-    from analysis.suites import shown, suite_differences
+    from analysis.checks.regress import (
+        DEFAULT_TOLERANCES,
+        compare,
+        excess_text,
+        load_tolerances,
+        update_baseline,
+    )
+    from analysis.data.load import NotResultsError, SchemaVersionError, load_results
+    from analysis.data.suites import shown, suite_differences
 
     try:
         if update:
@@ -465,7 +471,7 @@ def reproduce(
 ) -> None:
     """Check that FRESH reproduces REFERENCE bit for bit: every run's metrics, layers, evaluations and
     status (wall times aside); exit 1 naming the first difference of each run that differs."""
-    from analysis.reproduce import compare_results
+    from analysis.checks.reproduce import compare_results
 
     try:
         found = compare_results(reference, fresh)

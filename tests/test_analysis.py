@@ -10,10 +10,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analysis.load import NotResultsError, SchemaVersionError, load_results
-from analysis.matching import UnmatchedComputeError, check_matched
-from analysis.report import write_figures, write_report
-from analysis.stats import auc, bootstrap_ci, ema, final_value, first_value, iqm
+from analysis.data.load import NotResultsError, SchemaVersionError, load_results
+from analysis.data.matching import UnmatchedComputeError, check_matched
+from analysis.report.writer import write_figures, write_report
+from analysis.stats.library import bootstrap_ci
+from analysis.stats.metrics import auc, ema, final_value, first_value, iqm
 from gspo_bench.cli import app
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, RunDir
 from gspo_bench.rundir.names import run_folder_name
@@ -212,7 +213,7 @@ def test_cli_figures_and_not_results(results_dir, tmp_path):
 def test_reward_curve_band_is_the_range_of_few_seeds(tmp_path):
     """4 seeds (offsets 0, 0.03, 0.06, 0.09): the band is their range, not a bootstrap interval (which
     would be narrower: all four resampled from one seed has probability 4 x (1/4)^4 = 1.6% < 2.5%)."""
-    from analysis.figures import band_words, curve_with_band
+    from analysis.figures.curves import band_words, curve_with_band
 
     for seed in range(4):
         make_run(tmp_path, "gspo", seed)
@@ -230,7 +231,7 @@ def test_mechanism_table_splits_ratio_variance_by_rerouting(tmp_path):
     rerouted = [9e-3, 9e-3, 9e-3, 1.0]
     make_run(tmp_path, "grpo", 0, steps=4, columns={"moe/rerouted_token_frac": 0.25, "ratio/token_var_rerouted": rerouted,
                                                     "ratio/token_var_stable": 1e-3})
-    from analysis.tables import mechanism_table
+    from analysis.report.tables import mechanism_table
 
     table = mechanism_table(load_results(tmp_path / "synth")).set_index("objective")
     assert table.loc["grpo", "rerouted / stable (medians)"] == pytest.approx(9.0)
@@ -240,14 +241,14 @@ def test_mechanism_table_splits_ratio_variance_by_rerouting(tmp_path):
 
 
 def evidence_of(root):
-    from analysis.evidence import gather
-    from analysis.load import finished
+    from analysis.data.load import finished
+    from analysis.evidence.gather import gather
 
     return gather(finished(load_results(root)))
 
 
 def paper_table(root) -> pd.DataFrame:
-    from analysis.paper import paper_vs_run
+    from analysis.report.paper_checks import paper_vs_run
 
     evidence = evidence_of(root)
     (group,) = evidence.groups
@@ -292,7 +293,7 @@ def test_objectives_are_paired_with_grpo_by_seed_within_each_sweep_point(tmp_pat
     """Two sweep points; at k=1 grpo_rr gains 0.1, -0.1, 0.3 on seeds 0, 1, 2, at k=2 0.05 on every seed:
     each point pairs by seed within itself (labels grpo_rr@k=1, grpo@k=1). Sign flips of 0.1, -0.1, 0.3:
     3 of 8 sums >= 0.3 -> p 0.75; of 0.05 x 3: p 0.25; Holm over the 2: 0.5 and 0.75."""
-    from analysis.tables import paired_against
+    from analysis.report.tables import paired_against
 
     for k, gains in ((1, [0.1, -0.1, 0.3]), (2, [0.05, 0.05, 0.05])):
         for seed, gain in enumerate(gains):
@@ -310,7 +311,7 @@ def test_objectives_are_paired_with_grpo_by_seed_within_each_sweep_point(tmp_pat
 
 def test_objectives_are_paired_with_grpo_within_each_suite(tmp_path):
     """Two suites, each with grpo and grpo_rr (labels alpha/grpo, beta/grpo_rr): one row per suite."""
-    from analysis.tables import paired_against
+    from analysis.report.tables import paired_against
 
     for suite, gain in (("alpha", 0.02), ("beta", -0.02)):
         for seed in range(3):
@@ -323,14 +324,14 @@ def test_objectives_are_paired_with_grpo_within_each_suite(tmp_path):
 
 
 def gather_of(*roots):
-    from analysis.evidence import gather
-    from analysis.load import finished
+    from analysis.data.load import finished
+    from analysis.evidence.gather import gather
 
     return gather(finished(load_results(*roots)))
 
 
 def test_the_step_from_which_an_objective_stays_ahead_on_every_seed():
-    from analysis.tables import apart_from
+    from analysis.report.tables import apart_from
 
     rows = []
     # windows of 10 steps: r3 - grpo per window and seed; from window 2 (step 21) on every seed ahead
@@ -350,7 +351,7 @@ def test_the_step_from_which_an_objective_stays_ahead_on_every_seed():
 def test_the_windows_start_at_step_one():
     """Windows of 2 steps: 1-2, 3-4, 5-6. Ahead from step 3 on: the gap is -1 at steps 1-2 and +1 after.
     Windows one step late (2-3, 4-5, 6) would mix step 2's -1 into the first window past it."""
-    from analysis.tables import apart_from
+    from analysis.report.tables import apart_from
 
     gap = {1: -1.0, 2: -1.0, 3: 0.5, 4: 0.5, 5: 0.5, 6: 0.5}
     rows = [{"label": label, "seed": 0, "step": step, "reward/mean": g if label == "a" else 0.0}
@@ -363,9 +364,9 @@ def test_a_monte_carlo_p_says_so_in_every_table_and_in_the_summary(tmp_path):
     """17 paired seeds (above EXACT_PAIRS): GRPO + RR gains 0.05 on every seed; its p is the Monte Carlo
     estimate, marked where it is shown, and the summary names the method and the number of draws. Six
     seeds in the same report would keep the plain text (test_report_html's cases)."""
-    from analysis.load import finished
-    from analysis.stats import MONTE_CARLO_DRAWS
-    from analysis.tables import comparisons_table, paired_against, suite_summary
+    from analysis.data.load import finished
+    from analysis.report.tables import comparisons_table, paired_against, suite_summary
+    from analysis.stats.library import MONTE_CARLO_DRAWS
 
     for seed in range(17):
         make_run(tmp_path, "grpo", seed, steps=8)

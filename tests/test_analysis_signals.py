@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.divergence import Signal, first_spike
-from analysis.load import Results, finished, load_results
-from analysis.margins import drift_by, forecast_table, has_margins, margin_table, predicted_vs_measured_figure
-from analysis.outcome import (
+from analysis.data.load import Results, finished, load_results
+from analysis.data.robust import extremes_table, heavy_table, robust_curves
+from analysis.evidence.divergence import Signal, first_spike
+from analysis.evidence.learning import (
     HELD_OUT,
     TRAINING,
     Learning,
@@ -25,8 +25,9 @@ from analysis.outcome import (
     group_outcomes,
     training_rise,
 )
-from analysis.paper import DRIFT_ONE, depth_gap, drift_after_one, paper_tests
-from analysis.robust import extremes_table, heavy_table, robust_curves
+from analysis.evidence.margins import drift_by, forecast_table, has_margins, margin_table
+from analysis.evidence.paper import DRIFT_ONE, depth_gap, drift_after_one, paper_tests
+from analysis.figures.margins import predicted_vs_measured_figure
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_analysis import make_run  # noqa: E402
@@ -53,7 +54,7 @@ def test_margin_figures_are_means_over_steps_not_medians():
 
 
 def test_one_layer_row_without_margins_does_not_drop_the_figure():
-    from analysis.sections import figure_specs
+    from analysis.report.sections import figure_specs
 
     layers = layer_rows([0.1, 0.2, 0.3], [0.05, np.nan, 0.2])
     assert has_margins(layers) and not has_margins(layers.assign(**{"moe/flip_pred": np.nan}))
@@ -146,7 +147,7 @@ def test_the_depth_gap_reads_the_rows_after_one_update_where_there_are_some():
 
 def test_the_drift_figure_draws_drift_after_one_update_where_measured():
     """Two seeds, drift 0.1 / 0.3 over all updates and 0.02 / 0.04 after one: means 0.2 and 0.03, dashed."""
-    from analysis.figures import drift_over_steps
+    from analysis.figures.curves import drift_over_steps
 
     metrics = pd.DataFrame({"label": "grpo", "seed": [0, 0, 1, 1], "step": [1, 2, 1, 2],
                             "moe/drift": [0.1, 0.1, 0.3, 0.3], "moe/drift_1": [0.02, 0.02, 0.04, 0.04]})
@@ -212,7 +213,7 @@ def test_extreme_ratios_and_one_token_losses_are_counted():
 def test_the_ratio_variance_curve_is_a_median_over_seeds_of_rolling_medians():
     """Seeds 0-2 at 1, 2 and 6 per step; seed 2 has a spike of 50 at step 2. Step 3: trailing 3-step medians
     1, 2, 6 -> median 2 (the mean would be 3), range 1..6; step 2: seed 2's median of 6 and 50 is 28."""
-    from analysis.figures import ratio_variance
+    from analysis.figures.curves import ratio_variance
 
     frame = pd.DataFrame({"label": "r2", "seed": [0, 0, 0, 1, 1, 1, 2, 2, 2], "step": [1, 2, 3] * 3,
                           "ratio/token_var": [1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 6.0, 50.0, 6.0]})

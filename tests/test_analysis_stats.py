@@ -10,19 +10,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.stats import (
+from analysis.stats.library import (
     MIN_BOOTSTRAP_SEEDS,
     bootstrap_ci,
     holm,
     paired,
     paired_t_interval,
-    probability_of_improvement,
     seeds_needed,
     sign_flip_p,
     smallest_p,
     stratified_bootstrap_ci,
     t_interval,
 )
+from analysis.stats.metrics import probability_of_improvement
 
 
 def enumerated_p(differences: list[float]) -> float:
@@ -113,7 +113,7 @@ def test_how_many_paired_seeds_a_claim_needs():
 def test_too_few_seeds_only_below_the_seeds_the_family_needs():
     """One test: 6 paired seeds are needed. 6 seeds with differences +-0.01 in turn (p = 1) are enough to
     tell: not distinguishable; 5 of them are too few; 6 in one direction: p = 2/64, shown."""
-    from analysis.family import FEW, TIE, YES, Test, make_family
+    from analysis.evidence.family import FEW, TIE, YES, Test, make_family
 
     def outcome(differences: list[float]) -> str:
         seeds = range(len(differences))
@@ -173,7 +173,7 @@ def test_above_exact_pairs_the_sign_flip_p_is_a_seeded_monte_carlo_estimate_of_t
     """18 pairs (2^18 patterns, enumerated here): the estimate from MONTE_CARLO_DRAWS random sign
     patterns lies within 5 binomial standard errors (each tail's count is binomial; two tails double
     it) plus the estimator's 2 / (m + 1) of the exact p, and the same on every call (a fixed seed)."""
-    from analysis.stats import EXACT_PAIRS, MONTE_CARLO_DRAWS, p_method
+    from analysis.stats.library import EXACT_PAIRS, MONTE_CARLO_DRAWS, p_method
 
     d = np.random.default_rng(7).normal(0.1, 0.3, size=18)
     exact, estimate = enumerated_p_fast(d), sign_flip_p(d, np.zeros(18))
@@ -187,7 +187,7 @@ def test_above_exact_pairs_the_sign_flip_p_is_a_seeded_monte_carlo_estimate_of_t
 def test_forty_paired_seeds_get_a_p_without_enumerating_two_to_the_forty_patterns():
     """Every one of 40 differences positive: no random pattern reaches the observed sum but the all-plus
     one (probability 2^-40), so p = 2 (0 + 1) / (m + 1), the estimator's smallest."""
-    from analysis.stats import MONTE_CARLO_DRAWS
+    from analysis.stats.library import MONTE_CARLO_DRAWS
 
     a = np.linspace(1.0, 2.0, 40)
     assert sign_flip_p(a, np.zeros(40)) == pytest.approx(2 / (MONTE_CARLO_DRAWS + 1))

@@ -1,6 +1,6 @@
 """gspo_bench.config.changes: the one rule of which settings change a run's results, as `--resume`
 (train.setup.config_changes, suite.runner.check_suite_folder) and the report's suite grouping
-(analysis.suites, fed as analysis.load feeds it) apply it. Hand-made configs only: nothing trains."""
+(analysis.data.suites, fed as analysis.data.load feeds it) apply it. Hand-made configs only: nothing trains."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis.suites import MixedSuitesError, check_not_mixed, shared_settings, suite_settings
+from analysis.data.suites import MixedSuitesError, check_not_mixed, shared_settings, suite_settings
 from gspo_bench.config import parse_suite
 from gspo_bench.config.changes import NOT_RESULTS, changed_settings, flatten, run_settings, settings_changes
 from gspo_bench.suite.runner import check_suite_folder, plan_runs, write_suite_file
@@ -74,7 +74,7 @@ def suite_folder_refusal(tmp_path: Path, before: dict, after: dict) -> str | Non
 
 
 def report_record(tmp_path: Path, data: dict, name: str) -> dict:
-    """The columns analysis.load gives a run of suite `data` that grouping reads (its config.yaml as
+    """The columns analysis.data.load gives a run of suite `data` that grouping reads (its config.yaml as
     the run writes it)."""
     run = {r.name: r for r in plan_runs(parse_suite(data), tmp_path / "c")}[name]
     config = yaml.safe_load(resolved_config(run, lr=run.suite.train.lr))

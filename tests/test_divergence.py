@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.divergence import SIGNALS, WINDOW, Signal, divergence_table, first_spike, thresholds_text
+from analysis.evidence.divergence import (
+    SIGNALS,
+    WINDOW,
+    Signal,
+    divergence_table,
+    first_spike,
+    thresholds_text,
+)
 
 
 def test_a_spike_is_dated_against_the_median_of_the_steps_before():

@@ -110,8 +110,8 @@ def test_a_known_gpu_gives_mfu_and_peak_memory_in_the_row_and_tensorboard(tmp_pa
 
 # ---------------------------------------------------------------------------- the report
 def test_the_report_shows_gpu_figures_per_objective(tmp_path):
-    from analysis.gpu import gpu_table
-    from analysis.load import Results
+    from analysis.data.gpu import gpu_table
+    from analysis.data.load import Results
 
     m = pd.DataFrame({"label": ["grpo", "grpo", "gspo"], "gpu/peak_mem_gib": [40.0, 41.0, 39.0],
                       "perf/rollout_tokens_per_s": [1000.0, 1200.0, 900.0], "perf/train_tokens_per_s": [10.0, 30.0, 5.0],
@@ -127,8 +127,8 @@ def test_the_report_shows_gpu_figures_per_objective(tmp_path):
 
 
 def test_the_written_report_has_the_gpu_section(tmp_path):
-    from analysis.load import load_results
-    from analysis.report import write_report
+    from analysis.data.load import load_results
+    from analysis.report.writer import write_report
 
     run_suite(one_step_suite(tmp_path / "cache"), tmp_path / "out")
     paths = write_report(load_results(tmp_path / "out" / "tiny"), tmp_path / "report", allow_unmatched=True)

@@ -16,8 +16,8 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from analysis.load import load_results
-from analysis.regress import band, band_excess, compare, first_step_excess, load_tolerances
+from analysis.checks.regress import band, band_excess, compare, first_step_excess, load_tolerances
+from analysis.data.load import load_results
 from gspo_bench.cli import app
 from gspo_bench.objectives import registry
 from gspo_bench.objectives.grpo import grpo_loss, token_clip_objective
@@ -280,7 +280,7 @@ def test_update_replaces_a_baseline_it_wrote_or_the_committed_one(tmp_path, cli)
         assert cli("regress", current, "--baseline", target, "--update").exit_code == 0
     assert sorted(p.name for p in target.iterdir()) == ["grpo-s0", "gspo-s0"]
     committed = ROOT / "results" / "ci-baseline"
-    from analysis.regress import check_baseline_folder
+    from analysis.checks.regress import check_baseline_folder
 
     check_baseline_folder(committed)  # the committed one is a baseline: no error
 

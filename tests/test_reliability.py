@@ -16,7 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analysis.load import load_results
+from analysis.data.load import load_results
 from gspo_bench.cli import app
 from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.rundir.folder import RunDir

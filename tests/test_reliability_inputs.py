@@ -22,8 +22,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis.load import load_results
-from analysis.suites import suite_differences, suite_settings
+from analysis.data.load import load_results
+from analysis.data.suites import suite_differences, suite_settings
 from gspo_bench.config import SuiteConfig, dump_config, load_suite
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, RunDir
 from gspo_bench.rundir.names import MAX_NAME, folder_name, is_folder_name, run_folder_name
@@ -221,7 +221,7 @@ def test_the_tolerances_ship_in_the_wheel_and_experiments_points_to_them(tmp_pat
     import subprocess
     import zipfile
 
-    assert (ROOT / "experiments" / "regress_tolerances.yaml").resolve() == ROOT / "analysis" / "regress_tolerances.yaml"
+    assert (ROOT / "experiments" / "regress_tolerances.yaml").resolve() == ROOT / "analysis" / "checks" / "regress_tolerances.yaml"
     source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info beside the sources
     for name in ("gspo_bench", "analysis"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -230,7 +230,7 @@ def test_the_tolerances_ship_in_the_wheel_and_experiments_points_to_them(tmp_pat
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path), str(source)], check=True, capture_output=True, cwd=tmp_path)
     (wheel,) = tmp_path.glob("gspo_bench-*.whl")
-    assert "analysis/regress_tolerances.yaml" in zipfile.ZipFile(wheel).namelist()
+    assert "analysis/checks/regress_tolerances.yaml" in zipfile.ZipFile(wheel).namelist()
 
 
 def test_the_committed_baseline_is_the_ci_suite():

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from analysis import anchors
-from analysis import interactive as plotly_figures
-from analysis.escape import escape
-from analysis.evidence import gather
-from analysis.figures import curve_with_band
-from analysis.load import finished, load_results, unfinished
-from analysis.matching import UnmatchedComputeError, check_matched
-from analysis.paper import paper_vs_run
-from analysis.report import write_report
-from analysis.sections import SECTIONS, Context, build_sections
-from analysis.verdict import answer
+from analysis.data.load import finished, load_results, unfinished
+from analysis.data.matching import UnmatchedComputeError, check_matched
+from analysis.evidence.gather import gather
+from analysis.figures import curves_interactive as plotly_figures
+from analysis.figures.curves import curve_with_band
+from analysis.report import anchors
+from analysis.report.escape import escape
+from analysis.report.paper_checks import paper_vs_run
+from analysis.report.sections import SECTIONS, Context, build_sections
+from analysis.report.verdict import answer
+from analysis.report.writer import write_report
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_analysis import make_run  # noqa: E402
@@ -80,7 +80,7 @@ def test_the_leader_sentence_quotes_the_paired_difference_not_the_arms_means(tmp
 def test_a_difference_below_the_rewards_resolution_names_no_leader(tmp_path):
     """GRPO + RR ahead by 1e-12 on each of 6 seeds (float rounding, not a reward): p = 2/64 all the same,
     and no leader: a difference must exceed RESOLUTION."""
-    from analysis.verdict import RESOLUTION
+    from analysis.report.verdict import RESOLUTION
 
     found = leader(sentences(synth(tmp_path, {"grpo": [0.0] * 6, "grpo_rr": [1e-12] * 6})))
     assert found.startswith(f"**No leader named at equal compute**: the best two differ by less than {RESOLUTION:g}")

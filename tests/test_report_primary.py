@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import yaml
 
-from analysis import interactive as plotly_figures
-from analysis.evidence import gather
-from analysis.figures import forest
-from analysis.load import finished, load_results, unfinished
-from analysis.primary import DeclarationError, declarations
-from analysis.report import write_report
-from analysis.sections import Context, build_sections, report_figures
-from analysis.tables import forest_rows
-from analysis.verdict import answer
+from analysis.data.load import finished, load_results, unfinished
+from analysis.evidence.gather import gather
+from analysis.evidence.primary import DeclarationError, declarations
+from analysis.figures import curves_interactive as plotly_figures
+from analysis.figures.curves import forest
+from analysis.report.sections import Context, build_sections, report_figures
+from analysis.report.tables import forest_rows
+from analysis.report.verdict import answer
+from analysis.report.writer import write_report
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_analysis import make_run  # noqa: E402
@@ -321,7 +321,7 @@ def test_what_run_records_is_what_the_report_checks_the_suite_file_against(tmp_p
 def test_the_recorded_suite_hash_is_the_one_of_the_runs_last_start_or_resume():
     """A resumed run was last given the suite file its newest `resumed` entry records; a run never resumed,
     the one at its start; a run that recorded none (an older release), None."""
-    from analysis.load import recorded_suite_sha256
+    from analysis.data.load import recorded_suite_sha256
 
     assert recorded_suite_sha256({"suite_sha256": "a"}) == "a"
     assert recorded_suite_sha256({"suite_sha256": "a", "resumed": [{"suite_sha256": "b"}, {"suite_sha256": "c"}]}) == "c"

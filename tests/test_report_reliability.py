@@ -13,10 +13,10 @@ from urllib.parse import unquote
 
 import pytest
 
-from analysis.evidence import gather
-from analysis.load import finished, load_results
-from analysis.report import write_report
-from analysis.suites import MixedSuitesError
+from analysis.data.load import finished, load_results
+from analysis.data.suites import MixedSuitesError
+from analysis.evidence.gather import gather
+from analysis.report.writer import write_report
 from gspo_bench.rundir.folder import RunDir
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -52,7 +52,7 @@ def test_unfinished_runs_are_shown_apart_and_never_compared(tmp_path):
 
 def test_figures_draw_finished_runs_only(tmp_path):
     """A run killed at step 4 would end the reward curve at step 4 (the curves share an x range)."""
-    from analysis.figures import curve_with_band
+    from analysis.figures.curves import curve_with_band
 
     root = synth(tmp_path, {"grpo": [0.0, 0.0]})
     make_run(tmp_path, "grpo", 2, steps=4, status="failed")
@@ -174,7 +174,7 @@ def test_escaped_text_reads_back_as_itself_in_html(text):
     """report.html renders the markdown text: what `escape` protected comes out as the same characters."""
     import html
 
-    from analysis.escape import escape, to_html
+    from analysis.report.escape import escape, to_html
 
     assert "\n" not in escape(text)
     assert [escape(c) for c in "\\`*[]<>|&#~$"] == ["\\" + c for c in "\\`*[]<>|&#~$"]  # all markdown reads
@@ -191,8 +191,8 @@ def test_the_committed_results_name_no_leader(suite):
     the report compares all 15 pairs plus 3 paper checks: 18 tests, where 8 seeds' smallest p (2/256)
     is 0.14 after Holm and a claim needs 10 seeds. A rerun with 10 or more seeds may name a leader:
     then this test goes."""
-    from analysis.load import unfinished
-    from analysis.verdict import answer
+    from analysis.data.load import unfinished
+    from analysis.report.verdict import answer
 
     path = ROOT / "results" / suite
     if not path.is_dir():
@@ -244,7 +244,7 @@ def test_a_report_of_runs_with_every_new_measurement(tmp_path):
 def test_bidi_and_other_format_characters_of_a_label_are_escaped_in_the_report():
     """U+202E (right-to-left override) reverses the text after it where it is shown raw: a label's
     control and format characters reach report.md and report.html as the escapes the console shows."""
-    from analysis.escape import escape, to_html
+    from analysis.report.escape import escape, to_html
 
     label = "grpo\u202egnp.exe\u2066x\x1b[2J"
     md = escape(label)

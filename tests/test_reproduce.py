@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.reproduce import compare_results, first_difference
+from analysis.checks.reproduce import compare_results, first_difference
 
 
 def write_run(root: Path, name: str, loss: list[float], seconds: list[float], status: str = "done") -> Path:

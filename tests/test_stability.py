@@ -1,4 +1,4 @@
-"""The stability map's numbers (analysis.stability): each outcome class on hand-made curves, every run of
+"""The stability map's numbers (analysis.evidence.stability): each outcome class on hand-made curves, every run of
 a results folder classed, the logistic fit and its intervals against the closed form of a two-point
 case, the zero-failure bound, and an arm's boundary read off its cells. The report's side:
 tests/test_stability_report.py."""
@@ -15,22 +15,20 @@ import pytest
 import yaml
 from scipy import special, stats
 
-from analysis.load import load_results
-from analysis.stability import (
+from analysis.data.load import load_results
+from analysis.evidence.stability import (
     COLLAPSED,
     DEGRADED,
     FLAT,
     LEARNED,
     boundaries,
     classify,
-    fit_logistic,
     grad_spike_step,
     map_applies,
-    no_fit_reason,
     run_outcomes,
     training_points,
-    zero_event_bound,
 )
+from analysis.stats.logistic import fit_logistic, no_fit_reason, zero_event_bound
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_analysis import make_run  # noqa: E402

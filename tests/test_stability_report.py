@@ -1,5 +1,5 @@
-"""The stability map in the report (analysis.stability_figures, stability_interactive, stability_text and
-their wiring in analysis.sections and analysis.report): the cells grid, every figure and the answer's
+"""The stability map in the report (analysis.figures.stability, stability_interactive, stability_text and
+their wiring in analysis.report.sections and analysis.report): the cells grid, every figure and the answer's
 sentences on a swept synthetic suite, the collapsed runs it draws, no map without a sweep, and the rules
 in the docs word for word."""
 
@@ -12,13 +12,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from analysis import anchors
-from analysis.load import finished, load_results
-from analysis.report import write_report
-from analysis.sections import Context, report_figures, stability_specs
-from analysis.stability import COLLAPSED, DEGRADED, FLAT, LEARNED, run_outcomes, stability_map
-from analysis.stability_figures import cell_grid
-from analysis.stability_text import RULES, bound_text, stability_sentences
+from analysis.data.load import finished, load_results
+from analysis.evidence.stability import COLLAPSED, DEGRADED, FLAT, LEARNED, run_outcomes, stability_map
+from analysis.figures.stability import cell_grid
+from analysis.report import anchors
+from analysis.report.sections import Context, report_figures, stability_specs
+from analysis.report.stability_text import RULES, bound_text, stability_sentences
+from analysis.report.writer import write_report
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_analysis import make_run  # noqa: E402

@@ -21,9 +21,15 @@ def imported_after(code: str) -> set[str]:
     return set(done.stdout.split())
 
 
+def analysis_modules() -> list[str]:
+    """Every module of the analysis package, its rooms' modules included."""
+    return sorted(m.name for m in pkgutil.walk_packages(analysis.__path__, "analysis."))
+
+
 def test_every_analysis_module_imports_without_torch():
-    modules = sorted(f"analysis.{m.name}" for m in pkgutil.iter_modules(analysis.__path__))
-    assert {"analysis.load", "analysis.regress", "analysis.report", "analysis.figures", "analysis.stats"} <= set(modules)
+    modules = analysis_modules()
+    assert {"analysis.data.load", "analysis.checks.regress", "analysis.report.writer", "analysis.figures.style",
+            "analysis.stats.library"} <= set(modules)
     loaded = imported_after("\n".join(f"import {m}" for m in modules))
     assert "torch" not in loaded and "transformers" not in loaded
 
@@ -133,8 +139,107 @@ def import_graph(*packages: str) -> dict[str, set[str]]:
 
 
 def analysis_imports(path: Path) -> list[tuple[int, str]]:
-    return [(node.lineno, node.module) for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("analysis")]
+    """(line, module) of every analysis module `path` imports; `from analysis.room import m` counts as
+    analysis.room.m where m is a module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name.startswith("analysis")]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("analysis"):
+            found += [(node.lineno, f"{node.module}.{alias.name}" if is_module(f"{node.module}.{alias.name}")
+                       else node.module) for alias in node.names]
+    return found
+
+
+# The analysis's rooms (docs/architecture.md), bottom to top: arrays to estimates; results folders to tidy
+# tables; judgements on runs and arms; figures; words, tables and the writer; checks against references.
+# A room's module may import its own room and the rooms below it, never one above; stats imports nothing
+# of the analysis. The package's face (analysis/__init__.py) names the entry points of any room.
+ROOMS = ["analysis.stats", "analysis.data", "analysis.evidence", "analysis.figures", "analysis.report",
+         "analysis.checks"]
+LOOSE = 2  # at most this many modules beside the rooms
+
+
+def room_of(module: str) -> str | None:
+    return next((room for room in ROOMS if module == room or module.startswith(f"{room}.")), None)
+
+
+def room_violations(root: Path) -> list[str]:
+    """`path:line imports module` for each import of an analysis room above the importing module's room
+    (or of any other analysis module from stats)."""
+    bad = []
+    for path in sorted((root / "analysis").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        room = room_of(module)
+        if room is None:
+            continue
+        allowed = ROOMS[: ROOMS.index(room) + 1]
+        for line, target in analysis_imports(path):
+            if room == "analysis.stats" and room_of(target) != room or room_of(target) not in allowed:
+                bad.append(f"{path.relative_to(root)}:{line} imports {target}")
+    return bad
+
+
+def test_the_analysis_is_six_rooms_and_no_import_points_up_a_room():
+    rooms = {f"analysis.{p.name}" for p in (ROOT / "analysis").iterdir() if (p / "__init__.py").is_file()}
+    loose = [p.name for p in (ROOT / "analysis").glob("*.py") if p.name != "__init__.py"]
+    assert rooms == set(ROOMS) and len(loose) <= LOOSE, (rooms, loose)
+    assert room_violations(ROOT) == []
+
+
+def test_the_room_check_sees_an_arrow_up_and_stats_importing_the_analysis(tmp_path):
+    for room in ("stats", "data", "figures"):
+        (tmp_path / "analysis" / room).mkdir(parents=True)
+        (tmp_path / "analysis" / room / "__init__.py").write_text("")
+    (tmp_path / "analysis" / "data" / "up.py").write_text("from analysis.figures.style import palette\n"
+                                                         "from analysis.stats import metrics\n")
+    (tmp_path / "analysis" / "stats" / "low.py").write_text("def f():\n    from analysis.data.load import Results\n")
+    assert room_violations(tmp_path) == ["analysis/data/up.py:1 imports analysis.figures.style",
+                                         "analysis/stats/low.py:2 imports analysis.data.load"]
+
+
+def private_imports(*packages: str) -> list[str]:
+    """`path:line name` for each module-private name (`_x`, not `__x__`) one module of `packages` takes
+    from another: `from module import _x`, or `module._x` through an imported module."""
+    bad = []
+    for package in packages:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            bad += [f"{path.relative_to(ROOT)}:{line} {name}" for line, name in private_names(path)]
+    return bad
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+def private_names(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text())
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in PROJECT):
+            found += [(node.lineno, alias.name) for alias in node.names if is_private(alias.name)]
+            modules |= {alias.asname or alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            modules |= {alias.asname for alias in node.names if alias.asname and alias.name.split(".")[0] in PROJECT}
+    return found + [(node.lineno, f"{node.value.id}.{node.attr}") for node in ast.walk(tree)
+                    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in modules and is_private(node.attr)]
+
+
+PROJECT = {"gspo_bench", "analysis"}
+
+
+def test_no_module_private_name_is_imported_across_modules():
+    assert private_imports("gspo_bench", "analysis") == []
+
+
+def test_the_private_import_check_sees_both_ways_in(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "a.py").write_text("from analysis.figures.style import _ax, palette\n"
+                                               "from analysis.figures import curves as F\n"
+                                               "from gspo_bench import __version__\nF._fill(1)\nF.band(2)\n")
+    assert private_imports("analysis") == ["analysis/a.py:1 _ax", "analysis/a.py:4 F._fill"]
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -198,7 +303,7 @@ def test_importing_the_package_sets_no_process_state():
     # the libraries' own import-time settings first (scikit-learn, which transformers' generation imports
     # where it is installed, sets KMP_* and TORCHINDUCTOR_CACHE_DIR): only what the package adds counts
     code = ("import os, torch, transformers.generation.utils; before = dict(os.environ)\n"
-            "import gspo_bench.train.loop, gspo_bench.suite.runner, gspo_bench.train.evaluation, gspo_bench.cli, analysis.report\n"
+            "import gspo_bench.train.loop, gspo_bench.suite.runner, gspo_bench.train.evaluation, gspo_bench.cli, analysis.report.writer\n"
             "import matplotlib\n"
             "changed = {k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}\n"
             "assert not changed, changed\n"

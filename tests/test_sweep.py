@@ -10,10 +10,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analysis.load import load_results
-from analysis.matching import check_matched
-from analysis.report import write_report
-from analysis.tables import final_reward_by_facet
+from analysis.data.load import load_results
+from analysis.data.matching import check_matched
+from analysis.report.tables import final_reward_by_facet
+from analysis.report.writer import write_report
 from gspo_bench.cli import app
 from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.suite.runner import plan_runs

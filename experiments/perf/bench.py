@@ -133,7 +133,8 @@ def time_ours(setting: Setting, weights: Path, workdir: Path, steps: int, object
     train_run(RunSpec(suite=suite, entry=suite.objectives[0], seed=setting.seed, run_dir=run_dir,
                       init_weights=weights), on_step=on_step)
     return [{"step_s": ends[i] - ends[i - 1], "rollout_s": rows[i]["time/rollout_s"],
-             "update_s": rows[i]["time/update_s"]} for i in range(1, len(ends))]
+             "update_s": rows[i]["time/update_s"], "flops": rows[i]["compute/flops"], "mfu": rows[i]["perf/mfu"]}
+            for i in range(1, len(ends))]
 
 
 # ---------------------------------------------------------------------------- TRL

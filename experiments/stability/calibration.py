@@ -13,7 +13,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from analysis.load import load_results
+from analysis.data.load import load_results
 
 READ = ("moe/drift_1", "moe/drift_expert_1", "mismatch/k3_kl", "mismatch/frac_gt_ln2")
 DRIFT_GOAL = 0.05  # share of (token, layer) decisions changed by one update

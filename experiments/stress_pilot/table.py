@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.outcome import held_out_rise
-from analysis.stats import ALPHA
+from analysis.evidence.learning import held_out_rise
+from analysis.stats.library import ALPHA
 from gspo_bench.config.schema import WarmStartConfig
 
 
@@ -41,7 +41,7 @@ def reward_figures(metrics: pd.DataFrame) -> dict[str, float]:
 
 def eval_figures(evals: pd.DataFrame | None) -> dict[str, float]:
     """Held-out reward at step 0 and at the last evaluation, their difference, the report's
-    learnability gate on it (`eval_p`: one-sided p of a rise, analysis.outcome.held_out_rise; NaN
+    learnability gate on it (`eval_p`: one-sided p of a rise, analysis.evidence.learning.held_out_rise; NaN
     without standard errors), the mean seconds per evaluation and the number of evaluations (NaN
     and 0 without an eval.parquet)."""
     if evals is None or evals.empty:

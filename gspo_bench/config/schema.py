@@ -512,13 +512,13 @@ class ObjectiveEntry(Strict):
 
 class PrimaryConfig(Strict):
     """The confirmatory comparisons of a suite, declared before it runs: the report's Holm family holds
-    these and nothing else (analysis.primary); every other comparison is exploratory."""
+    these and nothing else (analysis.evidence.primary); every other comparison is exploratory."""
 
     each_vs: str | None = Field(None, description="an arm's label: in each group (suite and sweep point), every "
                                 "other arm against it (that arm's final reward minus this one's)")
     pairs: list[tuple[str, str]] | None = Field(None, min_length=1, description="ordered pairs of arm labels "
                                                 "[first, second]: first's final reward minus second's, in each group")
-    paper_checks: bool = Field(False, description="the paper checks (analysis.paper) join the family; without, "
+    paper_checks: bool = Field(False, description="the paper checks (analysis.evidence.paper) join the family; without, "
                                "they are exploratory")
 
     @model_validator(mode="after")

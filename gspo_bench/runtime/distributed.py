@@ -29,10 +29,12 @@ import torch.distributed as dist
 class World:
     rank: int = 0
     size: int = 1
+    grouped: bool = False  # in a process group (torchrun), FSDP2 even at world size 1
 
     @property
     def distributed(self) -> bool:
-        return self.size > 1
+        """Sharded (FSDP2) and collective: under torchrun, whatever the world size; else never."""
+        return self.size > 1 or self.grouped
 
     @property
     def is_main(self) -> bool:
@@ -43,14 +45,20 @@ class World:
         return index[self.rank :: self.size]
 
 
+# what torchrun (or any launcher using env:// initialisation) sets for each rank
+GROUP_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
 def world_from_env(device: torch.device) -> World:
-    """The process group torchrun describes (WORLD_SIZE > 1), initialised once; else one process."""
+    """The process group torchrun describes, initialised once (NCCL on CUDA, gloo on CPU); else one
+    process. `torchrun --nproc_per_node=1` is a group of one: the FSDP2 path on one GPU, its
+    collectives on NCCL (how a one-GPU machine checks that path)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
-    if size <= 1:
+    if size <= 1 and not all(name in os.environ for name in GROUP_VARIABLES):
         return World()
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return World(rank=dist.get_rank(), size=dist.get_world_size())
+    return World(rank=dist.get_rank(), size=dist.get_world_size(), grouped=True)
 
 
 def device_for(world: World, device: torch.device) -> torch.device:

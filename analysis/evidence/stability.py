@@ -1,0 +1,338 @@
+"""The stability map: each run's outcome class, fixed before any run, and where each arm stops being
+stable as the training-inference mismatch grows.
+
+**Runs judged.** Every run that finished (`done`, at least one step) or that the harness stopped as
+`collapsed` (at least one step). Running and failed runs (a crash says nothing about stability) are not.
+
+**The outcome and its points.** A run is judged on the reward its group is compared on
+(`analysis.evidence.learning.source`, decided over the group's finished runs): the held-out reward, whose points
+are its evaluations (step, score, lm-eval's standard error), the first one the start; or, where the
+group has no held-out evaluations, the training reward `reward/mean`, whose points are the gate's
+windows: the start window (the first START_STEPS steps, fewer if it would overlap the end window), then
+consecutive blocks as long as the end window (the last FINAL_FRACTION of steps), counted back from the
+last step and stopping before the start window; each block's score is its mean and its standard error
+the sample standard deviation over sqrt(steps) (none for a one-step window).
+
+**The classes**, in precedence order (a run gets the first that holds):
+1. **collapsed**, at the earliest step where one of these holds:
+   (i) the harness stopped it: its status is `collapsed` (non-finite loss or gradients for
+   `collapse.nonfinite_patience` steps in a row, non-finite parameters or logits, or its reward fell to
+   `collapse.reward_floor`: `gspo_bench.train.state.collapse_reason`), at its last step;
+   (ii) `grad/norm` above SPIKE_FACTOR (100) times the run's median grad norm for SPIKE_STEPS (3) steps
+   in a row, at the first of them (the median is over the steps with a finite, non-zero grad norm: a step
+   whose advantages were all zero has no gradient and says nothing about the run's scale);
+   (iii) degraded without recovery by the end: the score fell below the degraded threshold at one point
+   and stayed below it at every later point to the end, with at least SUSTAINED (2) points below (a
+   sustained drop, not one final dip), at the first point of that drop.
+2. **degraded**: the last point is below the start by more than max(DROP_FLOOR, DROP_SE x SE) =
+   max(0.05, 3 SE), SE = hypot(start's standard error, last point's standard error), the standard error
+   of the difference as `analysis.evidence.learning.held_out_rise` uses (0.05 alone where a window has no standard
+   error); at the first point of the final run of points below their thresholds.
+3. **learned**: the existing gate (`analysis.evidence.learning`): the held-out rise's one-sided z-test, or the
+   training reward's Welch test, p < 0.05.
+4. **flat**: none of the above.
+A point's threshold is start - max(0.05, 3 hypot(se_start, se_point)). A non-finite loss the harness
+survived (a skipped minibatch, fewer than `nonfinite_patience` steps in a row) is not a collapse: the
+harness's rule decides, and (ii) catches a run that diverges without a non-finite value.
+
+**The map's axis is measured**, not set: per run the median over steps of `mismatch/k3_kl` (the
+engine-vs-trainer KL the run measured). Runs without a positive measured KL are left off the KL axis and
+the fit (counted in the text). **Failure** is degraded or collapsed; the logistic fit of P(failure)
+against log10 KL per arm is by maximum likelihood, with a 95% Wald band for the curve (the covariance the
+inverse of the observed information at the optimum) and Fieller's interval for the KL where the curve
+crosses 0.5 (the KL values whose band contains 0.5); only where the arm has both outcomes at two or more
+KL values and they are not separated by KL (then the maximum-likelihood slope is infinite). With no
+failure among n runs the failure rate is at most 1 - 0.05^(1/n) at 95% (exact one-sided Clopper-Pearson).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.data.groups import group_subset, group_title, groups
+from analysis.data.load import Results, finished, is_finished
+from analysis.evidence.learning import HELD_OUT, START_STEPS, group_outcomes, own_evals, source
+from analysis.stats.library import ALPHA
+from analysis.stats.logistic import LogisticFit, fit_logistic, no_fit_reason, zero_event_bound
+from analysis.stats.metrics import FINAL_FRACTION
+
+COLLAPSED, DEGRADED, LEARNED, FLAT = "collapsed", "degraded", "learned", "flat"
+CLASSES = (COLLAPSED, DEGRADED, LEARNED, FLAT)  # precedence order
+FAILED = (COLLAPSED, DEGRADED)  # what the fit and the bound count
+DROP_FLOOR = 0.05  # a drop smaller than this is never "degraded"
+DROP_SE = 3.0  # ... nor one within this many standard errors of the difference
+SPIKE_FACTOR = 100.0
+SPIKE_STEPS = 3
+SUSTAINED = 2
+KL = "mismatch/k3_kl"
+LN2_SHARE = "mismatch/frac_gt_ln2"
+DRIFT_EXPERT, DRIFT_TOKEN = "moe/drift_expert_1", "moe/drift_1"
+# swept fields that move the mismatch or the routing's volatility: sweeping one shows the map
+KNOBS = ("rollout.engine_options.router_noise", "rollout.engine_options.logit_noise", "rollout.temperature",
+         "train.router_lr_scale", "train.lr")
+
+
+# ------------------------------------------------------------------------------ the classes of one run
+
+
+def drop_margin(se: float) -> float:
+    """How far below the start a point must be to count: max(0.05, 3 SE); 0.05 where SE is unknown."""
+    return max(DROP_FLOOR, DROP_SE * se) if np.isfinite(se) else DROP_FLOOR
+
+
+def below_start(points: pd.DataFrame) -> np.ndarray:
+    """Per point after the first (the start): its score is below start - drop_margin(hypot(se_start,
+    se_point)). `points`: columns step, score, stderr, in step order."""
+    start = points.iloc[0]
+    later = points.iloc[1:]
+    margins = [drop_margin(float(np.hypot(start["stderr"], se))) for se in later["stderr"]]
+    return (later["score"].to_numpy(dtype=float) < start["score"] - np.array(margins, dtype=float)).astype(bool)
+
+
+def final_drop(points: pd.DataFrame) -> tuple[int, float]:
+    """(how many points at the end are all below their thresholds, the step of the first of them; NaN
+    when none)."""
+    below = below_start(points)
+    n = len(below) - int(np.flatnonzero(~below)[-1]) - 1 if (~below).any() else len(below)
+    return n, float(points["step"].iloc[len(points) - n]) if n else float("nan")
+
+
+def grad_spike_step(steps: np.ndarray, norms: np.ndarray) -> float:
+    """The first step of the first SPIKE_STEPS consecutive steps whose grad norm exceeds SPIKE_FACTOR x
+    the run's median over its finite, non-zero grad norms; NaN when there is none."""
+    scale = norms[np.isfinite(norms) & (norms != 0)]
+    if not len(scale):
+        return float("nan")
+    above = np.asarray(norms > SPIKE_FACTOR * np.median(scale), dtype=int)  # NaN: not above; +inf: above
+    streak = np.convolve(above, np.ones(SPIKE_STEPS, dtype=int), mode="valid")  # [steps - SPIKE_STEPS + 1]
+    hits = np.flatnonzero(streak == SPIKE_STEPS)
+    return float(steps[hits[0]]) if len(hits) else float("nan")
+
+
+def window_point(step: float, rewards: np.ndarray) -> dict:
+    se = float(np.std(rewards, ddof=1) / np.sqrt(len(rewards))) if len(rewards) > 1 else float("nan")
+    return {"step": step, "score": float(np.mean(rewards)), "stderr": se}
+
+
+def training_points(steps: np.ndarray, rewards: np.ndarray) -> pd.DataFrame:
+    """The training reward's points (see the module): the start window, then end-window-long blocks
+    counted back from the last step, in step order."""
+    n = len(rewards)
+    n_end = max(1, int(np.ceil(n * FINAL_FRACTION)))  # the windows of analysis.evidence.learning.training_rise
+    n_start = max(1, min(START_STEPS, n - n_end))
+    blocks = []
+    first = n - n_end
+    while first >= n_start:
+        blocks.append(window_point(steps[first], rewards[first:first + n_end]))
+        first -= n_end
+    return pd.DataFrame([window_point(steps[0], rewards[:n_start]), *reversed(blocks)])
+
+
+def held_out_points(evals: pd.DataFrame) -> pd.DataFrame:
+    """One run's evaluations as points, in step order (standard errors NaN where not written)."""
+    stderr = evals["stderr"] if "stderr" in evals else pd.Series(np.nan, index=evals.index)
+    frame = pd.DataFrame({"step": evals["step"].astype(float), "score": evals["score"].astype(float),
+                          "stderr": stderr.astype(float)})
+    return frame.sort_values("step", kind="stable").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class RunClass:
+    outcome: str  # one of CLASSES
+    step: float  # the step it happened (NaN for learned and flat)
+    why: str
+
+
+def classify(points: pd.DataFrame, stopped_at: float, stop_message: str, spike_at: float, p_rise: float) -> RunClass:
+    """A run's class (see the module). `points`: its outcome's points (the start first); `stopped_at`:
+    its last step if the harness stopped it as collapsed, else NaN; `spike_at`: grad_spike_step's
+    answer; `p_rise`: the gate's one-sided p (NaN where not judged)."""
+    dropped, drop_step = final_drop(points) if len(points) > 1 else (0, float("nan"))  # no evaluation: no drop
+    reasons = []
+    if np.isfinite(stopped_at):
+        reasons.append((stopped_at, f"the harness stopped it at step {stopped_at:g}" +
+                        (f" ({stop_message})" if stop_message else "")))
+    if np.isfinite(spike_at):
+        reasons.append((spike_at, f"grad/norm above {SPIKE_FACTOR:g}x its median for {SPIKE_STEPS} steps from step "
+                                  f"{spike_at:g}"))
+    if dropped >= SUSTAINED:
+        reasons.append((drop_step, f"below start - max({DROP_FLOOR:g}, {DROP_SE:g} SE) from step {drop_step:g} to the "
+                                   f"end ({dropped} points)"))
+    if reasons:
+        reasons.sort(key=lambda r: r[0])
+        return RunClass(COLLAPSED, reasons[0][0], "; ".join(why for _, why in reasons))
+    if dropped:
+        return RunClass(DEGRADED, drop_step, f"the last point is below start - max({DROP_FLOOR:g}, {DROP_SE:g} SE)")
+    if np.isfinite(p_rise) and p_rise < ALPHA:
+        return RunClass(LEARNED, float("nan"), f"rose from its start, one-sided p = {p_rise:.2g}")
+    return RunClass(FLAT, float("nan"), "neither rose nor fell beyond the thresholds")
+
+
+# ------------------------------------------------------------------------------ every run's class
+
+
+def judged(results: Results) -> Results:
+    """The runs the map judges: finished, or stopped by the harness as collapsed, with one step or more."""
+    runs = results.runs
+    return results.select(is_finished(runs) | ((runs["status"] == COLLAPSED) & (runs["steps"] > 0)))
+
+
+def _median(frame: pd.DataFrame, column: str) -> float:
+    values = frame[column].to_numpy(dtype=float) if column in frame else np.array([])
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if len(values) else float("nan")
+
+
+def run_outcomes(results: Results) -> pd.DataFrame:
+    """One row per judged run: its group's cell, arm (algorithm), seed, class with its step and why, the
+    reward it was judged on (start, final, change), and what the map plots against: the median over steps
+    of `mismatch/k3_kl` (`kl`) and `mismatch/frac_gt_ln2`, the median drift after one update
+    (`drift_expert_1`, `drift_1`), `router_lr_scale` (config.yaml `train.router_lr_scale`, 1 where absent),
+    its last step, and its sweep values (`sweep/<name>` columns)."""
+    ended = judged(results)
+    every = groups(ended)
+    rows = []
+    for group in every:
+        subset = group_subset(ended, group)
+        done = finished(subset)
+        found = source(done if len(done.runs) else subset)
+        gate = group_outcomes(done)[0] if len(done.runs) else pd.DataFrame(columns=["label", "seed", "p_rise"])
+        p_of = dict(zip(zip(gate["label"], gate["seed"]), gate["p_rise"]))
+        evals = own_evals(subset) if found.kind == HELD_OUT else None
+        for run, scale in zip(subset.runs.itertuples(), subset.runs["router_lr_scale"].to_numpy(dtype=float)):
+            steps = subset.metrics[(subset.metrics["label"] == run.label) & (subset.metrics["seed"] == run.seed)]
+            steps = steps.sort_values("step")
+            step_numbers = steps["step"].to_numpy(dtype=float)
+            if evals is not None:
+                points = held_out_points(evals[(evals["label"] == run.label) & (evals["seed"] == run.seed)])
+            else:
+                points = training_points(step_numbers, steps["reward/mean"].to_numpy(dtype=float))
+            stopped = step_numbers[-1] if run.status == COLLAPSED else float("nan")
+            verdict = classify(points, stopped, str(run.message or ""),
+                               grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)),
+                               float(p_of.get((run.label, run.seed), float("nan"))))
+            start = float(points["score"].iloc[0]) if len(points) else float("nan")
+            final = float(points["score"].iloc[-1]) if len(points) > 1 else float("nan")
+            sweep = {c: steps[c].iloc[0] for c in steps.columns if c.startswith("sweep/") and steps[c].notna().any()}
+            rows.append({"suite": run.suite, "facet": run.facet, "cell": group_title(group, every) or "(no sweep)",
+                         "algorithm": run.algorithm, "label": run.label, "seed": run.seed, "status": run.status,
+                         "outcome": verdict.outcome, "step": verdict.step, "why": verdict.why, "source": found.kind,
+                         "start": start, "final": final, "change": final - start,
+                         "kl": _median(steps, KL), "frac_gt_ln2": _median(steps, LN2_SHARE),
+                         "drift_expert_1": _median(steps, DRIFT_EXPERT), "drift_1": _median(steps, DRIFT_TOKEN),
+                         "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]), **sweep})
+    return pd.DataFrame(rows)
+
+
+def failed(outcomes: pd.DataFrame) -> pd.Series:
+    """Degraded or collapsed, per run."""
+    return outcomes["outcome"].isin(FAILED)
+
+
+def sweep_names(frame: pd.DataFrame) -> list[str]:
+    """The swept fields' short names among `frame`'s columns (`sweep/<name>`)."""
+    return [c.split("/", 1)[1] for c in frame.columns if c.startswith("sweep/") and frame[c].notna().any()]
+
+
+def knob_swept(name: str) -> bool:
+    """Whether a sweep's short name (the path's last part, or the whole path) is one of KNOBS."""
+    return any(name in (knob, knob.rsplit(".", 1)[-1]) for knob in KNOBS)
+
+
+def map_applies(results: Results) -> bool:
+    """The map is shown where the judged runs span more than one group (suite and sweep point), or
+    sweep one of KNOBS."""
+    ended = judged(results)
+    return len(groups(ended)) > 1 or any(knob_swept(n) for n in sweep_names(ended.metrics))
+
+
+# ------------------------------------------------------------------------------ failure against KL
+
+
+def kl_axis(outcomes: pd.DataFrame) -> pd.DataFrame:
+    """The runs with a positive measured KL, with `log_kl` = log10 of it and `failed`."""
+    placed = outcomes[outcomes["kl"] > 0]
+    return placed.assign(log_kl=np.log10(placed["kl"].to_numpy(dtype=float)), failed=failed(placed).to_numpy())
+
+
+def arm_fit(outcomes: pd.DataFrame) -> LogisticFit | str:
+    """One arm's fit of P(failure) on log10 KL, or the reason it has none."""
+    placed = kl_axis(outcomes)
+    x, y = placed["log_kl"].to_numpy(dtype=float), placed["failed"].to_numpy(dtype=bool)
+    return no_fit_reason(x, y) or fit_logistic(x, y)
+
+
+def survival(outcomes: pd.DataFrame) -> pd.DataFrame:
+    """Kaplan-Meier share of `outcomes`' runs not yet collapsed against step (scipy.stats.ecdf): a
+    collapsed run is an event at its collapse step, every other run censored at its last step. Columns
+    step, surviving; starts at (0, 1)."""
+    collapsed = outcomes["outcome"] == COLLAPSED
+    data = stats.CensoredData(uncensored=outcomes.loc[collapsed, "step"].to_numpy(dtype=float),
+                              right=outcomes.loc[~collapsed, "last_step"].to_numpy(dtype=float))
+    sf = stats.ecdf(data).sf
+    return pd.DataFrame({"step": [0.0, *sf.quantiles], "surviving": [1.0, *sf.probabilities]})
+
+
+# ------------------------------------------------------------------------------ the boundary per arm
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Where one arm stops being stable: its runs, failures, the KL range measured, and either the fit's
+    0.5 crossing (`fit`) or, without a fit (`why_no_fit`), the largest cell KL with no failed seed and the
+    smallest where most seeds failed (cells: sweep points; a cell's KL the median over its runs)."""
+
+    arm: str
+    runs: int
+    failures: int
+    collapses: int
+    off_axis: int  # runs without a positive measured KL
+    kl_low: float
+    kl_high: float
+    fit: LogisticFit | None
+    why_no_fit: str
+    largest_held: float  # NaN where every cell had a failure
+    smallest_majority: float  # NaN where no cell had a majority of failures
+
+    @property
+    def bound(self) -> float:
+        """With no failure: the upper bound on the failure rate at 95% (NaN otherwise)."""
+        return zero_event_bound(self.runs) if self.failures == 0 and self.runs else float("nan")
+
+
+def boundary(arm: str, outcomes: pd.DataFrame) -> Boundary:
+    """The boundary of one arm's runs (`outcomes`: rows of run_outcomes)."""
+    placed = kl_axis(outcomes)
+    cells = placed.groupby("cell", sort=False).agg(kl=("kl", "median"), share=("failed", "mean"))
+    held, majority = cells.loc[cells["share"] == 0, "kl"], cells.loc[cells["share"] > 0.5, "kl"]
+    fit = arm_fit(outcomes)
+    return Boundary(arm, len(outcomes), int(failed(outcomes).sum()), int((outcomes["outcome"] == COLLAPSED).sum()),
+                    len(outcomes) - len(placed), float(placed["kl"].min()) if len(placed) else float("nan"),
+                    float(placed["kl"].max()) if len(placed) else float("nan"),
+                    fit if isinstance(fit, LogisticFit) else None, fit if isinstance(fit, str) else "",
+                    float(held.max()) if len(held) else float("nan"),
+                    float(majority.min()) if len(majority) else float("nan"))
+
+
+def boundaries(outcomes: pd.DataFrame) -> list[Boundary]:
+    """Every arm's boundary, in the order the arms first appear."""
+    return [boundary(str(arm), frame) for arm, frame in outcomes.groupby("algorithm", sort=False)]
+
+
+@dataclass(frozen=True)
+class StabilityMap:
+    outcomes: pd.DataFrame  # run_outcomes
+    bounds: list[Boundary]  # one per arm
+
+
+def stability_map(results: Results) -> StabilityMap | None:
+    """The map of `results` (every run: it judges the finished and the collapsed ones), or None where it
+    does not apply (map_applies)."""
+    if not map_applies(results):
+        return None
+    outcomes = run_outcomes(results)
+    return StabilityMap(outcomes, boundaries(outcomes))

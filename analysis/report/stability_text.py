@@ -1,0 +1,153 @@
+"""The stability map in the report's words: the rules (declared before any run; docs/report.md holds the
+same text), the sentences of the answer (generated from the numbers, each linked to its figure or table)
+and the per-run table. Sentence text is markdown: user text goes in through `analysis.report.escape.escape`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from analysis.evidence.stability import (
+    CLASSES,
+    COLLAPSED,
+    DRIFT_EXPERT,
+    DRIFT_TOKEN,
+    Boundary,
+    StabilityMap,
+    failed,
+    survival,
+)
+from analysis.report import anchors
+from analysis.report.escape import escape
+from analysis.report.texts import count
+from analysis.report.verdict import Sentence
+from analysis.stats.logistic import zero_event_bound
+
+RULES = """\
+Every run that finished, or that the harness stopped as collapsed, is judged on the reward its group is compared on (held-out evaluations where the group has them, else the training reward's windows: the gate's start window, then blocks as long as its end window counted back from the last step). A point is **below** when its score is under start - max(0.05, 3 SE), SE = hypot(the start's standard error, the point's).
+Classes, the first that holds:
+1. **collapsed**: the harness stopped the run (status `collapsed`: non-finite loss, gradients, parameters or logits, or the reward floor), at its last step; or `grad/norm` above 100x the run's median (over steps with a finite, non-zero grad norm) for 3 steps in a row, at the first; or the points below from one point to the end, at least 2 of them (degraded without recovery), at the first of those.
+2. **degraded**: the last point below, at the first point of the final run of points below.
+3. **learned**: the learnability gate (held-out rise z-test, else the training reward's Welch test; one-sided p < 0.05).
+4. **flat**: none of these.
+The map's x axis is measured: the median over steps of `mismatch/k3_kl`. **Failure** = degraded or collapsed. Per arm, P(failure) against log10 KL is fitted by maximum likelihood (logistic) with a 95% Wald band (inverse observed information), where the arm has both outcomes at two or more KL values and they are not separated by KL; the boundary is the KL where the fit crosses 0.5, with Fieller's interval (the KL values whose band contains 0.5). Without a fit: the largest cell KL with no failed seed and the smallest where most seeds failed. With no failure in n runs: the rate is at most 1 - 0.05^(1/n) at 95% (exact one-sided Clopper-Pearson)."""
+
+
+def bound_text(n: int) -> str:
+    """"0 of 60 runs degraded or collapsed: the rate is at most 4.87% at 95% (...)"."""
+    return (f"0 of {count(n, 'run')} degraded or collapsed: the rate is at most {100 * zero_event_bound(n):.3g}% at "
+            f"95% (exact one-sided Clopper-Pearson, 1 - 0.05^(1/{n}))")
+
+
+def kl_text(log_kl: float) -> str:
+    return "0" if log_kl == -math.inf else ("unbounded" if log_kl == math.inf else f"{10 ** log_kl:.3g}")
+
+
+def boundary_sentence(found: Boundary, links: tuple) -> Sentence:
+    """Where one arm's boundary lies, or that none was reached, with the bound its runs give."""
+    arm = escape(found.arm)
+    measured = (f"mismatch KL measured {found.kl_low:.3g} to {found.kl_high:.3g}" if np.isfinite(found.kl_high)
+                else "no run measured a positive mismatch KL")
+    off = f"; {count(found.off_axis, 'run')} without a positive measured KL left off the KL axis" if found.off_axis else ""
+    if found.failures == 0:
+        upto = f"up to the largest mismatch KL measured, {found.kl_high:.3g}" if np.isfinite(found.kl_high) else \
+            "(no run measured a positive mismatch KL)"
+        return Sentence(f"**{arm}: no stability boundary reached** {upto}: {bound_text(found.runs)}{off}.", links)
+    if found.fit is not None:
+        center, low, high = found.fit.crossing()
+        interval = (f"95% Fieller interval [{kl_text(low)}, {kl_text(high)}]" if np.isfinite(low) and np.isfinite(high)
+                    else "its 95% interval is unbounded: the slope is not different from 0 at 5%")
+        outside = ("; the crossing lies outside the KL measured (an extrapolation)"
+                   if not found.kl_low <= 10 ** center <= found.kl_high else "")
+        return Sentence(f"**{arm}: P(degraded or collapsed) crosses 0.5 at mismatch KL {kl_text(center)}** ({interval}; "
+                        f"logistic fit in log10 KL over {count(found.fit.n, 'run')}, {found.fit.events} degraded or "
+                        f"collapsed; {measured}){outside}{off}.", links)
+    held = (f"the largest KL with no degraded or collapsed seed is {found.largest_held:.3g}"
+            if np.isfinite(found.largest_held) else "every cell had a degraded or collapsed seed")
+    most = (f"the smallest KL where most seeds degraded or collapsed is {found.smallest_majority:.3g}"
+            if np.isfinite(found.smallest_majority) else "no cell had a majority of degraded or collapsed seeds")
+    return Sentence(f"**{arm}: {found.failures} of {count(found.runs, 'run')} degraded or collapsed**, no logistic fit "
+                    f"({escape(found.why_no_fit)}): {held}; {most} ({measured}){off}.", links)
+
+
+def classes_sentence(outcomes: pd.DataFrame, links: tuple) -> Sentence:
+    """How many runs of each arm fell in each class."""
+    per_arm = []
+    for arm, frame in outcomes.groupby("algorithm", sort=False):
+        counts = frame["outcome"].value_counts()
+        per_arm.append(f"{escape(arm)} " + ", ".join(f"{int(counts.get(c, 0))} {c}" for c in CLASSES))
+    return Sentence(f"**Stability map** over {count(len(outcomes), 'run')} (finished or collapsed) in "
+                    f"{count(outcomes['cell'].nunique(), 'cell')}, each run classed by rules fixed before any run: "
+                    f"{'; '.join(per_arm)}.", links)
+
+
+def collapse_sentence(outcomes: pd.DataFrame, links: tuple) -> Sentence:
+    """Where runs collapsed: the steps per arm and the Kaplan-Meier share left at the last step."""
+    collapsed = outcomes[outcomes["outcome"] == COLLAPSED]
+    if collapsed.empty:
+        return Sentence("No run collapsed: there is no step of collapse to show.", ())
+    parts = []
+    for arm, frame in outcomes.groupby("algorithm", sort=False):
+        hit = frame[frame["outcome"] == COLLAPSED].sort_values("step")
+        if hit.empty:
+            parts.append(f"{escape(arm)} none of {len(frame)}")
+            continue
+        curve = survival(frame)
+        steps = ", ".join(f"s{r.seed} at {escape(r.cell)} at step {r.step:g}" for r in hit.itertuples())
+        parts.append(f"{escape(arm)} {len(hit)} of {len(frame)} ({steps}; share not collapsed by step "
+                     f"{curve['step'].iloc[-1]:g}: {curve['surviving'].iloc[-1]:.2g})")
+    return Sentence(f"Runs collapsed: {'; '.join(parts)}.", links)
+
+
+def drift_sentence(outcomes: pd.DataFrame, links: tuple) -> Sentence:
+    """Drift after one update at each router learning-rate scale, per arm (mean over runs)."""
+    scales = sorted(outcomes["router_lr_scale"].unique())
+    if len(scales) < 2:
+        return Sentence(f"train.router_lr_scale is {scales[0]:g} in every run: drift is not compared across router "
+                        "learning rates.", ())
+    column = "drift_expert_1" if outcomes["drift_expert_1"].notna().any() else "drift_1"
+    if outcomes[column].isna().all():
+        return Sentence("Drift after one update was not measured: it is not compared across router learning rates.", ())
+    name = DRIFT_EXPERT if column == "drift_expert_1" else DRIFT_TOKEN
+    parts = []
+    for arm, frame in outcomes.groupby("algorithm", sort=False):
+        means = frame.groupby("router_lr_scale")[column].mean().dropna()
+        parts.append(f"{escape(arm)} " + ", ".join(f"{v:.3g} at {s:g}" for s, v in means.items()))
+    return Sentence(f"Drift after one update ({name}, median over steps, mean over runs) by train.router_lr_scale: "
+                    f"{'; '.join(parts)}.", links)
+
+
+FIGURE_LETTERS = {anchors.CHANGE_VS_KL: "a", anchors.CELLS: "b", anchors.COLLAPSE_PROBABILITY: "c",
+                  anchors.DRIFT_VS_ROUTER_LR: "d", anchors.SURVIVAL: "e"}
+
+
+def _links(name: str, figures: set[str]) -> tuple:
+    """A link to the map's figure `name` where the report has it: "figure (c)"."""
+    return ((f"figure ({FIGURE_LETTERS[name]})", anchors.figure(name)),) if name in figures else ()
+
+
+def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence]:
+    """The map's part of the answer: the classes, each arm's boundary, the collapses, drift by router lr."""
+    outcomes = found.outcomes
+    table = ("table", anchors.STABILITY)
+    sentences = [classes_sentence(outcomes, (table, ("rules", anchors.STABILITY_RULES),
+                                             *_links(anchors.CELLS, figures)))]
+    links = (*_links(anchors.COLLAPSE_PROBABILITY, figures), *_links(anchors.CHANGE_VS_KL, figures))
+    sentences += [boundary_sentence(b, links) for b in found.bounds]
+    sentences.append(collapse_sentence(outcomes, _links(anchors.SURVIVAL, figures)))
+    sentences.append(drift_sentence(outcomes, _links(anchors.DRIFT_VS_ROUTER_LR, figures)))
+    return sentences
+
+
+def outcome_table(outcomes: pd.DataFrame) -> pd.DataFrame:
+    """One row per judged run: its cell, arm, seed, class, the step it happened and why, the reward it was
+    judged on and what the map plots it against."""
+    o = outcomes
+    return pd.DataFrame({
+        "cell": o["cell"], "arm": o["algorithm"], "seed": o["seed"], "status": o["status"], "class": o["outcome"],
+        "step": o["step"], "why": o["why"], "judged on": o["source"], "start": o["start"], "end": o["final"],
+        "change": o["change"], "mismatch KL (median)": o["kl"], "tokens outside [1/2, 2] (median)": o["frac_gt_ln2"],
+        "experts changed after 1 update": o["drift_expert_1"], "router lr scale": o["router_lr_scale"],
+        "failed": failed(o).map({True: "yes", False: "no"})})

@@ -1,0 +1,59 @@
+"""The comparison report: `report.md` (static PNG figures), a self-contained interactive
+`report.html`, and the figures as PNG and PDF. What it shows is declared in `analysis.report.sections`;
+it refuses runs whose spent compute differs by more than 2% unless allowed (`analysis.data.matching`).
+Figures and comparisons use the finished runs only; the others are listed apart, by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from analysis.data.load import NotResultsError, Results
+from analysis.data.matching import UnmatchedComputeError, check_matched
+from analysis.evidence.primary import DeclarationError
+from analysis.report.html import render_html
+from analysis.report.markdown import render_markdown
+from analysis.report.sections import Context, FigureSpec, build_sections, report_figures
+
+__all__ = ["DeclarationError", "UnmatchedComputeError", "write_figures", "write_report"]
+
+
+def save_figures(results: Results, specs: list[FigureSpec], out: Path, dpi: int = 110) -> list[Path]:
+    """Each figure's static version as PNG and PDF under `out`; closes every figure it made."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for spec in specs:
+        fig = spec.static(results)
+        try:
+            for ext in ("png", "pdf"):
+                path = out / f"{spec.name}.{ext}"  # spec.name: at most ~140 characters (analysis.report.anchors)
+                fig.savefig(path, dpi=dpi)
+                paths.append(path)
+        finally:
+            plt.close(fig)
+    return paths
+
+
+def write_report(results: Results, out: Path, allow_unmatched: bool = False) -> dict[str, Path]:
+    """Write report.md, report.html and figures/ under `out`; returns the paths written. A suite file
+    whose declared family cannot be read or differs from the runs' raises DeclarationError."""
+    spread = check_matched(results, allow_unmatched)
+    out = Path(out)
+    context = Context(results, spread, allow_unmatched)
+    specs = report_figures(context)
+    save_figures(context.shown, specs, out / "figures")
+    sections = build_sections(context)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(render_markdown(sections, specs))
+    interactive = [(s.name, s.title, s.interactive(context.shown)) for s in specs]
+    (out / "report.html").write_text(render_html(sections, interactive, ", ".join(sorted(results.runs["suite"].unique()))))
+    return {"md": out / "report.md", "html": out / "report.html", "figures": out / "figures"}
+
+
+def write_figures(results: Results, out: Path) -> list[Path]:
+    """The report's figures of the finished runs; NotResultsError when no run finished."""
+    context = Context(results, float("nan"), False)
+    if context.shown.runs.empty:
+        raise NotResultsError("no finished run among the results: no figure to draw (the report lists unfinished runs)")
+    return save_figures(context.shown, report_figures(context), Path(out))
