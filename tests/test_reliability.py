@@ -22,9 +22,7 @@ from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.rundir.lock import RunBusyError, RunLock, check_free
 from gspo_bench.suite.preflight import check_runnable
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import metrics, run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import metrics, run_suite, tiny_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 

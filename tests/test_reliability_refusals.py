@@ -17,10 +17,8 @@ import yaml
 
 from gspo_bench.config import SuiteError, load_suite, parse_overrides, parse_suite
 from gspo_bench.rundir.names import MAX_NAME
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import tiny_suite  # noqa: E402
-from test_reliability_inputs import one_line_error  # noqa: E402
+from tests.helpers.cli import one_line_error
+from tests.helpers.runs import tiny_suite
 
 
 def bomb(levels: int = 9, width: int = 10) -> dict:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,9 +16,7 @@ from analysis.report.writer import write_report
 from gspo_bench.cli import app
 from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.suite.runner import plan_runs
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import run_suite, tiny_suite
 
 
 def sweep_suite(cache: Path, sweep: dict, **changes) -> dict:
