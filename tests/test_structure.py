@@ -385,3 +385,10 @@ def test_the_test_import_checks_see_what_they_refuse(tmp_path):
                                        "bad.py:4 edits sys.path"]
     assert experiment_problems(bad) == ["bad.py:2 imports test_harness", "bad.py:3 imports tests.test_moe",
                                         "bad.py:5 imports tests.helpers.runs", "bad.py:6 imports gspo_bench"]
+
+
+def test_every_test_file_is_in_the_testing_docs_table():
+    """docs/testing.md maps features to test files: a file renamed or added is named there."""
+    docs = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    table = docs.split("## Which test guards what")[1].split("\n## ")[0]
+    assert [p.name for p in sorted((ROOT / "tests").glob("test_*.py")) if f"`{p.name}`" not in table] == []

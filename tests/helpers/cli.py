@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_reliability_inputs.py."""
+"""A suite file on disk, and the one error line the command line ends with."""
 
 from __future__ import annotations
 

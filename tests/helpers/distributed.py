@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_distributed.py."""
+"""The tiny suite of the torchrun tests, and the router-margin columns they compare."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_reliability_process.py."""
+"""Suites stopped part way, for resume and run-file tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_launch.py."""
+"""The metrics columns that depend on wall-clock time (differ between equal runs side by side)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_moe.py."""
+"""Tiny MoE models of each family, a token batch and a router perturbation: routing capture and replay."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_report_html.py."""
+"""Synthetic results of several arms and seeds (synth) for the report's verdicts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_analysis.py."""
+"""Synthetic run folders with known answers (make_run) for the analysis: no training."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_moe_rl_objectives.py."""
+"""A rollout on a tiny MoE whose rewards spread within groups."""
 
 from __future__ import annotations
 

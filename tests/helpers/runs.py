@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_harness.py."""
+"""Tiny suites (tiny_suite, signal_suite) and their runs, one after another or interrupted, and their metrics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared test builders, moved from tests/test_stability.py."""
+"""Synthetic runs for the stability map: sweep points, router learning-rate scales, falling rewards."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from tests.helpers.results import make_run
 
 
 def set_router_lr_scale(run, scale: float) -> None:
+    """The run trained at router learning-rate scale `scale`, as an arm's own setting (`set:`) records it:
+    the other runs of its folder stay one suite with it."""
     path = run.path / "config.yaml"
     config = yaml.safe_load(path.read_text())
-    config["suite"]["train"] = {"router_lr_scale": scale}
+    config["suite"]["train"] = {**(config["suite"].get("train") or {}), "router_lr_scale": scale}
+    config["run"]["set"] = {**(config["run"].get("set") or {}), "train.router_lr_scale": scale}
     path.write_text(yaml.safe_dump(config))
 
 

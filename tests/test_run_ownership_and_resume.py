@@ -154,7 +154,7 @@ def test_a_run_that_collapses_in_its_first_step_has_every_column_and_is_reported
 
 
 # ------------------------------------------------------------------ 4, 5, 9. validate catches what run would
-# (every refusal of a suite goes through validate and run alike: tests/test_reliability_refusals.py)
+# (every refusal of a suite goes through validate and run alike: tests/test_validate_refusals.py)
 
 @pytest.mark.parametrize("content, match", [(None, "no file"), ("", "no records"), ("{not json\n", "not valid JSON")])
 def test_a_missing_empty_or_broken_jsonl_file_is_refused_by_validate(tmp_path, content, match):

@@ -231,7 +231,7 @@ def test_the_committed_baseline_is_the_ci_suite():
     assert suite_differences(current, load_results(ROOT / "results" / "ci-baseline").runs) == []
 
 
-# ------------------------------------------------------------------ 8. an empty split, a dead worker (NaN/inf: tests/test_reliability_refusals.py)
+# ------------------------------------------------------------------ 8. an empty split, a dead worker (NaN/inf: tests/test_validate_refusals.py)
 
 def test_an_empty_test_split_of_an_hf_dataset_is_named(tmp_path, cli):
     data = tmp_path / "arith"

@@ -48,7 +48,7 @@ def case(changes: dict, sets: list[str], fragment: str, *marks, id: str):  # noq
     return pytest.param(changes, sets, fragment, marks=marks, id=id)
 
 
-# (changes to test_harness.tiny_suite, --set items, what the one error line says)
+# (changes to tests.helpers.runs.tiny_suite, --set items, what the one error line says)
 REFUSALS = [
     # ---------------------------------------------------------------- the checks of the file, after --set
     case(TWO, ["objectives.1.label=grpo"], "objectives.0 (grpo) and objectives.1 (grpo) give the same run label",
