@@ -4,9 +4,6 @@ late-divergence spikes, heavy-tailed columns, the held-out outcome and the learn
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -28,9 +25,7 @@ from analysis.evidence.learning import (
 from analysis.evidence.margins import drift_by, forecast_table, has_margins, margin_table
 from analysis.evidence.paper import DRIFT_ONE, depth_gap, drift_after_one, paper_tests
 from analysis.figures.margins import predicted_vs_measured_figure
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_analysis import make_run  # noqa: E402
+from tests.helpers.results import make_run
 
 # ---------------------------------------------------------------------------------------- margins
 

@@ -9,7 +9,6 @@ computation in fp32 with `assert_close`'s defaults (rtol 1.3e-6, atol 1e-5); on 
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,7 @@ from gspo_bench.moe import RoutingCapture, find_routers
 from gspo_bench.moe.recompute import recomputing
 from gspo_bench.moe.sites import attach
 from gspo_bench.train.policy import checkpoint_activations
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_moe import batch, perturb_routers, tiny  # noqa: E402
+from tests.helpers.moe import batch, perturb_routers, tiny
 
 
 def pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -203,9 +200,8 @@ def test_a_checkpointed_run_measures_what_the_plain_run_measures(tmp_path, cache
     checkpointing (no CheckpointError where R3 replays routes the trainer's router would not pick):
     every measured column equal within assert_close's fp32 defaults (timings aside). The updates reroute tokens (drift > 0),
     so the replay in recompute is exercised."""
-    from test_harness import metrics, run_suite, tiny_suite
-
     from gspo_bench.rundir.folder import TIMING_COLUMNS
+    from tests.helpers.runs import metrics, run_suite, tiny_suite
 
     base = tiny_suite(cache, train={"lr": 1e-2, "minibatches": 2, "threads": 1},
                       rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8,

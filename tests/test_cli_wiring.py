@@ -4,16 +4,13 @@ and maps its runs' outcomes to an exit code, and `cli.py` holds no module state 
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gspo_bench.suite.session import Session, exit_code, plan_session
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import tiny_suite  # noqa: E402
+from tests.helpers.runs import tiny_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTATING_METHODS = {"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "add",

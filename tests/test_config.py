@@ -42,7 +42,7 @@ def test_the_stress_suites_hold_every_ingredient(name):
     suite = load_suite(EXPERIMENTS / name)
     assert [o.run_label for o in suite.objectives] == ["grpo", "grpo_rr", "grpo_r3", "gspo", "grpo_tis", "grpo_clean"]
     by_label = {o.run_label: o for o in suite.objectives}
-    assert by_label["grpo_tis"].correction == {"kind": "tis"} and by_label["grpo_tis"].name == "grpo"
+    assert by_label["grpo_tis"].correction == {"kind": "tis", "params": {}} and by_label["grpo_tis"].name == "grpo"
     assert by_label["grpo_clean"].set == {"rollout.engine_options.router_noise": 0.0}
     assert all(o.correction is None for label, o in by_label.items() if label != "grpo_tis")
     assert all(not o.set for label, o in by_label.items() if label != "grpo_clean")  # noise off in the control only

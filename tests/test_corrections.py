@@ -138,4 +138,4 @@ def test_a_runs_correction_is_recorded_and_a_changed_one_refuses_a_plain_resume(
 
     (tmp_path / "config.yaml").write_text(resolved_config(spec(5.0), lr=spec(5.0).suite.train.lr))
     assert config_changes(tmp_path, spec(5.0)) == []
-    assert "run.correction.high: 5.0 -> 3.0" in config_changes(tmp_path, spec(3.0))  # the run's own section
+    assert "run.correction.params.high: 5.0 -> 3.0" in config_changes(tmp_path, spec(3.0))  # the run's own section

@@ -5,8 +5,6 @@ deterministically per seed, scoring as lm-eval's does."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,9 +18,7 @@ from gspo_bench.rollout.router_noise import RouterNoise
 from gspo_bench.suite.runner import starting_weights
 from gspo_bench.tasks import make_task
 from gspo_bench.train.evaluation import EngineEvaluator, Evaluator, without_engine_noise
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import tiny_suite  # noqa: E402
+from tests.helpers.runs import tiny_suite
 
 TASK = {"name": "sort", "params": {"max_len": 3}}
 

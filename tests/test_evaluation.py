@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,9 +16,7 @@ from gspo_bench.rollout import left_pad
 from gspo_bench.suite.runner import starting_weights
 from gspo_bench.tasks import make_task
 from gspo_bench.train.evaluation import OFFLINE, evaluate, lm_eval_scope, write_task_files
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import run_suite, tiny_suite
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,6 @@ the live router logits at the replayed experts (also those the live router would
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -21,9 +18,7 @@ from gspo_bench.models.tiny import DENSE_FIRST, GROUPED, TinyMoESpec, tiny_confi
 from gspo_bench.moe import RoutingCapture, find_routers, routing_drift
 from gspo_bench.moe.routers import FAMILY_ROUTING, gate_rule
 from gspo_bench.train.compute import active_parameters
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_moe import VOCAB, batch, perturb_routers  # noqa: E402  (the same tiny batch and router perturbation)
+from tests.helpers.moe import VOCAB, batch, perturb_routers
 
 FAMILIES = list(SUPPORTED_FAMILIES)
 SOFTMAX_RENORMALISED_IF_CONFIGURED = {"qwen3_moe", "qwen2_moe", "olmoe", "flex_olmo", "qwen3_next"}

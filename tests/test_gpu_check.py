@@ -14,12 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.helpers.scripts import script
+
 HERE = Path(__file__).resolve().parent
 CHECK = HERE.parent / "experiments" / "gpu_check"
-sys.path.insert(0, str(CHECK))
-
-import check_table  # noqa: E402
-import run as gpu_check  # noqa: E402
+check_table = script("gpu_check/check_table.py")
+gpu_check = script("gpu_check/run.py")
 
 
 def read_csv(path: Path) -> list[dict]:

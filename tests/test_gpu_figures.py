@@ -6,7 +6,6 @@ with fake device names, fake timings and a faked CUDA memory counter."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,9 +17,7 @@ from gspo_bench.models.tiny import TinyMoESpec, tiny_config
 from gspo_bench.rundir.folder import GPU_COLUMNS, REQUIRED_COLUMNS
 from gspo_bench.runtime import hardware
 from gspo_bench.suite.plan import expert_layers, plan_suite, plan_vs_peak
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import metrics, run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import metrics, run_suite, tiny_suite
 
 GIB = 2**30
 FIGURES = ("gpu/peak_mem_gib", "perf/rollout_tokens_per_s", "perf/train_tokens_per_s", "perf/mfu")

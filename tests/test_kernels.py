@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -18,9 +17,7 @@ from gspo_bench.runtime.kernels import (
     pin_problem,
     torch_threads,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import run_suite, tiny_suite
 
 
 def test_pins_fill_what_is_unset_keep_the_users_choice_and_stay_off_on_request():

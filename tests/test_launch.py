@@ -4,7 +4,6 @@ one-after-another runs write; `--resume` works the same under them."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,13 +13,11 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from gspo_bench.cli import app
-from gspo_bench.rundir.folder import TIMING_COLUMNS, RunDir
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import signal_suite  # noqa: E402
+from gspo_bench.rundir.folder import RunDir
+from tests.helpers.launch import TIME_COLUMNS
+from tests.helpers.runs import signal_suite
 
 RUNS = ("grpo_rr-s0", "gspo-s0", "grpo_rr-s1")
-TIME_COLUMNS = list(TIMING_COLUMNS)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ parameters, the KL penalty's sign, the sampling temperature), and bf16 runs trai
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -12,9 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import _register_shifted_engine, metrics, run_suite  # noqa: E402
-from test_harness import signal_suite as suite  # noqa: E402
+from tests.helpers.runs import metrics, register_shifted_engine, run_suite
+from tests.helpers.runs import signal_suite as suite
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +39,7 @@ def test_r3_replays_the_engines_routing_in_the_update_forwards(tmp_path, cache):
     """With an engine that routes otherwise, R3's old pass and update forwards both use the engine's
     experts: the only update (K = 1) is then exactly on-policy. GRPO's old pass and update agree too,
     each under the trainer's own routing."""
-    _register_shifted_engine()
+    register_shifted_engine()
     one_step(cache, tmp_path, rollout={"engine": "shifted_routing"}, train={"minibatches": 1},
              objectives=[{"name": "grpo_r3"}, {"name": "grpo"}])
     for run in ("grpo_r3-s0", "grpo-s0"):

@@ -5,7 +5,6 @@ nondeterminism floor), with the routing confidence recorded beside them."""
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,10 +14,8 @@ import torch
 from gspo_bench.models import build_tiny_moe
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.moe.margins import margin_stats, predicted_flip_rate, router_margins
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import metrics, run_suite  # noqa: E402
-from test_harness import signal_suite as suite  # noqa: E402
+from tests.helpers.runs import metrics, run_suite
+from tests.helpers.runs import signal_suite as suite
 
 
 def test_the_margin_pair_is_the_weakest_chosen_and_the_strongest_unchosen_expert():

@@ -10,7 +10,6 @@ import dataclasses
 import itertools
 import sys
 from functools import partial
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -28,9 +27,7 @@ from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy, checkpoint_activations
 from gspo_bench.train.rollout import RolloutBatch
 from gspo_bench.train.update import UpdateSettings, update_minibatch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import TIME_COLUMNS, metrics, run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import TIME_COLUMNS, metrics, run_suite, tiny_suite
 
 VOCAB, EXPERTS, T = 37, 4, 6
 PROMPTS = [5, 3, 4, 2, 5, 1, 3, 4]  # prompt lengths (left-padded to 5)
@@ -258,7 +255,8 @@ def test_two_cpu_ranks_with_micro_batches_give_the_single_process_metrics(tmp_pa
     import subprocess
 
     import yaml
-    from test_distributed import MARGIN_COLUMNS, SUITE
+
+    from tests.helpers.distributed import MARGIN_COLUMNS, SUITE
 
     suite = {**SUITE, "warm_start": {**SUITE["warm_start"], "cache_dir": str(tmp_path / "cache")},
              "train": {**SUITE["train"], "minibatches": 3},

@@ -13,17 +13,15 @@ import torch
 from torch.testing import assert_close
 
 from gspo_bench.config import TrainConfig
-from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.moe import RoutingCapture, find_routers
 from gspo_bench.objectives import get_objective
 from gspo_bench.objectives.rspo import router_shift_from_scores
-from gspo_bench.rollout import SamplingParams, make_engine
-from gspo_bench.tasks import make_task
 from gspo_bench.train.old_policy import old_policy_pass
 from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
-from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.update import UpdateSettings, policy_loss, update_minibatch
+from tests.helpers.rollouts import tiny_spread_rollout
+from tests.helpers.scripts import script
 
 
 def grad(fn, logp, *args, **kw):
@@ -101,17 +99,6 @@ def test_rspo_gamma_is_a_stop_gradient_weight():
     assert shift.grad is None and logp.grad.abs().sum() > 0
 
 
-def tiny_spread_rollout(prompts: int):
-    """A tiny MoE (2 layers, 4 experts, top-2) and one rollout of `prompts` sort prompts x 4 responses,
-    its advantages spread evenly over [-1.5, 1.5]."""
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_moe(vocab_size=len(tokenizer), num_layers=2, hidden_size=32, expert_hidden=32,
-                           num_experts=4, top_k=2, seed=5)
-    task = make_task("sort", max_len=3)
-    params = SamplingParams(group_size=4, max_new_tokens=8, seed=0)
-    batch = collect_rollout(Policy(model), make_engine("hf", pad_id=0, eos_id=2), tokenizer, task,
-                            draw_examples(task, prompts, 0), params)
-    return model, dataclasses.replace(batch, advantages=torch.linspace(-1.5, 1.5, len(batch)))
 
 
 @pytest.fixture(scope="module")
@@ -328,13 +315,10 @@ def test_objectives_anchored_at_the_engine_get_its_log_probs_of_their_rows(parts
 
 
 def test_the_methods_table_shows_run_means_and_the_last_five_steps_reward(tmp_path):
-    import sys
-    from pathlib import Path
 
     import pandas as pd
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-    from moe_rl_methods_table import table
+    table = script("moe_rl_methods_table.py").table
 
     for run, extra in (("rspo-s0", {"rspo/gamma_mean": [1.0, 0.9], "rspo/shift_mean": [0.0, 0.1]}), ("gspo-s0", {})):
         (tmp_path / run).mkdir()

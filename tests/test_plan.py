@@ -4,7 +4,6 @@ a real run's own compute columns, and the real-shape suites fitting their GPUs."
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,9 +25,7 @@ from gspo_bench.suite.plan import (
     with_changes,
 )
 from gspo_bench.train.compute import StepCompute
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import metrics, run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import metrics, run_suite, tiny_suite
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 N = 1000  # parameters of the hand cases

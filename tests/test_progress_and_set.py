@@ -30,9 +30,7 @@ from gspo_bench.rundir.folder import RunDir
 from gspo_bench.suite.progress import SuiteProgress, Throttle, TimeLeft, budget_fraction
 from gspo_bench.suite.runner import check_outputs, plan_runs
 from gspo_bench.train.setup import config_changes, resolved_config
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import tiny_suite  # noqa: E402
+from tests.helpers.runs import tiny_suite
 
 BUDGETS = {"grpo-s0": BudgetConfig(kind="flops", value=100.0), "gspo-s0": BudgetConfig(kind="steps", value=10)}
 

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,18 +19,17 @@ from analysis.checks.regress import band, band_excess, compare, first_step_exces
 from analysis.data.load import load_results
 from gspo_bench.cli import app
 from gspo_bench.objectives import registry
-from gspo_bench.objectives.grpo import grpo_loss, token_clip_objective
-from gspo_bench.objectives.inputs import PolicyBatch, prepare, safe_exp
-from gspo_bench.objectives.metrics import clip_metrics, ratio_metrics
-from gspo_bench.objectives.reduce import aggregate
-from gspo_bench.objectives.surrogate import clipped_surrogate
+from gspo_bench.objectives.inputs import PolicyBatch
 from gspo_bench.train import update as update_module
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import run_suite, signal_suite  # noqa: E402
+from tests.helpers.runs import run_suite, signal_suite
+from tests.helpers.scripts import script
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCES = ROOT / "experiments" / "regress_tolerances.yaml"
+# the planted bugs, shared with experiments/regress_margins.py (which prints how far past each lands)
+planted = script("planted_bugs.py")
+gspo_summing_in_the_loss, grpo_with_its_sign_flipped, grpo_over_all_tokens = (
+    planted.gspo_summing_in_the_loss, planted.grpo_with_its_sign_flipped, planted.grpo_over_all_tokens)
 
 
 @pytest.fixture(scope="module")
@@ -97,30 +95,6 @@ def test_broken_gspo_length_normalisation_is_caught_by_name(baseline, tolerances
     for label in ("grpo", "grpo_rr"):
         assert printed_excess(found, label, "ratio/seq_var") > 1e3
         assert f"{label} first step loss" not in found and f"{label} first step grad/norm" not in found
-
-
-def gspo_summing_in_the_loss(logp, old_logp, advantages, mask, clip_low=3e-4, clip_high=4e-4, weights=None):
-    """GSPO with the sequence log-ratio summed instead of averaged in the loss only: the logged ratio
-    statistics (computed from the batch) stay right."""
-    batch = prepare(logp, old_logp, advantages, mask, per_response_advantages=True, objective="gspo")
-    s = safe_exp(batch.log_ratio.sum(-1))  # the bug: no 1/|y_i|
-    seq_terms, cut_low, cut_high = clipped_surrogate(s, batch.response_advantages(), clip_low, clip_high)
-    loss = -aggregate(seq_terms[:, None].expand_as(batch.log_ratio), batch, "seq_mean_token_mean")
-    cuts = (cut_low[:, None].expand_as(batch.mask), cut_high[:, None].expand_as(batch.mask))
-    return loss, {**clip_metrics(*cuts, batch), **ratio_metrics(batch)}
-
-
-def grpo_with_its_sign_flipped(*args, **kwargs):
-    """GRPO descending its objective: the loss's sign flipped (the metrics stay right)."""
-    loss, metrics = grpo_loss(*args, **kwargs)
-    return -loss, metrics
-
-
-def grpo_over_all_tokens(logp, old_logp, advantages, mask, clip_low=0.2, clip_high=0.27, dual_clip=None, weights=None):
-    """GRPO with the wrong normaliser: one mean over every token of the batch (DAPO's token mean)
-    instead of the mean over tokens, then over responses (eq. 2)."""
-    return token_clip_objective("grpo", logp, old_logp, advantages, mask, clip_low, clip_high, "token_mean",
-                                weights=weights, dual_clip=dual_clip)
 
 
 def plant(monkeypatch, name: str, fn) -> None:
@@ -248,7 +222,7 @@ def test_the_planted_bug_really_is_loss_only():
 
 def synthetic_suite(root: Path, suite: str = "synth", labels=("grpo", "gspo")) -> Path:
     """Finished synthetic runs (test_analysis.make_run) of `labels`, seed 0, in ROOT/SUITE."""
-    from test_analysis import make_run
+    from tests.helpers.results import make_run
 
     for label in labels:
         make_run(root, label, 0, steps=4, suite=suite)
@@ -258,7 +232,7 @@ def synthetic_suite(root: Path, suite: str = "synth", labels=("grpo", "gspo")) -
 def test_update_refuses_a_folder_that_is_not_a_baseline_and_deletes_nothing(tmp_path, cli):
     """`--baseline results` (a results tree: a README and suite folders) is refused in one line naming
     what is not a run folder; every file stays."""
-    from test_reliability_inputs import one_line_error
+    from tests.helpers.cli import one_line_error
 
     current = synthetic_suite(tmp_path / "fresh")
     results = tmp_path / "results"
@@ -287,7 +261,7 @@ def test_update_replaces_a_baseline_it_wrote_or_the_committed_one(tmp_path, cli)
 
 def test_update_refuses_the_runs_of_two_suites(tmp_path, cli):
     """Two suites whose runs share names (grpo-s0) would be flattened into one folder: refused."""
-    from test_reliability_inputs import one_line_error
+    from tests.helpers.cli import one_line_error
 
     root = tmp_path / "out"
     synthetic_suite(root, "a")

@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -25,19 +24,12 @@ from analysis.report.paper_checks import paper_vs_run
 from analysis.report.sections import SECTIONS, Context, build_sections
 from analysis.report.verdict import answer
 from analysis.report.writer import write_report
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_analysis import make_run  # noqa: E402
+from tests.helpers.reports import JITTER, synth
+from tests.helpers.results import make_run
 
 REPLAY_ROW = "final reward, GRPO with Routing Replay minus without (Figure 3)"
 
 
-def synth(root: Path, bonuses: dict[str, list[float]], **kwargs) -> Path:
-    """One run per (label, seed) with the given reward bonus per seed; returns the suite folder."""
-    for label, per_seed in bonuses.items():
-        for seed, bonus in enumerate(per_seed):
-            make_run(root, label, seed, bonus=bonus, **kwargs)
-    return root / "synth"
 
 
 def sentences(results_dir: Path, spread: float = 0.0, allow_unmatched: bool = False) -> list[str]:
@@ -49,7 +41,6 @@ def leader(found: list[str]) -> str:
     return next(s for s in found if "lead" in s or "ahead of every other" in s)
 
 
-JITTER = [0.0, -0.01, 0.01, 0.0, -0.01, 0.01, -0.01, 0.01]  # per-seed wobble of a gain; sums to 0 over 6 and 8 seeds
 
 
 def test_six_paired_seeds_that_all_favour_one_learning_arm_name_it_with_its_p(tmp_path):
@@ -68,7 +59,7 @@ def test_six_paired_seeds_that_all_favour_one_learning_arm_name_it_with_its_p(tm
 def test_the_leader_sentence_quotes_the_paired_difference_not_the_arms_means(tmp_path):
     """GSPO has a seed GRPO lacks (s6, far above): its mean over 7 seeds is not what the paired test saw.
     The sentence quotes the paired difference over the 6 shared seeds only."""
-    from test_analysis import make_run
+    from tests.helpers.results import make_run
 
     root = synth(tmp_path, {"grpo": [0.0] * 6, "grpo_rr": [0.05 + j for j in JITTER[:6]]})
     make_run(tmp_path, "grpo_rr", 6, bonus=2.0)
@@ -90,7 +81,7 @@ def test_a_difference_below_the_rewards_resolution_names_no_leader(tmp_path):
 def test_an_arm_that_never_learned_is_not_named_leader_for_where_it_started(tmp_path):
     """GSPO starts 0.5 above GRPO and stays flat (learned on no seed); GRPO rises on every seed. GSPO is
     ahead on all 7 seeds at Holm p = 3 x 2/128 = 0.047, but what it leads by is its start: no leader."""
-    from test_analysis import make_run
+    from tests.helpers.results import make_run
 
     for seed in range(7):
         make_run(tmp_path, "grpo", seed)

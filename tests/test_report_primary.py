@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +22,8 @@ from analysis.report.sections import Context, build_sections, report_figures
 from analysis.report.tables import forest_rows
 from analysis.report.verdict import answer
 from analysis.report.writer import write_report
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_analysis import make_run  # noqa: E402
-from test_report_html import JITTER  # noqa: E402
+from tests.helpers.reports import JITTER
+from tests.helpers.results import make_run
 
 KINDS = {"grpo": ("grpo", False), "grpo_rr": ("grpo", True), "grpo_r3": ("grpo", True), "gspo": ("gspo", False),
          "grpo_tis": ("grpo", False), "grpo_clean": ("grpo", False)}

@@ -1,5 +1,5 @@
 """What a suite's schema refuses about its arms (gspo_bench.config.schema): `paper_checks: true` where no
-paper check can be made, and a clip range or a loop input put in an entry's `kwargs`."""
+paper check can be made, and a clip range or a loop input put in an entry's `params`."""
 
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ def test_paper_checks_with_both_arms_are_accepted():
 
 
 @pytest.mark.parametrize("key", ["clip_low", "clip_high"])
-def test_a_clip_range_in_kwargs_says_where_it_belongs(key):
-    message = refusal(suite(objectives=[{"name": "gspo", "kwargs": {key: 3e-3}}]))
-    assert f"kwargs.{key}: the clip range is set with the entry's own clip_low / clip_high" in message
+def test_a_clip_range_in_params_says_where_it_belongs(key):
+    message = refusal(suite(objectives=[{"name": "gspo", "params": {key: 3e-3}}]))
+    assert f"params.{key}: the clip range is set with the entry's own clip_low / clip_high" in message
     assert f"{{name: gspo, {key}: 0.003}}" in message and "multiple values" not in message
 
 
-def test_a_loop_input_in_kwargs_is_refused():
-    message = refusal(suite(objectives=[{"name": "grpo", "kwargs": {"advantages": 1.0}}]))
-    assert "kwargs.advantages: an input the training loop passes to the objective, not a setting" in message
+def test_a_loop_input_in_params_is_refused():
+    message = refusal(suite(objectives=[{"name": "grpo", "params": {"advantages": 1.0}}]))
+    assert "params.advantages: an input the training loop passes to the objective, not a setting" in message

@@ -6,13 +6,10 @@ tests/test_stability_report.py."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 from scipy import special, stats
 
 from analysis.data.load import load_results
@@ -29,9 +26,8 @@ from analysis.evidence.stability import (
     training_points,
 )
 from analysis.stats.logistic import fit_logistic, no_fit_reason, zero_event_bound
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_analysis import make_run  # noqa: E402
+from tests.helpers.results import make_run
+from tests.helpers.stability import FALLING, set_router_lr_scale, swept_run
 
 NAN = float("nan")
 
@@ -114,20 +110,10 @@ def test_the_training_reward_points_are_the_gates_windows_and_blocks():
 # ------------------------------------------------------------------------------ every run of a results folder
 
 
-def set_router_lr_scale(run, scale: float) -> None:
-    path = run.path / "config.yaml"
-    config = yaml.safe_load(path.read_text())
-    config["suite"]["train"] = {"router_lr_scale": scale}
-    path.write_text(yaml.safe_dump(config))
 
 
-def swept_run(root: Path, label: str, seed: int, sweep: dict, columns: dict | None = None, **kwargs):
-    """A run at a sweep point, with the `sweep/<name>` columns a real run writes in every row."""
-    columns = {**{f"sweep/{k}": v for k, v in sweep.items()}, **(columns or {})}
-    return make_run(root, label, seed, sweep=sweep, columns=columns, **kwargs)
 
 
-FALLING = [0.6 - 0.02 * s for s in range(1, 21)]  # training reward falling for 20 steps
 
 
 def test_run_outcomes_judge_finished_and_collapsed_runs_on_the_training_reward(tmp_path):

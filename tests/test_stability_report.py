@@ -5,7 +5,6 @@ in the docs word for word."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -19,10 +18,8 @@ from analysis.report import anchors
 from analysis.report.sections import Context, report_figures, stability_specs
 from analysis.report.stability_text import RULES, bound_text, stability_sentences
 from analysis.report.writer import write_report
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_analysis import make_run  # noqa: E402
-from test_stability import FALLING, set_router_lr_scale, swept_run  # noqa: E402
+from tests.helpers.results import make_run
+from tests.helpers.stability import FALLING, set_router_lr_scale, swept_run
 
 ROOT = Path(__file__).resolve().parent.parent
 

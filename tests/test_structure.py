@@ -336,3 +336,64 @@ def test_train_run_reads_in_well_under_100_lines():
     lengths = function_lengths("gspo_bench/train")
     (train_run,) = [n for name, n in lengths.items() if name.endswith(" train_run")]
     assert train_run < 60
+
+
+def imports_of_tests(path: Path) -> list[str]:
+    """`file:line what` for each import of a test file (a module named test_*, or tests.test_*) and each
+    sys.path edit in `path`: shared builders live in tests/helpers, imported as `tests.helpers...`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(
+            node, ast.ImportFrom) else []
+        found += [f"{path.name}:{node.lineno} imports {n}" for n in names
+                  if n.split(".")[-1].startswith("test_") or n.startswith("tests.test_")]
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and \
+                ast.unparse(node.value) == "sys.path" and node.attr in ("insert", "append", "extend"):
+            found.append(f"{path.name}:{node.lineno} edits sys.path")
+    return found
+
+
+CLI_DRIVERS = ("check_fsdp_rank.py",)  # runs `gspo-bench run` on each torchrun rank: the command line is its job
+
+
+def experiment_problems(path: Path) -> list[str]:
+    """`file:line what` for each import of the tests or of the command line in an experiment script:
+    experiments use the library (gspo_bench, analysis) only, the command line where running it is their
+    job (CLI_DRIVERS)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(
+            node, ast.ImportFrom) else []
+        found += [f"{path.name}:{node.lineno} imports {n}" for n in names
+                  if n.split(".")[0] in ("tests", "conftest") or n.startswith("test_") or n == "gspo_bench.cli"
+                  or (n == "gspo_bench" and any(a.name == "cli" for a in getattr(node, "names", [])))]
+    return found
+
+
+def test_no_test_file_imports_another_and_none_edits_sys_path():
+    files = sorted((ROOT / "tests").rglob("*.py"))
+    assert len(files) > 60
+    assert [p for path in files for p in imports_of_tests(path)] == []
+
+
+def test_experiments_import_the_library_only():
+    files = sorted((ROOT / "experiments").rglob("*.py"))
+    assert len(files) > 10
+    assert [p for path in files if path.name not in CLI_DRIVERS for p in experiment_problems(path)] == []
+
+
+def test_the_test_import_checks_see_what_they_refuse(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nfrom test_harness import tiny_suite\nimport tests.test_moe\n"
+                   "sys.path.insert(0, '.')\nfrom tests.helpers.runs import run_suite\nfrom gspo_bench import cli\n")
+    assert imports_of_tests(bad) == ["bad.py:2 imports test_harness", "bad.py:3 imports tests.test_moe",
+                                       "bad.py:4 edits sys.path"]
+    assert experiment_problems(bad) == ["bad.py:2 imports test_harness", "bad.py:3 imports tests.test_moe",
+                                        "bad.py:5 imports tests.helpers.runs", "bad.py:6 imports gspo_bench"]
+
+
+def test_every_test_file_is_in_the_testing_docs_table():
+    """docs/testing.md maps features to test files: a file renamed or added is named there."""
+    docs = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    table = docs.split("## Which test guards what")[1].split("\n## ")[0]
+    assert [p.name for p in sorted((ROOT / "tests").glob("test_*.py")) if f"`{p.name}`" not in table] == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,9 +16,7 @@ from analysis.report.writer import write_report
 from gspo_bench.cli import app
 from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.suite.runner import plan_runs
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import run_suite, tiny_suite
 
 
 def sweep_suite(cache: Path, sweep: dict, **changes) -> dict:
@@ -151,7 +148,7 @@ def test_an_objectives_kwargs_are_set_with_set_and_not_swept_as_the_docs_say(tmp
     data = tiny_suite(tmp_path, objectives=[{"name": "dppo_binary_tv"}])
     with pytest.raises(SuiteError, match="objectives cannot be swept"):
         parse_suite({**data, "sweep": {"objectives.0.kwargs.delta": [0.1, 0.2]}}, "s.yaml")
-    assert apply_overrides(parse_suite(data), {"objectives.0.kwargs.delta": 0.1}).objectives[0].kwargs == {"delta": 0.1}
+    assert apply_overrides(parse_suite(data), {"objectives.0.kwargs.delta": 0.1}).objectives[0].params == {"delta": 0.1}
     docs = (Path(__file__).resolve().parent.parent / "docs" / "suites.md").read_text()
     paragraph = " ".join(docs.split("A path may also name a key inside a free-form mapping")[1].split("\n\n")[0].split())
-    assert "an objective's `kwargs` and `correction`, by `--set` only" in paragraph
+    assert "an objective's `params` and its correction's `params`, by `--set` only" in paragraph

@@ -20,6 +20,7 @@ import pandas as pd
 from analysis.data.load import RunFileError, find_run_dirs, is_run_dir, kernels_text, read_file
 from analysis.data.plugins import plugin_difference
 from gspo_bench.rundir.folder import status_problem
+from gspo_bench.rundir.records import ProvenanceRecord, StatusRecord, as_provenance
 
 TABLES = ("metrics.parquet", "layers.parquet", "eval.parquet")
 IGNORED = ("time/", "perf/", "gpu/")  # column prefixes: the machine's speed, not the run's results
@@ -67,7 +68,7 @@ def _status(run_dir: Path) -> tuple[str | None, int | None]:
     """(status, step) of a run's status.json, read as `analysis.data.load` reads it: RunFileError (a
     ValueError) naming the file, and so the run, where it is damaged."""
     path = run_dir / "status.json"
-    status = read_file(path, _json, dict)
+    status: StatusRecord | dict = read_file(path, _json, dict)
     problem = status_problem(status)
     if problem:
         raise RunFileError(f"{path}: {problem}")
@@ -80,7 +81,8 @@ def _provenance(run_dir: Path) -> dict:
 
 
 def _kernels(run_dir: Path) -> str | None:
-    prov = read_file(run_dir / "provenance.json", _json, dict, optional=True)
+    found = read_file(run_dir / "provenance.json", _json, dict, optional=True)
+    prov: ProvenanceRecord | None = as_provenance(found) if found is not None else None
     return kernels_text(prov.get("kernels")) if prov is not None else None
 
 

@@ -29,7 +29,8 @@ import pandas as pd
 from analysis.data.plugins import plugin_of
 from analysis.data.suites import check_not_mixed, label_by_suite, shared_settings, suite_settings
 from gspo_bench.config.yamlread import read_yaml
-from gspo_bench.rundir.folder import REQUIRED_COLUMNS, SCHEMA_VERSION, config_problem, status_problem
+from gspo_bench.rundir.folder import REQUIRED_COLUMNS, SCHEMA_VERSION, config_problem
+from gspo_bench.rundir.records import GitState, ProvenanceRecord, StatusRecord, as_provenance, status_problem
 
 
 class NotResultsError(ValueError):
@@ -146,7 +147,7 @@ def _metrics(path: Path) -> pd.DataFrame:
 
 
 def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    status = read_file(run_dir / "status.json", _json, dict)
+    status: StatusRecord = read_file(run_dir / "status.json", _json, dict)  # the record, once status_problem passes
     problem = status_problem(status)
     if problem:
         raise RunFileError(f"{run_dir / 'status.json'}: {problem}")
@@ -160,7 +161,7 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
     if problem:
         raise RunFileError(f"{run_dir / 'config.yaml'}: {problem}")
     config = config or {}
-    prov = read_file(run_dir / "provenance.json", _json, dict, optional=True) or {}
+    prov = as_provenance(read_file(run_dir / "provenance.json", _json, dict, optional=True) or {})
     metrics = _metrics(run_dir / "metrics.parquet")
     # columns a run did not measure (train.measure off, results of an older release) read as NaN
     metrics = metrics.reindex(columns=list(dict.fromkeys([*REQUIRED_COLUMNS, *metrics.columns])))
@@ -179,14 +180,14 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
     return meta, metrics, layers, evals
 
 
-def _meta(run_dir: Path, status: dict, config: dict, prov: dict, metrics: pd.DataFrame) -> dict:
+def _meta(run_dir: Path, status: StatusRecord, config: dict, prov: ProvenanceRecord, metrics: pd.DataFrame) -> dict:
     """One row of `runs`: what the run is (config.yaml), how far it got (status.json, metrics) and
     where it ran (provenance.json)."""
     run_cfg, suite_cfg = config.get("run") or {}, config.get("suite") or {}
     budget, task = suite_cfg.get("budget") or {}, suite_cfg.get("task") or {}
     last: pd.Series | dict[str, Any] = metrics.iloc[-1] if len(metrics) else {}
     label = run_cfg.get("label", run_dir.name.rsplit("-s", 1)[0])
-    git = prov.get("git") or {}
+    git = prov.get("git") or GitState(commit=None, dirty=None)
     return {
         "suite": suite_cfg.get("name", run_dir.parent.name),
         "label": label,
@@ -235,7 +236,7 @@ def kernels_text(kernels: Any) -> str | None:
     return f"{kernels.get('aten_cpu_capability')}/{kernels.get('mkl_branch')}/{kernels.get('threads')} threads"
 
 
-def recorded_suite_sha256(prov: dict) -> str | None:
+def recorded_suite_sha256(prov: ProvenanceRecord) -> str | None:
     """The sha256 of the suite file the run's last start or resume was given (provenance.json; None
     where it records none: runs written before it was kept, or launched without a suite file)."""
     resumed = prov.get("resumed") or []

@@ -1,9 +1,9 @@
 """Which suite a run belongs to, so that runs of different suites are never pooled under one label.
 
 A run's suite is its name and its resolved settings (config.yaml's `suite:`), less what does not change
-its results (description, output_dir, tracking, the warm-start cache folder, the list of seeds run: a
-run of seed 1 is the same whether seeds 0-2 or seed 1 alone were asked for). Settings are compared on
-the keys both runs recorded: a setting an older release did not write is not a difference.
+its results, compared by the rule `--resume` compares them by (`gspo_bench.config.changes`: not the
+description, output_dir, tracking, the warm-start cache folder, nor the list of seeds run; a setting
+an older release did not write reads as its default).
 """
 
 from __future__ import annotations
@@ -13,43 +13,35 @@ from typing import Any
 
 import pandas as pd
 
-IGNORED = ("description", "output_dir", "tracking", "warm_start.cache_dir", "seeds")
+from gspo_bench.config.changes import changed_settings, run_settings
+
 SHOWN = 4  # differences named in one message
+OWN = "(the run's own)"  # shared_settings' value of a setting that is the run's arm's or sweep point's
 
 
 class MixedSuitesError(ValueError):
     """Results that would pool runs of different suites (or one run twice) under one label."""
 
 
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """{dotted key: leaf value} of nested mappings and lists."""
-    if isinstance(data, dict) and data:
-        return {k: v for key, value in data.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
-    if isinstance(data, list) and data and any(isinstance(x, dict | list) for x in data):
-        return {k: v for i, value in enumerate(data) for k, v in flatten(value, f"{prefix}{i}.").items()}
-    return {prefix.rstrip("."): data}
-
-
 def suite_settings(suite: dict) -> dict[str, Any]:
     """The settings of a run's suite that its results depend on, flattened."""
-    flat = flatten(suite or {})
-    return {k: v for k, v in flat.items() if not any(k == i or k.startswith(f"{i}.") for i in IGNORED)}
+    return run_settings(suite or {}, "suite")
 
 
 def shared_settings(settings: dict[str, Any], run: dict) -> dict[str, Any]:
-    """The settings a run shares with every run of its suite: `settings` less its arm's own fields
+    """The settings a run shares with every run of its suite: `settings` with its arm's own fields
     (config.yaml's `run.set`, dotted paths) and its sweep point's (`run.sweep`, by short name: a swept
-    path's last name, or the whole path where two would clash)."""
+    path's last name, or the whole path where two would clash) marked `OWN`, which no run compares."""
     own = [str(path) for path in run.get("set") or {}]
     swept = [str(name) for name in run.get("sweep") or {}]
-    return {key: value for key, value in settings.items()
-            if not any(key == p or key.startswith(f"{p}.") for p in own)
-            and not any(f".{name}." in f".{key}." for name in swept)}
+    return {key: OWN if any(key == p or key.startswith(f"{p}.") for p in own)
+            or any(f".{name}." in f".{key}." for name in swept) else value for key, value in settings.items()}
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """`key: a vs b` for every setting both record with different values."""
-    return [f"{key}: {a[key]!r} vs {b[key]!r}" for key in a if key in b and a[key] != b[key]]
+    """`key: a vs b` for every setting of two runs' suites that differs (`gspo_bench.config.changes`),
+    less those either run marks its own (`shared_settings`)."""
+    return [f"{key}: {x!r} vs {y!r}" for key, x, y in changed_settings(a, b, "suite") if OWN not in (x, y)]
 
 
 def shown(items: list[str]) -> str:

@@ -100,7 +100,7 @@ def _primary(path: Path, data: dict) -> PrimaryConfig:
 
 def _check_recorded(path: Path, declared: dict[str, Any], runs: pd.DataFrame) -> None:
     """DeclarationError where a run beside the suite file recorded (config.yaml) another `analysis:`
-    than `declared` (the file's, flattened as analysis.data.suites.flatten); runs that recorded none pass."""
+    than `declared` (the file's, flattened as gspo_bench.config.changes.flatten); runs that recorded none pass."""
     for run, settings in zip(runs["path"].tolist(), runs["settings"].tolist()):
         recorded = _section(settings)
         if recorded is not None and recorded != declared:
@@ -116,7 +116,7 @@ def _text(flat: dict[str, Any]) -> str:
 def _file_declaration(path: Path, runs: pd.DataFrame) -> tuple[PrimaryConfig | None, list[str], str]:
     """The suite file's declared family (None without), its arms and sha256, checked against the runs
     beside it."""
-    from analysis.data.suites import flatten
+    from gspo_bench.config.changes import flatten
 
     data, sha = _read(path)
     primary = _primary(path, data) if data.get("analysis") is not None else None

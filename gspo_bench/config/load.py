@@ -192,9 +192,11 @@ def apply_overrides(suite: SuiteConfig, overrides: dict[str, Any], source: str =
     its sweep, if any, is kept and expanded again. SuiteError in one line naming the file, the
     override and the problem; a field the suite also sweeps is refused (the sweep would replace it)."""
     from gspo_bench.config import sweep
+    from gspo_bench.config.spelling import respell_paths
 
     if not overrides:
         return suite
+    overrides = respell_paths(overrides, "--set")
     dumped = suite.model_dump(mode="json")
     swept = {p for key in suite.sweep for p in sweep.axis_paths(key)}
     for path in overrides:

@@ -3,7 +3,7 @@ booleans, and Python (so pydantic's lax mode, and any function) takes True for 1
 train at lr 1.0. The rule goes by type, wherever a value meets one: every int or float of a suite
 section (nested in tuples, lists, dicts and optional fields too, in fields added later as well: the
 `Strict` base of the schema applies it to all), and the free-form settings (task params, objective
-kwargs, correction params) by the type hints of the function that takes them. Everything else is
+objective and correction params) by the type hints of the function that takes them. Everything else is
 pydantic's: ints stay accepted for floats, and YAML's `1e-3` is read as a float
 (`gspo_bench.config.yamlread`)."""
 

@@ -87,7 +87,7 @@ class Strict(BaseModel):
 
 
 def nonfinite_numbers(value: Any, where: str = "") -> list[str]:
-    """`key = value` (dotted keys) of the NaN or infinite numbers anywhere in free-form settings (kwargs, params)."""
+    """`key = value` (dotted keys) of the NaN or infinite numbers anywhere in free-form settings (params)."""
     if isinstance(value, float) and not math.isfinite(value):
         return [f"{where or '(value)'} = {value}"]
     if isinstance(value, dict):
@@ -451,7 +451,8 @@ class ObjectiveEntry(Strict):
         None, description="which routing is replayed: the old-policy training pass's (Routing Replay, "
         "default) or the rollout engine's (R3; needs an engine that returns routed experts)")
     lr: float | None = Field(None, gt=0, description="override train.lr for this entry")
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="extra objective keyword arguments")
+    params: dict[str, Any] = Field(default_factory=dict, description="the objective's parameters beyond the clip "
+                                   "range (see `gspo-bench ls`; `kwargs:` is their old spelling)")
     credit: Literal["response", "step"] = Field(
         "response", description="advantages per response (A_i, eq. 3) or per token from the task's verdict on "
         "each step (A_i - step_penalty on a wrong step's tokens; objectives that take per-token advantages, "
@@ -459,13 +460,23 @@ class ObjectiveEntry(Strict):
     step_penalty: float = Field(0.5, gt=0, description="how much lower a wrong step's tokens' advantage is")
     correction: dict[str, Any] | None = Field(
         None, description="training-inference mismatch correction composed with the objective: {kind: tis|mis|"
-        "icepop|opsm, ...its params} (e.g. {kind: icepop, low: 0.5, high: 5.0}); see `gspo-bench ls`")
+        "icepop|opsm, params: {...}} (e.g. {kind: icepop, params: {low: 0.5, high: 5.0}}; its parameters beside "
+        "kind: are the old spelling); see `gspo-bench ls`")
     set: dict[str, Any] = Field(
         default_factory=dict, description="suite fields this entry's runs alone use, by dotted path under "
         "rollout. or train. (e.g. {rollout.engine_options.router_noise: 0.0}: a noise-free control arm of a "
         "stress suite); its runs start from the same weights and spend the same budget as the other arms'")
 
-    _finite_kwargs = field_validator("kwargs")(classmethod(lambda cls, v: finite_settings(v)))
+    _finite_params = field_validator("params")(classmethod(lambda cls, v: finite_settings(v)))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        """The old spellings of the parameters (`kwargs:`, a correction's beside its kind) as `params:`,
+        each noted (gspo_bench.config.spelling)."""
+        from gspo_bench.config.spelling import respell_entry
+
+        return respell_entry(data)
 
     @field_validator("set")
     @classmethod
@@ -485,15 +496,17 @@ class ObjectiveEntry(Strict):
         finite_settings(v)
         from gspo_bench.objectives.corrections import correction_spec, get_correction, list_corrections
 
-        kind = v.get("kind")
+        kind, params = v.get("kind"), v.get("params", {})
         if kind not in list_corrections():
             raise ValueError(f"correction.kind must be one of {', '.join(list_corrections())}, got {shown(kind)}")
+        if not isinstance(params, dict):
+            raise ValueError(f"correction.params: expected a mapping of {kind}'s parameters, got {shown(params)}")
         valid = correction_spec(kind).params()
-        unknown = sorted(set(v) - {"kind"} - set(valid))
+        unknown = sorted(set(params) - set(valid))
         if unknown:
             raise ValueError(f"correction {kind} has no params {unknown}; valid: {sorted(valid)}")
-        check_settings(get_correction(kind), {k: x for k, x in v.items() if k != "kind"})
-        return v
+        check_settings(get_correction(kind), params)
+        return {"kind": kind, "params": params}
 
     @model_validator(mode="after")
     def _known(self) -> ObjectiveEntry:
@@ -502,7 +515,7 @@ class ObjectiveEntry(Strict):
         valid = list_objectives() + sorted(ALGORITHMS)
         if self.name not in valid:
             raise ValueError(f"unknown objective {shown(self.name)}; expected one of {', '.join(valid)}")
-        check_settings(get_objective(self.objective), self.kwargs, "kwargs")
+        check_settings(get_objective(self.objective), self.params, "params")
         self._check_kwargs_are_settings(objective_spec(self.objective).inputs)
         if self.replay is False and self.replay_from is not None:
             raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
@@ -514,12 +527,12 @@ class ObjectiveEntry(Strict):
         """ValueError for a key of `kwargs` that is passed to the objective otherwise: the clip range
         (the entry's own clip_low / clip_high) or an input of the training loop (Python's words were
         "got multiple values for keyword argument", at the run's first update)."""
-        for key in self.kwargs:
+        for key in self.params:
             if key in ("clip_low", "clip_high"):
-                raise ValueError(f"kwargs.{key}: the clip range is set with the entry's own clip_low / clip_high "
-                                 f"(e.g. {{name: {self.name}, {key}: {shown(self.kwargs[key])}}}), not in kwargs")
+                raise ValueError(f"params.{key}: the clip range is set with the entry's own clip_low / clip_high "
+                                 f"(e.g. {{name: {self.name}, {key}: {shown(self.params[key])}}}), not in params")
             if key in (*LOOP_INPUTS, *inputs):
-                raise ValueError(f"kwargs.{key}: an input the training loop passes to the objective, not a setting")
+                raise ValueError(f"params.{key}: an input the training loop passes to the objective, not a setting")
 
     @property
     def objective(self) -> str:
@@ -550,8 +563,7 @@ class ObjectiveEntry(Strict):
 
         from gspo_bench.objectives.corrections import get_correction
 
-        params = {k: v for k, v in self.correction.items() if k != "kind"}
-        return partial(get_correction(self.correction["kind"]), **params)
+        return partial(get_correction(self.correction["kind"]), **self.correction["params"])
 
     def clip_range(self) -> dict[str, float | None]:
         from gspo_bench.objectives import objective_spec
@@ -640,6 +652,17 @@ class SuiteConfig(Strict):
             from gspo_bench.config.plugins import load_plugins
 
             load_plugins([str(name) for name in data["plugins"]])
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        """The objectives' old spellings of their parameters as `params:`, each noted with its place
+        (gspo_bench.config.spelling; ObjectiveEntry does the same for an entry built alone)."""
+        from gspo_bench.config.spelling import respell_entry
+
+        if isinstance(data, dict) and isinstance(data.get("objectives"), list):
+            data = {**data, "objectives": [respell_entry(e, f"objectives.{i}") for i, e in enumerate(data["objectives"])]}
         return data
 
     @field_validator("name")

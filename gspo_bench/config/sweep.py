@@ -12,7 +12,7 @@ Paths joined by commas move together (zipped, not crossed), each value a list of
 
 Each point is a complete suite, validated like one; compute is matched within a point (a facet).
 Inside the free-form mappings (`FREE_FORM`: rollout.engine_options, task.params, an objective's
-kwargs and correction) a path may name a key the suite does not set yet
+params and its correction's) a path may name a key the suite does not set yet
 (`rollout.engine_options.router_noise: [0.0, 0.3]`); what checks those mappings checks the value.
 """
 
@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from gspo_bench.config.shown import clip, shown
 
 # suite fields holding free-form mappings: a sweep or `--set` may add a key to them
-FREE_FORM = ("rollout.engine_options", "task.params", "objectives.*.kwargs", "objectives.*.correction")
+FREE_FORM = ("rollout.engine_options", "task.params", "objectives.*.params", "objectives.*.correction.params")
 _ABSENT = object()
 
 

@@ -12,7 +12,7 @@
         grpo: {clip_low: [0.1, 0.2, 0.3]}
 
 A space maps an arm's own settings to a range: `clip_low`, `clip_high`, `lr`, `step_penalty` (the
-entry's fields), `kwargs.NAME` (an objective keyword), `correction.NAME` (its correction's), or a
+entry's fields), `params.NAME` (an objective keyword; `kwargs.NAME` read alike), `correction.NAME` (its correction's), or a
 `rollout.`/`train.` path the entry's `set:` may hold. `all` applies to every arm, an arm's own
 space adds to it (and wins on a path both name). Trials are drawn from a scrambled Halton sequence
 seeded with `seed` (one dimension per setting; a list is categorical), so the plan is deterministic
@@ -154,14 +154,15 @@ def with_settings(entry: Any, settings: dict[str, Any]) -> Any:
         head, _, rest = path.partition(".")
         if path in ENTRY_FIELDS:
             data[path] = value
-        elif head == "kwargs" and rest:
-            data["kwargs"] = {**data["kwargs"], rest: value}
+        elif head in ("params", "kwargs") and rest:  # kwargs: the old spelling of params
+            data["params"] = {**data["params"], rest: value}
         elif head == "correction" and rest:
-            data["correction"] = {**(data["correction"] or {}), rest: value}
+            correction = data["correction"] or {}
+            data["correction"] = {**correction, "params": {**correction.get("params", {}), rest: value}}
         elif head in ("rollout", "train") and rest:
             data["set"] = {**data["set"], path: value}
         else:
-            raise ValueError(f"{path}: not a setting a space can tune (one of {', '.join(ENTRY_FIELDS)}, kwargs.NAME, "
+            raise ValueError(f"{path}: not a setting a space can tune (one of {', '.join(ENTRY_FIELDS)}, params.NAME, "
                              "correction.NAME, rollout.PATH, train.PATH)")
     return type(entry).model_validate(data)
 
@@ -296,7 +297,7 @@ def check_space(suite: Any, entry: Any, space: dict[str, Space]) -> None:
         where = f"tuning.spaces ({entry.run_label}).{path}"
         if path in ("clip_low", "clip_high") and path not in takes:
             raise ValueError(f"{where}: objective {entry.objective} takes no {path}")
-        if head == "kwargs" and rest not in spec.params():
+        if head in ("params", "kwargs") and rest not in spec.params():
             raise ValueError(f"{where}: objective {entry.objective} takes no keyword {rest!r}; it takes: "
                              f"{', '.join(sorted(spec.params())) or 'none'}")
         if head == "correction" and entry.correction is None:

@@ -2,10 +2,10 @@
 (the label made one safe folder name by gspo_bench.rundir.names: whatever it holds, the run stays in OUT/<suite>/).
 
     config.yaml       the fully resolved suite config of this run
-    provenance.json   git commit + dirty flag, package versions, python, device, host, start/end
+    provenance.json   git commit + dirty flag, package versions, python, device, host, start/end (records.ProvenanceRecord)
     metrics.parquet   one row per step (REQUIRED_COLUMNS and more)
     layers.parquet    drift, router margins and routing confidence per MoE layer and measured minibatch, per step
-    status.json       {"status": running|done|collapsed|failed, "message", "step", ...}
+    status.json       {"status": running|done|collapsed|failed, "message", "step", ...} (records.StatusRecord)
     checkpoint/       latest model + optimizer + step, for --resume (never committed)
 """
 
@@ -26,7 +26,18 @@ from typing import Any
 
 import pandas as pd
 
-SCHEMA_VERSION = 1
+from gspo_bench.rundir.records import (
+    SCHEMA_VERSION,
+    GitState,
+    ProvenanceRecord,
+    StatusRecord,
+    as_provenance,
+    as_status,
+    status_problem,
+    status_record,
+)
+
+__all__ = ["SCHEMA_VERSION", "ProvenanceRecord", "StatusRecord", "status_problem"]  # (their home: records)
 
 # Every metrics.parquet has these columns, however far its run got (NaN where a step measured
 # nothing, e.g. the drift of a run that collapsed in its first update); runs add sweep/*, count/*,
@@ -51,7 +62,6 @@ GPU_COLUMNS = ("gpu/peak_mem_gib", "perf/mfu")
 # runs side by side, one rank or two)
 TIMING_COLUMNS = ("time/rollout_s", "time/update_s", "time/step_s", "perf/rollout_tokens_per_s",
                   "perf/train_tokens_per_s", "perf/mfu")
-STATUSES = ("running", "done", "collapsed", "failed")
 
 
 def now() -> str:
@@ -126,7 +136,7 @@ def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     _atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
-def git_state(repo: Path) -> dict[str, Any]:
+def git_state(repo: Path) -> GitState:
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10)
@@ -151,7 +161,8 @@ def package_versions(
     return versions
 
 
-def provenance(device: str) -> dict[str, Any]:
+def provenance(device: str) -> ProvenanceRecord:
+    """The record a run's provenance.json starts from: what computed it, where and when."""
     return {
         "schema_version": SCHEMA_VERSION,
         "git": git_state(Path(__file__).resolve().parent.parent),
@@ -183,16 +194,6 @@ def read_json_file(path: Path) -> dict[str, Any] | None:
     raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")
 
 
-def status_problem(body: dict[str, Any]) -> str | None:
-    """What is wrong with status.json's record `body` (None where nothing is): no `status`, or one
-    that is not in STATUSES."""
-    if "status" not in body:
-        return f"no status (one of {', '.join(STATUSES)})"
-    if body["status"] not in STATUSES:
-        return f"unknown status {body['status']!r} (one of {', '.join(STATUSES)})"
-    return None
-
-
 def config_problem(config: Any) -> str | None:
     """What is wrong with a run's config.yaml data (None where nothing is): not a mapping (of `run:`
     and `suite:`), or a `run.seed` that is not an integer."""
@@ -220,18 +221,19 @@ class RunDir:
         self.writable = writable
 
     # ------------------------------------------------------------------ files
-    def read_status(self) -> dict[str, Any] | None:
+    def read_status(self) -> StatusRecord | None:
         """status.json's record (None where there is none); ValueError naming the file where it is
         damaged, holds no status or one not in STATUSES."""
         path = self.path / "status.json"
         body = read_json_file(path)
-        if body is not None:
-            problem = status_problem(body)
-            if problem:
-                raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")
-        return body
+        if body is None:
+            return None
+        try:
+            return as_status(body)
+        except ValueError as err:
+            raise ValueError(f"{path} is damaged ({err}): move the run folder away and run it again") from None
 
-    def status_if_readable(self) -> dict[str, Any]:
+    def status_if_readable(self) -> StatusRecord | dict[str, Any]:
         """status.json's record, or {} where there is none or it is damaged: for reporting a run that
         has already failed (its own error names the damage), where a second error would stop the suite."""
         try:
@@ -239,13 +241,21 @@ class RunDir:
         except ValueError:
             return {}
 
-    def write_status(self, status: str, message: str = "", **extra: Any) -> None:
+    def write_status(self, status: str, message: str = "", *, step: int = 0, **totals: float) -> None:
+        """status.json (`records.status_record`); `totals`: a finished run's cum_flops and cum_tokens."""
         if not self.writable:
             return
-        if status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}")
-        body = {"schema_version": SCHEMA_VERSION, "status": status, "message": message, "updated": now(), **extra}
+        body = status_record(status, message, now(), step, **totals)
         atomic_write_text(self.path / "status.json", json.dumps(body, indent=1))
+
+    def write_provenance(self, record: ProvenanceRecord) -> None:
+        self.write_json("provenance.json", dict(record))
+
+    def read_provenance(self) -> ProvenanceRecord | None:
+        """provenance.json's record (None where there is none); ValueError naming the file where it is
+        not a JSON object."""
+        body = read_json_file(self.path / "provenance.json")
+        return None if body is None else as_provenance(body)
 
     def write_json(self, name: str, body: dict[str, Any]) -> None:
         if not self.writable:

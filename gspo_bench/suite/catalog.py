@@ -30,7 +30,7 @@ def objectives_table() -> Table:
         spec = objective_spec(name)
         extra = ", ".join([f"{k}={v!r}" for k, v in spec.params().items()] + sorted(spec.inputs))
         rows.append((name, spec.advantages, _number(spec.clip_low), _number(spec.clip_high), extra, spec.description))
-    return _table("objectives (other params: objectives[].kwargs; inputs: passed by the loop)",
+    return _table("objectives (other params: objectives[].params; inputs: passed by the loop)",
                   ("name", "advantages", "clip_low", "clip_high", "other params (defaults), inputs", "description"),
                   rows)
 
@@ -55,7 +55,7 @@ def corrections_table() -> Table:
 
     rows = [(name, ", ".join(f"{k}={v!r}" for k, v in correction_spec(name).params().items()),
              correction_spec(name).description) for name in list_corrections()]
-    return _table("corrections (objectives[].correction: {kind: ..., params})", ("kind", "params (defaults)",
+    return _table("corrections (objectives[].correction: {kind: ..., params: {...}})", ("kind", "params (defaults)",
                                                                                    "description"), rows)
 
 

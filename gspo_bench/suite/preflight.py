@@ -240,7 +240,7 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
             if f"objective:{entry.objective}" in kit_checked:
                 continue
             inputs = {name: neutral[name] for name in objective_spec(entry.objective).inputs}
-            get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=advantages, mask=mask, **inputs, **entry.clip_range(), **entry.kwargs)
+            get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=advantages, mask=mask, **inputs, **entry.clip_range(), **entry.params)
         except (TypeError, ValueError) as err:
             problems.append(f"objectives.{i} ({entry.run_label}): {err}")
     return problems
@@ -261,7 +261,7 @@ def _check_plugin_objectives(suite: SuiteConfig) -> list[str]:
             continue
         where = f"objectives.{i} ({entry.run_label})"
         try:
-            findings = check_objective(entry.objective, settings={**entry.clip_range(), **entry.kwargs})
+            findings = check_objective(entry.objective, settings={**entry.clip_range(), **entry.params})
         except Exception as err:  # the user's code: whatever it raises is its problem, named
             problems.append(f"{where}: the loss raised {type(err).__name__}: {err} ({from_plugins[entry.objective]})")
             continue

@@ -185,11 +185,11 @@ def optimizer_layout_change(run: PlannedRun) -> str | None:
 
 def check_suite_folder(suite: SuiteConfig, root: Path, allow_changed: bool = False) -> None:
     """ValueError where ROOT/<name>/suite.yaml records another suite of the same name (different settings:
-    `gspo_bench.train.setup.settings_changes`, as a resume compares a run's config), naming the
+    `gspo_bench.config.changes`, as a resume compares a run's config), naming the
     differences: two suites never share a suite folder, whose runs the report reads as one suite. The
     same suite (resumed, more runs of it) passes; so does another with `allow_changed` (--resume
     --allow-changed: continue the suite with the new settings)."""
-    from gspo_bench.train.setup import settings_changes
+    from gspo_bench.config.changes import settings_changes
 
     path = root / suite.name / "suite.yaml"
     if allow_changed or not path.is_file():

@@ -98,9 +98,9 @@ def check_unstarted_keep_settings(suite: SuiteConfig, root: Path, todo: list[Pla
     suite folder's suite.yaml records: --allow-changed continues started runs (each records its change),
     but a run that never started would train under the new settings beside finished runs under the old
     ones, silently, and the report would then refuse the folder as two suites."""
+    from gspo_bench.config.changes import settings_changes
     from gspo_bench.config.yamlread import read_yaml
     from gspo_bench.rundir.folder import RunDir
-    from gspo_bench.train.setup import settings_changes
 
     path = root / suite.name / "suite.yaml"
     recorded = read_yaml(path.read_text()) if path.is_file() else None

@@ -223,7 +223,7 @@ def evaluate(run: Run, state: RunState) -> None:
 
 def finish(run: Run, state: RunState, status: str, message: str, **extra: Any) -> dict[str, Any]:
     run.provenance["end"] = now()
-    run.out.write_json("provenance.json", run.provenance)
+    run.out.write_provenance(run.provenance)
     run.out.write_status(status, message, step=state.step, **extra)
     if run.tracker is not None:
         run.tracker.close(status)

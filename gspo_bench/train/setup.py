@@ -7,18 +7,20 @@ import json
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import yaml
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
+from gspo_bench.config.changes import settings_changes
 from gspo_bench.config.plugins import load_plugins
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import RolloutEngine, make_engine
 from gspo_bench.rundir.folder import RunDir, config_problem, now, provenance
 from gspo_bench.rundir.lock import RunBusyError, RunLock
+from gspo_bench.rundir.records import ProvenanceRecord, WarmStartRecord
 from gspo_bench.runtime.distributed import World, device_for, shard, world_from_env
 from gspo_bench.runtime.hardware import require_device
 from gspo_bench.runtime.kernels import kernel_state
@@ -62,7 +64,7 @@ class Run:
     task: Task
     objective: Objective
     n_active: int  # active parameters per token (FLOP accounting)
-    provenance: dict
+    provenance: ProvenanceRecord
     evaluator: Evaluator | EngineEvaluator | None
     lock: RunLock | None = None  # this process's hold on the run folder (rank 0)
     prompt_format: PromptFormat = PromptFormat()  # raw prompts, or rendered with the chat template
@@ -101,8 +103,8 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         checkpoint = find_checkpoint(out.path) if resume else None
         weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
         policy, tokenizer, n_active = load_policy(spec, weights, device, world)
-        state, prov = RunState(), provenance(str(device)) | {"overrides": spec.overrides, "kernels": kernel_state(),
-                                                             "suite_sha256": spec.suite_sha256}
+        state, prov = RunState(), provenance(str(device))
+        prov["overrides"], prov["kernels"], prov["suite_sha256"] = spec.overrides, kernel_state(), spec.suite_sha256
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
         prov["warm_start"] = warm_start_record(spec)
@@ -113,7 +115,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         evaluator = make_evaluator(suite, out.path, engine, prompt_format, policy)
         config = resolved_config(spec, lr=policy.trainer().param_groups[0]["lr"])
         out.write_text("config.yaml", config)
-        out.write_json("provenance.json", prov)
+        out.write_provenance(prov)
         out.write_status("running", step=state.step)
         tracker = open_tracker(suite.tracking, out.path, suite.name, yaml.safe_load(config), state.step, world.is_main)
     except BaseException as err:
@@ -121,7 +123,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
             end_unresumed(out, err, resume)
             lock.release()
         raise
-    objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.kwargs)
+    objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.params)
     return Run(spec, out, policy, tokenizer, engine, suite.task.instance(), objective, n_active, prov, evaluator,
                lock, prompt_format, tracker), state
 
@@ -144,14 +146,14 @@ def warm_start_seed(spec: RunSpec) -> int | None:
     return None if spec.suite.model.path is not None else spec.suite.warm_start.seed_for(spec.seed)
 
 
-def warm_start_record(spec: RunSpec) -> dict:
+def warm_start_record(spec: RunSpec) -> WarmStartRecord:
     """The starting weights of the run, for provenance.json (the analysis stratifies by them): the warm
     start's seed, its folder and, from its warmstart.json, its cache key, accuracy and steps."""
     record = {"seed": warm_start_seed(spec), "path": str(spec.init_weights)}
     info = Path(spec.init_weights) / "warmstart.json"
     if info.is_file():
         record |= {k: v for k, v in json.loads(info.read_text()).items() if k in ("key", "accuracy", "steps", "in_band")}
-    return record
+    return cast(WarmStartRecord, record)
 
 
 def end_unresumed(out: RunDir, err: BaseException, resume: bool) -> None:
@@ -175,7 +177,7 @@ def run_prompt_format(suite: SuiteConfig, tokenizer: PreTrainedTokenizerBase) ->
 
 
 def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device: torch.device,
-            allow_changed: bool) -> tuple[RunState, dict]:
+            allow_changed: bool) -> tuple[RunState, ProvenanceRecord]:
     """The loop state and provenance at `checkpoint`, the optimizer restored. A suite edited since the
     run started is refused unless `allow_changed`; then its settings (the lr too, which the restored
     optimizer state would otherwise bring back) apply, and the change is recorded in provenance."""
@@ -188,7 +190,7 @@ def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device
     check_tables(out, scalars["step"], spec.suite.eval.enabled)
     state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
                               out.read_rows("eval.parquet"))
-    prov = out.read_json("provenance.json") or provenance(str(device))
+    prov = out.read_provenance() or provenance(str(device))
     prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes,
                                            "overrides": spec.overrides, "kernels": kernel_state(),
                                            "suite_sha256": spec.suite_sha256})
@@ -278,7 +280,7 @@ def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planne
     entry = spec.entry
     run = {"label": entry.run_label, "algorithm": spec.algorithm or entry.run_label, "objective": entry.objective,
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
-           "seed": spec.seed, "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs, "sweep": spec.sweep,
+           "seed": spec.seed, "lr": lr, **entry.clip_range(), "params": entry.params, "sweep": spec.sweep,
            "correction": entry.correction, "set": entry.set, "overrides": spec.overrides,
            **({"plugins": code_hashes(spec.suite)} if code_hashes(spec.suite) else {})}
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
@@ -296,24 +298,10 @@ def code_hashes(suite: SuiteConfig) -> dict[str, str]:
     return found
 
 
-# fields of config.yaml that do not change what a run computes (nor do suite.tracking.*; run.overrides.*
-# records how suite fields were set: the fields themselves are compared)
-_NOT_COMPARED = ("suite.description", "suite.output_dir")
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """{dotted key: leaf} of nested mappings, and of lists that hold mappings or lists (the objectives:
-    `suite.objectives.0.name`); a list of plain values (seeds) is one leaf."""
-    if isinstance(data, dict):
-        return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
-    if isinstance(data, list) and any(isinstance(x, dict | list) for x in data):
-        return {k: v for i, value in enumerate(data) for k, v in _flatten(value, f"{prefix}{i}.").items()}
-    return {prefix[:-1]: data}
-
-
 def config_changes(run_dir: Path, spec: Any) -> list[str]:  # spec: as resolved_config's
-    """"field: recorded -> now" for every field where the run's recorded config.yaml and the config
-    it would resolve to now differ ([] for a run that recorded none)."""
+    """"field: recorded -> now" for every setting that changes the run's results where its recorded
+    config.yaml and the config it would resolve to now differ (`gspo_bench.config.changes`: the rule
+    the report groups suites by); [] for a run that recorded none."""
     recorded = read_run_config(Path(run_dir))
     if recorded is None:
         return []
@@ -340,42 +328,3 @@ def read_run_config(run_dir: Path) -> dict | None:
         if problem is None:
             return config or {}
     raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")
-
-
-def settings_changes(recorded: dict, now: dict) -> list[str]:
-    """"field: recorded -> now" for every flattened field where two configs as config.yaml holds them
-    (`run:` and `suite:` sections) differ, less the fields that do not change what a run computes; a
-    field added to the config after `recorded` was written is no change where it holds its default."""
-    old, new = _flatten(recorded), _flatten(now)
-    keys = sorted(k for k in set(old) | set(new)
-                  if k not in _NOT_COMPARED and not k.startswith(("suite.tracking.", "run.overrides")))
-    # a field added to the config after the run started is no change where it holds its default
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
-            if old.get(k) != new.get(k) and not (k not in old and new.get(k) == suite_field_default(k))]
-
-
-_NO_DEFAULT = object()
-
-
-def suite_field_default(key: str) -> Any:
-    """The default of suite field `key` ("suite.model.router_scale"), or a sentinel equal to nothing
-    where the key is no suite field or has no plain default."""
-    from pydantic import BaseModel
-
-    from gspo_bench.config import SuiteConfig
-
-    parts = key.split(".")
-    if parts[0] != "suite":
-        return _NO_DEFAULT
-    model: type[BaseModel] = SuiteConfig
-    for i, name in enumerate(parts[1:], start=1):
-        field = model.model_fields.get(name)
-        if field is None:
-            return _NO_DEFAULT
-        if i == len(parts) - 1:
-            return _NO_DEFAULT if field.is_required() or field.default_factory is not None else field.default
-        annotation = field.annotation
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return _NO_DEFAULT
-        model = annotation
-    return _NO_DEFAULT

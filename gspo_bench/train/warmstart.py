@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -91,44 +91,117 @@ def finetune(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: T
     If an evaluation jumps over the band, the weights of the evaluation nearest to the band are kept.
     Raises WarmStartError if the band is not reached within `max_steps`. With `params.steps`: exactly
     that many steps, evaluated every `eval_every` and at the end, and no stopping rule (`in_band` says
-    where the accuracy reached lies).
+    where the accuracy reached lies). Both are one loop (`sft_loop`), told when to stop by the rule.
     """
-    if params.steps is not None:
-        return _finetune_steps(model, tokenizer, task, params, params.steps, on_eval)
-    low, high = params.band
+    rule: StoppingRule = FixedSteps(params, params.steps) if params.steps is not None else BandStop(params)
+    return sft_loop(model, tokenizer, task, params, rule, on_eval)
+
+
+class StoppingRule(Protocol):
+    """When `sft_loop` evaluates and stops: `last_step` bounds it; `evaluates(step)` says whether it
+    samples the test accuracy before step `step`'s update; `stop` gives the result to end with after an
+    evaluation (None: go on), and may restore earlier weights; `exhausted` ends a loop `stop` never
+    ended."""
+
+    @property
+    def last_step(self) -> int: ...
+
+    def evaluates(self, step: int) -> bool: ...
+
+    def stop(self, model: torch.nn.Module, step: int, accuracy: float,
+             history: list[tuple[int, float]]) -> dict[str, Any] | None: ...
+
+    def exhausted(self, history: list[tuple[int, float]]) -> dict[str, Any]: ...
+
+
+def sft_loop(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: Task, params: WarmStartParams,
+             rule: StoppingRule, on_eval: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+    """The warm start's one training loop: SFT steps 0..`rule.last_step` - 1, the test accuracy sampled
+    where `rule` evaluates (seeded by the step, so an evaluation draws nothing from the training's
+    examples), ended by `rule`."""
     device = require_device(params.device, "warm_start.device")
     model.to(device)
     rng = random.Random(params.seed)
     test = task.test_examples(params.eval_examples)
     optimizer = sft_optimizer(model, params, device)
     history: list[tuple[int, float]] = []
-    previous_state: dict[str, torch.Tensor] | None = None
-    previous_acc: float | None = None
-
-    def distance(acc: float) -> float:
-        return 0.0 if low <= acc <= high else min(abs(acc - low), abs(acc - high))
-
-    for step in range(params.max_steps + 1):
-        if step % params.eval_every == 0:
+    for step in range(rule.last_step + 1):
+        if rule.evaluates(step):
             acc = sampled_accuracy(model, tokenizer, task, test, params, seed=params.seed + step)
             history.append((step, acc))
             if on_eval is not None:
                 on_eval(step, acc)
-            if acc >= low:
-                if (acc > high and previous_state is not None and previous_acc is not None
-                        and distance(previous_acc) < distance(acc)):
-                    model.load_state_dict(previous_state)
-                    acc = previous_acc
-                return {"steps": step, "accuracy": acc, "history": history, "in_band": low <= acc <= high}
-            previous_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            previous_acc = acc
-        if step == params.max_steps:
-            break
-        sft_step(model, tokenizer, task, params, rng, optimizer, device)
-    raise WarmStartError(
-        f"warm start did not reach test accuracy {low:.2f} in {params.max_steps} steps "
-        f"(history: {history[-5:]}); raise warm_start.max_steps or lr, or make the task easier"
-    )
+            result = rule.stop(model, step, acc, history)
+            if result is not None:
+                return result
+        if step < rule.last_step:
+            sft_step(model, tokenizer, task, params, rng, optimizer, device)
+    return rule.exhausted(history)
+
+
+def _result(steps: int, accuracy: float, history: list[tuple[int, float]], band: tuple[float, float]) -> dict[str, Any]:
+    """What finetune returns (warmstart.json's fields, in this order: the file's bytes are checksummed)."""
+    return {"steps": steps, "accuracy": accuracy, "history": history, "in_band": band[0] <= accuracy <= band[1]}
+
+
+@dataclass
+class BandStop:
+    """Stop at the first evaluation at or above the band's low end, every `eval_every` steps up to
+    `max_steps`; one that jumps over the band keeps the previous evaluation's weights where those were
+    nearer the band; WarmStartError where no evaluation reached it."""
+
+    params: WarmStartParams
+    previous: tuple[float, dict[str, torch.Tensor]] | None = None  # the last evaluation's accuracy, weights
+
+    @property
+    def last_step(self) -> int:
+        return self.params.max_steps
+
+    def evaluates(self, step: int) -> bool:
+        return step % self.params.eval_every == 0
+
+    def distance(self, accuracy: float) -> float:
+        low, high = self.params.band
+        return 0.0 if low <= accuracy <= high else min(abs(accuracy - low), abs(accuracy - high))
+
+    def stop(self, model: torch.nn.Module, step: int, accuracy: float,
+             history: list[tuple[int, float]]) -> dict[str, Any] | None:
+        if accuracy >= self.params.band[0]:
+            if (accuracy > self.params.band[1] and self.previous is not None
+                    and self.distance(self.previous[0]) < self.distance(accuracy)):
+                model.load_state_dict(self.previous[1])
+                accuracy = self.previous[0]
+            return _result(step, accuracy, history, self.params.band)
+        self.previous = (accuracy, {k: v.detach().clone() for k, v in model.state_dict().items()})
+        return None
+
+    def exhausted(self, history: list[tuple[int, float]]) -> dict[str, Any]:
+        raise WarmStartError(
+            f"warm start did not reach test accuracy {self.params.band[0]:.2f} in {self.params.max_steps} steps "
+            f"(history: {history[-5:]}); raise warm_start.max_steps or lr, or make the task easier"
+        )
+
+
+@dataclass
+class FixedSteps:
+    """Exactly `params.steps` steps, evaluated every `eval_every` and at the end; no stop on the band."""
+
+    params: WarmStartParams
+    steps: int
+
+    @property
+    def last_step(self) -> int:
+        return self.steps
+
+    def evaluates(self, step: int) -> bool:
+        return step % self.params.eval_every == 0 or step == self.last_step
+
+    def stop(self, model: torch.nn.Module, step: int, accuracy: float,
+             history: list[tuple[int, float]]) -> dict[str, Any] | None:
+        return None
+
+    def exhausted(self, history: list[tuple[int, float]]) -> dict[str, Any]:
+        return _result(self.last_step, history[-1][1], history, self.params.band)
 
 
 def sft_optimizer(model: torch.nn.Module, params: WarmStartParams, device: torch.device) -> torch.optim.Optimizer:
@@ -150,27 +223,6 @@ def sft_step(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: T
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-
-
-def _finetune_steps(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: Task, params: WarmStartParams,
-                    steps: int, on_eval: Callable[[int, float], None] | None) -> dict[str, Any]:
-    """Exactly `steps` SFT steps (finetune's fixed-count rule), evaluated every `eval_every` and at the end."""
-    device = require_device(params.device, "warm_start.device")
-    model.to(device)
-    rng = random.Random(params.seed)
-    test = task.test_examples(params.eval_examples)
-    optimizer = sft_optimizer(model, params, device)
-    history: list[tuple[int, float]] = []
-    for step in range(steps + 1):
-        if step % params.eval_every == 0 or step == steps:
-            acc = sampled_accuracy(model, tokenizer, task, test, params, seed=params.seed + step)
-            history.append((step, acc))
-            if on_eval is not None:
-                on_eval(step, acc)
-        if step < steps:
-            sft_step(model, tokenizer, task, params, rng, optimizer, device)
-    low, high = params.band
-    return {"steps": steps, "accuracy": history[-1][1], "history": history, "in_band": low <= history[-1][1] <= high}
 
 
 def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrainedTokenizerBase, task: Task,

@@ -291,8 +291,8 @@ def test_a_suite_with_fewer_responses_than_minibatches_is_refused():
 def test_a_run_with_its_own_router_lr_resumes_as_if_uninterrupted(tmp_path):
     """End to end, with an objective entry's lr: the router group survives the checkpoint and a resume
     sets its lr (entry lr x router_lr_scale) again; the logged lr is the main group's."""
-    from test_harness import assert_same_metrics, metrics, run_interrupted, run_suite
-    from test_harness import tiny_suite as harness_suite
+    from tests.helpers.runs import assert_same_metrics, metrics, run_interrupted, run_suite
+    from tests.helpers.runs import tiny_suite as harness_suite
 
     data = harness_suite(tmp_path / "cache", budget={"kind": "steps", "value": 4}, train={"router_lr_scale": 3.0},
                          objectives=[{"name": "grpo", "lr": 2e-3}])

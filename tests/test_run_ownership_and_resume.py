@@ -22,9 +22,7 @@ from gspo_bench.config import SuiteError, parse_suite
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.rundir.lock import RunBusyError, RunLock, check_free
 from gspo_bench.suite.preflight import check_runnable
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import metrics, run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import metrics, run_suite, tiny_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,7 +154,7 @@ def test_a_run_that_collapses_in_its_first_step_has_every_column_and_is_reported
 
 
 # ------------------------------------------------------------------ 4, 5, 9. validate catches what run would
-# (every refusal of a suite goes through validate and run alike: tests/test_reliability_refusals.py)
+# (every refusal of a suite goes through validate and run alike: tests/test_validate_refusals.py)
 
 @pytest.mark.parametrize("content, match", [(None, "no file"), ("", "no records"), ("{not json\n", "not valid JSON")])
 def test_a_missing_empty_or_broken_jsonl_file_is_refused_by_validate(tmp_path, content, match):

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +23,7 @@ from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.precision import Precision
 from gspo_bench.train.update import UpdateSettings, update_minibatch, update_policy
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_moe_rl_objectives import tiny_spread_rollout  # noqa: E402
+from tests.helpers.rollouts import tiny_spread_rollout
 
 GRPO = partial(get_objective("grpo"), clip_low=0.2, clip_high=0.27)
 

@@ -27,24 +27,14 @@ from analysis.data.suites import suite_differences, suite_settings
 from gspo_bench.config import SuiteConfig, dump_config, load_suite
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, RunDir
 from gspo_bench.rundir.names import MAX_NAME, folder_name, is_folder_name, run_folder_name
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import tiny_suite  # noqa: E402
+from tests.helpers.cli import one_line_error, write_suite
+from tests.helpers.runs import tiny_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_suite(path: Path, data: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
-def one_line_error(result, code: int = 2) -> str:
-    assert result.exit_code == code, result.output
-    text = result.output.strip()
-    assert "Traceback" not in text and text.startswith("error:") and "\n" not in text, text
-    return text
 
 
 def every_path(root: Path) -> list[Path]:
@@ -241,7 +231,7 @@ def test_the_committed_baseline_is_the_ci_suite():
     assert suite_differences(current, load_results(ROOT / "results" / "ci-baseline").runs) == []
 
 
-# ------------------------------------------------------------------ 8. an empty split, a dead worker (NaN/inf: tests/test_reliability_refusals.py)
+# ------------------------------------------------------------------ 8. an empty split, a dead worker (NaN/inf: tests/test_validate_refusals.py)
 
 def test_an_empty_test_split_of_an_hf_dataset_is_named(tmp_path, cli):
     data = tmp_path / "arith"

@@ -4,7 +4,6 @@ responses, a bf16 rollout against fp32 training, and step-level credit (GSPO-tok
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,7 @@ from gspo_bench.tasks import Example
 from gspo_bench.tasks.countdown import step_verdicts
 from gspo_bench.train.credit import step_advantages
 from gspo_bench.train.measurements import RatioByRouting, to_host
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import metrics, run_suite, signal_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import metrics, run_suite, signal_suite, tiny_suite
 
 # ---------------------------------------------------------------------------------------- ratios by routing
 

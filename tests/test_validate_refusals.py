@@ -17,10 +17,8 @@ import yaml
 
 from gspo_bench.config import SuiteError, load_suite, parse_overrides, parse_suite
 from gspo_bench.rundir.names import MAX_NAME
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import tiny_suite  # noqa: E402
-from test_reliability_inputs import one_line_error  # noqa: E402
+from tests.helpers.cli import one_line_error
+from tests.helpers.runs import tiny_suite
 
 
 def bomb(levels: int = 9, width: int = 10) -> dict:
@@ -50,7 +48,7 @@ def case(changes: dict, sets: list[str], fragment: str, *marks, id: str):  # noq
     return pytest.param(changes, sets, fragment, marks=marks, id=id)
 
 
-# (changes to test_harness.tiny_suite, --set items, what the one error line says)
+# (changes to tests.helpers.runs.tiny_suite, --set items, what the one error line says)
 REFUSALS = [
     # ---------------------------------------------------------------- the checks of the file, after --set
     case(TWO, ["objectives.1.label=grpo"], "objectives.0 (grpo) and objectives.1 (grpo) give the same run label",
@@ -76,7 +74,7 @@ REFUSALS = [
          id="bool-field-added-later"),
     case({}, ["rollout.kv_cache_gib=yes"], "rollout.kv_cache_gib: expected a number, got a boolean",
          id="bool-float-field-added-later"),
-    case({"objectives": [{"name": "dppo_binary_tv", "kwargs": {"delta": True}}]}, [], "objectives.0: kwargs: expected "
+    case({"objectives": [{"name": "dppo_binary_tv", "kwargs": {"delta": True}}]}, [], "objectives.0: params: expected "
          "a number, got a boolean at delta", id="bool-kwargs"),
     case({"objectives": [{"name": "grpo", "correction": {"kind": "opsm", "delta": True}}]}, [],
          "objectives.0.correction: expected a number, got a boolean at delta", id="bool-correction"),
@@ -161,14 +159,14 @@ REFUSALS = [
     case({"objectives": [{"name": "grpo"}, {"name": "gspo", "label": "GRPO"}]}, [], "objectives.0 (grpo) and "
          "objectives.1 (GRPO)", id="label-case"),
     case({"objectives": [{"name": "grpo", "correction": {"kind": "opsm", "delta": math.nan}}]}, [],
-         "objectives.0.correction: delta = nan", id="nan-correction"),
+         "objectives.0.correction: params.delta = nan", id="nan-correction"),
     case({"budget": {"kind": "steps", "value": math.inf}}, [], "budget.value: Input should be a finite number",
          id="inf-budget"),
     case({"train": {"lr": math.nan}}, [], "train.lr: Input should be a finite number", id="nan-lr"),
     case({"train": {"betas": [0.9, math.inf]}}, [], "train.betas.1: Input should be a finite number", id="inf-betas"),
     case({"warm_start": {"band": [math.nan, 0.5]}}, [], "warm_start.band.0: Input should be a finite number",
          id="nan-band"),
-    case({"objectives": [{"name": "dppo_binary_tv", "kwargs": {"delta": -math.inf}}]}, [], "kwargs: delta = -inf",
+    case({"objectives": [{"name": "dppo_binary_tv", "kwargs": {"delta": -math.inf}}]}, [], "params: delta = -inf",
          id="inf-kwargs"),
     case({"sweep": {"train.grad_clip": [1.0, math.inf]}}, [], "train.grad_clip: Input should be a finite number",
          id="inf-sweep"),
@@ -212,7 +210,7 @@ def test_yaml_exponents_and_ints_stay_numbers_and_booleans_stay_booleans(tmp_pat
     assert suite.train.grad_clip == 2.0 and isinstance(suite.train.grad_clip, float)
     assert suite.model.aux_loss is True and suite.train.weight_decay == 0.01
     # free-form settings are not converted by the schema: YAML itself reads 1e-1 as the number
-    assert suite.objectives[0].kwargs == {"delta": 0.1} and suite.rollout.engine_options == {"router_noise": 0.2}
+    assert suite.objectives[0].params == {"delta": 0.1} and suite.rollout.engine_options == {"router_noise": 0.2}
 
 
 def test_a_boolean_is_refused_wherever_a_number_is_expected_in_any_section(tmp_path):

@@ -21,10 +21,9 @@ from typer.testing import CliRunner
 from gspo_bench.cli import app
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.rundir.lock import check_free
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import signal_suite  # noqa: E402
-from test_launch import TIME_COLUMNS  # noqa: E402
+from tests.helpers.interrupts import interrupted, quick_suite
+from tests.helpers.launch import TIME_COLUMNS
+from tests.helpers.runs import signal_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("grpo_rr-s0", "gspo-s0", "grpo_rr-s1", "gspo-s1")  # with --parallel 2: two run, two wait
@@ -325,9 +324,6 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("warmstart-cache")
 
 
-def quick_suite(cache: Path, **changes) -> dict:
-    """One gspo run of 3 steps whose weights change (rewards that differ within groups)."""
-    return signal_suite(cache, steps=3, objectives=[{"name": "gspo"}], **changes)
 
 
 def cache_entry(cache: Path) -> Path:
@@ -364,25 +360,6 @@ def test_a_damaged_warm_start_cache_is_named_removed_and_rebuilt(tmp_path, also_
     assert not any("rebuilt" in m for m in said) and any("reused" in m for m in said)
 
 
-def interrupted(cache: Path, out: Path, at_step: int = 2, **changes) -> tuple[dict, Path]:
-    """A 3-step run (`quick_suite` with `changes`) stopped after its step-`at_step` row, before that
-    step's checkpoint: its checkpoint is the step before's; status.json as a kill -9 would leave it
-    (running)."""
-    from test_harness import run_suite
-
-    data = quick_suite(cache, **changes)
-
-    def stop(row):
-        if row["step"] == at_step:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_suite(data, out, on_step=stop)
-    run_dir = out / "tiny" / "gspo-s0"
-    RunDir(run_dir).write_status("running", step=at_step)
-    rows = RunDir(run_dir).read_rows("metrics.parquet")
-    assert any(row["grad/norm"] > 0 for row in rows), rows  # the weights change: a resume from a wrong state shows
-    return data, run_dir
 
 
 def test_a_damaged_checkpoint_fails_the_resume_in_one_line_and_the_status_ends_failed(tmp_path, cache):
@@ -403,7 +380,7 @@ def test_a_damaged_checkpoint_fails_the_resume_in_one_line_and_the_status_ends_f
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_a_crash_left_before_it(tmp_path, cache):
     import shutil
 
-    from test_harness import assert_same_metrics, metrics, run_suite
+    from tests.helpers.runs import assert_same_metrics, metrics, run_suite
 
     data, run_dir = interrupted(cache, tmp_path / "out")
     run_suite(data, tmp_path / "whole")

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments" / "stress_pilot"))
+from gspo_bench.tasks import Example, make_task
+from tests.helpers.scripts import script
 
-from chain_baseline import allowed_ops, expected_reward, sample_response  # noqa: E402
-
-from gspo_bench.tasks import Example, make_task  # noqa: E402
+allowed_ops, expected_reward, sample_response = (getattr(script("stress_pilot/chain_baseline.py"), name) for name in
+                                                 ("allowed_ops", "expected_reward", "sample_response"))
 
 
 def chain_example(start: int, ops: list[tuple[str, int]]) -> Example:
@@ -70,7 +69,8 @@ def fake_run(root: Path, name: str, seed: int, rewards: list[float], evals: list
 
 
 def test_the_pilot_table_reads_start_end_slope_evals_and_times_of_each_run(tmp_path):
-    from table import runs_table, settings_table
+    table = script("stress_pilot/table.py")
+    runs_table, settings_table = table.runs_table, table.settings_table
 
     ramp = [0.1 + 0.01 * s for s in range(1, 13)]  # 12 steps: slope 1.0 per 100 steps
     fake_run(tmp_path / "a", "grpo-s0", 0, ramp, [(0, 0.30), (12, 0.42)], [1.0, 2.0, 3.0] * 4, {"train.lr": 0.001})
@@ -108,7 +108,8 @@ def test_the_pilot_table_reads_start_end_slope_evals_and_times_of_each_run(tmp_p
 
 def test_warm_start_curves_append_one_row_per_evaluation_under_one_header(tmp_path):
     import pandas as pd
-    from warm_start import append_rows, curve_rows
+    warm_start = script("stress_pilot/warm_start.py")
+    append_rows, curve_rows = warm_start.append_rows, warm_start.curve_rows
 
     path = tmp_path / "curves.csv"
     append_rows(path, curve_rows("a", 0, [(0, 0.0, 20.04, 19.96), (100, 0.12345, 460.0, 150.0)], "x=1"))
@@ -123,8 +124,8 @@ def test_warm_start_curves_append_one_row_per_evaluation_under_one_header(tmp_pa
 def test_the_stress_reading_tests_each_runs_held_out_rise_as_the_gate_does_and_counts_the_seeds_per_arm():
     import pandas as pd
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-    from stress_reading import arm_summary, held_out
+    reading = script("stress_reading.py")
+    arm_summary, held_out = reading.arm_summary, reading.held_out
 
     # seed 0 rises 0.10 at se 0.02 each (z 3.54, p 0.0002); seed 1 rises 0.02 (z 0.707, p 0.240)
     evals = pd.DataFrame({"label": ["a"] * 4, "seed": [0, 0, 1, 1], "step": [20, 0, 0, 20],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import glob
 import struct
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -25,9 +24,8 @@ from gspo_bench.train.evaluation import Evaluator
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.warmstart import sft_batch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import run_suite, tiny_suite  # noqa: E402
+from tests.helpers.runs import run_suite, tiny_suite
+from tests.helpers.scripts import script
 
 CHAT = PromptFormat(chat=True, system_prompt="be brief")
 
@@ -253,8 +251,7 @@ def test_a_suite_on_a_local_dataset_with_chat_template_logs_every_step_to_tensor
     assert len(prompts) == 4 + 3 * 2  # warm start checks accuracy on the 4 test records, then 3 steps of 2 prompts
     assert all(tokenizer.decode(p, skip_special_tokens=True).startswith("<system>be brief<user>") for p in prompts)
     # experiments/read_tensorboard.py reads the same events back beside metrics.parquet
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-    from read_tensorboard import read
+    read = script("read_tensorboard.py").read
 
     read(run, ["reward/mean", "eval/gspo_hf_dataset"])
     printed = capsys.readouterr().out

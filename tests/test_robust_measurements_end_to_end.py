@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +15,8 @@ import pytest
 import yaml
 
 import gspo_bench.train.loop
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import metrics, run_suite  # noqa: E402
-from test_harness import signal_suite as suite  # noqa: E402
+from tests.helpers.runs import metrics, run_suite
+from tests.helpers.runs import signal_suite as suite
 
 NOISE = 1.0  # router noise of the engine: on the tiny MoE it reroutes a large share of (token, layer) pairs
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,9 @@ import torch
 import yaml
 
 from gspo_bench.rundir.folder import RunDir
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import assert_same_metrics, metrics, run_suite  # noqa: E402
-from test_reliability_inputs import one_line_error  # noqa: E402
-from test_reliability_process import interrupted, quick_suite  # noqa: E402
+from tests.helpers.cli import one_line_error
+from tests.helpers.interrupts import interrupted, quick_suite
+from tests.helpers.runs import assert_same_metrics, metrics, run_suite
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +201,8 @@ def test_a_damaged_status_json_is_named(tmp_path, cache, cli, content):
 def test_run_names_a_damaged_run_file_before_any_compute(tmp_path, cli, name, content, why):
     """`run --resume` over a run folder whose status.json or config.yaml is damaged: one line naming the
     file, before the warm start (no cache made)."""
-    from test_harness import tiny_suite
-    from test_reliability_inputs import write_suite
+    from tests.helpers.cli import write_suite
+    from tests.helpers.runs import tiny_suite
 
     suite = write_suite(tmp_path / "s.yaml", tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo"}]))
     run = RunDir(tmp_path / "out" / "tiny" / "grpo-s0")
@@ -219,11 +216,10 @@ def test_run_names_a_damaged_run_file_before_any_compute(tmp_path, cli, name, co
 def test_a_resume_without_config_yaml_is_refused_unless_allow_changed(tmp_path, cli):
     """A stopped run whose config.yaml was deleted: the edit check of --resume has nothing to compare with,
     so the resume is refused (naming the file) before any compute; --allow-changed takes the risk."""
-    from test_harness import tiny_suite
-    from test_reliability_inputs import write_suite
-
     from gspo_bench.config import parse_suite
     from gspo_bench.suite.runner import check_outputs, plan_runs
+    from tests.helpers.cli import write_suite
+    from tests.helpers.runs import tiny_suite
 
     data = tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo"}])
     runs = plan_runs(parse_suite(data), tmp_path / "out")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote
@@ -18,10 +17,8 @@ from analysis.data.suites import MixedSuitesError
 from analysis.evidence.gather import gather
 from analysis.report.writer import write_report
 from gspo_bench.rundir.folder import RunDir
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_analysis import make_run  # noqa: E402
-from test_report_html import synth  # noqa: E402
+from tests.helpers.reports import synth
+from tests.helpers.results import make_run
 
 
 def answer_of(md: str) -> str:

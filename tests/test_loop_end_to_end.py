@@ -15,13 +15,19 @@ from typer.testing import CliRunner
 
 from gspo_bench.cli import app
 from gspo_bench.config import parse_suite
-from gspo_bench.rundir.folder import GPU_COLUMNS, REQUIRED_COLUMNS, TIMING_COLUMNS, RunDir
+from gspo_bench.rundir.folder import GPU_COLUMNS, REQUIRED_COLUMNS, RunDir
 from gspo_bench.runtime.kernels import torch_threads
 from gspo_bench.suite.runner import plan_runs, starting_weights, weights_key
-from gspo_bench.train.loop import RunSpec, train_run
+from tests.helpers.runs import (
+    assert_same_metrics,
+    metrics,
+    register_shifted_engine,
+    run_interrupted,
+    run_suite,
+    tiny_suite,
+)
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
-TIME_COLUMNS = set(TIMING_COLUMNS)
 
 
 @pytest.fixture(scope="module")
@@ -30,63 +36,16 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("warmstart-cache")
 
 
-def tiny_suite(cache: Path, **changes) -> dict:
-    suite = {
-        "name": "tiny",
-        "model": {"num_layers": 2, "hidden_size": 32, "expert_hidden": 32, "num_experts": 4, "top_k": 2},
-        "task": {"name": "sort", "params": {"max_len": 3}},
-        # a short warm start so that rewards (and so gradients) are not all zero
-        "warm_start": {"cache_dir": str(cache), "band": [0.1, 1.0], "eval_every": 20, "eval_examples": 32},
-        "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8},
-        "train": {"lr": 1e-3, "minibatches": 2, "threads": 1},
-        "budget": {"kind": "steps", "value": 3},
-        "objectives": [{"name": "grpo"}, {"name": "grpo_rr"}, {"name": "gspo"}],
-    }
-    for key, value in changes.items():
-        suite[key] = {**suite[key], **value} if isinstance(value, dict) and key in suite else value
-    return suite
 
 
-def signal_suite(cache: Path, steps: int = 1, **changes) -> dict:
-    """`tiny_suite`, warm-started further and with 16 responses a step, so that every step has rewards
-    that differ within groups (non-zero advantages: every update is a real one)."""
-    base = tiny_suite(cache, warm_start={"band": [0.4, 0.9]}, rollout={"prompts_per_step": 4},
-                      budget={"kind": "steps", "value": steps})
-    for key, value in changes.items():
-        base[key] = {**base[key], **value} if isinstance(value, dict) and key in base else value
-    return base
 
 
-def run_suite(data: dict, out: Path, resume: bool = False, on_step=None) -> dict[str, dict]:
-    suite = parse_suite(data)
-    statuses = {}
-    for planned in plan_runs(suite, out):
-        weights = starting_weights(planned.suite, suite.seeds[0], log=lambda m: None)  # cached after the first
-        spec = RunSpec(suite=planned.suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
-                       init_weights=weights, sweep=planned.sweep, algorithm=planned.algorithm)
-        statuses[planned.name] = train_run(spec, resume=resume, on_step=on_step)
-    return statuses
 
 
-def run_interrupted(data: dict, out: Path, at_step: int) -> None:
-    """Run `data` into `out`, interrupted (KeyboardInterrupt) after step `at_step`'s row is written,
-    before its checkpoint."""
-
-    def interrupt(row):
-        if row["step"] == at_step:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_suite(data, out, on_step=interrupt)
 
 
-def metrics(out: Path, suite: str, run: str) -> pd.DataFrame:
-    return pd.read_parquet(out / suite / run / "metrics.parquet")
 
 
-def assert_same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> None:
-    cols = [c for c in a.columns if c not in TIME_COLUMNS]
-    pd.testing.assert_frame_equal(a[cols].reset_index(drop=True), b[cols].reset_index(drop=True))
 
 
 @pytest.mark.slow
@@ -265,34 +224,8 @@ def test_measurements_off_changes_no_training_result(tmp_path, cache):
             assert off[col].tolist() == on[col].tolist(), col
 
 
-class _ShiftedRoutingEngine:
-    """The hf engine, but it reports every generated token as routed to the next expert (mod E):
-    a rollout engine whose routing disagrees with the trainer's, as a different kernel would."""
-
-    name = "shifted_routing"
-    returns_routing = True
-
-    def __init__(self, pad_id, eos_id, **_):
-        from gspo_bench.rollout.hf import HFEngine
-
-        self.inner = HFEngine(pad_id=pad_id, eos_id=eos_id)
-
-    def sync_weights(self, model):
-        return None
-
-    def generate(self, model, prompts, params):
-        import dataclasses
-
-        rollout = self.inner.generate(model, prompts, params)
-        n_experts = model.config.num_experts
-        return dataclasses.replace(rollout, routing=(rollout.routing + 1) % n_experts)
 
 
-def _register_shifted_engine():
-    from gspo_bench.rollout import list_engines, register_engine
-
-    if "shifted_routing" not in list_engines():
-        register_engine("shifted_routing")(_ShiftedRoutingEngine)
 
 
 def test_r3_with_one_minibatch_equals_grpo_and_reports_no_rollout_gap(tmp_path, cache):
@@ -313,7 +246,7 @@ def test_r3_replays_the_rollout_engines_routing(tmp_path, cache):
     """With an engine whose routing disagrees with the trainer's, the gap is measured (every
     token-layer pair differs) and R3's training forwards use the engine's experts: its pi_old
     differs from the trainer's own (GRPO's), while GRPO + RR replays the trainer's routing."""
-    _register_shifted_engine()
+    register_shifted_engine()
     data = tiny_suite(cache, rollout={"engine": "shifted_routing"}, train={"minibatches": 1},
                       budget={"kind": "steps", "value": 1},
                       objectives=[{"name": "grpo"}, {"name": "grpo_rr"}, {"name": "grpo_r3"}])
