@@ -45,3 +45,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     line = _order_line(config)
     if line:  # again at the end, beside the failures it explains
         terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="module")
+def setting():
+    """A tiny MoE moved off its old policy and a batch of uneven prompts and responses
+    (tests.helpers.micro_batches): the micro-batch exactness tests' shared case."""
+    from tests.helpers.micro_batches import moved_setting
+
+    return moved_setting()

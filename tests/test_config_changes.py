@@ -40,7 +40,7 @@ EDITS = {
     "learning rate": ("train.lr", 2e-3, True),
     "warm-start seeds": ("warm_start.seeds", [0, 1], True),
     "a task param": ("task.params.max_len", 4, True),
-    "an objective's params": ("objectives.1.params", {"clip_low": 0.1}, True),
+    "an objective's params": ("objectives.0.params", {"dual_clip": 3.0}, True),
 }
 
 

@@ -6,15 +6,10 @@ seed 1's last loss -0.0064 micro-batched against -0.0109 plain). Ties go to the 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
 from gspo_bench.objectives.cov import kl_cov_loss
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_micro_batches import assert_same_update, setting  # noqa: E402, F401
+from tests.helpers.micro_batches import assert_same_update
 
 
 def penalised(logp: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> list[int]:

@@ -7,7 +7,6 @@ end of `gspo-bench run` on the console."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,11 +25,9 @@ from analysis.report.plain_answer import (
     words,
 )
 from analysis.stats.library import seeds_needed
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_analysis import make_run  # noqa: E402
-from test_report_primary import SIX_ARMS, evidence_of, suite_folder  # noqa: E402
-from test_stability import FALLING, swept_run  # noqa: E402
+from tests.helpers.primary import SIX_ARMS, evidence_of, suite_folder
+from tests.helpers.results import make_run
+from tests.helpers.stability import FALLING, swept_run
 
 # 20 steps: the gate's start window is steps 1-10 (mean 0.3), its end window steps 16-20 (mean 0.32): the mean
 # goes up, and Welch's one-sided test of it does not pass (the steps swing by 0.4)

@@ -5,7 +5,6 @@ nothing written; an edited plugin refuses a resume; provenance records each plug
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -19,9 +18,7 @@ from gspo_bench.cli import app
 from gspo_bench.config.plugins import unload_plugins
 from gspo_bench.objectives import list_objectives
 from gspo_bench.rundir.folder import TIMING_COLUMNS
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import tiny_suite  # noqa: E402
+from tests.helpers.runs import tiny_suite
 
 SAME_GRPO = ("from gspo_bench.objectives import get_objective, register_objective\n"
              "register_objective('grpo_plugin', description='GRPO, from a plugin', reference='-')(get_objective('grpo'))\n")

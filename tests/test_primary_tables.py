@@ -5,16 +5,12 @@ table's "Holm p" is the family-adjusted p, not the unadjusted one."""
 from __future__ import annotations
 
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_report_primary import SIX_ARMS, evidence_of, suite_folder  # noqa: E402
-
 from analysis.report.tables import exploratory_table, primary_table  # noqa: E402
 from analysis.stats.library import EXACT_PAIRS  # noqa: E402
+from tests.helpers.primary import SIX_ARMS, evidence_of, suite_folder
 
 
 def test_a_monte_carlo_p_is_marked_in_the_primary_and_exploratory_tables(tmp_path):
@@ -41,10 +37,10 @@ def test_the_primary_sentence_names_the_arm_that_ends_above_when_it_learned(tmp_
     did not learn): the arm above is GSPO, which learned, so it is named (a review's break checked the
     first arm, GRPO, instead, and the sentence said "not named")."""
     import yaml
-    from test_analysis import make_run
 
     from analysis.data.load import unfinished
     from analysis.report.verdict import answer
+    from tests.helpers.results import make_run
 
     for seed in range(8):
         make_run(tmp_path, "grpo", seed, slope=0.0, bonus=0.0)
@@ -62,7 +58,7 @@ def test_a_withheld_primary_test_counts_at_p_one_in_the_other_tests_holm(tmp_pat
     0.016); at k=2 no objective learned, though R3 ends above on all 8 (its p would be 2/256). The k=2 test
     is withheld and counts at p = 1, so k=1's Holm p is 2 x 0.016 = 0.031; a withheld test given its real
     p ranks first and halves it (0.016)."""
-    from test_report_primary import GAIN
+    from tests.helpers.primary import GAIN
 
     suite_folder(tmp_path, {"grpo": [0.0] * 8, "grpo_r3": [-0.01, *GAIN[1:]]}, {"primary": {"each_vs": "grpo"}},
                  suite="alpha", sweep={"k": 1})
@@ -76,24 +72,27 @@ def test_a_withheld_primary_test_counts_at_p_one_in_the_other_tests_holm(tmp_pat
 
 
 def test_a_folders_declared_family_is_checked_against_its_own_runs_only(tmp_path):
-    """Two results folders of one suite, both suite files declaring each_vs grpo; the runs of the second
-    recorded another family (pairs) when they started. The refusal names the second folder's suite file,
-    whose runs they are: the first folder's file is checked against its own runs only."""
+    """Two results folders of one suite whose runs all started with each_vs grpo; the first folder's suite
+    file declares it, the second's declares pairs. The refusal names the second suite file and one of its
+    own runs: each file is checked against the runs beside it (checked against every run, the first run
+    named would be the first folder's)."""
     import yaml
 
     from analysis.data.load import load_results
     from analysis.evidence.primary import DeclarationError, declarations
 
-    declared = {"primary": {"each_vs": "grpo"}}
-    first = suite_folder(tmp_path / "a", {"grpo": [0.0] * 2, "grpo_r3": [0.05] * 2}, declared)
-    second = suite_folder(tmp_path / "b", {"grpo": [0.0] * 4, "grpo_r3": [0.05] * 4}, declared)
+    recorded = {"primary": {"each_vs": "grpo", "pairs": None, "paper_checks": False}}
+    first = suite_folder(tmp_path / "a", {"grpo": [0.0] * 2, "grpo_r3": [0.05] * 2}, {"primary": {"each_vs": "grpo"}})
+    second = suite_folder(tmp_path / "b", {"grpo": [0.0] * 4, "grpo_r3": [0.05] * 4},
+                          {"primary": {"pairs": [["grpo_r3", "grpo"]]}})
     for run in [*second.glob("*-s0"), *second.glob("*-s1")]:  # seeds 2-3 here, 0-1 in the first folder
         shutil.rmtree(run)
-    other = {"primary": {"each_vs": None, "pairs": [["grpo_r3", "grpo"]], "paper_checks": False}}
-    for run in second.glob("*-s*"):
+    for run in [*first.glob("*-s*"), *second.glob("*-s*")]:
         config = yaml.safe_load((run / "config.yaml").read_text())
-        config["suite"]["analysis"] = other
+        config["suite"]["analysis"] = recorded
         (run / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(DeclarationError) as refused:
         declarations(load_results(first, second))
-    assert str(refused.value).startswith(f"{second / 'suite.yaml'}: analysis: the suite file declares")
+    message = str(refused.value)
+    assert message.startswith(f"{second / 'suite.yaml'}: analysis: the suite file declares")
+    assert f"but run {second}/" in message

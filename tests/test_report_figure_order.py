@@ -4,17 +4,12 @@ and no test saw it."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import yaml
 
 from analysis.data.load import load_results
 from analysis.report import anchors
 from analysis.report.sections import FOREST, Context, report_figures
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_stability import swept_run  # noqa: E402
+from tests.helpers.stability import swept_run
 
 
 def test_the_forest_plot_comes_before_the_stability_map(tmp_path):

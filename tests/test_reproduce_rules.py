@@ -5,16 +5,13 @@ file (and so by run) instead of a bare JSON error."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from analysis.checks.reproduce import compare_results
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_reproduce import write_run  # noqa: E402
+from tests.helpers.reproduce import write_run
 
 
 def pair(tmp_path: Path) -> tuple[Path, Path]:

@@ -5,7 +5,6 @@ called with the response and the example's fields, checked to return a number in
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,7 @@ from gspo_bench.suite.runner import plan_runs
 from gspo_bench.tasks.base import Example
 from gspo_bench.tasks.reward_file import checked_reward
 from gspo_bench.train.setup import config_changes, resolved_config
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_harness import tiny_suite  # noqa: E402
+from tests.helpers.runs import tiny_suite
 
 SCORE = "def compute_score(response, fields):\n    return 1.0 if response.strip() == fields['answer'] else 0.0\n"
 

@@ -5,16 +5,11 @@ padding too, and no test saw it)."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import torch
 
 from gspo_bench.train.old_policy import old_policy_pass
 from gspo_bench.train.policy import Policy
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_micro_batches import setting  # noqa: E402, F401
 
 
 def widened(batch, columns: int):

@@ -5,9 +5,6 @@ The boundary sentence's numbers are checked against the fit they come from."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,9 +15,7 @@ from analysis.evidence.stability import COLLAPSED, DEGRADED, FLAT, LEARNED, boun
 from analysis.figures.curves import curve_with_band, plot_curves
 from analysis.report.stability_text import boundary_sentence, stability_sentences
 from analysis.stats.logistic import fit_logistic, no_fit_reason
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_stability import FALLING, swept_run  # noqa: E402
+from tests.helpers.stability import FALLING, swept_run
 
 
 def outcomes(cells: list[tuple[float, list[str]]], arm: str = "grpo") -> pd.DataFrame:

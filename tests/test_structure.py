@@ -353,7 +353,8 @@ def imports_of_tests(path: Path) -> list[str]:
     return found
 
 
-CLI_DRIVERS = ("check_fsdp_rank.py",)  # runs `gspo-bench run` on each torchrun rank: the command line is its job
+CLI_DRIVERS = ("check_fsdp_rank.py",  # runs `gspo-bench run` on each torchrun rank: the command line is its job
+               "where_time_goes.py")  # times `gspo-bench run` in its own process: the command line is what it measures
 
 
 def experiment_problems(path: Path) -> list[str]:

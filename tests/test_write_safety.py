@@ -3,7 +3,6 @@ report's files and figures, and a run's checkpoint/ moved to another disk behind
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -13,9 +12,7 @@ import torch
 from analysis.report.sections import FigureSpec
 from analysis.report.writer import save_figures, write_report
 from gspo_bench.rundir.folder import remove_entry
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_analysis import make_run  # noqa: E402
+from tests.helpers.results import make_run
 
 
 def victim(tmp_path: Path, name: str) -> Path:
