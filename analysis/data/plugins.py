@@ -3,17 +3,18 @@ sha256 and the names it registered), for the report's provenance table and for `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 
-def plugin_records(prov: dict[str, Any]) -> list[dict[str, Any]]:
+def plugin_records(prov: Mapping[str, object]) -> list[dict[str, Any]]:
     """The plugins a run recorded (none for a run without, or from before plugins)."""
     records = prov.get("plugins")
     return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
 
 
-def plugin_of(objective: str | None, prov: dict[str, Any]) -> str:
+def plugin_of(objective: str | None, prov: Mapping[str, object]) -> str:
     """The file name of the plugin that registered `objective` for this run, "" for a built-in one."""
     return next((Path(str(r.get("path", r.get("name", "")))).name for r in plugin_records(prov)
                  if f"objective:{objective}" in (r.get("registered") or [])), "")

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gspo_bench.rundir.records import PluginRecord
+
 ENTRY_POINT_GROUP = "gspo_bench.plugins"
 
 
@@ -38,7 +40,7 @@ class Plugin:
     sha256: str  # of that file
     registered: tuple[str, ...]  # "objective:xpo", "task:my_task", ... what loading it added
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> PluginRecord:
         """The plugin as provenance.json records it."""
         return {"name": self.name, "path": self.path, "sha256": self.sha256, "registered": list(self.registered)}
 

@@ -58,6 +58,16 @@ class ResumeRecord(TypedDict):
     suite_sha256: str | None
 
 
+class PluginRecord(TypedDict):
+    """One plugin a run loaded (gspo_bench.config.plugins): its name as the suite gives it, the file or
+    module it came from, the file's sha256 and what it registered (`kind:name` each)."""
+
+    name: str
+    path: str
+    sha256: str
+    registered: list[str]
+
+
 class ProvenanceRecord(TypedDict, total=False):
     """provenance.json: what the run was computed with and where; written at its start (the first
     nine fields by `gspo_bench.rundir.folder.provenance`), at each resume and at its end. Older
@@ -77,6 +87,7 @@ class ProvenanceRecord(TypedDict, total=False):
     suite_sha256: str | None  # of the suite file the run started with
     warm_start: WarmStartRecord
     resumed: list[ResumeRecord]
+    plugins: list[PluginRecord]  # the suite's plugins (none before plugins existed)
 
 
 def status_problem(body: Mapping[str, object]) -> str | None:
