@@ -245,7 +245,7 @@ def run(
         raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
     except KeyboardInterrupt as err:
         raise suite_stopped(err, suite_path, root, overrides) from None
-    print_outcomes(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
+    print_run_statuses(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
     if world.is_main:
         what_next(root / suite.name, make_report)
     code = exit_code(outcomes)
@@ -294,11 +294,12 @@ def suite_stopped(err: KeyboardInterrupt, suite_path: Path, root: Path, override
                 getattr(err, "exit_code", 130))
 
 
-def print_outcomes(outcomes: list, title: str, out: Console) -> None:
+def print_run_statuses(statuses: list, title: str, out: Console) -> None:
+    """One row per run: (planned run, its final status.json) as the suite left it."""
     table = Table(title=escape(title))
     for col in ("run", "status", "steps", "message"):
         table.add_column(col)
-    for planned, status in outcomes:
+    for planned, status in statuses:
         table.add_row(escape(planned.name), status["status"], str(status["step"]), escape(status.get("message", "")))
     out.print(table)
 
