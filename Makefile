@@ -24,16 +24,16 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
 	$(PIP) install -q -e ".[dev]"
 	touch $(VENV)/.installed $@
 
-## the main job on the embedded default (a tiny MoE on CPU)
+## the main job on the embedded default (a tiny MoE on CPU); ends with its answer and writes the report
 quickstart: $(VENV)/.installed
-	$(BIN)/gspo-bench run experiments/quickstart.yaml --out runs --resume --parallel 2
+	$(BIN)/gspo-bench run experiments/quickstart.yaml --out runs --resume --parallel 2 --report
 
 ## the tests (two workers of one thread each, each test file whole on one worker: TEST_WORKERS=0 runs
 ## them in this process at the environment's thread count)
 TEST_WORKERS ?= 2
 TEST_THREADS := $(if $(filter 0,$(TEST_WORKERS)),,OMP_NUM_THREADS=1 MKL_NUM_THREADS=1)
 test: $(VENV)/.installed-dev
-	$(TEST_THREADS) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(TEST_THREADS) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 ## the browser check: report.html loads in headless chromium, every figure renders, no console error
 ## (installs Debian's chromium with apt-get when absent; `make test` skips it where chromium is missing)

@@ -23,6 +23,7 @@ from gspo_bench.suite.console import PrintableConsole
 if TYPE_CHECKING:
     from gspo_bench.config import SuiteConfig
     from gspo_bench.suite.runner import PlannedRun
+    from gspo_bench.suite.session import Session
 
 app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
@@ -97,12 +98,29 @@ def guarded(command):
     return wrapper
 
 
+def plugin_option():
+    return typer.Option(None, "--plugin", metavar="FILE|MODULE", help="a plugin to load first: a Python file or an "
+                        "importable module registering objectives, corrections, tasks or engines (docs/plugins.md); "
+                        "repeatable")
+
+
+def load_plugins_or_fail(names: list[str] | None) -> None:
+    """The installed packages' plugins and `names` (files from the working folder), or one error line."""
+    from gspo_bench.config.plugins import PluginError, load_plugins
+
+    try:
+        load_plugins(names or [])
+    except PluginError as err:
+        raise fail(str(err)) from None
+
+
 @app.command("ls")
 @guarded
-def list_registered() -> None:
+def list_registered(plugins: list[str] | None = plugin_option()) -> None:
     """List the registered objectives, algorithms, tasks, corrections, MoE families and rollout engines."""
     from gspo_bench.suite.catalog import registry_tables
 
+    load_plugins_or_fail(plugins)
     for table in registry_tables():
         console.print(table)
 
@@ -133,6 +151,15 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), ove
         f"{suite.budget.value:g}")
     for run in runs:
         say(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}")
+    if suite.tuning is not None:
+        from gspo_bench.config.tuning import arms_ruleset, plan_trials
+        from gspo_bench.suite.tuning_runs import settings_text
+
+        trials = plan_trials(suite)
+        say(f"  tuning first: {len(trials)} trials x seeds {suite.tuning.seeds} on the validation split (the runs "
+            f"above then use each arm's chosen settings); {', '.join(f'{a} {r}' for a, r in arms_ruleset(suite).items())}")
+        for trial in trials:
+            say(f"    {trial.label}: {settings_text(trial.settings)}")
 
 
 def parse_seeds(seeds: str | None) -> list[int] | None:
@@ -177,6 +204,7 @@ def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
     from gspo_bench.suite.plan import PlanError, plan_rows, plan_suite, plans_by_suite
     from gspo_bench.suite.runner import plan_runs
     from gspo_bench.suite.session import load_with_overrides
+    from gspo_bench.suite.tuning_runs import tuning_rows
 
     try:
         suite, _ = load_with_overrides(suite_path, overrides)
@@ -187,7 +215,7 @@ def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
         raise fail(str(err)) from None
     given = "".join(f" --set {item}" for item in overrides or [])
     table = Table(title=escape(f"dry run: suite {suite.name!r} ({suite_path}{given})"), show_header=False)
-    for key, value in plan_rows(suite, plan, [run.name for run in runs], groups):
+    for key, value in plan_rows(suite, plan, [run.name for run in runs], groups) + tuning_rows(suite, plan):
         table.add_row(key, escape(value))
     console.print(table)
 
@@ -216,8 +244,6 @@ def run(
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
     from gspo_bench.suite.launch import default_parallel, start_process_server
-    from gspo_bench.suite.progress import SuiteProgress
-    from gspo_bench.suite.runner import run_suite
     from gspo_bench.suite.session import exit_code
 
     if dry_run:
@@ -226,44 +252,87 @@ def run(
         start_process_server()
     if ray or ray_address:
         check_ray_installed()
-    suite, root, todo = planned_todo(suite_path, overrides, out, only, parse_seeds(seeds), resume, allow_changed)
+    session = planned_todo(suite_path, overrides, out, only, parse_seeds(seeds), resume, allow_changed)
+    suite, root = session.suite, session.root
     world = suite_world(suite)  # under torchrun: this rank; the ranks check outputs before any writes
     if world.distributed and (parallel != 1 or ray or ray_address):
         raise fail("--parallel and --ray run whole runs side by side; under torchrun every rank trains the same run")
     out_console = console if world.is_main else Console(quiet=True)
+    launch = {"resume": resume, "allow_changed": allow_changed, "world": world, "out_console": out_console,
+              "parallel": parallel or default_parallel(suite.train.threads),
+              "ray_address": ray_address if (ray or ray_address) else False}
+    todo, trial_outcomes = session.todo, []
+    if session.trials or session.awaiting_choice:  # a tuned suite: its trials first, then the choice
+        trial_outcomes = run_trials(session, suite_path, overrides, launch)
+        todo = chosen_todo(session, overrides, only, parse_seeds(seeds), resume, allow_changed)
     if not todo:
         say("nothing to do: every planned run is finished", out_console)
         return what_next(root / suite.name, make_report) if world.is_main else None
-    try:
-        with SuiteProgress(out_console, {p.run_dir.name: p.suite.budget for p in todo},
-                           suites={p.run_dir.name: p.suite for p in todo}) as progress:
-            outcomes = run_suite(suite, todo, root, resume=resume, allow_changed=allow_changed, world=world,
-                                 log=lambda msg: say(msg, out_console), observer=progress,
-                                 parallel=parallel or default_parallel(suite.train.threads),
-                                 ray_address=ray_address if (ray or ray_address) else False)
-    except OSError as err:
-        raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
-    except KeyboardInterrupt as err:
-        raise suite_stopped(err, suite_path, root, overrides) from None
+    outcomes = launch_runs(suite, todo, root, suite_path, overrides, launch)
     print_run_statuses(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
     if world.is_main:
         what_next(root / suite.name, make_report)
-    code = exit_code(outcomes)
+    code = exit_code(trial_outcomes + outcomes)
     if code:
         raise typer.Exit(code)
 
 
+def launch_runs(suite: SuiteConfig, todo: list[PlannedRun], root: Path, suite_path: Path, overrides: list[str] | None,
+                launch: dict[str, Any]) -> list[tuple[PlannedRun, dict]]:
+    """Run `todo` (runs of `suite` under `root`) with the launch settings of `run`; every stop as one line."""
+    from gspo_bench.suite.progress import SuiteProgress
+    from gspo_bench.suite.runner import run_suite
+
+    out_console = launch["out_console"]
+    try:
+        with SuiteProgress(out_console, {p.run_dir.name: p.suite.budget for p in todo},
+                           suites={p.run_dir.name: p.suite for p in todo}) as progress:
+            return run_suite(suite, todo, root, resume=launch["resume"], allow_changed=launch["allow_changed"],
+                             world=launch["world"], log=lambda msg: say(msg, out_console), observer=progress,
+                             parallel=launch["parallel"], ray_address=launch["ray_address"])
+    except OSError as err:
+        raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
+    except KeyboardInterrupt as err:
+        raise suite_stopped(err, suite_path, root, overrides) from None
+
+
+def run_trials(session: Session, suite_path: Path, overrides: list[str] | None, launch: dict[str, Any]
+               ) -> list[tuple[PlannedRun, dict]]:
+    """A tuned suite's trial runs (OUT/<suite>/tuning/), before its comparison."""
+    from gspo_bench.config.tuning import trial_suite
+
+    if not session.trials:
+        return []
+    trials = trial_suite(session.suite)
+    say(f"tuning: {len(session.trials)} trial runs to do (OUT/{session.suite.name}/tuning/)", launch["out_console"])
+    outcomes = launch_runs(trials, session.trials, session.root / session.suite.name, suite_path, overrides, launch)
+    print_run_statuses(outcomes, f"trials of {session.suite.name} -> {session.root / session.suite.name / 'tuning'}",
+                   launch["out_console"])
+    return outcomes
+
+
+def chosen_todo(session: Session, overrides: list[str] | None, only: list[str] | None, seeds: list[int] | None,
+                resume: bool, allow_changed: bool) -> list[PlannedRun]:
+    """Each arm's choice from its trials (written to chosen.json), then the comparison's runs to do."""
+    from gspo_bench.rundir.lock import RunBusyError
+    from gspo_bench.suite.session import choose_and_plan
+
+    try:
+        return choose_and_plan(session, overrides, only, seeds, resume, allow_changed)
+    except (ValueError, FileExistsError, RunBusyError) as err:
+        raise fail(f"tuning: {err}") from None
+
+
 def planned_todo(suite_path: Path, overrides: list[str] | None, out: Path | None, only: list[str] | None,
-                 seeds: list[int] | None, resume: bool, allow_changed: bool) -> tuple[SuiteConfig, Path, list[PlannedRun]]:
-    """`gspo_bench.suite.session.plan_session` (the suite, the results root, the runs to do); every problem
-    as one error line."""
+                 seeds: list[int] | None, resume: bool, allow_changed: bool) -> Session:
+    """`gspo_bench.suite.session.plan_session` (the suite, the results root, the runs to do, a tuned suite's
+    trials); every problem as one error line."""
     from gspo_bench.config import SuiteError
     from gspo_bench.rundir.lock import RunBusyError
     from gspo_bench.suite.session import plan_session
 
     try:
-        session = plan_session(suite_path, overrides, out, only, seeds, resume, allow_changed)
-        return session.suite, session.root, session.todo
+        return plan_session(suite_path, overrides, out, only, seeds, resume, allow_changed)
     except (SuiteError, ValueError, FileExistsError, RunBusyError) as err:
         raise fail(str(err)) from None
 
@@ -275,12 +344,33 @@ def program() -> str:
 
 
 def what_next(suite_dir: Path, make_report: bool) -> None:
-    """The end of `run`: where the results are, then the report (with --report) or the command that makes it."""
+    """The end of `run`: where the results are, the suite's answer in at most five plain sentences
+    (analysis.plain_answer), then where the full report is (with --report) or the command that makes it."""
     say(f"results: {suite_dir}")
     if make_report:
         report(results=[suite_dir], out=None, allow_unmatched=False)
+    print_answer(suite_dir)
+    if make_report:
+        say(f"full report: {suite_dir / 'report' / 'report.html'} (and report.md beside it)")
     else:
         say(f"report:  {shlex.quote(program())} report {shlex.quote(str(suite_dir))}")
+
+
+def print_answer(suite_dir: Path) -> None:
+    """The answer's sentences, one a line, or the one line that says why there is none."""
+    from analysis.data.load import NotResultsError, SchemaVersionError, load_results
+    from analysis.data.suites import MixedSuitesError
+    from analysis.report.plain_answer import console_answer
+    from analysis.report.writer import DeclarationError, UnmatchedComputeError
+
+    try:
+        sentences = console_answer(load_results(suite_dir))
+    except (UnmatchedComputeError, NotResultsError, SchemaVersionError, MixedSuitesError, DeclarationError) as err:
+        say(f"answer:  none ({err})")
+        return
+    say("answer:")
+    for sentence in sentences:  # one line each, however long: the terminal wraps it, nothing is cut
+        console.print(f"  {sentence}", markup=False, highlight=False, soft_wrap=True)
 
 
 def suite_stopped(err: KeyboardInterrupt, suite_path: Path, root: Path, overrides: list[str] | None = None
@@ -317,11 +407,13 @@ def probe(
     minibatches: int = typer.Option(4, min=1),
     lr: float = typer.Option(3e-4, min=0.0),
     seed: int = 0,
+    plugins: list[str] | None = plugin_option(),
 ) -> None:
     """One RL step (K minibatch updates) of each objective on a tiny MoE from identical weights."""
     from gspo_bench.objectives import UnknownObjectiveError, objective_spec
     from gspo_bench.suite.probe import ProbeConfig, run_probe
 
+    load_plugins_or_fail(plugins)
     names = [n.strip() for n in objectives.split(",") if n.strip()]
     for name in names:
         try:
@@ -352,6 +444,37 @@ def probe(
     console.print(f"reward/mean of the shared rollouts: {rows[0]['reward/mean']:.3f}")
 
 
+@app.command()
+@guarded
+def check(
+    name: str = typer.Argument(..., help="a registered objective (built in, or from --plugin)"),
+    plugins: list[str] | None = plugin_option(),
+    seed: int = typer.Option(0, help="seed of the kit's random batches"),
+) -> None:
+    """The conformance kit: measure the properties every objective must have (finite at extreme ratios,
+    padding and order invariance, zero advantages, the on-policy gradient of its reduction, ascent,
+    micro-batch exactness, declared inputs, measurements) on small batches; exit 1 on a failure."""
+    from gspo_bench.objectives import UnknownObjectiveError, objective_spec
+    from gspo_bench.objectives.conformance import check_objective
+
+    load_plugins_or_fail(plugins)
+    try:
+        objective_spec(name)
+    except UnknownObjectiveError as err:
+        raise fail(str(err)) from None
+    findings = check_objective(name, seed)
+    for f in findings:
+        verdict = "n/a" if f.passed is None else "pass" if f.passed else "FAIL"
+        number = "-" if f.passed is None else f"{f.measured:.3g}"
+        say(f"{f.property:<15} {verdict:<5} {number:>10}  {f.bound:<24} {f.note}")
+    failed = [f.property for f in findings if f.passed is False]
+    if failed:
+        say(f"{name}: {len(failed)} of {len(findings)} properties fail: {', '.join(failed)}")
+        raise typer.Exit(1)
+    skipped = sum(f.passed is None for f in findings)
+    say(f"{name}: conforms ({len(findings) - skipped} properties pass, {skipped} declared not to apply)")
+
+
 def probe_cell(row: dict, column: str) -> str:
     """A probe table cell: the value to 3 figures, "-" where the step measured none (the drift with K=1:
     it is measured on minibatches 2..K)."""
@@ -370,7 +493,9 @@ def report(
     from analysis.data.load import NotResultsError, SchemaVersionError, load_results
     from analysis.data.suites import MixedSuitesError
     from analysis.report.writer import DeclarationError, UnmatchedComputeError, write_report
+    from gspo_bench.config.plugins import recorded_plugins
 
+    load_plugins_or_fail(recorded_plugins(results))
     try:
         loaded = load_results(*results)
         paths = write_report(loaded, out or results[0] / "report", allow_unmatched=allow_unmatched)
@@ -462,6 +587,29 @@ def regress(
             for c in failed)))
         raise typer.Exit(1)
     console.print(f"no regression ({len(checks)} checks)")
+
+
+@app.command("import")
+@guarded
+def import_runs(
+    plan: Path = typer.Argument(..., help="an import plan (YAML: name, mapping, compute, runs; docs/import.md)"),
+    out: Path = typer.Option(..., "--out", help="output root: the runs go to OUT/<name>/<arm>-s<seed>/"),
+) -> None:
+    """Turn runs another library wrote (TRL, verl, or any library a mapping file describes) into run folders
+    that `report` reads."""
+    from gspo_bench.imports.mapping import MappingError
+    from gspo_bench.imports.plan import PlanError
+    from gspo_bench.imports.write import ImportError_, import_plan
+
+    try:
+        target, reads = import_plan(plan, out)
+    except (PlanError, MappingError, ImportError_) as err:
+        raise fail(str(err)) from None
+    for read in reads:
+        unknown = f"; keys not in the mapping: {', '.join(read.unknown)}" if read.unknown else ""
+        say(f"{read.run.arm} seed {read.run.seed}: {len(read.metrics)} steps from "
+            f"{', '.join(Path(s['path']).name for s in read.sources)}{unknown}")
+    say(f"wrote {len(reads)} runs to {target}/ (gspo-bench report {target})")
 
 
 @app.command("reproduce")

@@ -198,7 +198,7 @@ def test_collapsed_runs_are_reported_with_step_and_reason(tmp_path):
     assert "s0 collapsed at step 7: reward collapsed to 0.01" in md  # the summary's "unfinished runs" column
     unfinished = md.split("## Unfinished runs")[1].split("<a id=")[0]
     assert "grpo_rr" in unfinished and "collapsed" in unfinished and "reward collapsed to 0.01" in unfinished
-    answer = md.split("## The answer")[1].split("<a id=")[0]
+    answer = md.split("## Every claim, with its numbers")[1].split("<a id=")[0]
     assert "**1 run(s) did not finish**" in answer and "grpo_rr s0 (collapsed at step 7: reward collapsed to 0.01)" in answer
 
 

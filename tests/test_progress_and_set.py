@@ -334,12 +334,15 @@ def test_run_records_the_overrides_and_ends_with_the_report_command(tmp_path):
     assert provenance["suite_sha256"] == hashlib.sha256((out / "tiny" / "suite.yaml").read_bytes()).hexdigest()
     lines = result.output.strip().splitlines()
     assert "  warm start s0: step 0/2000" in result.output  # a fresh warm start, as plain lines here
-    assert lines[-2:] == [f"results: {out / 'tiny'}", f"report:  gspo-bench report {out / 'tiny'}"]
+    answer = lines.index("answer:")  # the suite's answer in plain sentences, between the results and the report
+    assert lines[answer - 1] == f"results: {out / 'tiny'}" and lines[-1] == f"report:  gspo-bench report {out / 'tiny'}"
+    assert 1 <= len(lines[answer + 1:-1]) <= 5 and lines[answer + 1].startswith("  1 run finished: grpo on 1 seed")
     again = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--resume", "--report",
                                      "--set", "train.lr=2e-3", "--set", "objectives.0.clip_high=0.3"])
     assert again.exit_code == 0, again.output
     assert "nothing to do" in again.output and (out / "tiny" / "report" / "report.md").is_file()
     assert "report:  gspo-bench report" not in again.output
+    assert f"full report: {out / 'tiny' / 'report' / 'report.html'}" in again.output.splitlines()[-1]
 
 
 # ------------------------------------------------------------------ --set and --resume

@@ -39,7 +39,7 @@ def test_unknown_name_lists_valid_ones():
 
 
 def test_duplicate_name_is_refused(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
 
     def fn(logp, old_logp, advantages, mask, weights=None):
         return torch.zeros(()), {}
@@ -53,13 +53,13 @@ def test_duplicate_name_is_refused(monkeypatch):
 
 
 def test_registration_checks_the_call_signature(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
     with pytest.raises(TypeError, match="lacks"):
         register_objective("broken", description="x", reference="y")(lambda logp, mask: None)
 
 
 def test_declared_inputs_must_match_the_signature(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
 
     def anchored(logp, old_logp, advantages, mask, sampling_logp, weights=None):
         return torch.zeros(()), {}

@@ -48,7 +48,7 @@ def baseline(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tolerances(tmp_path_factory) -> Path:
     """The CI tolerances, without the reward-rises invariant: these 6-step runs are too short to learn."""
-    data = yaml.safe_load(TOLERANCES.read_text()) | {"min_reward_gain": -1.0}
+    data = yaml.safe_load(TOLERANCES.read_text()) | {"min_reward_rise": -1.0}
     path = tmp_path_factory.mktemp("tolerances") / "tolerances.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

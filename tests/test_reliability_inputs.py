@@ -280,8 +280,9 @@ def test_a_dead_parallel_worker_names_its_run_and_says_resume(tmp_path):
 
 def test_a_second_suite_of_the_same_name_is_refused_before_it_runs_into_one_out(tmp_path, cli):
     """OUT/tiny holds suite A (its suite.yaml); suite B, also named tiny, with another lr and other labels,
-    is refused in one line naming the difference, before anything is written; A itself is welcome, and
-    so is B with --resume --allow-changed (told to continue with the new settings)."""
+    is refused in one line naming the difference, before anything is written; A itself is welcome. B with
+    --resume --allow-changed is refused too: --allow-changed continues started runs, and B's run never
+    started (it would start under settings the folder's suite did not have)."""
     from gspo_bench.suite.runner import write_suite_file
     from gspo_bench.suite.session import plan_session
 
@@ -297,7 +298,8 @@ def test_a_second_suite_of_the_same_name_is_refused_before_it_runs_into_one_out(
     assert (out / "tiny" / "suite.yaml").read_text() == written and sorted(p.name for p in (out / "tiny").iterdir()) == [
         "suite.yaml"]
     assert [run.name for run in plan_session(a, None, out).todo] == ["grpo-s0"]
-    assert [run.name for run in plan_session(b, None, out, resume=True, allow_changed=True).todo] == ["gspo-s0"]
+    with pytest.raises(ValueError, match=r"1 run\(s\) have not started \(gspo-s0\)"):
+        plan_session(b, None, out, resume=True, allow_changed=True)
 
 
 def test_report_refuses_two_suites_of_one_name_in_one_folder_but_not_sweep_points_or_arms(tmp_path, cli):

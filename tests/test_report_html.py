@@ -221,9 +221,9 @@ def test_compute_is_matched_within_each_sweep_point_not_across_points(tmp_path):
         check_matched(load_results(tmp_path / "synth"))
 
 
-EXPECTED_SECTIONS = ["answer", "figures", "suite-summary", "compute-matching", "unfinished", "learnability", "summary",
+EXPECTED_SECTIONS = ["answer", "answer-numbers", "figures", "answer-detail", "suite-summary", "compute-matching", "unfinished", "learnability", "summary",
                      "primary-comparisons", "paired-vs-grpo", "comparisons", "paper-vs-run", "by-sweep-point", "stability-map",
-                     "held-out-evaluation", "clip-by-length", "heavy-tailed", "extreme-ratios", "ratio-variance-by-routing",
+                     "tuning", "held-out-evaluation", "clip-by-length", "heavy-tailed", "extreme-ratios", "ratio-variance-by-routing",
                      "router-margins", "gpu-figures", "late-divergence", "compute-matching-runs", "learnability-runs",
                      "provenance", "unreadable", "infinite-values"]
 
@@ -242,7 +242,8 @@ def test_every_declared_section_is_in_both_reports_in_order(report):
     assert [spec.key for spec in SECTIONS] == EXPECTED_SECTIONS
     results = load_results(report["md"].parent.parent / "synth")
     built = build_sections(Context(results, 0.0, False, frozenset()))
-    assert [s.anchor for s in built] == ["answer", "figures", "suite-summary", "compute-matching", "learnability",
+    assert [s.anchor for s in built] == ["answer", "answer-numbers", "figures", "answer-detail", "suite-summary",
+                                         "compute-matching", "learnability",
                                          anchors.SUMMARY, "paired-vs-grpo", "comparisons", "paper-vs-run",
                                          "held-out-evaluation", "clip-by-length", "heavy-tailed", "extreme-ratios",
                                          "ratio-variance-by-routing", "router-margins", "router-margins-reading",
@@ -254,7 +255,7 @@ def test_every_declared_section_is_in_both_reports_in_order(report):
         "### Figure 1") < md.index("## Suite summary")
     assert all(f"<h2 id='{s.anchor}'>" in html for s in built)
     folded = [s.anchor for s in built if s.folded]
-    assert folded == ["compute-matching-runs", "learnability-runs", "provenance"]
+    assert folded == ["answer-numbers", "compute-matching-runs", "learnability-runs", "provenance"]
     assert all(f"<details><summary><h2 id='{anchor}'>" in html for anchor in folded)
 
 
@@ -273,12 +274,15 @@ def test_per_run_tables_are_folded_to_one_row_per_arm_near_the_top(report):
 
 def test_every_verdict_link_has_its_target_in_both_reports(report):
     md, html = report["md"].read_text(), report["html"].read_text()
-    answer_md = md.split("## The answer")[1].split("<a id=")[0]
-    targets = re.findall(r"\]\(#([\w-]+)\)", answer_md)
+    detail_md = md.split("## Every claim, with its numbers")[1].split("<a id=")[0]
+    targets = re.findall(r"\]\(#([\w-]+)\)", detail_md)
     # basis, learning (1 link each), leader (2), 5 phenomena (2 each)
-    assert len(answer_md.strip().splitlines()) == 8 and len(targets) == 14
+    assert len(detail_md.strip().splitlines()) == 8 and len(targets) == 14
     assert anchors.figure("fig3_routing_replay") in targets and anchors.paper(("synth", "")) in targets
-    for target in targets:
+    plain_md = md.split("## The answer\n")[1].split("<a id=")[0]  # the plain sentences above them: 5, each linked
+    plain = re.findall(r"\]\(#([\w-]+)\)", plain_md)
+    assert len(plain_md.strip().splitlines()) == 5 and {"answer-numbers", "learnability", "paper-vs-run"} <= set(plain)
+    for target in targets + plain:
         assert f'<a id="{target}"></a>' in md and f"id='{target}'" in html
 
 

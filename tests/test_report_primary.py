@@ -260,9 +260,11 @@ def test_the_forest_plot_is_the_answers_first_figure_with_a_declared_family_only
     assert (reports["declared"] / "figures" / "forest_primary.png").is_file()
     assert (reports["declared"] / "figures" / "forest_primary.pdf").is_file()
     assert html.index('id="plot-forest_primary-0"') < html.index('id="plot-fig1_reward_vs_compute-0"')
-    answer_md = md.split("## The answer")[1].split("<a id=")[0]
+    answer_md = md.split("## Every claim, with its numbers")[1].split("<a id=")[0]
     assert "[figure](#figure-forest_primary)" in answer_md and '<a id="figure-forest_primary"></a>' in md
     assert "[primary comparisons](#primary-comparisons)" in answer_md and '<a id="primary-comparisons"></a>' in md
+    plain_md = md.split("## The answer\n")[1].split("<a id=")[0]  # the plain answer links the forest plot too
+    assert "[figure](#figure-forest_primary)" in plain_md and "[table](#primary-comparisons)" in plain_md
     default = (reports["default"] / "report.md").read_text()
     assert "forest" not in default and default.split("## Figures")[1].lstrip().startswith(
         '<a id="figure-fig1_reward_vs_compute"></a>')

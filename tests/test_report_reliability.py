@@ -25,7 +25,7 @@ from test_report_html import synth  # noqa: E402
 
 
 def answer_of(md: str) -> str:
-    return md.split("## The answer")[1].split("<a id=")[0]
+    return md.split("## Every claim, with its numbers")[1].split("<a id=")[0]
 
 
 def test_unfinished_runs_are_shown_apart_and_never_compared(tmp_path):
@@ -235,7 +235,7 @@ def test_a_report_of_runs_with_every_new_measurement(tmp_path):
     assert "| grpo        |      60 |                       120 |" in extreme  # 2 tokens > 10 on 60 steps
     forecast = md.split("## Forecasting step t+1")[1].split("<a id=")[0]
     assert "| grpo        |                              114 |" in forecast  # 3 seeds x 2 layers x 19 steps
-    answer = md.split("## The answer")[1].split("<a id=")[0]
+    answer = md.split("## Every claim, with its numbers")[1].split("<a id=")[0]
     assert [line for line in answer.splitlines() if "not measured" in line] == [
         "- Routing Replay raises GRPO's final reward (Figure 3): **not measured** (no GRPO + RR runs). "
         "([table](#paper-vs-run), [figure](#figure-fig3_routing_replay))"]  # the only arm these runs lack

@@ -43,11 +43,13 @@ def test_objectives_and_routing_import_without_transformers():
 # layers below it, never one above. Inside the library, finer rules: models at the bottom, routing
 # above them, objectives and tasks on their own, rollout engines over all of them.
 ARCHITECTURE: list[tuple[str, set[str]]] = [
+    ("registry", {"gspo_bench.registry"}),
     ("runtime", {"gspo_bench.runtime"}),
     ("run folder", {"gspo_bench.rundir"}),
     ("library", {"gspo_bench.models", "gspo_bench.moe", "gspo_bench.objectives", "gspo_bench.tasks",
                  "gspo_bench.rollout"}),
     ("suite schema", {"gspo_bench.config"}),
+    ("imports", {"gspo_bench.imports"}),
     ("one run", {"gspo_bench.train"}),
     ("suites", {"gspo_bench.suite"}),
     ("analysis", {"analysis"}),
@@ -56,10 +58,10 @@ ARCHITECTURE: list[tuple[str, set[str]]] = [
 LIBRARY = {
     "gspo_bench.models": {"gspo_bench.models"},
     "gspo_bench.moe": {"gspo_bench.moe", "gspo_bench.models"},
-    "gspo_bench.objectives": {"gspo_bench.objectives"},
-    "gspo_bench.tasks": {"gspo_bench.tasks"},
+    "gspo_bench.objectives": {"gspo_bench.objectives", "gspo_bench.registry"},
+    "gspo_bench.tasks": {"gspo_bench.tasks", "gspo_bench.registry"},
     "gspo_bench.rollout": {"gspo_bench.rollout", "gspo_bench.models", "gspo_bench.moe", "gspo_bench.objectives",
-                           "gspo_bench.runtime"},
+                           "gspo_bench.runtime", "gspo_bench.registry"},
 }
 
 
@@ -72,8 +74,11 @@ def allowed_below(layer: int) -> set[str]:
 # torch: test_the_suite_schema_imports_without_torch), never torch (see the test above)
 LAYERS = {package: allowed_below(i) for i, (_, packages) in enumerate(ARCHITECTURE) for package in packages}
 LAYERS["analysis"] = {"analysis", "gspo_bench.rundir", "gspo_bench.tasks", "gspo_bench.config"}
+# other libraries' logs -> run folders: the run folder's schema and the suite schema (a declared family), no torch
+LAYERS["gspo_bench.imports"] = {"gspo_bench.imports", "gspo_bench.rundir", "gspo_bench.config"}
 LAYERS.update(LIBRARY)
 LAYERS["gspo_bench.runtime"] = {"gspo_bench.runtime"}
+LAYERS["gspo_bench.registry"] = {"gspo_bench.registry"}
 
 
 def gspo_imports(path: Path) -> list[tuple[int, str]]:

@@ -11,13 +11,15 @@ step and both values. Never imports torch.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis.data.load import find_run_dirs, kernels_text
+from analysis.data.load import RunFileError, find_run_dirs, is_run_dir, kernels_text, read_file
+from analysis.data.plugins import plugin_difference
+from gspo_bench.rundir.folder import status_problem
 
 TABLES = ("metrics.parquet", "layers.parquet", "eval.parquet")
 IGNORED = ("time/", "perf/", "gpu/")  # column prefixes: the machine's speed, not the run's results
@@ -62,19 +64,40 @@ def _plain(value: object) -> object:
 
 
 def _status(run_dir: Path) -> tuple[str | None, int | None]:
+    """(status, step) of a run's status.json, read as `analysis.data.load` reads it: RunFileError (a
+    ValueError) naming the file, and so the run, where it is damaged."""
     path = run_dir / "status.json"
-    status = json.loads(path.read_text()) if path.is_file() else {}
+    status = read_file(path, _json, dict)
+    problem = status_problem(status)
+    if problem:
+        raise RunFileError(f"{path}: {problem}")
     return status.get("status"), status.get("step")
 
 
-def _kernels(run_dir: Path) -> str | None:
+def _provenance(run_dir: Path) -> dict:
     path = run_dir / "provenance.json"
-    return kernels_text(json.loads(path.read_text()).get("kernels")) if path.is_file() else None
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _kernels(run_dir: Path) -> str | None:
+    prov = read_file(run_dir / "provenance.json", _json, dict, optional=True)
+    return kernels_text(prov.get("kernels")) if prov is not None else None
+
+
+def _json(path: Path) -> object:
+    return json.loads(path.read_text())
+
+
+def _table(path: Path) -> pd.DataFrame:
+    return read_file(path, pd.read_parquet)
 
 
 def compare_run(reference: Path, fresh: Path) -> RunReproduction:
     """One run of `reference` against the run of the same name in `fresh`."""
     kernels = (_kernels(reference), _kernels(fresh))
+    plugin = plugin_difference(_provenance(reference), _provenance(fresh))
+    if plugin:  # other code ran: that is the difference to name
+        return RunReproduction(reference.name, False, plugin, kernels)
     for table in TABLES:
         have = (reference / table).is_file(), (fresh / table).is_file()
         if have != (True, True):
@@ -82,7 +105,7 @@ def compare_run(reference: Path, fresh: Path) -> RunReproduction:
                 continue
             return RunReproduction(reference.name, False, f"{table}: only in {'the reference' if have[0] else 'the fresh run'}",
                                    kernels)
-        difference = first_difference(pd.read_parquet(reference / table), pd.read_parquet(fresh / table), table)
+        difference = first_difference(_table(reference / table), _table(fresh / table), table)
         if difference:
             return RunReproduction(reference.name, False, difference, kernels)
     if _status(reference) != _status(fresh):
@@ -93,10 +116,36 @@ def compare_run(reference: Path, fresh: Path) -> RunReproduction:
 
 def compare_results(reference: Path, fresh: Path) -> list[RunReproduction]:
     """Every run of `reference` (a suite folder) against `fresh`'s run of the same name; a run missing
-    from `fresh` is a difference. ValueError where `reference` holds no runs."""
-    runs = find_run_dirs(Path(reference))
+    from `fresh` is a difference. A tuned suite's trial runs (`tuning/<trial>`) and its choice
+    (`tuning/chosen.json`) are compared too. ValueError where `reference` holds no runs."""
+    runs = {p.name: p for p in find_run_dirs(Path(reference))} | trial_runs(Path(reference))
     if not runs:
         raise ValueError(f"{reference}: no run folders (a suite's results folder, e.g. results/quickstart)")
-    found = {p.name: p for p in find_run_dirs(Path(fresh))}
-    return [compare_run(run, found[run.name]) if run.name in found
-            else RunReproduction(run.name, False, f"no run {run.name} in {fresh}", (_kernels(run), None)) for run in runs]
+    found = {p.name: p for p in find_run_dirs(Path(fresh))} | trial_runs(Path(fresh))
+    compared = [replace(compare_run(run, found[name]), run=name) if name in found
+                else RunReproduction(name, False, f"no run {name} in {fresh}", (_kernels(run), None))
+                for name, run in runs.items()]
+    return compared + compare_choice(Path(reference), Path(fresh))
+
+
+def trial_runs(suite_dir: Path) -> dict[str, Path]:
+    """`tuning/<trial>-s<seed>` -> folder of each trial run of a tuned suite's results folder ({} for others)."""
+    from gspo_bench.config.tuning import TRIALS_FOLDER
+
+    trials = suite_dir / TRIALS_FOLDER
+    if not (suite_dir / "suite.yaml").is_file() or not trials.is_dir():
+        return {}
+    return {f"{TRIALS_FOLDER}/{p.name}": p for p in sorted(trials.iterdir()) if p.is_dir() and is_run_dir(p)}
+
+
+def compare_choice(reference: Path, fresh: Path) -> list[RunReproduction]:
+    """chosen.json of a tuned suite's reference against the fresh one's (the same trials chose the same settings)."""
+    from gspo_bench.config.tuning import TRIALS_FOLDER
+
+    name = f"{TRIALS_FOLDER}/chosen.json"
+    if not (reference / name).is_file():
+        return []
+    if not (fresh / name).is_file():
+        return [RunReproduction(name, False, f"no {name} in {fresh}", (None, None))]
+    same = json.loads((reference / name).read_text()) == json.loads((fresh / name).read_text())
+    return [RunReproduction(name, same, "" if same else "the chosen settings or trial scores differ", (None, None))]

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.data.plugins import plugin_of
 from analysis.data.suites import check_not_mixed, label_by_suite, shared_settings, suite_settings
 from gspo_bench.config.yamlread import read_yaml
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, SCHEMA_VERSION, config_problem, status_problem
@@ -99,8 +100,15 @@ def find_run_dirs(path: Path) -> list[Path]:
     if is_run_dir(path):
         return [path]
     found = sorted(p for p in path.glob("*") if p.is_dir() and is_run_dir(p))
-    found += sorted(p for p in path.glob("*/*") if p.is_dir() and is_run_dir(p))
+    found += sorted(p for p in path.glob("*/*") if p.is_dir() and is_run_dir(p) and not is_trial_dir(p))
     return found
+
+
+def is_trial_dir(path: Path) -> bool:
+    """A tuned suite's trial run (OUT/<suite>/tuning/<trial>): read by analysis.data.tuning, never compared."""
+    from gspo_bench.config.tuning import TRIALS_FOLDER
+
+    return path.parent.name == TRIALS_FOLDER and (path.parent.parent / "suite.yaml").is_file()
 
 
 def read_file(path: Path, read: Callable[[Path], Any], kind: type | None = None, optional: bool = False) -> Any:
@@ -187,6 +195,7 @@ def _meta(run_dir: Path, status: dict, config: dict, prov: dict, metrics: pd.Dat
         "facet": ",".join(f"{k}={format(v, 'g') if isinstance(v, float) else v}"
                           for k, v in (run_cfg.get("sweep") or {}).items()),  # the sweep point ("" without)
         "objective": run_cfg.get("objective"),
+        "plugin": plugin_of(run_cfg.get("objective"), prov),  # the plugin file of the objective ("" built in)
         "task": task.get("name"),
         "task_params": task.get("params") or {},
         "replay": bool(run_cfg.get("replay", False)),

@@ -102,12 +102,16 @@ def label_by_suite(frames: list[pd.DataFrame]) -> None:
 
 
 def suite_differences(current: pd.DataFrame, baseline: pd.DataFrame) -> list[str]:
-    """How the suite of `current` runs differs from the `baseline` runs' suite: names, then the settings
-    of every label both have ([] for the same suite)."""
+    """How the suite of `current` runs differs from the `baseline` runs' suite: names, no arm label in
+    common (a suite of the same name with other arms is another suite), then the settings of every
+    label both have ([] for the same suite)."""
     out = []
     names, base_names = sorted(set(current["suite"])), sorted(set(baseline["suite"]))
     if names != base_names:
         out.append(f"suite name {', '.join(names)} vs baseline {', '.join(base_names)}")
+    labels, base_labels = list(dict.fromkeys(current["label"])), list(dict.fromkeys(baseline["label"]))
+    if not set(labels) & set(base_labels):
+        out.append(f"no arm label in common: {', '.join(map(str, labels))} vs baseline {', '.join(map(str, base_labels))}")
     for label in dict.fromkeys(baseline["label"]):
         if label in set(current["label"]):
             base = baseline.loc[baseline["label"] == label, "settings"].iloc[0]

@@ -148,7 +148,7 @@ def baseline(results: Results) -> Baseline | None:
 
 @dataclass(frozen=True)
 class Learning:
-    """One group's outcomes and gate: `outcomes` one row per finished run, `arms` per objective
+    """One group's compared rewards and gate: `per_run` one row per finished run, `arms` per objective
     (arm): seeds, seeds that learned, and whether all did."""
 
     group: Group

@@ -36,8 +36,8 @@ survived (a skipped minibatch, fewer than `nonfinite_patience` steps in a row) i
 harness's rule decides, and (ii) catches a run that diverges without a non-finite value.
 
 **The map's axis is measured**, not set: per run the median over steps of `mismatch/k3_kl` (the
-engine-vs-trainer KL the run measured). Runs without a positive measured KL are left off the KL axis and
-the fit (counted in the text). **Failure** is degraded or collapsed; the logistic fit of P(failure)
+engine-vs-trainer KL the run measured). Runs without a measured KL above KL_FLOOR (1e-8: below it the KL
+is float rounding, as a noise-free engine measures) are left off the KL axis and the fit (counted in the text). **Failure** is degraded or collapsed; the logistic fit of P(failure)
 against log10 KL per arm is by maximum likelihood, with a 95% Wald band for the curve (the covariance the
 inverse of the observed information at the optimum) and Fieller's interval for the KL where the curve
 crosses 0.5 (the KL values whose band contains 0.5); only where the arm has both outcomes at two or more
@@ -61,6 +61,7 @@ from analysis.stats.logistic import LogisticFit, fit_logistic, no_fit_reason, ze
 from analysis.stats.metrics import FINAL_FRACTION
 
 COLLAPSED, DEGRADED, LEARNED, FLAT = "collapsed", "degraded", "learned", "flat"
+TOO_SHORT = "too short"  # a finished run the training reward's gate cannot judge: not on the map
 CLASSES = (COLLAPSED, DEGRADED, LEARNED, FLAT)  # precedence order
 FAILED = (COLLAPSED, DEGRADED)  # what the fit and the bound count
 DROP_FLOOR = 0.05  # a drop smaller than this is never "degraded"
@@ -69,6 +70,9 @@ SPIKE_FACTOR = 100.0
 SPIKE_STEPS = 3
 SUSTAINED = 2
 KL = "mismatch/k3_kl"
+# a measured KL at or below this is float rounding between two computations of one distribution (a
+# noise-free engine measures ~3e-14; the smallest engine noise of the stability suites, 9.5e-5): no mismatch
+KL_FLOOR = 1e-8
 LN2_SHARE = "mismatch/frac_gt_ln2"
 DRIFT_EXPERT, DRIFT_TOKEN = "moe/drift_expert_1", "moe/drift_1"
 # swept fields that move the mismatch or the routing's volatility: sweeping one shows the map
@@ -188,7 +192,13 @@ def _median(frame: pd.DataFrame, column: str) -> float:
 
 
 def run_classes(results: Results) -> pd.DataFrame:
-    """One row per judged run: its group's cell, arm, seed, class with its step and why, the
+    """One row per judged run (class_rows without the runs too short to judge)."""
+    rows = class_rows(results)
+    return rows[rows["outcome"] != TOO_SHORT].reset_index(drop=True) if len(rows) else rows
+
+
+def class_rows(results: Results) -> pd.DataFrame:
+    """One row per run judged() keeps, those too short for the gate with the class TOO_SHORT: its group's cell, arm, seed, class with its step and why, the
     reward it was judged on (start, final, change), and what the map plots against: the median over steps
     of `mismatch/k3_kl` (`kl`) and `mismatch/frac_gt_ln2`, the median drift after one update
     (`drift_expert_1`, `drift_1`), `router_lr_scale` (config.yaml `train.router_lr_scale`, 1 where absent),
@@ -212,9 +222,11 @@ def run_classes(results: Results) -> pd.DataFrame:
             else:
                 points = training_points(step_numbers, steps["reward/mean"].to_numpy(dtype=float))
             stopped = step_numbers[-1] if run.status == COLLAPSED else float("nan")
-            verdict = classify(points, stopped, str(run.message or ""),
-                               grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)),
-                               float(p_of.get((run.label, run.seed), float("nan"))))
+            p_rise = float(p_of.get((run.label, run.seed), float("nan")))
+            verdict = RunClass(TOO_SHORT, float("nan"), "too short for the gate's windows") \
+                if evals is None and run.status != COLLAPSED and not np.isfinite(p_rise) else \
+                classify(points, stopped, str(run.message or ""),
+                         grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)), p_rise)
             start = float(points["score"].iloc[0]) if len(points) else float("nan")
             final = float(points["score"].iloc[-1]) if len(points) > 1 else float("nan")
             sweep = {c: steps[c].iloc[0] for c in steps.columns if c.startswith("sweep/") and steps[c].notna().any()}
@@ -253,9 +265,14 @@ def map_applies(results: Results) -> bool:
 # ------------------------------------------------------------------------------ failure against KL
 
 
+def on_kl_axis(classes: pd.DataFrame) -> pd.Series:
+    """Per run: whether it measured a mismatch (a median KL above KL_FLOOR), i.e. has a place on the KL axis."""
+    return classes["kl"] > KL_FLOOR
+
+
 def kl_axis(classes: pd.DataFrame) -> pd.DataFrame:
-    """The runs with a positive measured KL, with `log_kl` = log10 of it and `failed`."""
-    placed = classes[classes["kl"] > 0]
+    """The runs on the KL axis (on_kl_axis), with `log_kl` = log10 of their KL and `failed`."""
+    placed = classes[on_kl_axis(classes)]
     return placed.assign(log_kl=np.log10(placed["kl"].to_numpy(dtype=float)), failed=failed(placed).to_numpy())
 
 
@@ -263,7 +280,13 @@ def arm_fit(classes: pd.DataFrame) -> LogisticFit | str:
     """One arm's fit of P(failure) on log10 KL, or the reason it has none."""
     placed = kl_axis(classes)
     x, y = placed["log_kl"].to_numpy(dtype=float), placed["failed"].to_numpy(dtype=bool)
-    return no_fit_reason(x, y) or fit_logistic(x, y)
+    reason = f"no run measured a mismatch KL above {KL_FLOOR:g}" if len(x) == 0 else no_fit_reason(x, y)
+    if reason:
+        return reason
+    try:
+        return fit_logistic(x, y)
+    except (ValueError, np.linalg.LinAlgError) as err:  # the report says why, and reads the cells instead
+        return str(err).removeprefix("no logistic fit: ")
 
 
 def survival(classes: pd.DataFrame) -> pd.DataFrame:
@@ -290,7 +313,7 @@ class Boundary:
     runs: int
     failures: int
     collapses: int
-    off_axis: int  # runs without a positive measured KL
+    off_axis: int  # runs off the KL axis (no measured KL above KL_FLOOR)
     kl_low: float
     kl_high: float
     fit: LogisticFit | None
@@ -327,12 +350,15 @@ def boundaries(classes: pd.DataFrame) -> list[Boundary]:
 class StabilityMap:
     classes: pd.DataFrame  # run_classes
     bounds: list[Boundary]  # one per arm
+    too_short: int = 0  # finished runs too short for the gate, left off the map
 
 
 def stability_map(results: Results) -> StabilityMap | None:
     """The map of `results` (every run: it judges the finished and the collapsed ones), or None where it
-    does not apply (map_applies)."""
+    does not apply (map_applies) or no run is long enough to judge."""
     if not map_applies(results):
         return None
-    classes = run_classes(results)
-    return StabilityMap(classes, boundaries(classes))
+    rows = class_rows(results)
+    short = rows["outcome"] == TOO_SHORT if len(rows) else pd.Series(dtype=bool)
+    classes = rows[~short].reset_index(drop=True)
+    return StabilityMap(classes, boundaries(classes), int(short.sum())) if len(classes) else None

@@ -64,7 +64,7 @@ def curve_with_band(metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth
         low, high = band(seed_curves, rng)
         rows += [{"label": label, "x": g, "mean": m, "low": lo, "high": hi}
                  for g, m, lo, hi in zip(grid, seed_curves.mean(axis=0), low, high)]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["label", "x", "mean", "low", "high"])  # none where no run measured `column`
 
 
 def curves(metrics: pd.DataFrame, column: str, ax: plt.Axes | None = None, x: str = COMPUTE, smooth: float | None = 0.2,

@@ -20,10 +20,12 @@ from analysis.evidence.stability import (
     DRIFT_EXPERT,
     DRIFT_TOKEN,
     FLAT,
+    KL_FLOOR,
     LEARNED,
     arm_fit,
     failed,
     kl_axis,
+    on_kl_axis,
     survival,
     sweep_names,
 )
@@ -49,9 +51,9 @@ def change_words(classes: pd.DataFrame) -> str:
 
 
 def off_axis_words(classes: pd.DataFrame) -> str:
-    """How many runs the KL axis leaves out (no positive measured KL), or ""."""
-    off = int((~(classes["kl"] > 0)).sum())
-    return f"; {off} run(s) without a positive measured KL left out" if off else ""
+    """How many runs the KL axis leaves out (no measured KL above KL_FLOOR), or ""."""
+    off = int((~on_kl_axis(classes)).sum())
+    return f"; {off} run(s) without a measured KL above {KL_FLOOR:g} left out" if off else ""
 
 
 def cell_lines(placed: pd.DataFrame) -> pd.DataFrame:
@@ -160,7 +162,7 @@ def collapse_probability(classes: pd.DataFrame, ax: plt.Axes | None = None) -> p
             ax.fill_between(10 ** x, low, high, color=colors[arm], alpha=0.15, linewidth=0)
         else:
             ax.plot([], [], color=colors[arm], label=fit_label(arm, fit))
-    if (classes["kl"] > 0).any():
+    if on_kl_axis(classes).any():
         ax.set_xscale("log")
     ax.set_ylim(-0.1, 1.1)
     ax.axhline(0.5, color="#444", linewidth=0.8, linestyle=":")

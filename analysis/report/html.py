@@ -10,8 +10,9 @@ import pandas as pd
 from plotly.offline import get_plotlyjs
 
 from analysis.report import anchors
-from analysis.report.escape import to_html
+from analysis.report.escape import to_html, visible
 from analysis.report.markdown import fmt
+from analysis.report.plotly_text import plain_figure
 from analysis.report.sections import FiguresHere, Section
 from analysis.report.verdict import Sentence
 
@@ -43,7 +44,7 @@ def body_html(body: pd.DataFrame | str | list[Sentence] | FiguresHere, figures: 
 def section_html(section: Section, figures: list[tuple[str, str, list]] | None = None) -> str:
     """A section: its heading (the anchor the verdict links to) and body; a folded one in a closed
     <details> whose summary is the heading."""
-    heading = f"<h2 id='{html.escape(section.anchor)}'>{html.escape(section.title)}</h2>"
+    heading = f"<h2 id='{html.escape(section.anchor)}'>{html.escape(visible(section.title))}</h2>"
     body = body_html(section.body, figures or [])
     if section.folded:
         return f"<details><summary>{heading}</summary>{body}</details>"
@@ -51,10 +52,12 @@ def section_html(section: Section, figures: list[tuple[str, str, list]] | None =
 
 
 def figure_html(name: str, title: str, plots: list) -> str:
-    """One figure: its caption and its plotly divs (the JavaScript is in the head, not here)."""
-    divs = "".join(plot.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{name}-{i}",
-                                config=PLOTLY_CONFIG) for i, plot in enumerate(plots))
-    return (f"<figure id='{html.escape(anchors.figure(name))}'><figcaption>{html.escape(title)}</figcaption>"
+    """One figure: its caption and its plotly divs (the JavaScript is in the head, not here). Every
+    figure's text goes through plain_figure and the caption through `visible`: a label shows as what
+    it holds, never as a link, styling or reversed text."""
+    divs = "".join(plain_figure(plot).to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{name}-{i}",
+                                              config=PLOTLY_CONFIG) for i, plot in enumerate(plots))
+    return (f"<figure id='{html.escape(anchors.figure(name))}'><figcaption>{html.escape(visible(title))}</figcaption>"
             f"{divs}</figure>")
 
 

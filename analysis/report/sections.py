@@ -3,10 +3,12 @@ the place of the figures) and its figures (each a static matplotlib figure for r
 interactive plotly ones for report.html). The renderers walk these lists; a section or figure exists
 because it is listed here.
 
-The first screen is the answer and then the figures; tables with one row per run come folded to one
-row per arm near the top, their per-run rows near the end (folded in report.html). Where the suite
-file declares a primary family (analysis.primary), the first figure is the forest plot of its
-comparisons; without one, Figure 1."""
+The first screen is the answer in plain sentences (analysis.report.plain_answer), the table of their
+numbers (folded in report.html, so that the first figure is on the first screen), and then the
+figures; every claim with its numbers (analysis.report.verdict) follows the figures; tables with one
+row per run come folded to one row per arm near the top, their per-run rows near the end (folded in
+report.html). Where the suite file declares a primary family (analysis.evidence.primary), the first
+figure is the forest plot of its comparisons; without one, Figure 1."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from analysis.data import gpu
 from analysis.data import robust as R
 from analysis.data.load import Results, finished, unfinished
 from analysis.data.matching import compute_by_arm, compute_table
+from analysis.data.tuning import tuning_records
 from analysis.evidence import divergence as D
 from analysis.evidence import margins as M
 from analysis.evidence import stability as S
@@ -32,10 +35,13 @@ from analysis.figures import margins as MF
 from analysis.figures import margins_interactive as MFI
 from analysis.figures import stability as SF
 from analysis.figures import stability_interactive as SI
+from analysis.figures import tuning as TF
 from analysis.report import anchors
 from analysis.report import stability_text as ST
 from analysis.report import tables as T
+from analysis.report import tuning as TU
 from analysis.report.escape import escape
+from analysis.report.plain_answer import NUMBERS, PlainAnswer, plain_answer
 from analysis.report.verdict import (
     COMPARISONS,
     EXPLORATORY_TABLE,
@@ -46,6 +52,8 @@ from analysis.report.verdict import (
     Sentence,
     answer,
 )
+
+DETAIL = "answer-detail"  # the verdict's sentences (analysis.report.verdict), below the figures
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,12 @@ class Context:
     def stability(self) -> S.StabilityMap | None:
         """The stability map of every run (it judges collapsed runs too), None where it does not apply."""
         return S.stability_map(self.results)
+
+    @cached_property
+    def plain(self) -> PlainAnswer:
+        """The answer in at most five plain sentences and the table of their numbers (analysis.report.plain_answer)."""
+        return plain_answer(self.evidence, unfinished(self.results), self.stability, self.spread, self.allow_unmatched,
+                            self.figure_names)
 
 
 @dataclass(frozen=True)
@@ -150,8 +164,9 @@ def _unfinished(c: Context) -> list[Section]:
     return [Section(UNFINISHED, "Unfinished runs (shown apart, never compared)", T.unfinished_table(c.results))]
 
 
-def _answer(c: Context) -> list:
-    """The verdict, then the stability map's sentences where the map applies."""
+def _detail(c: Context) -> list:
+    """Every claim of the answer with its numbers: the verdict, then the stability map's sentences where the
+    map applies."""
     figures = set(c.figure_names)
     sentences = answer(c.evidence, unfinished(c.results), c.spread, c.allow_unmatched, figures)
     return sentences + (ST.stability_sentences(c.stability, figures) if c.stability is not None else [])
@@ -189,8 +204,11 @@ def _comparisons(c: Context) -> list[Section]:
 
 
 SECTIONS: tuple[SectionSpec, ...] = (
-    SectionSpec("answer", _one(anchors.ANSWER, "The answer", _answer)),
+    SectionSpec("answer", _one(anchors.ANSWER, "The answer", lambda c: c.plain.sentences)),
+    SectionSpec("answer-numbers", _folded(NUMBERS, "The answer's numbers (mean [95% t-interval] (per seed), the "
+                                          "test, its result)", lambda c: c.plain.numbers)),
     SectionSpec("figures", _one(anchors.FIGURES, "Figures", lambda c: FiguresHere())),
+    SectionSpec("answer-detail", _one(DETAIL, "Every claim, with its numbers", _detail)),
     SectionSpec("suite-summary", _one("suite-summary", "Suite summary",
                                       lambda c: T.suite_summary(c.results, c.spread, c.allow_unmatched, c.evidence))),
     SectionSpec("compute-matching", _one("compute-matching", "Compute matching per arm (every run: further down)",
@@ -210,6 +228,10 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("by-sweep-point", _by_point, when="with a sweep"),
     SectionSpec("stability-map", _stability, when="with finished or collapsed runs in several groups, or a swept "
                 "mismatch or volatility knob (analysis.evidence.stability.map_applies)"),
+    SectionSpec("tuning", lambda c: [Section("tuning", "Tuning: ruleset per arm, chosen settings, tuning and comparison "
+                                             "FLOPs", f"{TU.tuning_text(c.results)}"), Section(
+        "tuning-arms", "Tuning per arm", TU.tuning_table(c.results))] if tuning_records(c.results) else [],
+                when="with a tuned suite (tuning: in its suite file)"),
     SectionSpec("held-out-evaluation", _one("held-out-evaluation", "Held-out evaluation",
                                             lambda c: T.eval_table(c.shown))),
     SectionSpec("clip-by-length", _one("clip-by-length", "Clip fraction by response length",
@@ -300,7 +322,10 @@ def report_figures(context: Context) -> list[FigureSpec]:
     file declares a family, then the stability map's where it applies (`map_figures` of the context's map: of
     every run, it judges the collapsed ones too), then `figure_specs` of the finished runs."""
     declared = [forest_spec(context)] if context.evidence.declared else []
-    return declared + map_figures(context.stability) + figure_specs(context.shown)
+    tuned = [FigureSpec(TF.TUNING_FIGURE, "Tuning sensitivity: validation score against each tuned setting (trials as "
+                        "points, the chosen one a star)", TF.sensitivity_figure, TF.sensitivity_interactive)]
+    return declared + map_figures(context.stability) + figure_specs(context.shown) + (
+        tuned if tuning_records(context.results) else [])
 
 
 STABILITY_FIGURES: tuple[tuple[str, str, Callable[[pd.DataFrame], plt.Axes], Callable[[pd.DataFrame], list]], ...] = (

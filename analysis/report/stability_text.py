@@ -14,6 +14,7 @@ from analysis.evidence.stability import (
     COLLAPSED,
     DRIFT_EXPERT,
     DRIFT_TOKEN,
+    KL_FLOOR,
     Boundary,
     StabilityMap,
     failed,
@@ -42,45 +43,72 @@ def bound_text(n: int) -> str:
 
 
 def kl_text(log_kl: float) -> str:
-    return "0" if log_kl == -math.inf else ("unbounded" if log_kl == math.inf else f"{10 ** log_kl:.3g}")
+    """A KL given by its log10 in words: "0", "unbounded", "0.0123", or "10^412" past a float's range (a
+    crossing extrapolated by a slope near 0)."""
+    if log_kl == -math.inf:
+        return "0"
+    if log_kl == math.inf:
+        return "unbounded"
+    return f"{10 ** log_kl:.3g}" if abs(log_kl) < 300 else f"10^{log_kl:.4g}"
+
+
+def fit_sentence(arm: str, found: Boundary, measured: str, off: str, links: tuple) -> Sentence:
+    """Where one arm's logistic fit crosses 0.5 (Fieller's interval, an extrapolation said as such), or
+    that it never does (a slope of 0: the same failure rate at every KL)."""
+    fit = found.fit
+    assert fit is not None
+    over = f"logistic fit in log10 KL over {count(fit.n, 'run')}, {fit.events} degraded or collapsed; {measured}"
+    center, low, high = fit.crossing()
+    if math.isnan(center):
+        return Sentence(f"**{arm}: P(degraded or collapsed) does not change with the mismatch KL**: the fit is flat "
+                        f"at {fit.curve(np.array([0.0]))[0][0]:.2g} and crosses 0.5 nowhere ({over}){off}.", links)
+    interval = (f"95% Fieller interval [{kl_text(low)}, {kl_text(high)}]" if np.isfinite(low) and np.isfinite(high)
+                else "its 95% interval is unbounded: the slope is not different from 0 at 5%")
+    outside = ("; the crossing lies outside the KL measured (an extrapolation)"
+               if not math.log10(found.kl_low) <= center <= math.log10(found.kl_high) else "")
+    return Sentence(f"**{arm}: P(degraded or collapsed) crosses 0.5 at mismatch KL {kl_text(center)}** ({interval}; "
+                    f"{over}){outside}{off}.", links)
 
 
 def boundary_sentence(found: Boundary, links: tuple) -> Sentence:
     """Where one arm's boundary lies, or that none was reached, with the bound its runs give."""
     arm = escape(found.arm)
-    measured = (f"mismatch KL measured {found.kl_low:.3g} to {found.kl_high:.3g}" if np.isfinite(found.kl_high)
-                else "no run measured a positive mismatch KL")
-    off = f"; {count(found.off_axis, 'run')} without a positive measured KL left off the KL axis" if found.off_axis else ""
+    placed = np.isfinite(found.kl_high)
+    none_placed = f"no run measured a mismatch KL above {KL_FLOOR:g}"
+    measured = f"mismatch KL measured {found.kl_low:.3g} to {found.kl_high:.3g}" if placed else none_placed
+    off = (f"; {count(found.off_axis, 'run')} without a mismatch KL above {KL_FLOOR:g} left off the KL axis"
+           if found.off_axis else "")
     if found.failures == 0:
-        upto = f"up to the largest mismatch KL measured, {found.kl_high:.3g}" if np.isfinite(found.kl_high) else \
-            "(no run measured a positive mismatch KL)"
+        upto = f"up to the largest mismatch KL measured, {found.kl_high:.3g}" if placed else f"({none_placed})"
         return Sentence(f"**{arm}: no stability boundary reached** {upto}: {bound_text(found.runs)}{off}.", links)
     if found.fit is not None:
-        center, low, high = found.fit.crossing()
-        interval = (f"95% Fieller interval [{kl_text(low)}, {kl_text(high)}]" if np.isfinite(low) and np.isfinite(high)
-                    else "its 95% interval is unbounded: the slope is not different from 0 at 5%")
-        outside = ("; the crossing lies outside the KL measured (an extrapolation)"
-                   if not found.kl_low <= 10 ** center <= found.kl_high else "")
-        return Sentence(f"**{arm}: P(degraded or collapsed) crosses 0.5 at mismatch KL {kl_text(center)}** ({interval}; "
-                        f"logistic fit in log10 KL over {count(found.fit.n, 'run')}, {found.fit.events} degraded or "
-                        f"collapsed; {measured}){outside}{off}.", links)
-    held = (f"the largest KL with no degraded or collapsed seed is {found.largest_held:.3g}"
-            if np.isfinite(found.largest_held) else "every cell had a degraded or collapsed seed")
-    most = (f"the smallest KL where most seeds degraded or collapsed is {found.smallest_majority:.3g}"
-            if np.isfinite(found.smallest_majority) else "no cell had a majority of degraded or collapsed seeds")
+        return fit_sentence(arm, found, measured, off, links)
+    if not placed:
+        cells = "no cell has a KL to read a boundary off"
+    else:
+        held = (f"the largest KL with no degraded or collapsed seed is {found.largest_held:.3g}"
+                if np.isfinite(found.largest_held) else "every cell had a degraded or collapsed seed")
+        most = (f"the smallest KL where most seeds degraded or collapsed is {found.smallest_majority:.3g}"
+                if np.isfinite(found.smallest_majority) else "no cell had a majority of degraded or collapsed seeds")
+        cells = f"{held}; {most}"
     return Sentence(f"**{arm}: {found.failures} of {count(found.runs, 'run')} degraded or collapsed**, no logistic fit "
-                    f"({escape(found.why_no_fit)}): {held}; {most} ({measured}){off}.", links)
+                    f"({escape(found.why_no_fit)}): {cells} ({measured}){off}.", links)
 
 
-def classes_sentence(classes: pd.DataFrame, links: tuple) -> Sentence:
-    """How many runs of each arm fell in each class."""
+def classes_sentence(classes: pd.DataFrame, links: tuple, too_short: int = 0) -> Sentence:
+    """How many runs of each arm fell in each class, and how many finished runs were too short to judge."""
     per_arm = []
     for arm, frame in classes.groupby("arm", sort=False):
         counts = frame["outcome"].value_counts()
         per_arm.append(f"{escape(arm)} " + ", ".join(f"{int(counts.get(c, 0))} {c}" for c in CLASSES))
     return Sentence(f"**Stability map** over {count(len(classes), 'run')} (finished or collapsed) in "
                     f"{count(classes['cell'].nunique(), 'cell')}, each run classed by rules fixed before any run: "
-                    f"{'; '.join(per_arm)}.", links)
+                    f"{'; '.join(per_arm)}{short_words(too_short)}.", links)
+
+
+def short_words(too_short: int) -> str:
+    return (f"; {count(too_short, 'finished run')} too short for the learnability gate (fewer than two training "
+            "steps in either window) not judged" if too_short else "")
 
 
 def collapse_sentence(classes: pd.DataFrame, links: tuple) -> Sentence:
@@ -133,7 +161,7 @@ def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence
     classes = found.classes
     table = ("table", anchors.STABILITY)
     sentences = [classes_sentence(classes, (table, ("rules", anchors.STABILITY_RULES),
-                                             *_links(anchors.CELLS, figures)))]
+                                             *_links(anchors.CELLS, figures)), found.too_short)]
     links = (*_links(anchors.COLLAPSE_PROBABILITY, figures), *_links(anchors.CHANGE_VS_KL, figures))
     sentences += [boundary_sentence(b, links) for b in found.bounds]
     sentences.append(collapse_sentence(classes, _links(anchors.SURVIVAL, figures)))

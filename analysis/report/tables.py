@@ -143,7 +143,7 @@ def primary_table(evidence: Evidence) -> pd.DataFrame:
     and paired t-interval, the exact sign-flip p, the Holm-adjusted p over the declared family, and
     the outcome (`primary_outcome`). The forest figure draws these rows."""
     return pd.DataFrame([{**_where(evidence, t.group), "first": t.first, "second": t.second, "seeds": t.result.n,
-                          "first minus second (per seed)": difference_text(t.result), "p (sign-flip)": p_text(t.result.p),
+                          "first minus second (per seed)": difference_text(t.result), "p (sign-flip)": p_text(t.result.p, t.result.n),
                           "Holm p": p_text(adjusted), "P(first > second)": t.result.poi,
                           "outcome": primary_outcome(evidence, t, adjusted)}
                          for t, adjusted in ((t, evidence.family.tested(t.group, t.quantity, t.first, t.second)[1])
@@ -187,7 +187,7 @@ def exploratory_table(evidence: Evidence) -> pd.DataFrame | str:
         return "Every comparison of this report is in the primary family."
     return pd.DataFrame([{**_where(evidence, t.group), "quantity": t.quantity, "first": t.first, "second": t.second,
                           "seeds": t.result.n, "first minus second (per seed)": difference_text(t.result),
-                          "p (sign-flip, unadjusted)": p_text(t.result.p), "P(first > second)": t.result.poi,
+                          "p (sign-flip, unadjusted)": p_text(t.result.p, t.result.n), "P(first > second)": t.result.poi,
                           "status": "exploratory: no claim"} for t in evidence.family.exploratory])
 
 
@@ -341,4 +341,6 @@ def paper_tables(evidence: Evidence) -> list[tuple[Group, pd.DataFrame]]:
 
 
 def provenance_table(results: Results) -> pd.DataFrame:
-    return results.runs[["label", "seed", "commit", "dirty", "torch", "device", "start", "end"]]
+    """Where each run ran, and the plugin file its objective came from (a column only where one did)."""
+    plugin = ["plugin"] if "plugin" in results.runs and results.runs["plugin"].astype(bool).any() else []
+    return results.runs[["label", "seed", *plugin, "commit", "dirty", "torch", "device", "start", "end"]]

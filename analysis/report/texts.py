@@ -39,7 +39,8 @@ def difference_text(result: Paired, spec: str = ".3g") -> str:
 
 def p_text(p: float, pairs: int = 0) -> str:
     """A p-value in 2 significant digits ("-" for NaN); a sign-flip p of more than EXACT_PAIRS `pairs`
-    is marked "(Monte Carlo)" (analysis.stats.library.p_method; the report's summary says how many draws)."""
+    is marked "(Monte Carlo)" (analysis.stats.library.p_method; the report's summary says how many draws). Every
+    table's sign-flip p column gives `pairs` (the result's n), so that every table marks it."""
     if not np.isfinite(p):
         return "-"
     return f"{p:.2g}" + (" (Monte Carlo)" if pairs > EXACT_PAIRS else "")

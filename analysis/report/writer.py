@@ -1,10 +1,16 @@
 """The comparison report: `report.md` (static PNG figures), a self-contained interactive
 `report.html`, and the figures as PNG and PDF. What it shows is declared in `analysis.report.sections`;
 it refuses runs whose spent compute differs by more than 2% unless allowed (`analysis.data.matching`).
-Figures and comparisons use the finished runs only; the others are listed apart, by name."""
+Figures and comparisons use the finished runs only; the others are listed apart, by name.
+
+Every file is written atomically (a temporary file beside it, renamed over it: a link at that name is
+replaced, never written through), and only once the whole report is rendered: the old report.md and
+report.html are removed first, then the figures, report.md and report.html written, so a report killed
+on the way leaves no report.md of one run beside a report.html of another."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -15,12 +21,14 @@ from analysis.evidence.primary import DeclarationError
 from analysis.report.html import render_html
 from analysis.report.markdown import render_markdown
 from analysis.report.sections import Context, FigureSpec, build_sections, report_figures
+from gspo_bench.rundir.folder import atomic_write_bytes, atomic_write_text, remove_entry
 
 __all__ = ["DeclarationError", "UnmatchedComputeError", "write_figures", "write_report"]
 
 
 def save_figures(results: Results, specs: list[FigureSpec], out: Path, dpi: int = 110) -> list[Path]:
-    """Each figure's static version as PNG and PDF under `out`; closes every figure it made."""
+    """Each figure's static version as PNG and PDF under `out`, each file written atomically; closes
+    every figure it made."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for spec in specs:
@@ -28,7 +36,9 @@ def save_figures(results: Results, specs: list[FigureSpec], out: Path, dpi: int 
         try:
             for ext in ("png", "pdf"):
                 path = out / f"{spec.name}.{ext}"  # spec.name: at most ~140 characters (analysis.report.anchors)
-                fig.savefig(path, dpi=dpi)
+                data = io.BytesIO()
+                fig.savefig(data, dpi=dpi, format=ext)
+                atomic_write_bytes(path, data.getvalue())
                 paths.append(path)
         finally:
             plt.close(fig)
@@ -42,13 +52,17 @@ def write_report(results: Results, out: Path, allow_unmatched: bool = False) -> 
     out = Path(out)
     context = Context(results, spread, allow_unmatched)
     specs = report_figures(context)
-    save_figures(context.shown, specs, out / "figures")
     sections = build_sections(context)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(render_markdown(sections, specs))
+    markdown = render_markdown(sections, specs)
     interactive = [(s.name, s.title, s.interactive(context.shown)) for s in specs]
-    (out / "report.html").write_text(render_html(sections, interactive, ", ".join(sorted(results.runs["suite"].unique()))))
-    return {"md": out / "report.md", "html": out / "report.html", "figures": out / "figures"}
+    page = render_html(sections, interactive, ", ".join(sorted(results.runs["suite"].unique())))
+    paths = {"md": out / "report.md", "html": out / "report.html", "figures": out / "figures"}
+    for old in (paths["md"], paths["html"]):  # a link is unlinked, not followed
+        remove_entry(old)
+    save_figures(context.shown, specs, paths["figures"])
+    atomic_write_text(paths["md"], markdown)
+    atomic_write_text(paths["html"], page)
+    return paths
 
 
 def write_figures(results: Results, out: Path) -> list[Path]:

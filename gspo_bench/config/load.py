@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gspo_bench.config.schema import ObjectiveEntry, SuiteConfig
+from gspo_bench.config.shown import clip, shown
 from gspo_bench.config.yamlread import read_yaml
 
 
@@ -25,12 +26,12 @@ def _problems(err: ValidationError) -> list[str]:
     """One "field: what is wrong (got value)" per validation error."""
     problems = []
     for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        where = clip(".".join(str(p) for p in e["loc"])) or "(top level)"
         if e["type"] == "missing":
             problems.append(f"{where}: required field missing")
             continue
         msg = "unknown key (not a field of this section)" if e["type"] == "extra_forbidden" else e["msg"]
-        got = "" if isinstance(e.get("input"), dict) else f" (got {e['input']!r})"
+        got = "" if isinstance(e.get("input"), dict) else f" (got {shown(e['input'])})"
         problems.append(f"{where}: {msg.removeprefix('Value error, ')}{got}")
     return problems
 
@@ -85,7 +86,7 @@ def check_run_names(suite: SuiteConfig, points: list[tuple[dict[str, Any], Suite
             what = (f"objectives.{j} ({suite.objectives[j].run_label}) and objectives.{i} ({entry.run_label})"
                     if p == q else f"sweep points {q + 1} ({sweep.describe(points[q][0])}) and {p + 1} "
                     f"({sweep.describe(point)})" + ("" if i == j else f" of objectives.{j} and objectives.{i}"))
-            same = f"the same run label {label!r}" if first == label else f"run labels {first!r} and {label!r} " \
+            same = f"the same run label {shown(label)}" if first == label else f"run labels {shown(first)} and {shown(label)} " \
                 "(one folder where letter case is ignored)"
             hint = "set `label:`" if p == q else "sweep values must differ in their labels, which show floats to 6 significant digits"
             raise SuiteError(f"{source}: {what} give {same}: labels must be unique ({hint})")
@@ -164,7 +165,7 @@ def _entry_name(suite: SuiteConfig, entry: ObjectiveEntry) -> str:
 def _point_text(point: dict[str, Any]) -> str:
     from gspo_bench.config import sweep
 
-    return ", ".join(f"{p}={sweep.format_value(v)}" for p, v in point.items())
+    return ", ".join(f"{p}={clip(sweep.format_value(v))}" for p, v in point.items())
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -245,8 +246,42 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> Sui
         data = read_yaml(text)
     except ValueError as err:
         raise SuiteError(f"{path}: {err}") from None
-    return apply_overrides(parse_suite(data, str(path)), overrides or {}, str(path))
+    return apply_overrides(parse_suite(with_plugins(data, path), str(path)), overrides or {}, str(path))
+
+
+def with_plugins(data: Any, path: Path) -> Any:
+    """The suite data of file `path` with its plugins loaded and their files named by absolute path (the
+    suite written beside the results, the workers and the report find them from anywhere); SuiteError
+    naming the suite file and the plugin's one line for a plugin that cannot be loaded."""
+    from gspo_bench.config.plugins import PluginError, load_plugins, resolve
+
+    if not isinstance(data, dict):
+        return data
+    data = with_reward_file(data, path)
+    if not isinstance(data.get("plugins"), list):
+        return data
+    names = [resolve(str(name), path.resolve().parent) for name in data["plugins"]]
+    try:
+        load_plugins(names)
+    except PluginError as err:
+        raise SuiteError(f"{path}: plugins: {err}") from None
+    return data | {"plugins": names}
 
 
 def dump_config(config: BaseModel) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def with_reward_file(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The suite data with task.reward's file (`from:` or `file:`) as an absolute path, read from the
+    folder of the suite file `path`."""
+    task = data.get("task")
+    if not isinstance(task, dict) or not isinstance(task.get("reward"), dict):
+        return data
+    reward = task["reward"]
+    key = "from" if "from" in reward else "file"
+    if not isinstance(reward.get(key), str):
+        return data
+    where = Path(reward[key]).expanduser()
+    absolute = str(where if where.is_absolute() else (path.resolve().parent / where).resolve())
+    return data | {"task": task | {"reward": reward | {key: absolute}}}

@@ -20,9 +20,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gspo_bench.config.numbers import boolean_message, boolean_numbers, check_settings
+from gspo_bench.config.shown import shown
+from gspo_bench.config.tuning import TuningConfig, check_tuning
 from gspo_bench.models.families import SUPPORTED_FAMILIES
 
 if TYPE_CHECKING:
@@ -149,9 +158,28 @@ class ModelConfig(Strict):
         return self
 
 
+class RewardFileConfig(Strict):
+    file: str = Field(description="the Python file (relative to the suite file) that defines the reward function; "
+                      "`from:` in a suite file")
+    name: str = Field("compute_score", description="the function: fn(response, fields) -> a number in [0, 1], "
+                      "fields the example's record with its prompt and answer")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from(cls, data: Any) -> Any:
+        """`from:` (as a suite file writes it, `{from: score.py}`) is the field `file`."""
+        if isinstance(data, dict) and "from" in data:
+            if "file" in data:
+                raise ValueError("give the reward's file once: `from:` or `file:`")
+            return {("file" if k == "from" else k): v for k, v in data.items()}
+        return data
+
+
 class TaskConfig(Strict):
     name: str = Field(description="registered task: see `gspo-bench ls`")
     params: dict[str, Any] = Field(default_factory=dict, description="task parameters (see `gspo-bench ls`)")
+    reward: RewardFileConfig | None = Field(None, description="a data-set task's (jsonl, hf_dataset) reward from "
+                                            "your own function: {from: score.py, name: compute_score}")
 
     _finite_params = field_validator("params")(classmethod(lambda cls, v: finite_settings(v)))
 
@@ -161,11 +189,17 @@ class TaskConfig(Strict):
         from gspo_bench.tasks.registry import task_spec
 
         if self.name not in list_tasks():
-            raise ValueError(f"unknown task {self.name!r}; expected one of {', '.join(list_tasks())}")
-        unknown = set(self.params) - set(task_params(self.name))
+            raise ValueError(f"unknown task {shown(self.name)}; expected one of {', '.join(list_tasks())}")
+        from gspo_bench.tasks.validation import HELD_OUT_PARAM
+
+        own = {k: v for k, v in self.params.items() if k != HELD_OUT_PARAM}  # held_out: any task's (make_task)
+        unknown = set(own) - set(task_params(self.name))
         if unknown:
-            raise ValueError(f"task {self.name!r} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
-        check_settings(task_spec(self.name).factory, self.params, "params")
+            raise ValueError(f"task {shown(self.name)} has no params {sorted(unknown)}; valid: {sorted(task_params(self.name))}")
+        check_settings(task_spec(self.name).factory, own, "params")
+        if self.reward is not None and not task_spec(self.name).needs_params:
+            raise ValueError(f"reward: a reward from a file is for the data-set tasks (jsonl, hf_dataset); "
+                             f"{shown(self.name)} checks its own answers")
         return self
 
     def instance(self) -> Task:
@@ -176,8 +210,23 @@ class TaskConfig(Strict):
             task = make_task(self.name, **self.params)
             task.test_examples(1)  # the test split exists (a generated task's problem space may be too small)
         except (ValueError, TypeError, OSError) as err:
-            raise ValueError(f"task {self.name!r} with params {self.params}: {err}") from None
-        return task
+            raise ValueError(f"task {shown(self.name)} with params {shown(self.params)}: {err}") from None
+        return task if self.reward is None else self._rewarded(task)
+
+    def _rewarded(self, task: Task) -> Task:
+        """`task` rewarded by the function `reward` names, checked on a few examples first (ValueError
+        naming the file, the function, the value and the example)."""
+        from gspo_bench.config.plugins import PluginError, load_function
+        from gspo_bench.tasks.reward_file import FileRewardTask, check_reward
+
+        assert self.reward is not None
+        try:
+            fn = load_function(self.reward.file, self.reward.name)
+        except PluginError as err:
+            raise ValueError(f"reward: {err}") from None
+        rewarded = FileRewardTask(task, fn, f"{self.reward.file}:{self.reward.name}")
+        check_reward(rewarded)
+        return rewarded
 
 
 class WarmStartConfig(Strict):
@@ -236,7 +285,7 @@ class RolloutConfig(Strict):
         from gspo_bench.rollout import list_engines
 
         if v not in list_engines():
-            raise ValueError(f"unknown rollout engine {v!r}; expected one of {', '.join(list_engines())}")
+            raise ValueError(f"unknown rollout engine {shown(v)}; expected one of {', '.join(list_engines())}")
         return v
 
     prompts_per_step: int = Field(8, ge=1, le=MAX_BATCH, description="P prompts per RL step")
@@ -388,6 +437,9 @@ class CollapseConfig(Strict):
     )
 
 
+LOOP_INPUTS = ("logp", "old_logp", "advantages", "mask")  # what every objective gets from the loop
+
+
 class ObjectiveEntry(Strict):
     name: str = Field(description="registered objective or algorithm (grpo_rr = grpo + routing replay, "
                       "grpo_r3 = grpo + rollout routing replay)")
@@ -435,7 +487,7 @@ class ObjectiveEntry(Strict):
 
         kind = v.get("kind")
         if kind not in list_corrections():
-            raise ValueError(f"correction.kind must be one of {', '.join(list_corrections())}, got {kind!r}")
+            raise ValueError(f"correction.kind must be one of {', '.join(list_corrections())}, got {shown(kind)}")
         valid = correction_spec(kind).params()
         unknown = sorted(set(v) - {"kind"} - set(valid))
         if unknown:
@@ -449,13 +501,25 @@ class ObjectiveEntry(Strict):
 
         valid = list_objectives() + sorted(ALGORITHMS)
         if self.name not in valid:
-            raise ValueError(f"unknown objective {self.name!r}; expected one of {', '.join(valid)}")
+            raise ValueError(f"unknown objective {shown(self.name)}; expected one of {', '.join(valid)}")
         check_settings(get_objective(self.objective), self.kwargs, "kwargs")
+        self._check_kwargs_are_settings(objective_spec(self.objective).inputs)
         if self.replay is False and self.replay_from is not None:
             raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
         if self.credit == "step" and objective_spec(self.objective).advantages != "token":
             raise ValueError(f"credit: step gives per-token advantages; {self.objective} takes one per response")
         return self
+
+    def _check_kwargs_are_settings(self, inputs: frozenset[str]) -> None:
+        """ValueError for a key of `kwargs` that is passed to the objective otherwise: the clip range
+        (the entry's own clip_low / clip_high) or an input of the training loop (Python's words were
+        "got multiple values for keyword argument", at the run's first update)."""
+        for key in self.kwargs:
+            if key in ("clip_low", "clip_high"):
+                raise ValueError(f"kwargs.{key}: the clip range is set with the entry's own clip_low / clip_high "
+                                 f"(e.g. {{name: {self.name}, {key}: {shown(self.kwargs[key])}}}), not in kwargs")
+            if key in (*LOOP_INPUTS, *inputs):
+                raise ValueError(f"kwargs.{key}: an input the training loop passes to the objective, not a setting")
 
     @property
     def objective(self) -> str:
@@ -554,6 +618,9 @@ class AnalysisConfig(Strict):
 class SuiteConfig(Strict):
     name: str = Field(description="suite name (a directory name: letters, digits, _ . , = @ + -)")
     description: str = ""
+    plugins: list[str] = Field([], description="Python files (relative to the suite file) and "
+                               "importable modules that register objectives, corrections, tasks or rollout engines, "
+                               "loaded before the rest of the suite is read (docs/plugins.md)")
     # built on use, not at import: their validators read the model and engine registries (torch)
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: TaskConfig
@@ -563,6 +630,17 @@ class SuiteConfig(Strict):
     budget: BudgetConfig
     objectives: list[ObjectiveEntry] = Field(min_length=1)
     seeds: list[Seed] = Field(default_factory=lambda: [0], min_length=1, description=f"seeds of the runs, 0..{MAX_SEED}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugins_first(cls, data: Any) -> Any:
+        """The plugins register their names before the objectives, tasks and engines are checked against
+        the registries (once per process: a sweep point or a worker's copy finds them loaded)."""
+        if isinstance(data, dict) and isinstance(data.get("plugins"), list):
+            from gspo_bench.config.plugins import load_plugins
+
+            load_plugins([str(name) for name in data["plugins"]])
+        return data
 
     @field_validator("name")
     @classmethod
@@ -588,6 +666,9 @@ class SuiteConfig(Strict):
     analysis: AnalysisConfig | None = Field(None, description="how the report tests: `primary` declares its "
                                             "confirmatory comparisons (docs/report.md); without, every comparison "
                                             "is in the report's Holm family")
+    tuning: TuningConfig | None = Field(None, description="tune every arm on one declared budget before the "
+                                        "comparison: search spaces, trials, trial seeds, the selection rule "
+                                        "(gspo_bench.config.tuning; docs/suites.md)")
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description="suite fields by dotted path -> values "
                                         "to cross (e.g. train.lr: [1e-4, 3e-4]); every objective x seed runs at "
                                         "every combination, labelled objective@name=value,...")
@@ -603,7 +684,7 @@ class SuiteConfig(Strict):
                 raise ValueError(f"sweep.{key}: {len(paths)} paths move together: each value must be a list of "
                                  f"{len(paths)} (one per path)")
             for path in paths:
-                if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir", "analysis"):
+                if path.split(".")[0] in ("name", "sweep", "seeds", "objectives", "output_dir", "analysis", "plugins"):
                     raise ValueError(f"sweep.{path}: {path.split('.')[0]} cannot be swept (seeds and objectives "
                                      "already cross every sweep point; the analysis is the whole suite's)")
         sizes = [len(values) for values in v.values()]
@@ -680,4 +761,23 @@ class SuiteConfig(Strict):
     def _primary_names_arms(self) -> SuiteConfig:
         if self.analysis is not None:
             self.analysis.primary.check_arms([o.run_label for o in self.objectives])
+            self._check_paper_arms()
         return self
+
+    @model_validator(mode="after")
+    def _tuning_runs(self) -> SuiteConfig:
+        if self.tuning is not None:
+            check_tuning(self)
+        return self
+
+    def _check_paper_arms(self) -> None:
+        """`paper_checks: true` needs what the paper checks compare (analysis.paper.arms): an arm of
+        objective grpo and one of gspo, neither with routing replay; without them it holds no check."""
+        if not self.analysis or not self.analysis.primary.paper_checks:
+            return
+        have = {o.objective for o in self.objectives if not o.use_replay}
+        missing = [name for name in ("grpo", "gspo") if name not in have]
+        if missing:
+            raise ValueError(f"analysis.primary.paper_checks: the paper checks compare GRPO and GSPO (objectives grpo "
+                             f"and gspo without routing replay); this suite has no {' and no '.join(missing)} arm, so "
+                             "they would hold no check: drop paper_checks or add the arm")

@@ -24,6 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gspo_bench.config.shown import clip, shown
+
 # suite fields holding free-form mappings: a sweep or `--set` may add a key to them
 FREE_FORM = ("rollout.engine_options", "task.params", "objectives.*.kwargs", "objectives.*.correction")
 _ABSENT = object()
@@ -53,7 +55,7 @@ def field_of(data: Any, path: str) -> Any:
         else:
             where = ".".join(split_path(path)[:i]) or "the suite"
             keys = sorted(node) if isinstance(node, dict) else f"indices 0..{len(node) - 1}" if isinstance(node, list) else []
-            raise KeyError(f"{where} has no field {part!r} (it has: {keys})")
+            raise KeyError(f"{where} has no field {shown(part)} (it has: {keys})")
     return node
 
 
@@ -104,8 +106,9 @@ def run_label(label: str, point: dict[str, Any]) -> str:
 
 
 def describe(point: dict[str, Any]) -> str:
-    """A point with every value as written (full float precision): `train.lr=0.0001000000001`."""
-    return ", ".join(f"{p}={v!r}" if isinstance(v, float) else f"{p}={v}" for p, v in point.items())
+    """A point with every value as written (full float precision): `train.lr=0.0001000000001`; a long
+    value clipped (`shown.clip`), as in every error."""
+    return ", ".join(f"{p}={v!r}" if isinstance(v, float) else f"{p}={clip(str(v))}" for p, v in point.items())
 
 
 def apply(suite: BaseModel, point: dict[str, Any]) -> dict[str, Any]:

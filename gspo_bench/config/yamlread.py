@@ -4,9 +4,11 @@
   line; YAML 1.1 reads it as a string.
 - A key repeated in one mapping is refused (YAML lets the last one win silently); a key that a merge
   (`<<: *base`) brings in and the mapping sets again is an override, not a repeat.
-- Aliases are bounded: a document whose values, aliases expanded, number more than MAX_VALUES is
-  refused (an "alias bomb": 1.3 KB of anchors that expand to 10^9 values for whatever walks them),
-  and so is an alias that contains itself. Counting walks each distinct value once.
+- Aliases are bounded: a document whose values, aliases expanded, number more than MAX_VALUES or
+  hold more than MAX_TEXT characters of text is refused (an "alias bomb": 1.3 KB of anchors that
+  expand to 10^9 values for whatever walks them, or 99,000 aliases of one 100 KB string: 9.9 GB once
+  a sweep or a dump writes them out), and so is an alias that contains itself. Counting walks each
+  distinct value once.
 
 Problems are ValueError in one line: what, and where (line and column)."""
 
@@ -17,7 +19,10 @@ from typing import Any
 
 import yaml
 
+from gspo_bench.config.shown import shown
+
 MAX_VALUES = 100_000  # values of a suite, aliases expanded (a suite file has a few hundred)
+MAX_TEXT = 1_000_000  # characters of its keys and strings, aliases expanded (a suite file has a few thousand)
 
 
 class _SuiteLoader(yaml.SafeLoader):
@@ -40,7 +45,7 @@ def check_no_repeated_key(node: yaml.MappingNode) -> None:
         key = (key_node.tag, key_node.value)
         if key in first_line:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key_node.value!r} repeated (first at line {first_line[key]})", key_node.start_mark)
+                None, None, f"key {shown(key_node.value)} repeated (first at line {first_line[key]})", key_node.start_mark)
         first_line[key] = key_node.start_mark.line + 1
 
 
@@ -57,18 +62,22 @@ def read_yaml(text: str) -> Any:
         raise ValueError(f"not valid YAML: {yaml_problem(err, text)}") from None
     except RecursionError:
         raise ValueError("not valid YAML: nested too deeply") from None
-    count = expanded_size(data, {}, set())
+    count, characters = expanded_size(data, {}, set())
     if count > MAX_VALUES:
         raise ValueError(f"YAML aliases expand to more than {MAX_VALUES} values ({count}): write the values out "
                          "instead of nesting aliases")
+    if characters > MAX_TEXT:
+        raise ValueError(f"YAML aliases expand to more than {MAX_TEXT:,} characters of text ({characters:,}): write the "
+                         "values out instead of repeating a long one through aliases")
     return data
 
 
-def expanded_size(node: Any, sizes: dict[int, int], open_: set[int]) -> int:
-    """How many values `node` holds with its aliases expanded (each distinct list or dict is counted
-    once and its count reused: `sizes`); ValueError for a list or dict that contains itself."""
+def expanded_size(node: Any, sizes: dict[int, tuple[int, int]], open_: set[int]) -> tuple[int, int]:
+    """(values, characters of text) that `node` holds with its aliases expanded (each distinct list or
+    dict is counted once and its count reused: `sizes`); ValueError for a list or dict that contains
+    itself."""
     if not isinstance(node, list | dict):
-        return 1
+        return 1, len(node) if isinstance(node, str) else 0
     key = id(node)
     if key in sizes:
         return sizes[key]
@@ -76,7 +85,8 @@ def expanded_size(node: Any, sizes: dict[int, int], open_: set[int]) -> int:
         raise ValueError("a YAML alias refers to a value that contains it (a cycle): write the values out")
     open_.add(key)
     items = [v for pair in node.items() for v in pair] if isinstance(node, dict) else node
-    sizes[key] = 1 + sum(expanded_size(item, sizes, open_) for item in items)
+    counts = [expanded_size(item, sizes, open_) for item in items]
+    sizes[key] = 1 + sum(c for c, _ in counts), sum(t for _, t in counts)
     open_.discard(key)
     return sizes[key]
 

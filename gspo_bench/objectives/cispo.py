@@ -16,6 +16,7 @@ from gspo_bench.objectives.surrogate import check_clip_range
     "cispo",
     description="CISPO: sg[clip(w_it)] A_it log pi, token mean; no lower bound, eps_high 0.28",
     reference="MiniMax 2025, MiniMax-M1 (arXiv 2506.13585), eq. 4-5",
+    reduction="token_mean",
 )
 def cispo_loss(
     logp: torch.Tensor,

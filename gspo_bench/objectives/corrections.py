@@ -35,6 +35,7 @@ import torch
 
 from gspo_bench.objectives.inputs import ieee_sqrt, safe_exp
 from gspo_bench.objectives.surrogate import check_ratio_band
+from gspo_bench.registry import Registry
 
 Level = Literal["token", "sequence", "geometric"]
 CorrectionFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -53,27 +54,23 @@ class CorrectionSpec:
         return {n: p.default for n, p in inspect.signature(self.fn).parameters.items() if n not in skip}
 
 
-_CORRECTIONS: dict[str, CorrectionSpec] = {}
+_CORRECTIONS: Registry[CorrectionSpec] = Registry("correction")
 
 
 def register_correction(name: str, *, description: str, reference: str) -> Callable[[CorrectionFn], CorrectionFn]:
     def decorate(fn: CorrectionFn) -> CorrectionFn:
-        if name in _CORRECTIONS:
-            raise ValueError(f"correction {name!r} is already registered")
-        _CORRECTIONS[name] = CorrectionSpec(name, fn, description, reference)
+        _CORRECTIONS.add(name, CorrectionSpec(name, fn, description, reference), fn.__module__)
         return fn
 
     return decorate
 
 
 def list_corrections() -> list[str]:
-    return sorted(_CORRECTIONS)
+    return _CORRECTIONS.names()
 
 
 def correction_spec(name: str) -> CorrectionSpec:
-    if name not in _CORRECTIONS:
-        raise LookupError(f"unknown correction {name!r}; valid corrections: {', '.join(list_corrections())}")
-    return _CORRECTIONS[name]
+    return _CORRECTIONS.lookup(name)
 
 
 def get_correction(name: str) -> CorrectionFn:

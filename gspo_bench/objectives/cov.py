@@ -18,9 +18,11 @@ from gspo_bench.objectives.surrogate import check_clip_range, check_dual_clip, c
 
 
 @torch.no_grad()
-def centred_covariance(batch: PolicyBatch) -> torch.Tensor:
-    """Cov_t [B, T] (0 at padding): (A_t - mean A)(log pi_t - mean log pi) over the valid tokens."""
-    adv, logp = batch.advantages, batch.logp.detach()
+def centred_covariance(batch: PolicyBatch, logp: torch.Tensor | None = None) -> torch.Tensor:
+    """Cov_t [B, T] (0 at padding): (A_t - mean A)(log pi_t - mean log pi) over the valid tokens, of the
+    policy's log-probs or of `logp` where given."""
+    adv = batch.advantages
+    logp = batch.logp.detach() if logp is None else torch.where(batch.mask, logp.detach().float(), 0.0)
     cov = (adv - masked_mean(adv, batch.mask)) * (logp - masked_mean(logp, batch.mask))
     return torch.where(batch.mask, cov, 0.0)
 
@@ -43,6 +45,9 @@ def _budget(ratio: float, batch: PolicyBatch) -> torch.Tensor:
     description="KL-Cov: unclipped r A, plus beta |log r| on the top ratio_k of tokens by Cov(log pi, A)",
     reference="Cui et al. 2025 (arXiv 2505.22617), eq. for KL-Cov; k = 2e-4, beta = 1 as the released code",
     coupled=True,  # the mask/selection is over the whole batch
+    reduction="token_mean",
+    exempt={"zero_advantage": "its KL penalty on the top-covariance tokens has a gradient wherever pi != pi_old, "
+                              "whatever the advantages"},
 )
 def kl_cov_loss(
     logp: torch.Tensor,
@@ -55,11 +60,15 @@ def kl_cov_loss(
 ) -> tuple[torch.Tensor, Metrics]:
     """KL-Cov: J = sum_t [r_t A_t - kl_coef |log r_t| 1(t in top-k by Cov_t)] / sum_i |y_i|, with
     k = max(1, floor(ratio_k * N)) of the N valid tokens; no clip. `clip/frac*` stays 0 (nothing is
-    clipped); `cov/frac` is the share of tokens under the KL term."""
+    clipped); `cov/frac` is the share of tokens under the KL term.
+    Cov_t is taken on pi_old's log-probs (`old_logp`), the values every update path shares (the old
+    policy's pass runs once per batch), not on the update forward's, whose float noise differs between
+    a plain and a micro-batched forward and, at the default k (one token), moved the selected token;
+    ties go to the earlier token (row-major). On a batch's first update pi_theta is pi_old."""
     if not 0.0 < ratio_k <= 1.0 or kl_coef < 0:
         raise ValueError(f"kl_cov: ratio_k must be in (0, 1] and kl_coef >= 0, got {ratio_k}, {kl_coef}")
     batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="kl_cov")
-    cov = centred_covariance(batch)
+    cov = centred_covariance(batch, old_logp)
     penalised = _pick(cov, batch.mask, _budget(ratio_k, batch))  # [B, T]
     terms = safe_exp(batch.log_ratio) * batch.advantages - kl_coef * batch.log_ratio.abs() * penalised
     loss = -aggregate(terms, batch, "token_mean")
@@ -74,6 +83,10 @@ def kl_cov_loss(
     reference="Cui et al. 2025 (arXiv 2505.22617), Clip-Cov; clip 0.2/0.2, k = 2e-4, Cov in (1, 5) as the released code",
     inputs=("generator",),
     coupled=True,  # the mask/selection is over the whole batch
+    reduction="token_mean",
+    exempt={"inputs_used": "the generator draws among the tokens whose covariance lies in (cov_low, cov_high): on "
+                           "the kit's small batches none is eligible, so another seed changes nothing",
+            "on_policy": "at ratio 1 it still leaves its drawn high-covariance tokens out of the update"},
 )
 def clip_cov_loss(
     logp: torch.Tensor,

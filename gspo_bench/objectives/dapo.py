@@ -12,6 +12,7 @@ from gspo_bench.objectives.registry import Metrics, register_objective
     "dapo",
     description="DAPO: token ratio, clip-higher 0.2/0.28, sum over all tokens / total tokens",
     reference="Yu et al. 2025, DAPO (arXiv 2503.14476), eq. 8 and 10",
+    reduction="token_mean",
 )
 def dapo_loss(
     logp: torch.Tensor,

@@ -17,6 +17,7 @@ from gspo_bench.objectives.surrogate import masked_surrogate
     description="DPPO-Binary-TV: r = pi/mu, mask a token once |pi - mu| > delta in its advantage's direction",
     reference="DPPO (arXiv 2602.04879), Binary-TV mask, delta 0.15",
     inputs=("sampling_logp",),
+    reduction="token_mean",
 )
 def dppo_binary_tv_loss(
     logp: torch.Tensor,

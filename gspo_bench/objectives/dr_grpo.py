@@ -13,6 +13,7 @@ from gspo_bench.objectives.registry import Metrics, register_objective
     "dr_grpo",
     description="Dr. GRPO: token ratio and clip, sum over tokens / (B * T_max), no length normalisation",
     reference="Liu et al. 2025, Dr. GRPO (arXiv 2503.20783); pair with group_advantages(scale='none')",
+    reduction="seq_mean_token_sum_norm",
 )
 def dr_grpo_loss(
     logp: torch.Tensor,

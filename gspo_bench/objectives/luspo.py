@@ -16,6 +16,8 @@ from gspo_bench.objectives.surrogate import check_clip_range, clipped_surrogate
     description="LUSPO: GSPO's clipped sequence term scaled by the response length |y_i|, mean over responses",
     reference="LUSPO (arXiv 2602.05261), GSPO eq. 5 x |y_i|; clip 2e-3/2.5e-3 as TRL's LUSPO setting",
     advantages="response",
+    exempt={"on_policy": "the sequence term is scaled by |y_i|: its on-policy gradient is A_i / B on every token, "
+                        "which none of the three reductions gives"},
 )
 def luspo_loss(
     logp: torch.Tensor,

@@ -36,6 +36,7 @@ def second_moment_mask(batch: PolicyBatch, tau: float) -> tuple[torch.Tensor, to
     description="M2PO: no clip; mask the largest-(log r)^2 trust-region tokens until their mean M2 <= tau",
     reference="Zheng et al. 2025, M2PO (arXiv 2510.01161), Algorithm 1 and eq. 5, tau_M2 = 0.04",
     coupled=True,  # the mask/selection is over the whole batch
+    reduction="token_mean",
 )
 def m2po_loss(
     logp: torch.Tensor,

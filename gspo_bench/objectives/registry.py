@@ -32,6 +32,8 @@ from typing import Literal
 
 import torch
 
+from gspo_bench.registry import Registry
+
 Metrics = dict[str, torch.Tensor | float]
 ObjectiveFn = Callable[..., tuple[torch.Tensor, Metrics]]
 AdvantageLevel = Literal["response", "token"]
@@ -41,6 +43,12 @@ EXTRA_INPUTS: dict[str, str] = {
     "router_shift": "[B, T] mean |log g_new - log g_old| of the old top-k experts' gate scores over MoE layers",
     "generator": "torch.Generator (CPU) the objective draws from; the loop seeds one per (seed, step)",
 }
+
+
+# the conformance kit's properties (gspo_bench.objectives.conformance), by name: what `exempt=` may name
+CONFORMANCE_PROPERTIES = ("finite", "padding", "order", "zero_advantage", "on_policy", "ascent", "separable",
+                          "inputs_used", "metrics")
+REDUCTIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")  # gspo_bench.objectives.reduce
 
 
 class UnknownObjectiveError(LookupError):
@@ -58,6 +66,8 @@ class ObjectiveSpec:
     clip_high: float | None  # default eps_high
     inputs: frozenset[str] = frozenset()  # EXTRA_INPUTS the objective declares (and takes)
     coupled: bool = False  # the loss couples rows through their log-probs (batch statistics, top-k selections)
+    reduction: str = "seq_mean_token_mean"  # how its token terms become the loss (gspo_bench.objectives.reduce)
+    exempt: tuple[tuple[str, str], ...] = ()  # (conformance property, why it does not apply)
 
     def params(self) -> dict[str, object]:
         """The objective's keyword defaults beyond the clip range and the correction weights (what a
@@ -66,34 +76,32 @@ class ObjectiveSpec:
                 if p.default is not inspect.Parameter.empty and name not in ("clip_low", "clip_high", "weights")}
 
 
-_REGISTRY: dict[str, ObjectiveSpec] = {}
+_REGISTRY: Registry[ObjectiveSpec] = Registry("objective", unknown=UnknownObjectiveError)
 
 
 def register_objective(
     name: str, *, description: str, reference: str, advantages: AdvantageLevel = "token", inputs: tuple[str, ...] = (),
-    coupled: bool = False,
+    coupled: bool = False, reduction: str = "seq_mean_token_mean", exempt: dict[str, str] | None = None,
 ) -> Callable[[ObjectiveFn], ObjectiveFn]:
     """Decorator registering `fn` under `name` with its extra `inputs` (names from EXTRA_INPUTS) and
-    whether its loss couples rows (`coupled`, see the module docstring); a second registration of the
-    same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
+    whether its loss couples rows (`coupled`, see the module docstring), the reduction its token terms
+    go through (`reduction`, one of REDUCTIONS: the conformance kit checks its on-policy gradient against
+    it) and the conformance properties that do not apply to it with why (`exempt`); a second
+    registration of the same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
 
     def decorate(fn: ObjectiveFn) -> ObjectiveFn:
-        if name in _REGISTRY:
-            raise ValueError(
-                f"objective {name!r} is already registered (by {_REGISTRY[name].fn.__module__}."
-                f"{_REGISTRY[name].fn.__qualname__}); pick another name"
-            )
         params = inspect.signature(fn).parameters
         missing = {"logp", "old_logp", "advantages", "mask", "weights"} - set(params)
         if missing:
             raise TypeError(f"objective {name!r} lacks the arguments {sorted(missing)}")
         _check_inputs(name, set(inputs), set(params))
+        _check_declarations(name, reduction, exempt or {})
 
         def default(arg: str) -> float | None:
             p = params.get(arg)
             return None if p is None or p.default is inspect.Parameter.empty else p.default
 
-        _REGISTRY[name] = ObjectiveSpec(
+        _REGISTRY.add(name, ObjectiveSpec(
             name=name,
             fn=fn,
             description=description,
@@ -103,7 +111,9 @@ def register_objective(
             clip_high=default("clip_high"),
             inputs=frozenset(inputs),
             coupled=coupled,
-        )
+            reduction=reduction,
+            exempt=tuple(sorted((exempt or {}).items())),
+        ), fn.__module__)
         return fn
 
     return decorate
@@ -121,13 +131,21 @@ def _check_inputs(name: str, declared: set[str], params: set[str]) -> None:
                         f"{sorted(taken)}: declare every extra input it takes, and only those")
 
 
+def _check_declarations(name: str, reduction: str, exempt: dict[str, str]) -> None:
+    """A known reduction; exemptions name known conformance properties, each with a reason."""
+    if reduction not in REDUCTIONS:
+        raise TypeError(f"objective {name!r} declares reduction {reduction!r}; known: {', '.join(REDUCTIONS)}")
+    unknown = sorted(set(exempt) - set(CONFORMANCE_PROPERTIES))
+    if unknown:
+        raise TypeError(f"objective {name!r} exempts unknown properties {unknown}; known: "
+                        f"{', '.join(CONFORMANCE_PROPERTIES)}")
+    if not all(isinstance(why, str) and why.strip() for why in exempt.values()):
+        raise TypeError(f"objective {name!r}: every exempted property needs its reason (a non-empty string)")
+
+
 def objective_spec(name: str) -> ObjectiveSpec:
     """The registered spec of `name`, or an error naming every valid objective."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        valid = ", ".join(list_objectives())
-        raise UnknownObjectiveError(f"unknown objective {name!r}; valid objectives: {valid}") from None
+    return _REGISTRY.lookup(name)
 
 
 def get_objective(name: str) -> ObjectiveFn:
@@ -137,4 +155,4 @@ def get_objective(name: str) -> ObjectiveFn:
 
 def list_objectives() -> list[str]:
     """Names of all registered objectives, sorted."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import torch
 
+from gspo_bench.registry import Registry
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -66,27 +68,21 @@ class RolloutEngine(Protocol):
     def sync_weights(self, model: torch.nn.Module) -> None: ...
 
 
-_ENGINES: dict[str, Callable[..., RolloutEngine]] = {}
-
-
 EngineFactory = Callable[..., RolloutEngine]
+_ENGINES: Registry[EngineFactory] = Registry("rollout engine", "engines")
 
 
 def register_engine(name: str) -> Callable[[EngineFactory], EngineFactory]:
     def decorate(factory: EngineFactory) -> EngineFactory:
-        if name in _ENGINES:
-            raise ValueError(f"rollout engine {name!r} is already registered")
-        _ENGINES[name] = factory
+        _ENGINES.add(name, factory, factory.__module__)
         return factory
 
     return decorate
 
 
 def list_engines() -> list[str]:
-    return sorted(_ENGINES)
+    return _ENGINES.names()
 
 
 def make_engine(name: str, **kwargs: Any) -> RolloutEngine:
-    if name not in _ENGINES:
-        raise LookupError(f"unknown rollout engine {name!r}; valid engines: {', '.join(list_engines())}")
-    return _ENGINES[name](**kwargs)
+    return _ENGINES.lookup(name)(**kwargs)

@@ -25,7 +25,6 @@ llama4_text (whose routing site re-derives the ids from the logits) are refused.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -43,10 +42,18 @@ _MASK32 = 0xFFFFFFFF
 _STREAM = 0x52A7E001  # mixed into the seed: router noise never reuses the Gumbel sampling stream
 
 
+MAX_SIGMA = 1e4  # a noise std past this decides every draw alone (logits and router scores are O(10))
+
+
 def check_sigma(sigma: object, option: str = "router_noise") -> float:
-    """`sigma` (engine option `option`, a noise's std) as a float; ValueError unless a finite number >= 0."""
-    if isinstance(sigma, bool) or not isinstance(sigma, int | float) or not math.isfinite(sigma) or sigma < 0:
+    """`sigma` (engine option `option`, a noise's std) as a float; ValueError unless a number in
+    [0, MAX_SIGMA]: past it the noise decides every choice whatever the model, and far past it (1e300)
+    std x z is no float32, so the engine's log-probs are NaN, which the run would blame on the policy."""
+    if isinstance(sigma, bool) or not isinstance(sigma, int | float) or not 0 <= sigma < float("inf"):
         raise ValueError(f"hf engine: {option} must be a finite number >= 0 (the noise's std), got {sigma!r}")
+    if sigma > MAX_SIGMA:
+        raise ValueError(f"hf engine: {option} must be at most {MAX_SIGMA:g} (the noise's std: past it the noise "
+                         f"decides every draw whatever the model), got {sigma!r}")
     return float(sigma)
 
 

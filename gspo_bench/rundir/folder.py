@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -100,6 +101,17 @@ def _atomic(path: Path, write: Callable[[str], object]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_entry(path: Path) -> None:
+    """Remove whatever is at `path`, never following a link: a link (to a file or a folder, say a
+    checkpoint moved to another disk) is unlinked and what it points to stays, a file is unlinked, a
+    folder removed with everything in it; nothing there, nothing done."""
+    path = Path(path)
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -26,10 +26,11 @@ def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
     """What `run` needs beyond a valid suite, checked before any compute (and not by parsing, so that
     a suite for another machine can still be planned with --dry-run): the task builds with its params
     (a JSONL file is read), a model.path is a supported checkpoint, every objective accepts its clip
-    range and kwargs, every eval task is known, and every run's devices, optimizer and engine work
-    (`_check_runs`). SuiteError naming the file and the field."""
-    problems = [p for check in (_check_task, _check_model_path, _check_objectives, _check_eval_tasks, _check_tracking,
-                                _check_cache, _check_runs) for p in check(suite)]
+    range and kwargs (a plugin's objective passes the conformance kit), every eval task is known, and
+    every run's devices, optimizer and engine work (`_check_runs`). SuiteError naming the file and the
+    field."""
+    problems = [p for check in (_check_task, _check_model_path, _check_objectives, _check_plugin_objectives,
+                                _check_eval_tasks, _check_tracking, _check_cache, _check_runs) for p in check(suite)]
     if problems:
         raise SuiteError(problems_text(source, problems))
 
@@ -219,11 +220,14 @@ def _check_model_path(suite: SuiteConfig) -> list[str]:
 
 
 def _check_objectives(suite: SuiteConfig) -> list[str]:
-    """Each objective once on a tiny batch with its resolved clip range and kwargs."""
+    """Each objective once on a tiny batch with its resolved clip range and kwargs (a plugin's: the
+    conformance kit, `_check_plugin_objectives`), and its correction."""
     import torch
 
+    from gspo_bench.config.plugins import loaded_plugins
     from gspo_bench.objectives import get_objective, objective_spec
 
+    kit_checked = {entry for plugin in loaded_plugins() for entry in plugin.registered}  # _check_plugin_objectives
     logp = torch.zeros(2, 3)
     neutral = {"sampling_logp": logp, "router_shift": logp, "generator": torch.Generator().manual_seed(0)}
     advantages, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
@@ -233,10 +237,39 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
             correction = entry.correction_fn()
             if correction is not None:
                 correction(old_logp=logp, sampling_logp=logp, logp=logp, advantages=advantages, mask=mask)
+            if f"objective:{entry.objective}" in kit_checked:
+                continue
             inputs = {name: neutral[name] for name in objective_spec(entry.objective).inputs}
             get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=advantages, mask=mask, **inputs, **entry.clip_range(), **entry.kwargs)
         except (TypeError, ValueError) as err:
             problems.append(f"objectives.{i} ({entry.run_label}): {err}")
+    return problems
+
+
+def _check_plugin_objectives(suite: SuiteConfig) -> list[str]:
+    """The conformance kit on every objective a plugin registered, with the entry's clip range and
+    kwargs (the built-in ones pass it in the package's tests): a loss that is not finite at extreme
+    ratios, leaks padding, points the wrong way or raises is refused before compute."""
+    from gspo_bench.config.plugins import loaded_plugins
+    from gspo_bench.objectives.conformance import check_objective
+
+    from_plugins = {entry.split(":", 1)[1]: plugin.path for plugin in loaded_plugins() for entry in plugin.registered
+                    if entry.startswith("objective:")}
+    problems = []
+    for i, entry in enumerate(suite.objectives):
+        if entry.objective not in from_plugins:
+            continue
+        where = f"objectives.{i} ({entry.run_label})"
+        try:
+            findings = check_objective(entry.objective, settings={**entry.clip_range(), **entry.kwargs})
+        except Exception as err:  # the user's code: whatever it raises is its problem, named
+            problems.append(f"{where}: the loss raised {type(err).__name__}: {err} ({from_plugins[entry.objective]})")
+            continue
+        failed = [f"{f.property} ({f.measured:.3g}, needs {f.bound})" for f in findings if f.passed is False]
+        if failed:
+            problems.append(f"{where}: fails the conformance kit: {', '.join(failed)}; `gspo-bench check "
+                            f"{entry.objective} --plugin {from_plugins[entry.objective]}` shows every property "
+                            "(declare exempt={property: why} where one does not apply)")
     return problems
 
 
@@ -264,18 +297,28 @@ def _check_eval_tasks(suite: SuiteConfig) -> list[str]:
 
 def _eval_limits(suite: SuiteConfig) -> list[str]:
     """Each of our eval tasks has `eval.limit` distinct test problems (both engines evaluate that many),
-    with the params it is evaluated with: a small problem space would fail every run at its first
-    evaluation."""
+    with the params it is evaluated with, at every sweep point (a sweep of `task.params.max_len` makes
+    a smaller split at some points): a small problem space would fail every run at its first
+    evaluation. Each (task, params, limit) is searched once."""
+    import json
+
+    from gspo_bench.config import sweep_points
+    from gspo_bench.config.sweep import describe
     from gspo_bench.tasks import make_task
     from gspo_bench.train.evaluation import resolve_tasks
 
-    problems = []
-    for name, params in resolve_tasks(suite.eval.tasks, suite.task.name, suite.task.params):
-        if params is None:
-            continue  # an lm-eval task: lm-eval reads its own documents
-        try:
-            make_task(name, **params).test_examples(suite.eval.limit)
-        except ValueError as err:
-            problems.append(f"eval.limit ({suite.eval.limit}): task {name} {params}: {err}; evaluate on fewer "
-                            "problems or widen the task")
+    problems, searched = [], set()
+    for values, point in sweep_points(suite):
+        limit = point.eval.limit
+        for name, params in resolve_tasks(point.eval.tasks, point.task.name, point.task.params):
+            key = (name, json.dumps(params, sort_keys=True, default=str), limit)
+            if params is None or key in searched:
+                continue  # an lm-eval task (lm-eval reads its own documents), or searched at another point
+            searched.add(key)
+            try:
+                make_task(name, **params).test_examples(limit)
+            except ValueError as err:
+                where = f" at sweep point {describe(values)}" if values else ""
+                problems.append(f"eval.limit ({limit}){where}: task {name} {params}: {err}; evaluate on fewer "
+                                "problems or widen the task")
     return problems

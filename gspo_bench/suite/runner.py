@@ -159,8 +159,28 @@ def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = Fa
             if changes and not allow_changed:
                 raise ValueError(f"{run.run_dir}: the suite changed since this run started ({'; '.join(changes)}); "
                                  "resume it unchanged, or pass --allow-changed to continue with the new settings")
+            layout = optimizer_layout_change(run)
+            if layout:
+                raise ValueError(f"{run.run_dir}: {layout}")
             todo.append(run)
     return todo
+
+
+def optimizer_layout_change(run: PlannedRun) -> str | None:
+    """Why the run's checkpointed optimizer state cannot be loaded under its settings now, even with
+    --allow-changed, or None: train.router_lr_scale moved to or from 1 changes the optimizer's param
+    groups (one group at 1, the routers a group of their own otherwise: gspo_bench.train.optim), and
+    the resume failed on it with KeyError 'param_groups.0.name' (after suite.yaml was rewritten)."""
+    from gspo_bench.train.setup import read_run_config
+
+    recorded = read_run_config(run.run_dir) or {}
+    train = (recorded.get("suite") or {}).get("train") or {}
+    before, now = float(train.get("router_lr_scale", 1.0)), float(run.suite.train.router_lr_scale)
+    if (before == 1.0) == (now == 1.0):
+        return None
+    return (f"train.router_lr_scale {before:g} -> {now:g} changes the optimizer's parameter groups (the routers are a "
+            "group of their own unless the scale is 1), so the run's checkpointed optimizer state cannot be loaded: "
+            f"resume it at router_lr_scale {before:g}, or run it again in a new folder")
 
 
 def check_suite_folder(suite: SuiteConfig, root: Path, allow_changed: bool = False) -> None:
@@ -220,11 +240,15 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
     are prepared first (under torchrun rank 0 trains or finds them, then the others reuse them), then
     the runs go one after another, `parallel` at a time as local processes, or as Ray tasks
     (`ray_address`: None for a local cluster, an address for an existing one, False for no Ray).
-    A run that fails is recorded as failed and the others go on."""
+    A run that fails is recorded as failed and the others go on. suite.yaml is written first, except
+    where --resume --allow-changed continues runs with new settings: then it is written after them, and
+    only where one of them did not fail (a failed resume, its settings refused by the checkpoint, left
+    suite.yaml saying settings no run ran with, and the next resume with the run's own was refused)."""
     from gspo_bench.train.loop import RunSpec
 
     observer = observer or Observer()
-    if world.is_main:
+    continuing = resume and allow_changed
+    if world.is_main and not continuing:
         write_suite_file(suite, root)
     weights = {}
     for planned in todo:  # cached on disk: the first call per (model, task, seed) trains, the others find it
@@ -248,4 +272,6 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
         statuses = run_local_processes(specs, mode, observer, parallel)
     else:
         statuses = run_sequential(specs, mode, observer)
+    if world.is_main and continuing and any(status["status"] != "failed" for status in statuses):
+        write_suite_file(suite, root)
     return list(zip(todo, statuses, strict=True))

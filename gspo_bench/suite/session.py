@@ -5,7 +5,7 @@ RunBusyError); the command line turns them into one line each."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,27 +36,83 @@ def load_runnable(suite_path: Path, items: list[str] | None) -> tuple[SuiteConfi
 
 @dataclass(frozen=True)
 class Session:
-    """A loaded, checked suite; the results root; the runs to do (finished ones left out)."""
+    """A loaded, checked suite; the results root; the runs to do (finished ones left out). A tuned suite
+    (`tuning:`) also has its trial runs to do, and until its trials are chosen from (chosen.json) no
+    comparison runs: `awaiting_choice`, and `todo` empty (`choose_and_plan` plans them after the trials)."""
 
     suite: SuiteConfig
     root: Path
     todo: list[PlannedRun]
+    trials: list[PlannedRun] = field(default_factory=list)
+    awaiting_choice: bool = False
 
 
 def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = None, only: list[str] | None = None,
                  seeds: list[int] | None = None, resume: bool = False, allow_changed: bool = False) -> Session:
     """The suite (its `--set` overrides applied and recorded with each run), the results root (`out`,
     else the suite's output_dir) and the runs to do. Raises SuiteError, ValueError (an unknown --only
-    label, a changed suite on resume, another suite of the same name in the results root),
-    FileExistsError (results already there without resume) or
+    label, a changed suite on resume, another suite of the same name in the results root, --seeds that
+    are trial seeds), FileExistsError (results already there without resume) or
     RunBusyError (a run folder held by a live process)."""
-    from gspo_bench.suite.runner import check_outputs, check_suite_folder, plan_runs
+    from gspo_bench.suite.runner import check_outputs, check_suite_folder
+    from gspo_bench.suite.tuning_runs import compared_suite, trial_runs
 
     suite, overrides = load_runnable(suite_path, items)
     root = out if out is not None else Path(suite.output_dir)
     check_suite_folder(suite, root, allow_changed=resume and allow_changed)
-    runs = plan_runs(suite, root, only=only, seeds=seeds, overrides=overrides)
-    return Session(suite=suite, root=root, todo=check_outputs(runs, resume, allow_changed=allow_changed))
+    if suite.tuning is not None and set(seeds or []) & set(suite.tuning.seeds):
+        raise ValueError(f"--seeds {seeds}: {sorted(set(seeds or []) & set(suite.tuning.seeds))} are trial seeds "
+                         "(tuning.seeds); the comparison runs on other seeds")
+    trials = check_outputs(trial_runs(suite, root), resume, allow_changed) if suite.tuning is not None else []
+    compared = compared_suite(suite, root)
+    todo = [] if compared is None else comparison_todo(compared, root, only, seeds, overrides, resume, allow_changed)
+    if resume and allow_changed:
+        check_unstarted_keep_settings(suite, root, todo)
+    return Session(suite=suite, root=root, todo=todo, trials=trials, awaiting_choice=compared is None)
+
+
+def comparison_todo(compared: SuiteConfig, root: Path, only: list[str] | None, seeds: list[int] | None,
+                    overrides: dict[str, Any], resume: bool, allow_changed: bool) -> list[PlannedRun]:
+    """The comparison's runs to do, of `compared` (the suite, or a tuned suite with its chosen settings)."""
+    from gspo_bench.suite.runner import check_outputs, plan_runs
+
+    runs = plan_runs(compared, root, only=only, seeds=seeds, overrides=overrides)
+    return check_outputs(runs, resume, allow_changed=allow_changed)
+
+
+def choose_and_plan(session: Session, items: list[str] | None, only: list[str] | None, seeds: list[int] | None,
+                    resume: bool, allow_changed: bool) -> list[PlannedRun]:
+    """After a tuned suite's trials: each arm's choice written to chosen.json (kept where it already is),
+    then the comparison's runs to do with the chosen settings."""
+    from gspo_bench.suite.tuning_runs import compared_suite, write_chosen
+
+    if session.awaiting_choice:
+        write_chosen(session.suite, session.root)
+    compared = compared_suite(session.suite, session.root)
+    assert compared is not None  # chosen.json is there now
+    return comparison_todo(compared, session.root, only, seeds, parse_overrides(items or []), resume, allow_changed)
+
+
+def check_unstarted_keep_settings(suite: SuiteConfig, root: Path, todo: list[PlannedRun]) -> None:
+    """ValueError where --resume --allow-changed would start runs under settings other than those the
+    suite folder's suite.yaml records: --allow-changed continues started runs (each records its change),
+    but a run that never started would train under the new settings beside finished runs under the old
+    ones, silently, and the report would then refuse the folder as two suites."""
+    from gspo_bench.config.yamlread import read_yaml
+    from gspo_bench.rundir.folder import RunDir
+    from gspo_bench.train.setup import settings_changes
+
+    path = root / suite.name / "suite.yaml"
+    recorded = read_yaml(path.read_text()) if path.is_file() else None
+    if not isinstance(recorded, dict):
+        return
+    changes = settings_changes({"suite": recorded}, {"suite": suite.model_dump(mode="json")})
+    unstarted = [run.run_dir.name for run in todo if RunDir(run.run_dir).read_status() is None]
+    if changes and unstarted:
+        raise ValueError(f"{path} records other settings ({'; '.join(changes)}); --allow-changed continues started "
+                         f"runs with new settings, but {len(unstarted)} run(s) have not started ({', '.join(unstarted)}) "
+                         "and would start under them beside runs of the old ones (two suites in one folder): resume "
+                         "the started ones alone (--only, --seeds), or run the new settings into another folder")
 
 
 def exit_code(outcomes: list[tuple[Any, dict]]) -> int:

@@ -66,15 +66,27 @@ def sample_split(make: Callable[[random.Random], Example], rng: random.Random, t
     raise RuntimeError("could not draw an example of the wanted split: the problem space is too small")
 
 
+STALE_DRAWS = 50  # per distinct problem found: draws in a row without a new one that end the search
+
+
 def unique_test_set(make: Callable[[random.Random], Example], n: int, seed: int) -> list[Example]:
-    """n distinct test-split examples, deterministic for `seed` (an error if the space is too small)."""
+    """n distinct test-split examples, deterministic for `seed` (an error if the space is too small).
+    The search gives up once STALE_DRAWS x (problems found) + 1000 draws in a row found no new problem
+    (the split is exhausted: with k of N problems found, each draw finds a new one with probability
+    about (N - k) / N, so a split with problems left ends such a streak almost surely), or after
+    200 n + 1000 draws in all. A small split is known to be small in a few thousand draws, not
+    200 x n (`eval.limit: 65536` on a split of 102 problems never answered)."""
     rng = random.Random(seed)
     seen: dict[str, Example] = {}
+    stale = 0
     for _ in range(200 * n + 1000):
         example = sample_split(make, rng, test=True)
+        stale = 0 if example.prompt not in seen else stale + 1
         seen.setdefault(example.prompt, example)
         if len(seen) == n:
             return list(seen.values())
+        if stale >= STALE_DRAWS * len(seen) + 1000:
+            break
     raise ValueError(f"the task's test split has fewer than {n} distinct problems ({len(seen)} found)")
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from gspo_bench.registry import Registry
 from gspo_bench.tasks.base import Baseline, Task
 
 
@@ -20,23 +21,21 @@ class TaskSpec:
     needs_params: bool = False  # built from the user's data (a file, a dataset): no default instance
 
 
-_TASKS: dict[str, TaskSpec] = {}
+_TASKS: Registry[TaskSpec] = Registry("task")
 
 
 def register_task(
     name: str, description: str, needs_params: bool = False
 ) -> Callable[[Callable[..., Task]], Callable[..., Task]]:
     def decorate(factory: Callable[..., Task]) -> Callable[..., Task]:
-        if name in _TASKS:
-            raise ValueError(f"task {name!r} is already registered")
-        _TASKS[name] = TaskSpec(name, factory, description, needs_params)
+        _TASKS.add(name, TaskSpec(name, factory, description, needs_params), factory.__module__)
         return factory
 
     return decorate
 
 
 def list_tasks() -> list[str]:
-    return sorted(_TASKS)
+    return _TASKS.names()
 
 
 def generated_tasks() -> list[str]:
@@ -45,9 +44,7 @@ def generated_tasks() -> list[str]:
 
 
 def task_spec(name: str) -> TaskSpec:
-    if name not in _TASKS:
-        raise LookupError(f"unknown task {name!r}; valid tasks: {', '.join(list_tasks())}")
-    return _TASKS[name]
+    return _TASKS.lookup(name)
 
 
 def task_params(name: str) -> dict[str, object]:
@@ -57,12 +54,20 @@ def task_params(name: str) -> dict[str, object]:
 
 
 def make_task(name: str, **params: Any) -> Task:
-    """Build task `name` with `params`; unknown params are an error naming the valid ones."""
+    """Build task `name` with `params`; unknown params are an error naming the valid ones. The param
+    `held_out: validation` (any task; `tasks.validation`) builds the task with its validation split in
+    place of its test split, as a tuning trial trains and is scored on it."""
+    from gspo_bench.tasks.validation import HELD_OUT_PARAM, HELD_OUT_SPLITS, ValidationHeldOut
+
+    held_out = params.pop(HELD_OUT_PARAM, "test")
+    if held_out not in HELD_OUT_SPLITS:
+        raise ValueError(f"task {name!r}: {HELD_OUT_PARAM} must be one of {', '.join(HELD_OUT_SPLITS)}, got {held_out!r}")
     valid = task_params(name)
     unknown = set(params) - set(valid)
     if unknown:
         raise ValueError(f"task {name!r} has no params {sorted(unknown)}; valid: {sorted(valid)}")
-    return task_spec(name).factory(**params)
+    task = task_spec(name).factory(**params)
+    return ValidationHeldOut(task) if held_out == "validation" else task
 
 
 def task_baseline(name: str, params: dict[str, Any] | None = None) -> Baseline | None:

@@ -17,7 +17,7 @@ import torch
 
 from gspo_bench.models.families import hf_model
 from gspo_bench.rundir.checksums import CHECKSUMS, damage, write_checksums
-from gspo_bench.rundir.folder import atomic_leftovers, share
+from gspo_bench.rundir.folder import atomic_leftovers, remove_entry, share
 from gspo_bench.runtime.distributed import World
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def remove_half_written(run_dir: Path) -> None:
     process left half-written in `run_dir` (call it holding the run folder's lock: no other process
     writes one then)."""
     for stale in Path(run_dir).glob(f"{NEW_PREFIX}*"):
-        shutil.rmtree(stale, ignore_errors=True)
+        remove_entry(stale)
     for leftover in atomic_leftovers(Path(run_dir)):
         leftover.unlink(missing_ok=True)
 
@@ -107,11 +107,14 @@ def save_checkpoint(run_dir: Path, model: torch.nn.Module, tokenizer: PreTrained
             raise OSError(f"a new checkpoint of {run_dir} reads back wrong ({problem}); the previous one is kept")
         share(tmp)  # mkdtemp's folder is private (0700): the run folder's others are not
         final, old = run_dir / "checkpoint", run_dir / ".checkpoint-old"
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
+        # a link (checkpoint/ moved to another disk) is unlinked, never followed: rmtree refused it
+        # silently, and the next swap then renamed a folder onto the link (NotADirectoryError) at every
+        # later checkpoint
+        remove_entry(old)
+        if final.exists() or final.is_symlink():
             final.rename(old)
         tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
+        remove_entry(old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

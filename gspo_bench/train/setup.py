@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
+from gspo_bench.config.plugins import load_plugins
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import RolloutEngine, make_engine
@@ -83,6 +84,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
     another process holds it) and writes the resolved config, provenance and a `running` status
     (rank 0 only under torchrun). The caller releases `run.lock` when the run ends."""
     suite, train = spec.suite, spec.suite.train
+    load_plugins(suite.plugins)  # a worker process (--parallel, Ray) registers them before it builds anything
     device = require_device(train.device, "train.device")
     world = world_from_env(device)
     device = device_for(world, device)
@@ -105,6 +107,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
         prov["warm_start"] = warm_start_record(spec)
+        prov["plugins"] = [plugin.record() for plugin in load_plugins(suite.plugins)]
         prompt_format = run_prompt_format(suite, tokenizer)
         engine = make_run_engine(suite, tokenizer, weights, device)
         check_replay_engine(spec.entry, engine, suite)
@@ -277,8 +280,21 @@ def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planne
     run = {"label": entry.run_label, "arm": spec.arm or entry.run_label, "objective": entry.objective,
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
            "seed": spec.seed, "lr": lr, **entry.clip_range(), "kwargs": entry.kwargs, "sweep": spec.sweep,
-           "correction": entry.correction, "set": entry.set, "overrides": spec.overrides}
+           "correction": entry.correction, "set": entry.set, "overrides": spec.overrides,
+           **({"plugins": code_hashes(spec.suite)} if code_hashes(spec.suite) else {})}
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
+
+
+def code_hashes(suite: SuiteConfig) -> dict[str, str]:
+    """{plugin or reward file: sha256 of the file as it is now}: a plugin or reward function edited since
+    a run started is a change of the run's settings (config.yaml's `run.plugins`), refused on resume as an
+    edited suite is."""
+    from gspo_bench.config.plugins import file_sha256
+
+    found = {plugin.name: file_sha256(plugin.path) for plugin in load_plugins(suite.plugins)}
+    if suite.task.reward is not None:
+        found[suite.task.reward.file] = file_sha256(suite.task.reward.file)
+    return found
 
 
 # fields of config.yaml that do not change what a run computes (nor do suite.tracking.*; run.overrides.*

@@ -1,0 +1,461 @@
+"""The suite's answer in at most five plain sentences, the first thing `gspo-bench run` prints at its end
+and the first thing report.md and report.html show: what ran; whether RL learned, and where; what
+differs and how sure the test is at this n (a swept suite with a stability map: each arm's stability);
+what the paper says and whether this run agrees; what to run for a decision.
+
+The sentences read judgements made elsewhere and make none of their own: the learnability gate
+(analysis.evidence.learning), the leader rules (analysis.report.verdict.lead), the declared family and
+Holm's adjustment (analysis.evidence.family), the paper checks (analysis.evidence.paper,
+analysis.report.paper_checks) and the stability map's boundaries (analysis.evidence.stability). They
+hold words and counts only: every mean, interval, p-value and per-seed value they rest on is a row of
+`numbers`, shown below them. A count sits beside the word it counts with the gate's meaning ("passed
+the learnability test on 0 of 2 seeds"), never beside a word that could read otherwise (a mean that
+went up is not "rose" when the test did not pass).
+
+Sentence text is markdown: user text (labels, sweep points) goes in through
+`analysis.report.escape.escape`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.data.groups import Group
+from analysis.data.load import Results, finished, unfinished
+from analysis.data.matching import MATCH_TOLERANCE, check_matched
+from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
+from analysis.evidence.gather import Evidence, gather
+from analysis.evidence.learning import HELD_OUT, Learning
+from analysis.evidence.paper import CLIP, DEPTH, DRIFT_ONE, arms, paper_tests
+from analysis.evidence.primary import declarations
+from analysis.evidence.stability import Boundary, StabilityMap, stability_map
+from analysis.report import anchors
+from analysis.report.escape import SPECIAL, escape
+from analysis.report.paper_checks import paper_checks
+from analysis.report.stability_text import FIGURE_LETTERS
+from analysis.report.texts import count, difference_text, p_text
+from analysis.report.verdict import COMPARISONS, FOREST, LEARNABILITY, PRIMARY, RESOLUTION, Sentence, lead
+from analysis.stats.library import ALPHA, smallest_p
+
+NUMBERS = "answer-numbers"  # the section of the table below the sentences
+SUMMARY = "suite-summary"
+MAX_SENTENCES, MAX_WORDS = 5, 40
+_ESCAPED = re.compile(r"\\([" + re.escape(SPECIAL) + "])")  # analysis.report.escape's backslash escapes
+SIGN_FLIP = "exact sign-flip test"
+
+
+@dataclass(frozen=True)
+class PlainAnswer:
+    """`sentences` (at most five) and `numbers`: one row per figure they rest on (`sentence`: which one, 1-5)."""
+
+    sentences: list[Sentence]
+    numbers: pd.DataFrame
+
+
+def plain_text(markdown: str) -> str:
+    """A sentence as the console shows it: no bold or code marks, user text unescaped."""
+    return _ESCAPED.sub(r"\1", re.sub(r"\*\*|(?<!\\)`", "", markdown))
+
+
+def words(text: str) -> int:
+    return len(re.findall(r"\S+", plain_text(text)))
+
+
+def names(items: list[str]) -> str:
+    """"a", "a and b", "a, b and c" (escaped)."""
+    shown = [escape(i) for i in items]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def _row(sentence: int, what: str, value: str, test: str = "", result: str = "") -> dict:
+    return {"sentence": sentence, "what": what, "value": value, "test": test, "result": result}
+
+
+def map_link(name: str, figures: set[str]) -> tuple:
+    """A link to the stability map's figure `name` where the report has it: "figure (c)"."""
+    return ((f"figure ({FIGURE_LETTERS[name]})", anchors.figure(name)),) if name in figures else ()
+
+
+def _figure_links(figures: set[str], *names_: str) -> tuple:
+    return tuple(("figure", anchors.figure(n)) for n in names_ if n in figures)
+
+
+# ------------------------------------------------------------------------------ 1: what ran
+
+
+def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str) -> tuple[Sentence, list[dict]]:
+    runs = evidence.results.runs
+    objectives, seeds = list(dict.fromkeys(runs["arm"])), sorted(set(runs["seed"]))
+    listed = names(objectives) if len(objectives) <= 8 else f"{len(objectives)} objectives"
+    points = (f" at each of {count(len(evidence.groups), 'sweep point')}" if len(evidence.groups) > 1 else "")
+    kinds = {found.source.kind for found in evidence.learnings.values()}
+    basis = ("the **held-out reward**" if kinds == {HELD_OUT} else "the **training reward**" if len(kinds) == 1
+             else "the held-out reward where evaluated, else the training reward")
+    left = f"; {count(len(unfinished), 'more run')} did not finish and are left out" if len(unfinished) else ""
+    text = (f"{count(len(runs), 'run')} finished: {listed} on {count(len(seeds), 'seed')}{points}, {compute}, "
+            f"compared on {basis}{left}.")
+    rows = [_row(1, "runs finished / not finished", f"{len(runs)} / {len(unfinished)}"),
+            _row(1, "seeds", ", ".join(map(str, seeds)))]
+    return Sentence(text, (("summary", SUMMARY), ("numbers", NUMBERS))), rows
+
+
+# ------------------------------------------------------------------------------ 2: whether RL learned, and where
+
+
+def _gate_words(kind: str) -> str:
+    return f"the learnability test (each seed's {kind} must rise, one-sided at {ALPHA:.0%})"
+
+
+def learned_one_group(found: Learning) -> str:
+    """Every arm by the gate: learned on every seed, on some seeds only, or on none."""
+    arms_, judged = found.arms, found.per_run.groupby("arm", sort=False)["learned"].count()
+    every = [str(a) for a, r in arms_.iterrows() if r["learned"]]
+    some = [str(a) for a, r in arms_.iterrows() if 0 < r["learned_seeds"] < r["seeds"]]
+    none = [str(a) for a, r in arms_.iterrows() if r["learned_seeds"] == 0 and judged.get(a, 0)]
+    short = [str(a) for a in arms_.index if not judged.get(a, 0)]  # too few steps for the test's two windows
+    parts = [f"RL learned on every seed for {names(every)}" if every else "no objective learned on every seed"]
+    if some:
+        parts.append(f"{names(some)} passed it on some seeds only")
+    if none:
+        parts.append(f"{names(none)} did not pass it on any seed")
+    if short:
+        parts.append(f"{names(short)} ran too few steps to be tested")
+    return "; ".join(parts) + ("" if every else ", so rewards are not compared")
+
+
+def learned_by_point(evidence: Evidence) -> str:
+    """Per arm, at how many sweep points it learned on every seed (naming the others where one or two)."""
+    parts = []
+    arms_ = list(dict.fromkeys(a for found in evidence.learnings.values() for a in found.arms.index))
+    for arm in arms_:
+        present = [g for g, found in evidence.learnings.items() if arm in found.arms.index]
+        missed = [g for g in present if arm not in evidence.learnings[g].learned]
+        clause = f"{escape(arm)} learned on every seed at {len(present) - len(missed)} of {len(present)} sweep points"
+        if missed and len(missed) <= 2 and len(arms_) == 1:
+            clause += f", not at {names([evidence.title(g) for g in missed])}"
+        parts.append(clause)
+    return "; ".join(parts)
+
+
+def learned_sentence(evidence: Evidence, figures: set[str]) -> tuple[Sentence, list[dict]]:
+    kind = next(iter(evidence.learnings.values())).source.kind
+    body = (learned_one_group(next(iter(evidence.learnings.values()))) if len(evidence.groups) == 1
+            else learned_by_point(evidence))
+    rows = []
+    for group, found in evidence.learnings.items():
+        where = f"{evidence.title(group)}: " if len(evidence.groups) > 1 else ""
+        for arm, r in found.arms.iterrows():
+            seeds = found.per_run[found.per_run["arm"] == arm]
+            per_seed = ", ".join(f"s{s.seed} {s.start:.3g} -> {s.final:.3g}" for s in seeds.itertuples())
+            rows.append(_row(2, f"{where}{arm}: {found.source.kind}, start -> end (mean over seeds)",
+                             f"{r['start']:.3g} -> {r['final']:.3g} ({per_seed})",
+                             f"learnability: one-sided {ALPHA:.0%} test of each seed's rise",
+                             f"passed on {r['learned_seeds']} of {count(int(r['seeds']), 'seed')}"))
+    text = f"By {_gate_words(kind)}, {body}."
+    return Sentence(text, (("table", LEARNABILITY), *_figure_links(figures, "fig1_reward_vs_compute"),
+                           ("numbers", NUMBERS))), rows
+
+
+# ------------------------------------------------------------------------------ 3: what differs, and how sure
+
+
+def _holm_words(evidence: Evidence) -> str:
+    return f"the {SIGN_FLIP}, Holm-adjusted over {count(evidence.family.size, 'comparison')}"
+
+
+def leader_clause(found: Learning, evidence: Evidence) -> tuple[str, list[dict]]:
+    """The leader rules of analysis.report.verdict.leader_sentence, in words, and the comparison they rest on."""
+    if not found.learned:
+        return "nothing is compared", []
+    best = lead(found, evidence)
+    if best is None:
+        return "one objective only: nothing to compare", []
+    a, b, n = escape(best.best), escape(best.second), best.result.n
+    row = _row(3, f"{best.best} minus {best.second}, final {found.source.kind}, paired by seed",
+               difference_text(best.result), _holm_words(evidence).removeprefix("the "),
+               f"p = {p_text(best.result.p, n)}, Holm-adjusted {p_text(best.adjusted)}")
+    if best.leader is not None:
+        return f"**{escape(best.leader)} ends above every other objective**, decided by {_holm_words(evidence)}", [row]
+    if n < evidence.family.needed:
+        return (f"no objective is ahead of every other yet: {a} and {b} end highest, and {count(n, 'paired seed')} "
+                "cannot separate them whatever the data"), [row]
+    if best.adjusted < ALPHA and best.best not in best.learned and best.result.mean > RESOLUTION:
+        return f"no leader: {a} ends highest but did not learn on every seed, so its lead is where it started", [row]
+    if best.adjusted < ALPHA and abs(best.result.mean) <= RESOLUTION:
+        return f"no leader: {a} and {b} end equal, below the reward's resolution", [row]
+    return (f"no objective is ahead of every other: {a} and {b}, the best two, are not distinguishable at "
+            f"{count(n, 'paired seed')} by {_holm_words(evidence)}"), [row]
+
+
+def leader_text(evidence: Evidence) -> tuple[str, list[dict]]:
+    """One group: its leader clause. Several: at how many sweep points a leader is named, and which."""
+    if len(evidence.groups) == 1:
+        return leader_clause(next(iter(evidence.learnings.values())), evidence)
+    named, rows = [], []
+    for group, found in evidence.learnings.items():
+        _, found_rows = leader_clause(found, evidence)
+        best = lead(found, evidence) if found.learned else None
+        rows += [{**r, "what": f"{evidence.title(group)}: {r['what']}"} for r in found_rows]
+        if best is not None and best.leader is not None:
+            named.append(f"{escape(best.leader)} at {escape(evidence.title(group))}")
+    if not named:
+        return (f"no objective is ahead of every other at any of the {count(len(evidence.groups), 'sweep point')} by "
+                f"{_holm_words(evidence)}"), rows
+    return (f"a leader is named at {len(named)} of {count(len(evidence.groups), 'sweep point')} "
+            f"({'; '.join(named)}) by {_holm_words(evidence)}"), rows
+
+
+def primary_status(test: Test, evidence: Evidence) -> str:
+    """A declared comparison as analysis.report.verdict.primary_sentence judges it: "X ends above Y", or why not."""
+    found, (result, adjusted) = evidence.learnings[test.group], evidence.family.tested(
+        test.group, test.quantity, test.first, test.second)
+    if not found.learned or not result.n:
+        return "not tested"
+    outcome = evidence.family.outcome(result, adjusted)
+    if outcome in (YES, NO):
+        above, below = (test.first, test.second) if outcome == YES else (test.second, test.first)
+        if abs(result.mean) > RESOLUTION and above in found.learned:
+            return f"{escape(above)} ends above {escape(below)}"
+        return "not named"
+    return outcome  # FEW or TIE
+
+
+def primary_text(evidence: Evidence) -> tuple[str, list[dict]]:
+    """The declared family: which comparisons are decided, and what holds the others back."""
+    statuses = [primary_status(t, evidence) for t in evidence.primary]
+    decided = [s for s in statuses if " ends above " in s]
+    rest = {label: statuses.count(label) for label in (TIE, FEW, "not named", "not tested") if label in statuses}
+    n = max((t.result.n for t in evidence.primary), default=0)
+    held = {TIE: f"not distinguishable at {count(n, 'paired seed')}", FEW: "short of the seeds a decision needs",
+            "not named": "not named (the arm above did not learn on every seed)",
+            "not tested": "not tested (nothing learned, or no finished runs)"}
+
+    def be(k: int) -> str:
+        return "is" if k == 1 else "are"
+
+    parts = [f"{len(decided)} {be(len(decided))} decided" + (f" ({'; '.join(decided)})" if decided else "")]
+    parts += [f"{k} {be(k)} {held[label]}" for label, k in rest.items()]
+    rows = [_row(3, f"{t.first} minus {t.second} (declared), final {evidence.learnings[t.group].source.kind}",
+                 difference_text(evidence.family.tested(t.group, t.quantity, t.first, t.second)[0]),
+                 _holm_words(evidence).removeprefix("the "),
+                 f"{status}; Holm-adjusted p = {p_text(evidence.family.tested(t.group, t.quantity, t.first, t.second)[1])}")
+            for t, status in zip(evidence.primary, statuses, strict=True)]
+    return (f"of the {count(len(statuses), 'comparison')} declared in the suite file, " + ", ".join(parts)), rows
+
+
+def arm_stability(found: Boundary) -> str:
+    """One arm's stability in words: never failed, a boundary placed, or failures too few to place one."""
+    arm = escape(found.arm)
+    if found.failures == 0:
+        return f"{arm} never degraded or collapsed in {count(found.runs, 'run')}, up to the largest mismatch KL measured"
+    failed_ = f"{arm} degraded or collapsed in {found.failures} of {count(found.runs, 'run')}"
+    if found.fit is None:
+        return f"{failed_}, too few to fit where it fails"
+    center, low, high = found.fit.crossing()
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return f"{failed_}, too few to place its boundary (the fit's interval is unbounded)"
+    inside = found.kl_low <= 10 ** center <= found.kl_high
+    return f"{failed_}, and fails at least half the time {'within' if inside else 'beyond'} the mismatch KL measured"
+
+
+def stability_rows(found: StabilityMap) -> list[dict]:
+    rows = []
+    for b in found.bounds:
+        if b.failures == 0:
+            result = f"failure rate at most {100 * b.bound:.3g}% at 95% (exact one-sided Clopper-Pearson)"
+        elif b.fit is not None:
+            center, low, high = b.fit.crossing()
+            result = f"P(failure) = 0.5 at KL {10 ** center:.3g}, 95% Fieller interval [{10 ** low:.3g}, {10 ** high:.3g}]"
+        else:
+            result = f"no fit: {b.why_no_fit}"
+        rows.append(_row(3, f"{b.arm}: runs degraded or collapsed; mismatch KL measured",
+                         f"{b.failures} of {b.runs}; KL {b.kl_low:.3g} to {b.kl_high:.3g}",
+                         "stability map: logistic fit of failure in log10 KL", result))
+    return rows
+
+
+def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures: set[str]) -> tuple[Sentence, list[dict]]:
+    """A swept suite with a stability map answers per arm; a declared family by its comparisons; else the leader."""
+    if stability is not None:
+        text = "Stability, per arm: " + "; ".join(arm_stability(b) for b in stability.bounds)
+        links = (("table", anchors.STABILITY), *(link for name in (anchors.CHANGE_VS_KL, anchors.COLLAPSE_PROBABILITY)
+                                                 for link in map_link(name, figures)))
+        return Sentence(text + ".", (*links, ("numbers", NUMBERS))), stability_rows(stability)
+    if evidence.declared:
+        clause, rows = primary_text(evidence)
+        links = (("table", PRIMARY), *_figure_links(figures, FOREST))
+    else:
+        clause, rows = leader_text(evidence)
+        links = (("comparisons", COMPARISONS), *_figure_links(figures, "fig1_reward_vs_compute"))
+    return Sentence(clause[0].upper() + clause[1:] + ".", (*links, ("numbers", NUMBERS))), rows
+
+
+# ------------------------------------------------------------------------------ 4: the paper, and whether this run agrees
+
+# the paper's findings in a few words, by the check's figure (analysis.report.paper_checks.paper_checks)
+FINDINGS = {"fig2_clip_fraction": "GSPO clips more tokens than GRPO", "drift": "5% or more of GRPO's experts change "
+            "per update", "depth": "deeper layers drift more", "fig3_routing_replay": "Routing Replay raises GRPO's "
+            "reward", "fig1_reward_vs_compute": "GSPO ends above GRPO"}
+
+
+NEEDS_BOTH = "that needs GRPO and GSPO runs"
+EXPLORATORY_PAPER = ("The paper's findings are exploratory here: the suite file's declared family leaves them out, so "
+                     "no claim is made from them.")
+
+
+def finding(figure: str | None) -> str:
+    return FINDINGS["depth" if (figure or "").startswith("drift_layers_") else figure or ""]
+
+
+def every_seed_agrees(evidence: Evidence, group: Group) -> set[str]:
+    """The findings every seed of the group points the paper's way on (each paired difference above 0): a
+    count of signs, shown beside a test that cannot decide at this n, never instead of it."""
+    subset = evidence.subset(group)
+    a, found = arms(subset.runs), evidence.learnings[group]
+    tests = {t.quantity: t.result for t in paper_tests(subset, group)}
+    by_figure = {"fig2_clip_fraction": tests.get(CLIP), "drift": tests.get(DRIFT_ONE), "depth": tests.get(DEPTH)}
+    if found.learned:
+        for figure, first in (("fig3_routing_replay", a.grpo_rr), ("fig1_reward_vs_compute", a.gspo)):
+            read = evidence.family.read(group, REWARD, first, a.grpo) if first and a.grpo else None
+            by_figure[figure] = read[0] if read else None
+    return {FINDINGS[f] for f, r in by_figure.items() if r is not None and r.n and bool(np.all(r.differences > 0))}
+
+
+def paper_counts(evidence: Evidence) -> tuple[dict[str, list[str]], set[str], list[dict], list[str]]:
+    """Over the groups: the findings per outcome, those every seed agrees with (in every group that tests
+    them), the table's rows, and why groups were not checked."""
+    by_outcome: dict[str, list[str]] = {YES: [], NO: [], TIE: [], FEW: []}
+    agreeing: set[str] | None = None
+    rows, unchecked = [], []
+    for group, found in evidence.learnings.items():
+        checks = paper_checks(evidence.subset(group), found, evidence.family)
+        if checks is None:
+            unchecked.append(NEEDS_BOTH)
+            continue
+        if not evidence.paper_in_family(group):
+            unchecked.append(EXPLORATORY_PAPER)
+            continue
+        where = f"{evidence.title(group)}: " if len(evidence.groups) > 1 else ""
+        tested_ = [c for c in checks if c.claim and c.outcome in by_outcome]
+        for c in tested_:
+            by_outcome[str(c.outcome)].append(finding(c.figure))
+            rows.append(_row(4, f"{where}{c.claim}", c.evidence or c.this_run, _holm_words(evidence).removeprefix("the "),
+                             f"{c.agrees}; p = {p_text(c.p, c.seeds)}, Holm-adjusted {p_text(c.holm)}"))
+        seen = every_seed_agrees(evidence, group) & {finding(c.figure) for c in tested_}
+        agreeing = seen if agreeing is None else agreeing & seen
+    return by_outcome, agreeing or set(), rows, unchecked
+
+
+def paper_sentence(evidence: Evidence, figures: set[str]) -> tuple[Sentence, list[dict]]:
+    by_outcome, agreeing, rows, unchecked = paper_counts(evidence)
+    tested = sum(map(len, by_outcome.values()))
+    links = (("table", anchors.paper(evidence.groups[0], len(evidence.groups) == 1)),
+             *_figure_links(figures, "fig2_clip_fraction"), ("numbers", NUMBERS))
+    if not tested:
+        if unchecked and unchecked[0] == EXPLORATORY_PAPER:
+            return Sentence(EXPLORATORY_PAPER, links), rows
+        why = unchecked[0] if unchecked else "no objective learned and nothing else was measured"
+        return Sentence(f"The paper's findings are not checked here: {why}.", () if why == NEEDS_BOTH else links), rows
+    said = [f"confirms {names(sorted(set(by_outcome[YES])))}"] if by_outcome[YES] else []
+    said += [f"shows the opposite of {names(sorted(set(by_outcome[NO])))}"] if by_outcome[NO] else []
+    said += [f"finds no difference for {count(len(by_outcome[TIE]), 'finding')}"] if by_outcome[TIE] else []
+    few = len(by_outcome[FEW])
+    said += [("has too few seeds to decide any" if few == tested else f"has too few seeds to decide {few} more")] \
+        if few else []
+    undecided = sorted(agreeing - set(by_outcome[YES]))
+    also = ""
+    if undecided:  # two named fit in the sentence; more are counted (the table names them)
+        also = (f"; on every seed, {names(undecided)}, as the paper reports" if len(undecided) <= 2
+                else f"; every seed points the paper's way on {len(undecided)} of them")
+    text = f"Of the paper's {count(tested, 'finding')} tested here, this run {', '.join(said)}{also}."
+    return Sentence(text, links), rows
+
+
+# ------------------------------------------------------------------------------ 5: what to run for a decision
+
+
+def seeds_flag(n: int) -> str:
+    return "`--seeds " + ",".join(map(str, range(n))) + "`"
+
+
+def undecided(evidence: Evidence) -> bool:
+    """Whether a comparison the answer rests on is left open: no leader in some group, or a declared one not decided."""
+    if evidence.declared:
+        return any(" ends above " not in primary_status(t, evidence) for t in evidence.primary)
+    found = [lead(f, evidence) for f in evidence.learnings.values() if f.learned]
+    return any(best is not None and best.leader is None for best in found)
+
+
+def stability_decision(stability: StabilityMap) -> Sentence:
+    """Where more runs would place each arm's boundary: past the KL measured where none failed, more seeds
+    where some did but too few to bound the crossing."""
+    links = (("table", anchors.STABILITY), ("numbers", NUMBERS))
+    open_ = [b for b in stability.bounds if b.fit is None or not np.all(np.isfinite(b.fit.crossing()[1:]))]
+    if not open_:
+        return Sentence("Each arm's boundary is placed: more seeds in the cells near it narrow its interval.", links)
+    never = [b.arm for b in open_ if b.failures == 0]
+    few = [b.arm for b in open_ if b.failures > 0]
+    parts = ([f"sweep {names(never)} past the largest mismatch KL measured"] if never else []) + (
+        [f"run more seeds of {names(few)} in and beyond the cells where its runs failed"] if few else [])
+    return Sentence(f"For a decision on where a boundary lies, {' and '.join(parts)}.", links)
+
+
+def decision_sentence(evidence: Evidence, stability: StabilityMap | None) -> tuple[Sentence, list[dict]]:
+    """How many paired seeds the exact sign-flip test needs under Holm at this family's size, or for a
+    stability map, where more runs would place each unplaced boundary."""
+    if stability is not None:
+        return stability_decision(stability), []
+    m, needed = evidence.family.size, evidence.family.needed
+    n = int(min(found.arms["seeds"].min() for found in evidence.learnings.values()))
+    rows = [_row(5, "paired seeds: these runs / a decision needs", f"{n} / {needed}",
+                 f"{SIGN_FLIP}, Holm over {count(m, 'comparison')}",
+                 f"smallest p {n} paired seeds can give: {smallest_p(n):.2g}")]
+    links = (("comparisons", COMPARISONS), ("numbers", NUMBERS))
+    if not any(found.learned for found in evidence.learnings.values()):
+        return Sentence(f"For a decision, first get RL to pass the learnability test on every seed (a larger budget), "
+                        f"then run {needed} paired seeds, as many as the {SIGN_FLIP}, Holm-adjusted over "
+                        f"{count(m, 'comparison')}, needs.", links), rows
+    if n < needed:
+        return Sentence(f"For a decision, run {needed} paired seeds ({seeds_flag(needed)}): with {n}, the {SIGN_FLIP}, "
+                        f"Holm-adjusted over {count(m, 'comparison')}, cannot reach p below {ALPHA:g}.", links), rows
+    if undecided(evidence):
+        return Sentence(f"At {count(n, 'paired seed')} the {SIGN_FLIP}, Holm-adjusted over {count(m, 'comparison')}, "
+                        "can decide; the comparisons it left open need more seeds, as their intervals show.", links), rows
+    return Sentence(f"Decided at {count(n, 'paired seed')} by the {SIGN_FLIP}, Holm-adjusted over "
+                    f"{count(m, 'comparison')}; the table gives every interval.", links), rows
+
+
+# ------------------------------------------------------------------------------ the answer
+
+
+def compute_words(spread: float, allow_unmatched: bool) -> str:
+    return ("at unmatched compute (allowed by flag)" if allow_unmatched and spread > MATCH_TOLERANCE
+            else "at equal compute")
+
+
+def plain_answer(evidence: Evidence, unfinished: pd.DataFrame, stability: StabilityMap | None, spread: float = 0.0,
+                 allow_unmatched: bool = False, figures: frozenset[str] | set[str] = frozenset()) -> PlainAnswer:
+    """At most five sentences (see the module) and the table of their numbers; `figures`: the names of the
+    report's figures the sentences may link to."""
+    if not evidence.groups:
+        why = f"{count(len(unfinished), 'run')} did not finish" if len(unfinished) else "no run was found"
+        return PlainAnswer([Sentence(f"No run finished ({why}): nothing is compared.", ())],
+                           pd.DataFrame([_row(1, "runs finished / not finished", f"0 / {len(unfinished)}")]))
+    shown = set(figures)
+    built = [ran_sentence(evidence, unfinished, compute_words(spread, allow_unmatched)),
+             learned_sentence(evidence, shown), differs_sentence(evidence, stability, shown),
+             paper_sentence(evidence, shown), decision_sentence(evidence, stability)]
+    return PlainAnswer([sentence for sentence, _ in built], pd.DataFrame([r for _, rows in built for r in rows]))
+
+
+def console_answer(results: Results) -> list[str]:
+    """The sentences as `gspo-bench run` prints them at its end, from every run of a suite (the report's
+    rules: compute must match, UnmatchedComputeError otherwise; a declared family must read,
+    DeclarationError otherwise)."""
+    spread = check_matched(results)
+    found = plain_answer(gather(finished(results), declarations(results)), unfinished(results),
+                         stability_map(results), spread)
+    return [plain_text(sentence.text) for sentence in found.sentences]

@@ -1,0 +1,95 @@
+"""Records of a run's files -> one row per logged step of the columns a mapping fills, and the compute of
+each step. A key logged at a step not after its previous one (steps out of order, or repeated: a run
+resumed from a checkpoint logs again the steps after it) is refused, naming the key, the steps and the
+file, unless the run is declared `resumed`: then the values logged after the restart replace those from
+the checkpoint on (what TensorBoard shows too). Keys the mapping neither uses nor ignores are listed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gspo_bench.imports.mapping import Mapping
+from gspo_bench.imports.sources import Record
+
+
+class SeriesError(ValueError):
+    """A run's steps that cannot be put in order; the message names the key and the file."""
+
+
+@dataclass(frozen=True)
+class Series:
+    table: pd.DataFrame  # index: step (ascending); one column per mapped column, NaN where not logged
+    tokens: pd.Series  # the mapping's tokens key by step (NaN where not logged); empty without one
+    unknown: tuple[str, ...]  # keys of the files the mapping neither uses nor ignores
+    absent: tuple[str, ...]  # mapped columns whose key the files never logged (TRL's `kl` with beta = 0)
+
+
+def by_key(records: list[Record], mapping: Mapping, resumed: bool) -> tuple[dict[str, dict[int, float]], list[str]]:
+    """{key: {step: value}} of the keys the mapping uses, and the keys it does not know."""
+    used = set(mapping.columns.values()) | ({mapping.tokens.key} if mapping.tokens else set())
+    values: dict[str, dict[int, float]] = {}
+    unknown: dict[str, None] = {}
+    for record in records:
+        key = mapping.key_of(record.key)
+        if key not in used:
+            if not mapping.known(key):
+                unknown[key] = None
+            continue
+        logged = values.setdefault(key, {})
+        last = max(logged, default=None)
+        if last is not None and record.step <= last:
+            if not resumed:
+                raise SeriesError(f"{record.where}: {key} logged at step {record.step} after step {last} (steps out "
+                                  "of order or repeated: a resumed run? declare it `resumed: true` to keep the "
+                                  "values logged after the restart)")
+            for step in [s for s in logged if s >= record.step]:
+                del logged[step]
+        logged[record.step] = record.value
+    return values, sorted(unknown)
+
+
+def build_series(records: list[Record], mapping: Mapping, resumed: bool = False) -> Series:
+    """One row per step at which some mapped column was logged; with `mapping.rows`, one row per step at
+    which that column's key was logged, each other column the mean of what its key logged from that step
+    up to the next row's (TRL logs the reward once per generation and the clip fraction once per
+    optimizer step: a row is one RL step, its clip fraction over all its updates). A NaN or inf logged
+    stays in its row's mean."""
+    values, unknown = by_key(records, mapping, resumed)
+    columns = {column: pd.Series(values.get(key, {}), dtype=float) for column, key in mapping.columns.items()}
+    if mapping.rows is not None:
+        steps = sorted(columns[mapping.rows].index)
+        columns = {column: by_row(logged, steps) for column, logged in columns.items()}
+    else:
+        steps = sorted(set().union(*(set(s.index) for s in columns.values())))
+    if not steps:
+        raise SeriesError(f"none of the mapping's keys was logged ({', '.join(sorted(set(mapping.columns.values())))})")
+    table = pd.DataFrame({c: s.reindex(steps) for c, s in columns.items()}, index=pd.Index(steps, name="step"))
+    tokens = pd.Series(values.get(mapping.tokens.key, {}), dtype=float) if mapping.tokens else pd.Series(dtype=float)
+    absent = tuple(column for column, key in mapping.columns.items() if not values.get(key))
+    return Series(table, tokens, tuple(unknown), absent)
+
+
+def by_row(logged: pd.Series, steps: list[int]) -> pd.Series:
+    """`logged` (by step) folded onto the row steps: each value to the last row step at or before it (values
+    before the first row are left out), the mean of each row's values (NaN and inf propagate)."""
+    if logged.empty or not steps:
+        return pd.Series(dtype=float)
+    row = np.asarray(steps)[np.maximum(np.searchsorted(steps, logged.index, side="right") - 1, 0)]
+    kept = logged.index >= steps[0]
+    return logged[kept].groupby(row[kept]).agg(lambda v: float(np.mean(v.to_numpy())))
+
+
+def tokens_per_step(series: Series, mapping: Mapping, steps: pd.Index) -> np.ndarray:
+    """Tokens of each step of `steps` from the logged tokens key: its value, or for a cumulative key the
+    growth since the previous row (the first row: its value, counted from zero)."""
+    if mapping.tokens is None or series.tokens.empty:
+        raise SeriesError("no tokens were logged" + (f" (key {mapping.tokens.key})" if mapping.tokens else
+                                                     " (the mapping names no tokens key)"))
+    logged = series.tokens.reindex(steps.union(series.tokens.index)).sort_index()
+    if not mapping.tokens.cumulative:
+        return logged.reindex(steps).to_numpy(dtype=float)
+    so_far = logged.ffill().fillna(0.0).reindex(steps).to_numpy(dtype=float)
+    return np.diff(so_far, prepend=0.0)

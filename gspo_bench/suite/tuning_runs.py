@@ -1,0 +1,175 @@
+"""A tuned suite's trials on disk: their runs (OUT/<suite>/tuning/<arm>.tNN-s<seed>/), the table of
+their validation scores, the choice written to OUT/<suite>/tuning/chosen.json, and the comparison
+suite built from it. `gspo-bench run` runs the trials first, then chooses, then the comparison;
+`--resume` continues either phase, and a comparison never starts on settings other than those in
+chosen.json (the file is written once, from finished trials, and read back on resume)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gspo_bench.config import SuiteConfig
+from gspo_bench.config.tuning import TRIALS_FOLDER, arms_ruleset, comparison_suite, plan_trials, trial_suite
+from gspo_bench.rundir.folder import RunDir, atomic_write_text
+from gspo_bench.suite.runner import PlannedRun, plan_runs
+from gspo_bench.suite.selection import choose, trial_scores
+
+CHOSEN = "chosen.json"
+ENDED = ("done", "collapsed")  # trial runs that spent their budget or collapsed on the way: scored as they are
+
+
+def trials_dir(suite: SuiteConfig, root: Path) -> Path:
+    return root / suite.name / TRIALS_FOLDER
+
+
+def trial_runs(suite: SuiteConfig, root: Path) -> list[PlannedRun]:
+    """Every trial x trial seed as a run of the trial suite, under OUT/<suite>/tuning/; each starts from
+    the weights the comparison's runs of its seed start from (the suite's warm start, not one of a task
+    with another held-out split)."""
+    runs = plan_runs(trial_suite(suite), root / suite.name)
+    return [dataclasses.replace(run, weights_suite=suite) for run in runs]
+
+
+def trials_table(suite: SuiteConfig, root: Path) -> pd.DataFrame:
+    """One row per evaluation of the selection metric of each finished trial run: arm, trial, seed,
+    step, score (columns of `gspo_bench.suite.selection`); a trial run that failed or is unfinished gives none."""
+    from gspo_bench.train.evaluation import lm_eval_name
+
+    assert suite.tuning is not None
+    task = lm_eval_name(suite.tuning.select.metric)
+    frames = []
+    for trial in plan_trials(suite):
+        for seed in suite.tuning.seeds:
+            run = RunDir(trial_runs_dir(suite, root, trial.label, seed))
+            status = run.read_status()
+            if status is None or status["status"] not in ENDED or not (run.path / "eval.parquet").is_file():
+                continue
+            rows = pd.read_parquet(run.path / "eval.parquet")
+            rows = rows[rows["task"] == task]
+            frames.append(pd.DataFrame({"arm": trial.arm, "trial": trial.index, "seed": seed,
+                                        "step": rows["step"].to_numpy(), "score": rows["score"].to_numpy()}))
+    columns = ["arm", "trial", "seed", "step", "score"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def trial_runs_dir(suite: SuiteConfig, root: Path, label: str, seed: int) -> Path:
+    from gspo_bench.rundir.names import run_folder_name
+
+    return trials_dir(suite, root) / run_folder_name(label, seed)
+
+
+def chosen_record(suite: SuiteConfig, table: pd.DataFrame) -> dict[str, Any]:
+    """What chosen.json holds: the rule, each tuned arm's chosen trial and settings, and every trial's
+    settings and score (NaN where its runs did not finish: written as null)."""
+    assert suite.tuning is not None
+    select = suite.tuning.select
+    trials = plan_trials(suite)
+    scores = trial_scores(table, select.rule) if not table.empty else pd.DataFrame(columns=["arm", "trial", "score", "runs"])
+    by_trial = {(str(r["arm"]), int(r["trial"])): (float(r["score"]), int(r["runs"])) for r in scores.to_dict("records")}
+    expected = {t.arm for t in trials}
+    best = choose(scores.merge(pd.DataFrame({"arm": sorted(expected)}), how="right", on="arm"))
+    chosen = {t.arm: t for r in best.to_dict("records") for t in trials if t.arm == r["arm"] and t.index == int(r["trial"])}
+    rows = [{"arm": t.arm, "trial": t.index, "label": t.label, "settings": t.settings,
+             "score": finite(by_trial.get((t.arm, t.index), (math.nan, 0))[0]),
+             "runs": by_trial.get((t.arm, t.index), (math.nan, 0))[1]} for t in trials]
+    return {"metric": select.metric, "rule": select.rule, "split": "validation", "seeds": suite.tuning.seeds,
+            "trial_budget": {"kind": suite.budget.kind, "value": suite.tuning.trial_value(suite.budget.value)},
+            "ruleset": arms_ruleset(suite),
+            "chosen": {arm: {"trial": t.index, "label": t.label, "settings": t.settings,
+                             "score": finite(by_trial[(arm, t.index)][0])} for arm, t in chosen.items()},
+            "trials": rows}
+
+
+def finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def unended_trials(suite: SuiteConfig, root: Path) -> list[str]:
+    """Folder names of the trial runs that have not ended (failed, running, or not started): every arm
+    is chosen from all of its trials or not at all, so that no arm is tuned on fewer than declared."""
+    assert suite.tuning is not None
+    names = []
+    for trial in plan_trials(suite):
+        for seed in suite.tuning.seeds:
+            status = RunDir(trial_runs_dir(suite, root, trial.label, seed)).read_status()
+            if status is None or status["status"] not in ENDED:
+                names.append(f"{trial.label}-s{seed}")
+    return names
+
+
+def write_chosen(suite: SuiteConfig, root: Path) -> dict[str, Any]:
+    """Choose from the trials and write chosen.json; ValueError where a trial run has not ended (`run
+    --resume` continues it) or an arm has no scored trial."""
+    unended = unended_trials(suite, root)
+    if unended:
+        raise ValueError(f"{len(unended)} trial run(s) did not end ({', '.join(unended[:4])}"
+                         f"{', ...' if len(unended) > 4 else ''}): every arm is chosen from all its trials; "
+                         "`gspo-bench run SUITE --resume` continues them, then chooses")
+    record = chosen_record(suite, trials_table(suite, root))
+    atomic_write_text(trials_dir(suite, root) / CHOSEN, json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def read_chosen(suite: SuiteConfig, root: Path) -> dict[str, Any] | None:
+    """chosen.json of this suite's trials, or None before the trials have been chosen from."""
+    path = trials_dir(suite, root) / CHOSEN
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def compared_suite(suite: SuiteConfig, root: Path) -> SuiteConfig | None:
+    """The suite the comparison runs: `suite` itself untuned; tuned, its arms with chosen.json's settings
+    (None before the choice is made)."""
+    if suite.tuning is None:
+        return suite
+    record = read_chosen(suite, root)
+    if record is None:
+        return None
+    return comparison_suite(suite, {arm: c["settings"] for arm, c in record["chosen"].items()})
+
+
+def steps_at(suite: SuiteConfig, plan: Any, value: float) -> int:
+    """Steps a run of `suite` (planned as `plan`, a SuitePlan) takes to spend `value` of its budget's kind,
+    as `gspo_bench.suite.plan.plan_suite` counts them."""
+    from gspo_bench.suite.plan import step_compute
+
+    per_step = {"steps": 1.0, "tokens": float(step_compute(suite, plan.prompt_tokens_per_step).tokens),
+                "flops": plan.flops_per_step}[suite.budget.kind]
+    return min(suite.budget.max_steps, math.ceil(value / per_step))
+
+
+def tuning_flops(suite: SuiteConfig, plan: Any) -> dict[str, tuple[float, float]]:
+    """Per arm: (FLOPs its trials spend, FLOPs its comparison runs spend), at the suite's FLOPs per step."""
+    assert suite.tuning is not None
+    trial_steps = steps_at(suite, plan, suite.tuning.trial_value(suite.budget.value))
+    per_trial = plan.flops_per_step * trial_steps * len(suite.tuning.seeds)
+    compared = plan.flops_per_step * plan.steps_per_run * len(suite.seeds)
+    return {e.run_label: (per_trial * suite.tuning.arm_trial_count(e.run_label), compared) for e in suite.objectives}
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{path}={value:.3g}" if isinstance(value, float) else f"{path}={value}"
+                     for path, value in settings.items())
+
+
+def tuning_rows(suite: SuiteConfig, plan: Any) -> list[tuple[str, str]]:
+    """The dry run's rows of a tuned suite: the rule, each trial's settings, and each arm's tuning
+    FLOPs beside its comparison FLOPs."""
+    if suite.tuning is None:
+        return []
+    tuning = suite.tuning
+    trial_steps = steps_at(suite, plan, tuning.trial_value(suite.budget.value))
+    rows = [("tuning", f"{len(plan_trials(suite))} trials x seeds {tuning.seeds}, each {suite.budget.kind} = "
+                       f"{tuning.trial_value(suite.budget.value):g} (>= {trial_steps:,} steps); chosen by "
+                       f"{tuning.select.rule} {tuning.select.metric} on the validation split; draw seed {tuning.seed}"),
+            ("ruleset", ", ".join(f"{arm} {rule}" for arm, rule in arms_ruleset(suite).items()))]
+    rows += [(f"  {t.label}", settings_text(t.settings)) for t in plan_trials(suite)]
+    flops = tuning_flops(suite, plan)
+    rows += [("FLOPs, tuning vs comparison", ", ".join(f"{arm} {t:.3g} vs {c:.3g}" for arm, (t, c) in flops.items())),
+             ("FLOPs, all tuning", f"{sum(t for t, _ in flops.values()):.3g}")]
+    return rows

@@ -1,0 +1,311 @@
+"""`gspo-bench import`: verl-format logs (TensorBoard event files written by torch's SummaryWriter, as verl's
+`_TensorboardAdapter` writes them, and verl's file logger's JSON lines) under verl's own key names
+(volcengine/verl: verl/utils/tracking.py, verl/trainer/ppo/metric_utils.py, verl/trainer/ppo/core_algos.py,
+verl/workers/actor/dp_actor.py, verl/trainer/ppo/rollout_corr_helper.py), the refusals of bad input, and
+the report over imported runs. Every file here is written as the library writes it, with hand-chosen values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from torch.utils.tensorboard import SummaryWriter
+
+from gspo_bench.imports.mapping import MAPPABLE_COLUMNS, MappingError, load_mapping
+from gspo_bench.imports.plan import PlanError
+from gspo_bench.imports.sources import SourceError
+from gspo_bench.imports.write import ImportError_, import_plan
+
+VERL, _, _ = load_mapping("verl")
+# verl's key of each column, read from verl's source (module docstring); the built-in mapping must say the same
+VERL_KEYS = {"reward/mean": "critic/score/mean", "response/len_mean": "response_length/mean",
+             "response/len_max": "response_length/max", "loss": "actor/pg_loss", "grad/norm": "actor/grad_norm",
+             "clip/frac": "actor/pg_clipfrac", "kl/old_new": "actor/ppo_kl", "entropy/mean": "actor/entropy",
+             "mismatch/k3_kl": "rollout_corr/k3_kl", "time/step_s": "timing_s/step", "lr": "actor/lr"}
+STEPS = 8
+
+
+def verl_values(step: int, arm: str = "grpo", seed: int = 0) -> dict[str, float]:
+    """One step's metrics under verl's key names: distinct per key, arm, seed and step, so a key mapped to
+    the wrong column or a row shifted by one shows."""
+    lift = 0.04 if arm == "gspo" else 0.0
+    values = {key: 0.01 * (i + 1) + 0.001 * step + 0.0001 * seed for i, key in enumerate(VERL.columns.values())}
+    values["critic/score/mean"] = 0.2 + (0.03 + lift) * step + 0.002 * seed
+    values["perf/total_num_tokens"] = 1000.0 + 10 * step
+    values["val-core/custom/reward"] = 0.5  # ignored on purpose by the mapping
+    values["custom/router_entropy"] = 1.0  # a key the mapping does not know: listed
+    return values
+
+
+def write_verl_events(folder: Path, arm: str = "grpo", seed: int = 0, steps: range = range(1, STEPS + 1),
+                      override: dict[int, dict[str, float]] | None = None) -> Path:
+    """verl's TensorBoard backend: add_scalar(key, value, step) for every key of a step's dict."""
+    writer = SummaryWriter(str(folder))
+    for step in steps:
+        for key, value in {**verl_values(step, arm, seed), **(override or {}).get(step, {})}.items():
+            writer.add_scalar(key, value, step)
+    writer.close()
+    return folder
+
+
+def write_plan(where: Path, runs: list[dict], mapping: str = "verl", **extra) -> Path:
+    plan = {"name": "imported", "mapping": mapping, "compute": {"flops_per_token": 1.0e6}, "runs": runs, **extra}
+    path = where / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+def test_verl_event_files_fill_every_mapped_column(tmp_path):
+    write_verl_events(tmp_path / "tb")
+    suite, reads = import_plan(write_plan(tmp_path, [{"arm": "grpo", "seed": 0, "files": ["tb"]}]), tmp_path / "out")
+    metrics = pd.read_parquet(suite / "grpo-s0" / "metrics.parquet")
+    assert metrics["step"].tolist() == list(range(1, STEPS + 1))
+    assert VERL.columns == VERL_KEYS
+    for column, key in VERL_KEYS.items():  # float32 in the event file
+        expected = [verl_values(step)[key] for step in range(1, STEPS + 1)]
+        np.testing.assert_allclose(metrics[column], expected, rtol=1e-6, err_msg=column)
+    assert metrics["compute/tokens"].tolist() == [1000.0 + 10 * s for s in range(1, STEPS + 1)]
+    assert metrics["compute/cum_flops"].iloc[-1] == pytest.approx(1e6 * sum(1000 + 10 * s for s in range(1, 9)))
+    unmapped = [c for c in MAPPABLE_COLUMNS if c not in VERL.columns]
+    assert metrics[unmapped].isna().all().all()  # not measured, never filled
+    prov = json.loads((suite / "grpo-s0" / "provenance.json").read_text())["imported"]
+    assert prov["unknown_keys"] == ["custom/router_entropy"] and reads[0].unknown == ("custom/router_entropy",)
+    assert prov["not_measured"] == unmapped and prov["columns"] == VERL.columns
+    [source] = prov["sources"]
+    import hashlib
+    assert source["sha256"] == hashlib.sha256(Path(source["path"]).read_bytes()).hexdigest()
+    assert "events.out.tfevents" in source["path"]
+
+
+def write_verl_jsonl(path: Path, lines: list[tuple[int, dict]]) -> Path:
+    """verl's FileLogger: one orjson line {"step": step, "data": data} per log call (NaN and inf as null)."""
+    path.write_text("".join(json.dumps({"step": step, "data": data}, allow_nan=False) + "\n" for step, data in lines))
+    return path
+
+
+def test_verl_json_lines_and_nan_inf_kept(tmp_path):
+    lines = [(s, verl_values(s)) for s in range(1, 4)]
+    lines[1][1]["actor/grad_norm"] = None  # orjson's NaN or inf
+    write_verl_jsonl(tmp_path / "metrics.jsonl", lines)
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    for step in (1, 2):
+        for key, value in verl_values(step).items():
+            writer.add_scalar(key, math.inf if key == "actor/pg_loss" and step == 2 else value, step)
+    writer.close()
+    plan = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["metrics.jsonl"]},
+                                 {"arm": "b", "seed": 0, "files": ["tb"]}])
+    suite, _ = import_plan(plan, tmp_path / "out")
+    from_lines = pd.read_parquet(suite / "a-s0" / "metrics.parquet")
+    assert from_lines["reward/mean"].tolist() == [verl_values(s)["critic/score/mean"] for s in (1, 2, 3)]
+    assert math.isnan(from_lines["grad/norm"].iloc[1]) and not math.isnan(from_lines["grad/norm"].iloc[0])
+    from_events = pd.read_parquet(suite / "b-s0" / "metrics.parquet")
+    assert from_events["loss"].iloc[1] == math.inf
+
+
+def test_two_arms_three_seeds_report_names_the_paired_test_and_family(tmp_path):
+    from analysis.data.load import load_results
+    from analysis.data.matching import check_matched
+    from analysis.report.markdown import render_markdown
+    from analysis.report.sections import Context, build_sections, report_figures
+
+    runs = []
+    for arm in ("grpo", "gspo"):
+        for seed in range(3):
+            write_verl_events(tmp_path / f"{arm}{seed}", arm, seed)
+            runs.append({"arm": arm, "seed": seed, "files": [f"{arm}{seed}"]})
+    plan = write_plan(tmp_path, runs, analysis={"primary": {"each_vs": "grpo"}})
+    suite, _ = import_plan(plan, tmp_path / "out")
+    results = load_results(suite)
+    context = Context(results, check_matched(results), False)  # report.md's text, without drawing its figures
+    text = render_markdown(build_sections(context), report_figures(context))
+    assert "**Primary family of 1 test, declared in the suite file** imported/suite.yaml" in text
+    assert "gspo against grpo (primary)" in text and "gspo minus grpo" in text and "over 3 paired seeds" in text
+    assert "exact two-sided sign-flip p" in text and "Holm-adjusted 0.25 over the primary family's 1 test" in text
+    assert "no run recorded a suite hash" not in text  # each imported run records its suite.yaml's sha256
+
+
+def plan_of(tmp_path: Path, files: list[str], **run) -> Path:
+    return write_plan(tmp_path, [{"arm": "grpo", "seed": 0, "files": files, **run}])
+
+
+def refused(plan: Path, out: Path, error: type[Exception], words: str) -> str:
+    """The import of `plan` refused with `error` whose one line holds `words`, and nothing written."""
+    with pytest.raises(error) as caught:
+        import_plan(plan, out)
+    message = str(caught.value)
+    assert words in message and "\n" not in message, message
+    assert not out.exists() or not any(out.iterdir()), list(out.iterdir())
+    return message
+
+
+def test_missing_and_cut_short_files_are_refused(tmp_path):
+    refused(plan_of(tmp_path, ["nowhere.jsonl"]), tmp_path / "out", ImportError_, "no such file")
+    write_verl_events(tmp_path / "tb")
+    [events] = (tmp_path / "tb").iterdir()
+    events.write_bytes(events.read_bytes()[:-5])
+    refused(plan_of(tmp_path, ["tb"]), tmp_path / "out", ImportError_, "cut short")
+    state = tmp_path / "trainer_state.json"
+    state.write_text(json.dumps({"log_history": [{"step": 1, "reward": 0.5}]})[:-9])
+    refused(plan_of(tmp_path, ["trainer_state.json"]), tmp_path / "out", ImportError_, "not valid JSON (cut short?)")
+    lines = write_verl_jsonl(tmp_path / "m.jsonl", [(1, verl_values(1)), (2, verl_values(2))])
+    lines.write_bytes(lines.read_bytes()[:-20])
+    refused(plan_of(tmp_path, ["m.jsonl"]), tmp_path / "out", ImportError_, "m.jsonl line 2")
+
+
+def write_text_events(folder: Path) -> Path:
+    """verl's ValidationGenerationsLogger: validation samples as text, through a SummaryWriter of its own."""
+    writer = SummaryWriter(str(folder))
+    writer.add_text("val/generations", "no numbers here", 1)
+    writer.close()
+    return next(f for f in sorted(folder.iterdir(), key=lambda f: f.stat().st_mtime_ns))
+
+
+def test_an_event_file_without_scalars_is_refused(tmp_path):
+    text_only = write_text_events(tmp_path / "tb")
+    refused(plan_of(tmp_path, ["tb"]), tmp_path / "out", ImportError_, "its event files hold no scalar values")
+    refused(plan_of(tmp_path, [str(text_only)]), tmp_path / "out", ImportError_, "holds no scalar values")
+    write_verl_events(tmp_path / "tb")  # beside the scalars of the run, a text-only event file is read as such
+    suite, _ = import_plan(plan_of(tmp_path, ["tb"]), tmp_path / "out")
+    assert len(pd.read_parquet(suite / "grpo-s0" / "metrics.parquet")) == STEPS
+
+
+def test_repeated_steps_refused_unless_resumed(tmp_path):
+    """A run resumed from its step-5 checkpoint writes a second event file from step 6 on, after the first
+    had logged steps 6-8 (and died): the later values replace those from step 6 on only where the run is
+    declared resumed; the resumed run stopped at step 7, so the first file's step 8 is gone too."""
+    write_verl_events(tmp_path / "tb", steps=range(1, 9))
+    write_verl_events(tmp_path / "tb", steps=range(6, 8), override={s: {"critic/score/mean": 9.0} for s in range(6, 8)})
+    assert len(list((tmp_path / "tb").iterdir())) == 2
+    message = refused(plan_of(tmp_path, ["tb"]), tmp_path / "out", ImportError_, "logged at step 6 after step 8")
+    assert "resumed" in message
+    suite, _ = import_plan(plan_of(tmp_path, ["tb"], resumed=True), tmp_path / "out")
+    metrics = pd.read_parquet(suite / "grpo-s0" / "metrics.parquet")
+    assert metrics["step"].tolist() == list(range(1, 8))
+    assert (metrics["reward/mean"].iloc[5:] == 9.0).all() and (metrics["reward/mean"].iloc[:5] < 1).all()
+
+
+def test_steps_out_of_order_in_json_lines_are_refused(tmp_path):
+    write_verl_jsonl(tmp_path / "m.jsonl", [(1, verl_values(1)), (3, verl_values(3)), (2, verl_values(2))])
+    refused(plan_of(tmp_path, ["m.jsonl"]), tmp_path / "out", ImportError_, "at step 2 after step 3")
+
+
+def test_two_runs_claiming_one_arm_and_seed_are_refused(tmp_path):
+    write_verl_events(tmp_path / "tb")
+    plan = write_plan(tmp_path, [{"arm": "grpo", "seed": 1, "files": ["tb"]}, {"arm": "gspo", "seed": 1, "files": ["tb"]},
+                                 {"arm": "grpo", "seed": 1, "files": ["tb"]}])
+    refused(plan, tmp_path / "out", PlanError, "runs 0 and 2 both claim arm 'grpo' seed 1")
+
+
+def test_an_existing_suite_folder_is_not_overwritten(tmp_path):
+    write_verl_events(tmp_path / "tb")
+    (tmp_path / "out" / "imported").mkdir(parents=True)
+    with pytest.raises(ImportError_, match="already exists"):
+        import_plan(plan_of(tmp_path, ["tb"]), tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == [tmp_path / "out" / "imported"]
+
+
+def test_a_mapping_with_an_unknown_column_is_refused(tmp_path):
+    (tmp_path / "mine.yaml").write_text("library: mine\ncolumns: {reward/mean: score, clip/fraction: clipfrac}\n")
+    with pytest.raises(MappingError, match=r"columns: unknown column 'clip/fraction' \(a mapping fills one of: "):
+        load_mapping("mine.yaml", base=tmp_path)
+    write_verl_events(tmp_path / "tb")
+    refused(write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["tb"]}], mapping="mine.yaml"), tmp_path / "out",
+            MappingError, "unknown column 'clip/fraction'")
+
+
+def test_a_home_made_mapping_imports_without_code(tmp_path):
+    (tmp_path / "mine.yaml").write_text("library: homemade\ncolumns: {reward/mean: critic/score/mean, "
+                                        "clip/frac: actor/pg_clipfrac}\nignore: ['*']\n")
+    write_verl_events(tmp_path / "tb")
+    plan = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["tb"]}], mapping="mine.yaml",
+                      compute={"flops_per_step": 5.0})
+    suite, reads = import_plan(plan, tmp_path / "out")
+    metrics = pd.read_parquet(suite / "a-s0" / "metrics.parquet")
+    assert metrics["compute/cum_flops"].tolist() == [5.0 * s for s in range(1, STEPS + 1)]
+    assert metrics["grad/norm"].isna().all() and reads[0].unknown == ()
+
+
+def test_compute_needs_a_flop_figure(tmp_path):
+    with pytest.raises(PlanError, match="compute: give one of flops_per_token"):
+        import_plan(write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["x"]}], compute={}), tmp_path / "out")
+    lines = [(s, verl_values(s)) for s in range(1, 4)]
+    del lines[1][1]["perf/total_num_tokens"]
+    write_verl_jsonl(tmp_path / "m.jsonl", lines)
+    refused(plan_of(tmp_path, ["m.jsonl"]), tmp_path / "out", ImportError_, "no tokens logged at step 2 (1 steps in all)")
+
+
+def test_the_cli_says_one_line_and_lists_unknown_keys(tmp_path, cli):
+    write_verl_events(tmp_path / "tb")
+    result = cli("import", plan_of(tmp_path, ["tb"]), "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "grpo seed 0: 8 steps from events.out.tfevents" in result.output
+    assert "keys not in the mapping: custom/router_entropy" in result.output
+    again = cli("import", plan_of(tmp_path, ["tb"]), "--out", tmp_path / "out")
+    assert again.exit_code == 2 and again.output.count("\n") == 1 and "already exists" in again.output
+
+
+def test_sources_name_unknown_file_kinds(tmp_path):
+    from gspo_bench.imports.sources import read_records
+    (tmp_path / "log.txt").write_text("reward 1\n")
+    with pytest.raises(SourceError, match="not a known log file"):
+        read_records(tmp_path / "log.txt")
+
+
+def test_an_import_needs_no_torch(tmp_path):
+    """Reading event files and writing the run folders loads neither torch nor transformers: an import runs
+    where only the logs are."""
+    import subprocess
+    import sys
+
+    write_verl_events(tmp_path / "tb")
+    plan = plan_of(tmp_path, ["tb"])
+    code = (f"from gspo_bench.imports.write import import_plan\nimport_plan({str(plan)!r}, {str(tmp_path / 'out')!r})\n"
+            "import sys\nprint(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert not {"torch", "transformers"} & set(done.stdout.split()), done.stdout
+    assert (tmp_path / "out" / "imported" / "grpo-s0" / "metrics.parquet").is_file()
+
+
+def test_a_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
+    """The suite is written into a hidden folder and renamed into place: a write that fails on the second
+    run leaves neither the first run's folder nor the hidden one."""
+    from gspo_bench.imports import write
+
+    write_verl_events(tmp_path / "tb")
+    calls = []
+
+    def failing(folder, *args):
+        calls.append(folder)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(folder, *args)
+
+    real = write.write_run
+    monkeypatch.setattr(write, "write_run", failing)
+    plan = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["tb"]}, {"arm": "b", "seed": 0, "files": ["tb"]}])
+    with pytest.raises(OSError, match="disk full"):
+        import_plan(plan, tmp_path / "out")
+    assert len(calls) == 2 and list((tmp_path / "out").iterdir()) == []
+
+
+def test_imported_runs_beside_the_harness_runs(tmp_path):
+    """Imported runs and this harness's (the committed CI baseline) load together, labelled by suite; their
+    budgets differ in kind (steps against FLOPs), so the report's matched-compute rule refuses them unless
+    allowed."""
+    from analysis.data.load import load_results
+    from analysis.data.matching import UnmatchedComputeError, check_matched
+
+    write_verl_events(tmp_path / "tb")
+    suite, _ = import_plan(plan_of(tmp_path, ["tb"]), tmp_path / "out")
+    baseline = Path(__file__).resolve().parent.parent / "results" / "ci-baseline"
+    results = load_results(suite, baseline)
+    assert results.objectives[0] == "imported/grpo" and "ci/grpo" in results.objectives
+    with pytest.raises(UnmatchedComputeError, match="different budget kinds"):
+        check_matched(results)
+    assert np.isnan(check_matched(results, allow_unmatched=True))

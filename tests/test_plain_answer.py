@@ -1,0 +1,174 @@
+"""The answer in plain sentences (analysis.report.plain_answer), built from hand-made results: at most five
+sentences of at most 40 words, counts that mean what the words beside them say (no "0 of 2 seeds rose"
+beside a mean that went up), the test and the paired seeds a decision needs, the numbers in a table below
+them, a swept suite's answer per arm; and where it shows: first in report.md and report.html, and at the
+end of `gspo-bench run` on the console."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis.data.load import finished, load_results, unfinished
+from analysis.evidence.gather import gather
+from analysis.evidence.stability import stability_map
+from analysis.report.plain_answer import (
+    MAX_SENTENCES,
+    MAX_WORDS,
+    NUMBERS,
+    PlainAnswer,
+    console_answer,
+    plain_answer,
+    plain_text,
+    words,
+)
+from analysis.stats.library import seeds_needed
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_analysis import make_run  # noqa: E402
+from test_report_primary import SIX_ARMS, evidence_of, suite_folder  # noqa: E402
+from test_stability import FALLING, swept_run  # noqa: E402
+
+# 20 steps: the gate's start window is steps 1-10 (mean 0.3), its end window steps 16-20 (mean 0.32): the mean
+# goes up, and Welch's one-sided test of it does not pass (the steps swing by 0.4)
+UP_BUT_NOT_PASSED = [0.1, 0.5] * 5 + [0.1, 0.5, 0.1, 0.5, 0.1] + [0.1, 0.6, 0.1, 0.6, 0.2]
+
+
+def answer_of(root: Path) -> PlainAnswer:
+    results = load_results(root)
+    return plain_answer(gather(finished(results)), unfinished(results), stability_map(results))
+
+
+def quickstart_like(root: Path, seeds: int = 2) -> Path:
+    """grpo and grpo_rr learn on every seed; gspo's mean goes up on every seed but its test never passes."""
+    for seed in range(seeds):
+        make_run(root, "grpo", seed)
+        make_run(root, "grpo_rr", seed, bonus=-0.01)
+        make_run(root, "gspo", seed, columns={"reward/mean": [r + 0.01 * seed for r in UP_BUT_NOT_PASSED]})
+    return root / "synth"
+
+
+def check_form(found: PlainAnswer) -> list[str]:
+    """The rules every answer keeps; returns the sentences as plain text."""
+    texts = [plain_text(s.text) for s in found.sentences]
+    assert 1 <= len(texts) <= MAX_SENTENCES, texts
+    assert all(words(s.text) <= MAX_WORDS for s in found.sentences), [(words(s.text), t) for s, t in
+                                                                      zip(found.sentences, texts, strict=True)]
+    # numbers, intervals and per-seed values live in the table: the sentences hold counts and the 5% level only
+    assert all(set(re.findall(r"\d+\.\d+", t)) <= {"0.05"} for t in texts), texts
+    assert all(("numbers", NUMBERS) in s.links for s in found.sentences if s.links), found.sentences
+    return texts
+
+
+def test_a_mean_that_went_up_without_passing_the_test_is_not_called_a_rise(tmp_path):
+    """The "gspo 0.127 -> 0.182 (0 of 2 seeds rose)" case: gspo's end is above its start on both seeds, and the
+    learnability test passes on neither. The sentence says it did not pass the test; the table beside it shows
+    the start and end and "passed on 0 of 2 seeds": the words and the count mean the same thing."""
+    found = answer_of(quickstart_like(tmp_path))
+    texts = check_form(found)
+    assert "RL learned on every seed for grpo and grpo_rr; gspo did not pass it on any seed" in texts[1]
+    assert not any(re.search(r"\brose\b|\b0 of \d+ seeds? (learned|passed|rose)", t) for t in texts), texts
+    gspo = found.numbers[found.numbers["what"].str.startswith("gspo:")].iloc[0]
+    start, end = (float(x) for x in gspo["value"].split(" (")[0].split(" -> "))
+    assert end > start and gspo["result"] == "passed on 0 of 2 seeds"
+    for arm in ("grpo", "grpo_rr"):
+        assert found.numbers[found.numbers["what"].str.startswith(f"{arm}:")].iloc[0]["result"] == "passed on 2 of 2 seeds"
+
+
+def test_the_test_and_the_seeds_a_decision_needs_are_named_at_this_n(tmp_path):
+    """Two seeds: the exact sign-flip test cannot go below 2/4 = 0.5 with 2 pairs, and with Holm over the
+    report's m comparisons (the reward pairs and the paper checks, as the table says) a decision needs
+    seeds_needed(m) pairs, named with the flag that runs them."""
+    found = answer_of(quickstart_like(tmp_path))
+    texts = check_form(found)
+    size = int(found.numbers.iloc[-1]["test"].split("Holm over ")[1].split()[0])
+    needed = seeds_needed(size)
+    assert texts[2].startswith("No objective is ahead of every other yet: grpo and grpo_rr end highest, and 2 "
+                               "paired seeds cannot separate them")
+    assert texts[4] == (f"For a decision, run {needed} paired seeds (--seeds {','.join(map(str, range(needed)))}): "
+                        f"with 2, the exact sign-flip test, Holm-adjusted over {size} comparisons, cannot reach p "
+                        "below 0.05.")
+    assert found.numbers.iloc[-1][["value", "result"]].tolist() == [f"2 / {needed}",
+                                                                     "smallest p 2 paired seeds can give: 0.5"]
+
+
+def test_the_paper_sentence_counts_decisions_and_names_what_every_seed_shows(tmp_path):
+    """make_run's GSPO clips 0.15 of tokens and GRPO 0.0013 on every seed, and its layers drift 0.01 more per
+    layer: every seed points the paper's way on both, and 2 seeds decide nothing."""
+    texts = check_form(answer_of(quickstart_like(tmp_path)))
+    assert texts[3].startswith("Of the paper's ") and "this run has too few seeds to decide any" in texts[3]
+    assert texts[3].endswith("on every seed, GSPO clips more tokens than GRPO and deeper layers drift more, as the "
+                             "paper reports.")
+
+
+def test_a_decided_leader_is_named_and_the_decision_says_it_stands(tmp_path):
+    """grpo_rr gains 0.05 on each of 6 seeds over grpo, one comparison: p = 2/64 < 0.05, Holm's factor 1."""
+    for seed in range(6):
+        make_run(tmp_path, "grpo", seed)
+        make_run(tmp_path, "grpo_rr", seed, bonus=0.05)
+    texts = check_form(answer_of(tmp_path / "synth"))
+    assert texts[2] == ("grpo_rr ends above every other objective, decided by the exact sign-flip test, "
+                        "Holm-adjusted over 1 comparison.")
+    assert texts[3] == "The paper's findings are not checked here: that needs GRPO and GSPO runs."
+    assert texts[4] == ("Decided at 6 paired seeds by the exact sign-flip test, Holm-adjusted over 1 comparison; "
+                        "the table gives every interval.")
+
+
+def test_a_declared_family_is_answered_by_its_comparisons(tmp_path):
+    """Six arms, 8 seeds, declared `each_vs: grpo` (5 tests): grpo_r3 gains 0.05 +- 0.01 on every seed (Holm
+    5 x 2/256 = 0.039: decided), the other four tie with grpo exactly; the paper checks stay exploratory."""
+    evidence, results = evidence_of(suite_folder(tmp_path, SIX_ARMS, {"primary": {"each_vs": "grpo"}}))
+    texts = check_form(plain_answer(evidence, unfinished(results), stability_map(results)))
+    assert texts[2] == ("Of the 5 comparisons declared in the suite file, 1 is decided (grpo_r3 ends above grpo), 4 are "
+                        "not distinguishable at 8 paired seeds.")
+    assert texts[3].startswith("The paper's findings are exploratory here")
+    assert texts[4].startswith("At 8 paired seeds the exact sign-flip test, Holm-adjusted over 5 comparisons, can decide")
+
+
+@pytest.fixture()
+def swept(tmp_path) -> Path:
+    """grpo and gspo, 2 seeds, at router_noise 0 and 1: grpo falls on both seeds at noise 1, gspo never."""
+    for noise, kl in ((0.0, 0.002), (1.0, 0.2)):
+        for seed in range(2):
+            for label in ("grpo", "gspo"):
+                falls = label == "grpo" and noise == 1.0
+                swept_run(tmp_path, label, seed, {"router_noise": noise},
+                          {"mismatch/k3_kl": kl * (1 + 0.2 * seed), **({"reward/mean": FALLING} if falls else {})})
+    return tmp_path / "synth"
+
+
+def test_a_swept_suite_answers_per_arm_before_any_sweep_point(swept):
+    """The stability map's answer: each arm in one sentence, where it learned and where it failed, and what to
+    run to place a boundary; no sentence speaks of one sweep point's comparison."""
+    found = answer_of(swept)
+    texts = check_form(found)
+    assert texts[0].startswith("8 runs finished: grpo and gspo on 2 seeds at each of 2 sweep points")
+    assert "grpo learned on every seed at 1 of 2 sweep points; gspo learned on every seed at 2 of 2" in texts[1]
+    assert texts[2] == ("Stability, per arm: grpo degraded or collapsed in 2 of 4 runs, too few to fit where it fails; "
+                        "gspo never degraded or collapsed in 4 runs, up to the largest mismatch KL measured.")
+    assert texts[4].startswith("For a decision on where a boundary lies, sweep gspo past the largest mismatch KL")
+    assert found.numbers[found.numbers["sentence"] == 3]["what"].str.split(":").str[0].tolist() == ["grpo", "gspo"]
+
+
+def test_the_report_opens_with_the_sentences_and_the_console_prints_them(tmp_path):
+    """report.md's first section is the answer, linked to its evidence, then the numbers; the verdict's detailed
+    sentences follow the figures; `console_answer` is the same sentences in plain text (no markdown)."""
+    from analysis.report.writer import write_report
+
+    root = quickstart_like(tmp_path)
+    paths = write_report(load_results(root), tmp_path / "report")
+    md = paths["md"].read_text()
+    first = md.split("## The answer\n")[1].split("<a id=")[0].strip().splitlines()
+    lines = console_answer(load_results(root))
+    assert len(first) == len(lines) <= MAX_SENTENCES
+    assert all(line.startswith("- ") and "(#answer-numbers)" in line for line in first)
+    assert [plain_text(re.sub(r" \(\[.*$", "", line[2:])) for line in first] == lines
+    assert not any("**" in line or "\\" in line or "`" in line for line in lines)
+    assert md.index("## The answer\n") < md.index(f'<a id="{NUMBERS}"></a>') < md.index("## Figures") < md.index(
+        "## Every claim, with its numbers")
+    html = paths["html"].read_text()
+    assert html.index("<h2 id='answer'>") < html.index(f"<details><summary><h2 id='{NUMBERS}'>") < html.index(
+        "<h2 id='figures'>")

@@ -1,0 +1,108 @@
+"""A data-set task rewarded by the user's function from a file (`task.reward: {from: score.py, name: ...}`):
+called with the response and the example's fields, checked to return a number in [0, 1], refused by
+`validate` with the example that broke it, and part of what a resume compares."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gspo_bench.cli import app
+from gspo_bench.config import load_suite
+from gspo_bench.config.plugins import unload_plugins
+from gspo_bench.suite.runner import plan_runs
+from gspo_bench.tasks.base import Example
+from gspo_bench.tasks.reward_file import checked_reward
+from gspo_bench.train.setup import config_changes, resolved_config
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness import tiny_suite  # noqa: E402
+
+SCORE = "def compute_score(response, fields):\n    return 1.0 if response.strip() == fields['answer'] else 0.0\n"
+
+
+@pytest.fixture(autouse=True)
+def fresh_functions():
+    unload_plugins()
+    yield
+    unload_plugins()
+
+
+def write_suite(folder: Path, score: str, reward: dict | None = None, task: str = "jsonl") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "data.jsonl").open("w") as f:
+        for i in range(30):
+            f.write(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1), "level": i % 3}) + "\n")
+    (folder / "score.py").write_text(score)
+    params = {"path": str(folder / "data.jsonl"), "test_share": 0.3} if task == "jsonl" else {}
+    data = tiny_suite(folder / "cache", task={"name": task, "params": params,
+                                              "reward": reward or {"from": "score.py"}}, objectives=[{"name": "grpo"}])
+    (folder / "suite.yaml").write_text(yaml.safe_dump(data))
+    return folder / "suite.yaml"
+
+
+def test_the_function_gets_the_response_and_the_records_fields():
+    seen = []
+    example = Example("2+1=", "3", meta={"prompt": "2+1=", "answer": "3", "level": 2})
+    assert checked_reward(lambda r, f: seen.append((r, f)) or 0.5, "s.py:f", "3", example) == 0.5
+    assert seen == [("3", {"prompt": "2+1=", "answer": "3", "level": 2})]
+
+
+@pytest.mark.parametrize("value", [2, "1", float("nan"), True, None, -0.1])
+def test_a_reward_outside_0_1_or_not_a_number_names_the_example(value):
+    with pytest.raises(ValueError, match=r"s\.py:f returned .* for the example with prompt '2\+1=': a reward is a "
+                                         r"number in \[0, 1\]"):
+        checked_reward(lambda r, f: value, "s.py:f", "3", Example("2+1=", "3"))
+
+
+def test_a_suite_reads_the_file_relative_to_itself_and_rewards_with_it(tmp_path):
+    suite = load_suite(write_suite(tmp_path, SCORE))
+    assert suite.task.reward is not None and suite.task.reward.file == str(tmp_path / "score.py")
+    task = suite.task.instance()
+    example = task.test_examples(1)[0]
+    assert task.reward(example.answer, example) == 1.0 and task.reward("no", example) == 0.0
+
+
+BAD = {
+    "returns 2": ("def compute_score(response, fields):\n    return 2\n", "score.py:compute_score returned 2 (int) "
+                  "for the example with prompt "),
+    "returns a string": ("def compute_score(response, fields):\n    return 'yes'\n", "returned 'yes' (str)"),
+    "no such function": ("def score(response, fields):\n    return 1.0\n", "score.py: defines no function 'compute_score'"),
+    "syntax error": ("def compute_score(response, fields)\n    return 1.0\n", "score.py:1: syntax error: "),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_validate_refuses_a_bad_reward_in_one_line_before_any_compute(case, tmp_path):
+    text, expected = BAD[case]
+    result = CliRunner().invoke(app, ["validate", str(write_suite(tmp_path, text))])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert expected in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_generated_task_checks_its_own_answers(tmp_path):
+    result = CliRunner().invoke(app, ["validate", str(write_suite(tmp_path, SCORE, task="sort"))])
+    assert result.exit_code == 2 and "a reward from a file is for the data-set tasks" in result.output
+
+
+def test_an_edited_reward_file_or_plugin_is_a_change_a_resume_refuses(tmp_path):
+    path = write_suite(tmp_path, SCORE)
+    (tmp_path / "plugin.py").write_text("from gspo_bench.objectives import get_objective, register_objective\n"
+                                        "register_objective('mine', description='d', reference='r')(get_objective('grpo'))\n")
+    text = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump(text | {"plugins": ["plugin.py"]}))
+    planned = plan_runs(load_suite(path), tmp_path / "out")[0]
+    planned.run_dir.mkdir(parents=True)
+    (planned.run_dir / "config.yaml").write_text(resolved_config(planned, lr=planned.suite.train.lr))
+    assert config_changes(planned.run_dir, planned) == []
+    (tmp_path / "score.py").write_text(SCORE.replace("1.0 if", "1 if"))
+    (tmp_path / "plugin.py").write_text((tmp_path / "plugin.py").read_text() + "# edited\n")
+    changes = config_changes(planned.run_dir, planned)
+    assert [c.split(":")[0] for c in changes] == [f"run.plugins.{tmp_path / 'plugin.py'}",
+                                                  f"run.plugins.{tmp_path / 'score.py'}"]

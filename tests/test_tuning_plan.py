@@ -1,0 +1,154 @@
+"""Tuning in a suite (`tuning:`): the trial plan is deterministic and inside the declared space, trial
+seeds are disjoint from the comparison's, bad input is refused in one line, and the comparison runs
+carry the chosen settings."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+import yaml
+
+from gspo_bench.config import SuiteError, parse_suite
+from gspo_bench.config.tuning import (
+    LogUniform,
+    arms_ruleset,
+    comparison_suite,
+    plan_trials,
+    trial_settings,
+    trial_suite,
+)
+from gspo_bench.suite.runner import plan_runs
+from gspo_bench.suite.tuning_runs import trial_runs, unended_trials, write_chosen
+
+
+def tuned_suite(**tuning) -> dict:
+    """A tiny two-arm suite with a tuning section (`tuning` replaces its keys); never trained here."""
+    section = {"trials": 6, "budget_share": 0.5, "seed": 3, "seeds": [10, 11],
+               "select": {"metric": "countdown", "rule": "final"},
+               "spaces": {"all": {"lr": {"log_uniform": [1e-4, 1e-3]}},
+                          "gspo": {"clip_low": {"log_uniform": [3e-4, 3e-2]}, "clip_high": [4e-4, 4e-3, 4e-2]}},
+               **tuning}
+    return {
+        "name": "tq", "task": {"name": "countdown", "params": {"count": 3}},
+        "model": {"num_layers": 2, "hidden_size": 32, "expert_hidden": 32, "num_experts": 4, "top_k": 2},
+        "warm_start": {"enabled": False}, "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
+        "train": {"lr": 2e-4, "minibatches": 1}, "budget": {"kind": "steps", "value": 4},
+        "objectives": [{"name": "grpo"}, {"name": "gspo"}], "seeds": [0, 1],
+        "eval": {"tasks": ["countdown"], "every": 2, "limit": 8, "engine": "rollout"}, "tuning": section,
+    }
+
+
+def test_the_trial_plan_is_the_same_for_a_seed_and_moves_with_it():
+    first = [(t.label, t.settings) for t in plan_trials(parse_suite(tuned_suite()))]
+    again = [(t.label, t.settings) for t in plan_trials(parse_suite(tuned_suite()))]
+    other = [(t.label, t.settings) for t in plan_trials(parse_suite(tuned_suite(seed=4)))]
+    assert first == again
+    assert [label for label, _ in first] == [f"{arm}.t{i:02d}" for arm in ("grpo", "gspo") for i in range(6)]
+    assert [s for _, s in first] != [s for _, s in other]
+    settings = [s for _, s in first]
+    assert len({s["lr"] for s in settings}) == len(settings)  # quasi-random points, not one value repeated
+
+
+def test_every_trial_lies_in_its_declared_space_and_fills_it():
+    settings = trial_settings({"lr": LogUniform(log_uniform=(1e-4, 1e-2)), "w": [1, 2, 3]}, 64, seed=0)
+    lrs = [s["lr"] for s in settings]
+    assert all(1e-4 <= lr <= 1e-2 for lr in lrs)
+    decades = [sum(lo <= math.log10(lr) < lo + 1 for lr in lrs) for lo in (-4, -3)]
+    assert min(decades) >= 28  # log-uniform: each decade gets about half (Halton: 32 +- a few)
+    assert {s["w"] for s in settings} == {1, 2, 3}  # a list is categorical: every value drawn, none other
+
+
+def test_trials_are_the_arm_with_its_settings_at_the_trial_budget_on_trial_seeds():
+    suite = parse_suite(tuned_suite())
+    trials = trial_suite(suite)
+    gspo = [t for t in plan_trials(suite) if t.arm == "gspo"]
+    assert all(t.entry.clip_low == t.settings["clip_low"] and t.entry.clip_high == t.settings["clip_high"]
+               and t.entry.lr == t.settings["lr"] and t.entry.objective == "gspo" for t in gspo)
+    assert trials.seeds == [10, 11] and trials.budget.value == 2.0 and trials.tuning is None
+    assert trials.task.params == {"count": 3, "held_out": "validation"}
+    assert not set(trials.seeds) & set(suite.seeds)
+    assert arms_ruleset(suite) == {"grpo": "tuned", "gspo": "tuned"}
+
+
+def test_the_comparison_runs_carry_the_chosen_settings_on_the_comparison_seeds(tmp_path):
+    suite = parse_suite(tuned_suite())
+    chosen = {"grpo": {"lr": 3e-4}, "gspo": {"lr": 5e-4, "clip_low": 1e-3, "clip_high": 4e-3}}
+    runs = plan_runs(comparison_suite(suite, chosen), tmp_path)
+    assert sorted((r.name, r.entry.lr, r.entry.clip_low) for r in runs) == [
+        ("grpo-s0", 3e-4, None), ("grpo-s1", 3e-4, None), ("gspo-s0", 5e-4, 1e-3), ("gspo-s1", 5e-4, 1e-3)]
+    assert {r.entry.clip_range()["clip_high"] for r in runs if r.entry.run_label == "gspo"} == {4e-3}
+    assert {r.suite.task.params.get("held_out") for r in runs} == {None}  # compared on the test split
+    with pytest.raises(ValueError, match=r"no choice for \['gspo'\]"):
+        comparison_suite(suite, {"grpo": {"lr": 3e-4}})
+
+
+@pytest.mark.parametrize(("tuning", "message"), [
+    ({"spaces": {"gspo": {}}}, r"spaces.gspo: empty search space"),
+    ({"spaces": {"all": {"kwargs.nope": [1, 2]}}}, r"objective grpo takes no keyword 'nope'"),
+    ({"spaces": {"all": {"correction.low": [0.5]}}}, r"arm grpo has no correction to tune"),
+    ({"spaces": {"all": {"model.num_layers": [2]}}}, r"model.num_layers: not a setting a space can tune"),
+    ({"spaces": {"sapo": {"lr": [1e-4]}}}, r"tuning.spaces.sapo: not an arm of this suite"),
+    ({"budget_share": None, "budget": {"value": 0}}, r"tuning.budget.value: Input should be greater than 0"),
+    ({"budget_share": None, "budget": {"value": 5}}, r"larger than the suite's budget \(steps = 4\)"),
+    ({"budget_share": 0}, r"tuning.budget_share: Input should be greater than 0"),
+    ({"seeds": [1, 10]}, r"tuning.seeds: \[1\] also seed the comparison"),
+    ({"select": {"metric": "reward/mean"}}, r"select.metric 'reward/mean': not a score the trials evaluate"),
+    ({"select": {"metric": "countdown", "rule": "best"}}, r"tuning.select.rule: Input should be 'final' or 'auc'"),
+])
+def test_bad_tuning_input_is_one_line_naming_the_field(tuning, message):
+    with pytest.raises(SuiteError, match=message) as err:
+        parse_suite(tuned_suite(**tuning))
+    assert "\n" not in str(err.value)
+
+
+def test_arms_tuned_on_unequal_budgets_are_refused_unless_the_suite_allows_it():
+    only_gspo = {"spaces": {"gspo": {"lr": {"log_uniform": [1e-4, 1e-3]}}}}
+    with pytest.raises(SuiteError, match=r"unequal budgets \(trials: grpo 0, gspo 6\)"):
+        parse_suite(tuned_suite(**only_gspo))
+    with pytest.raises(SuiteError, match=r"unequal budgets \(trials: grpo 6, gspo 2\)"):
+        parse_suite(tuned_suite(arm_trials={"gspo": 2}))
+    allowed = parse_suite(tuned_suite(**only_gspo, allow_unequal=True))
+    assert arms_ruleset(allowed) == {"grpo": "defaults", "gspo": "tuned"}
+    assert [t.arm for t in plan_trials(allowed)] == ["gspo"] * 6
+
+
+def test_validate_and_the_dry_run_show_the_trials_and_the_tuning_compute(tmp_path, cli):
+    path = tmp_path / "tq.yaml"
+    path.write_text(yaml.safe_dump(tuned_suite()))
+    shown = cli("validate", path)
+    assert shown.exit_code == 0, shown.output
+    assert "tuning first: 12 trials x seeds [10, 11] on the validation split" in shown.output
+    gspo = plan_trials(parse_suite(tuned_suite()))[6]
+    assert f"gspo.t00: clip_high={gspo.settings['clip_high']:.3g}, clip_low={gspo.settings['clip_low']:.3g}" in shown.output
+    planned = cli("run", path, "--dry-run")
+    assert planned.exit_code == 0, planned.output
+    flops = re.search(r"FLOPs, tuning vs comparison\s*│ grpo ([\d.e+]+) vs ([\d.e+]+)", planned.output)
+    assert flops and float(flops[1]) == pytest.approx(3 * float(flops[2]), rel=1e-2)  # 6 trials x 2 seeds x 2 steps vs 2 x 4
+    assert "each steps = 2 (>= 2 steps)" in planned.output
+
+
+def test_no_choice_is_made_while_a_trial_run_has_not_ended(tmp_path):
+    suite = parse_suite(tuned_suite())
+    for trial in plan_trials(suite):
+        for seed in (10, 11):
+            folder = tmp_path / "tq" / "tuning" / f"{trial.label}-s{seed}"
+            folder.mkdir(parents=True)
+            ended = "failed" if (trial.label, seed) == ("gspo.t03", 11) else "collapsed" if seed == 11 else "done"
+            (folder / "status.json").write_text(json.dumps({"schema_version": 1, "status": ended}))
+    assert unended_trials(suite, tmp_path) == ["gspo.t03-s11"]
+    with pytest.raises(ValueError, match=r"1 trial run\(s\) did not end \(gspo.t03-s11\).*--resume` continues them"):
+        write_chosen(suite, tmp_path)
+    assert not (tmp_path / "tq" / "tuning" / "chosen.json").exists()
+
+
+def test_trial_runs_go_to_the_tuning_folder_and_start_from_the_comparisons_weights(tmp_path):
+    """A trial trains on the validation-held-out task, but its starting weights (the warm start, cached by
+    its suite's task) are the comparison's: a task with another held-out split must not warm-start anew."""
+    suite = parse_suite(tuned_suite())
+    runs = trial_runs(suite, tmp_path)
+    assert len(runs) == 12 * 2 and runs[0].run_dir == tmp_path / "tq" / "tuning" / "grpo.t00-s10"
+    assert {r.suite.task.params.get("held_out") for r in runs} == {"validation"}
+    assert {r.start.model_dump_json() for r in runs} == {suite.model_dump_json()}
