@@ -70,7 +70,7 @@ def run_suite(data: dict, out: Path) -> None:
     for planned in plan_runs(suite, out):
         weights = starting_weights(planned.suite, suite.seeds[0], log=lambda m: None)
         train_run(RunSpec(suite=planned.suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
-                          init_weights=weights, sweep=planned.sweep, algorithm=planned.algorithm), resume=False)
+                          init_weights=weights, sweep=planned.sweep, arm=planned.arm), resume=False)
 
 
 def regress(root: Path, name: str, tolerances: Path) -> str:

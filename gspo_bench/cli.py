@@ -269,7 +269,7 @@ def run(
         say("nothing to do: every planned run is finished", out_console)
         return what_next(root / suite.name, make_report) if world.is_main else None
     outcomes = launch_runs(suite, todo, root, suite_path, overrides, launch)
-    print_outcomes(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
+    print_run_statuses(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
     if world.is_main:
         what_next(root / suite.name, make_report)
     code = exit_code(trial_outcomes + outcomes)
@@ -306,7 +306,7 @@ def run_trials(session: Session, suite_path: Path, overrides: list[str] | None, 
     trials = trial_suite(session.suite)
     say(f"tuning: {len(session.trials)} trial runs to do (OUT/{session.suite.name}/tuning/)", launch["out_console"])
     outcomes = launch_runs(trials, session.trials, session.root / session.suite.name, suite_path, overrides, launch)
-    print_outcomes(outcomes, f"trials of {session.suite.name} -> {session.root / session.suite.name / 'tuning'}",
+    print_run_statuses(outcomes, f"trials of {session.suite.name} -> {session.root / session.suite.name / 'tuning'}",
                    launch["out_console"])
     return outcomes
 
@@ -384,11 +384,12 @@ def suite_stopped(err: KeyboardInterrupt, suite_path: Path, root: Path, override
                 getattr(err, "exit_code", 130))
 
 
-def print_outcomes(outcomes: list, title: str, out: Console) -> None:
+def print_run_statuses(statuses: list, title: str, out: Console) -> None:
+    """One row per run: (planned run, its final status.json) as the suite left it."""
     table = Table(title=escape(title))
     for col in ("run", "status", "steps", "message"):
         table.add_column(col)
-    for planned, status in outcomes:
+    for planned, status in statuses:
         table.add_row(escape(planned.name), status["status"], str(status["step"]), escape(status.get("message", "")))
     out.print(table)
 

@@ -19,12 +19,12 @@ from analysis.evidence.learning import (
     Learning,
     baseline,
     engine_text,
-    group_outcomes,
+    learning_rows,
     training_rise,
 )
 from analysis.evidence.margins import drift_by, forecast_table, has_margins, margin_table
 from analysis.evidence.paper import DRIFT_ONE, depth_gap, drift_after_one, paper_tests
-from analysis.figures.margins import predicted_vs_measured_figure
+from analysis.figures.margins import predicted_vs_measured as predicted_vs_measured_figure
 from tests.helpers.results import make_run
 
 # ---------------------------------------------------------------------------------------- margins
@@ -98,8 +98,8 @@ def test_the_forecast_skips_a_missing_step_and_reads_one_update_rows():
 
 
 def results_with(metrics: pd.DataFrame, layers: pd.DataFrame) -> Results:
-    runs = pd.DataFrame({"label": ["grpo"], "algorithm": ["grpo"], "seed": [0]})
-    return Results(metrics=metrics.assign(algorithm="grpo"), layers=layers, runs=runs, evals=pd.DataFrame())
+    runs = pd.DataFrame({"label": ["grpo"], "arm": ["grpo"], "seed": [0]})
+    return Results(metrics=metrics.assign(arm="grpo"), layers=layers, runs=runs, evals=pd.DataFrame())
 
 
 def test_drift_after_one_update_prefers_the_expert_figure_and_says_which_it_shows():
@@ -142,11 +142,11 @@ def test_the_depth_gap_reads_the_rows_after_one_update_where_there_are_some():
 
 def test_the_drift_figure_draws_drift_after_one_update_where_measured():
     """Two seeds, drift 0.1 / 0.3 over all updates and 0.02 / 0.04 after one: means 0.2 and 0.03, dashed."""
-    from analysis.figures.curves import drift_over_steps
+    from analysis.figures.curves import drift
 
     metrics = pd.DataFrame({"label": "grpo", "seed": [0, 0, 1, 1], "step": [1, 2, 1, 2],
                             "moe/drift": [0.1, 0.1, 0.3, 0.3], "moe/drift_1": [0.02, 0.02, 0.04, 0.04]})
-    ax = drift_over_steps(metrics)
+    ax = drift(metrics)
     try:
         lines = {line.get_label(): line for line in ax.get_lines()}
         assert set(lines) == {"grpo", "grpo, after one update"}
@@ -265,7 +265,7 @@ def test_a_short_run_shortens_its_start_window_so_the_two_do_not_overlap():
 def test_an_objective_learned_only_when_every_seed_did():
     """grpo: seed 0 rose, seed 1 did not (p above 5%), seed 2 not judged (too short): 1 of 3, not learned;
     gspo: both seeds rose."""
-    outcomes = pd.DataFrame({"algorithm": ["grpo"] * 3 + ["gspo"] * 2, "seed": [0, 1, 2, 0, 1],
+    outcomes = pd.DataFrame({"arm": ["grpo"] * 3 + ["gspo"] * 2, "seed": [0, 1, 2, 0, 1],
                              "learned": [True, False, None, True, True], "start": 0.2, "final": 0.3})
     found = Learning(("synth", ""), None, outcomes, None)  # type: ignore[arg-type]
     assert found.arms["learned_seeds"].to_dict() == {"grpo": 1, "gspo": 2}
@@ -278,7 +278,7 @@ def test_a_run_whose_rise_has_p_between_5_and_10_percent_did_not_learn(tmp_path)
     not learned at 5% (it would be at 10%); seed 1 ends at 1.0: t = 3, p = 0.0075, learned."""
     for seed, end in enumerate((0.75, 1.0)):
         make_run(tmp_path, "grpo", seed, columns={"reward/mean": [0.0, 1.0] * 5 + [0.5] * 5 + [end] * 5})
-    outcomes, _ = group_outcomes(finished(load_results(tmp_path / "synth")))
+    outcomes, _ = learning_rows(finished(load_results(tmp_path / "synth")))
     assert outcomes["p_rise"].tolist() == pytest.approx([stats.t.sf(1.5, 9), stats.t.sf(3.0, 9)], rel=1e-9)
     assert 0.05 < outcomes["p_rise"].iloc[0] < 0.10 and outcomes["learned"].tolist() == [False, True]
 
@@ -296,12 +296,12 @@ def test_held_out_rewards_are_the_outcome_where_every_run_was_evaluated(tmp_path
         run.write_rows("eval.parquet", eval_rows("grpo", seed, [0.2, 0.25, 0.3]))
         config = run.path / "config.yaml"
         config.write_text(config.read_text().replace("budget:", "task: {name: sort, params: {}}\n  budget:"))
-    outcomes, source = group_outcomes(finished(load_results(tmp_path / "synth")))
+    outcomes, source = learning_rows(finished(load_results(tmp_path / "synth")))
     assert source.kind == HELD_OUT and "gspo_sort" in source.text and "(lm-eval)" in source.text  # no engine column
     assert outcomes["final"].tolist() == pytest.approx([0.3, 0.3]) and outcomes["start"].tolist() == pytest.approx([0.2, 0.2])
     assert outcomes["p_rise"].iloc[0] == pytest.approx(2.035e-4, rel=0.01) and outcomes["learned"].all()
     (tmp_path / "synth" / "grpo-s1" / "eval.parquet").unlink()  # one run not evaluated: all on the training reward
-    outcomes, source = group_outcomes(finished(load_results(tmp_path / "synth")))
+    outcomes, source = learning_rows(finished(load_results(tmp_path / "synth")))
     assert source.kind == TRAINING and "not every run" in source.why
     assert outcomes["final"].tolist() == pytest.approx([0.38, 0.41])
 
@@ -317,7 +317,7 @@ def test_one_evaluation_per_run_is_no_held_out_outcome(tmp_path):
         run = make_run(tmp_path, "grpo", seed)
         run.write_rows("eval.parquet", eval_rows("grpo", seed, [0.3]))
         with_task(run)
-    outcomes, source = group_outcomes(finished(load_results(tmp_path / "synth")))
+    outcomes, source = learning_rows(finished(load_results(tmp_path / "synth")))
     assert source.kind == TRAINING and source.why == "not every run has two evaluations of the suite's task with " \
                                                       "standard errors"
     assert outcomes["final"].tolist() == pytest.approx([0.38, 0.41])
@@ -329,7 +329,7 @@ def test_evaluations_written_out_of_step_order_are_read_by_step(tmp_path):
     rows = eval_rows("grpo", 0, [0.2, 0.25, 0.3])
     run.write_rows("eval.parquet", [rows[2], rows[0], rows[1]])
     with_task(run)
-    outcomes, source = group_outcomes(finished(load_results(tmp_path / "synth")))
+    outcomes, source = learning_rows(finished(load_results(tmp_path / "synth")))
     assert source.kind == HELD_OUT
     assert (outcomes["start"].iloc[0], outcomes["final"].iloc[0]) == (0.2, 0.3)
 

@@ -82,7 +82,7 @@ def test_a_set_value_reaches_every_arm_but_one_that_sets_the_field_itself():
 
 def test_an_arm_with_a_swept_sweep_still_gets_its_own_value_at_every_point():
     parsed = parse_suite(control_suite(sweep={"train.lr": [1e-4, 3e-4]}))
-    clean = [r for r in plan_runs(parsed, Path("/out")) if r.algorithm == "grpo_clean" and r.seed == 0]
+    clean = [r for r in plan_runs(parsed, Path("/out")) if r.arm == "grpo_clean" and r.seed == 0]
     assert [(r.suite.train.lr, r.suite.rollout.engine_options["router_noise"]) for r in clean] == [
         (1e-4, 0.0), (3e-4, 0.0)]
 

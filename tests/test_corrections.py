@@ -134,7 +134,7 @@ def test_a_runs_correction_is_recorded_and_a_changed_one_refuses_a_plain_resume(
     def spec(high):
         suite = parse_suite({"name": "t", "task": {"name": "sort"}, "budget": {"kind": "steps", "value": 1},
                              "objectives": [{"name": "grpo", "correction": {"kind": "icepop", "high": high}}]})
-        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, algorithm=None, overrides={})
+        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, arm=None, overrides={})
 
     (tmp_path / "config.yaml").write_text(resolved_config(spec(5.0), lr=spec(5.0).suite.train.lr))
     assert config_changes(tmp_path, spec(5.0)) == []

@@ -329,7 +329,7 @@ def test_tracking_settings_may_change_on_resume_and_nothing_else_is_ignored(tmp_
 
     def spec(**changes):
         suite = parse_suite(tiny_suite(tmp_path / "cache", **changes))
-        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, algorithm=None, overrides={})
+        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, arm=None, overrides={})
 
     (tmp_path / "config.yaml").write_text(resolved_config(spec(), lr=spec().suite.train.lr))
     assert config_changes(tmp_path, spec(tracking={"tensorboard": True})) == []
@@ -347,7 +347,7 @@ def test_a_field_added_after_a_run_started_is_no_change_at_its_default(tmp_path)
 
     def spec(**changes):
         suite = parse_suite(tiny_suite(tmp_path / "cache", **changes))
-        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, algorithm=None, overrides={})
+        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, arm=None, overrides={})
 
     recorded = yaml.safe_load(resolved_config(spec(), lr=spec().suite.train.lr))
     del recorded["suite"]["train"]["router_lr_scale"], recorded["suite"]["model"]["router_scale"]  # an older run

@@ -170,7 +170,9 @@ def test_a_one_update_step_measures_margins_after_its_update(tmp_path, cache):
 
 def test_the_report_tables_and_draws_predicted_against_measured_drift_per_layer():
     from analysis.evidence.margins import has_margins, margin_table
-    from analysis.figures.margins import predicted_vs_measured_interactive
+    from analysis.figures.margins_interactive import (
+        predicted_vs_measured as predicted_vs_measured_interactive,
+    )
 
     metrics = pd.DataFrame({"label": ["grpo", "grpo", "gspo"], "seed": [0, 1, 0], "step": [1, 1, 1],
                             "moe/drift": [0.1, 0.3, 0.05], "moe/flip_pred": [0.2, 0.4, 0.01],

@@ -72,7 +72,7 @@ def invoke(*args: str) -> tuple[int, str]:
 
 
 def metrics(run: Path) -> pd.DataFrame:
-    return pd.read_parquet(run / "metrics.parquet").drop(columns=[*TIMING_COLUMNS, "objective", "label", "algorithm"],
+    return pd.read_parquet(run / "metrics.parquet").drop(columns=[*TIMING_COLUMNS, "objective", "label", "arm"],
                                                          errors="ignore")
 
 

@@ -75,7 +75,7 @@ def test_a_run_recorded_in_the_old_spelling_is_the_same_run_to_resume_and_the_re
     parameters beside its kind) against the run resolved now from a file in the one spelling."""
     now = parse_suite(suite(NEW))
     for entry in now.objectives:
-        spec = SimpleNamespace(suite=now, entry=entry, seed=0, sweep={}, algorithm=None, overrides={})
+        spec = SimpleNamespace(suite=now, entry=entry, seed=0, sweep={}, arm=None, overrides={})
         current = yaml.safe_load(resolved_config(spec, lr=1e-3))
         recorded = yaml.safe_load(resolved_config(spec, lr=1e-3))
         for section in (recorded["run"], *recorded["suite"]["objectives"]):

@@ -22,7 +22,7 @@ from analysis.evidence.stability import (
     classify,
     grad_spike_step,
     map_applies,
-    run_outcomes,
+    run_classes,
     training_points,
 )
 from analysis.stats.logistic import fit_logistic, no_fit_reason, zero_event_bound
@@ -124,7 +124,7 @@ def test_run_outcomes_judge_finished_and_collapsed_runs_on_the_training_reward(t
     make_run(tmp_path, "grpo", 2, steps=7, status="collapsed", message="non-finite parameters")
     make_run(tmp_path, "grpo", 3, steps=5, status="failed", message="boom")
     set_router_lr_scale(make_run(tmp_path, "gspo", 0, columns={"grad/norm": [1.0] * 8 + [500.0] * 3 + [1.0] * 9}), 0.5)
-    found = run_outcomes(load_results(tmp_path / "synth")).set_index(["algorithm", "seed"])
+    found = run_classes(load_results(tmp_path / "synth")).set_index(["arm", "seed"])
     assert list(found.index) == [("grpo", 0), ("grpo", 1), ("grpo", 2), ("gspo", 0)]
     assert found.loc[("grpo", 0), "outcome"] == LEARNED and found.loc[("grpo", 0), "kl"] == pytest.approx(0.02)
     assert (found.loc[("grpo", 1), "outcome"], found.loc[("grpo", 1), "step"]) == (COLLAPSED, 11.0)
@@ -147,7 +147,7 @@ def test_run_outcomes_judge_held_out_evaluations_where_the_group_has_them(tmp_pa
                                         for i, s in enumerate(scores)])
         config = run.path / "config.yaml"
         config.write_text(config.read_text().replace("budget:", "task: {name: sort, params: {}}\n  budget:"))
-    found = run_outcomes(load_results(tmp_path / "synth"))
+    found = run_classes(load_results(tmp_path / "synth"))
     assert found["source"].tolist() == ["held-out reward"] * 2
     assert found["outcome"].tolist() == [LEARNED, COLLAPSED] and found["step"].iloc[1] == 10.0
     assert found["change"].tolist() == pytest.approx([0.2, -0.2])
@@ -225,7 +225,7 @@ def test_an_arms_boundary_without_a_fit_is_read_off_its_cells():
     """Cells at KL 0.001 (0 of 2 failed), 0.01 (1 of 2: not a majority), 0.1 (2 of 2). Held runs at KL up to
     0.01, failed ones from 0.01: separated but for a tie, so no fit (the slope's maximum likelihood is
     infinite); the boundary is read off the cells. One more failure at 0.001 unseparates them: a fit."""
-    o = pd.DataFrame({"algorithm": "grpo", "cell": ["a", "a", "b", "b", "c", "c"],
+    o = pd.DataFrame({"arm": "grpo", "cell": ["a", "a", "b", "b", "c", "c"],
                       "kl": [0.001, 0.001, 0.01, 0.01, 0.1, 0.1],
                       "outcome": [FLAT, LEARNED, DEGRADED, FLAT, COLLAPSED, DEGRADED]})
     (found,) = boundaries(o)

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis.data.load import finished, load_results
-from analysis.evidence.stability import COLLAPSED, DEGRADED, FLAT, LEARNED, run_outcomes, stability_map
+from analysis.evidence.stability import COLLAPSED, DEGRADED, FLAT, LEARNED, run_classes, stability_map
 from analysis.figures.stability import cell_grid
 from analysis.report import anchors
 from analysis.report.sections import Context, report_figures, stability_specs
@@ -104,7 +104,7 @@ def test_the_collapsed_run_is_in_the_reports_map_though_no_comparison_reads_it(s
                     if spec.name == anchors.SURVIVAL)
     assert [t.name for t in survival.interactive(finished(results))[0].data] == ["grpo (6 of 9 collapsed)",
                                                                                   "gspo (0 of 8 collapsed)"]
-    assert len(run_outcomes(finished(results))) == 16
+    assert len(run_classes(finished(results))) == 16
 
 
 def test_without_a_sweep_there_is_no_map(tmp_path):

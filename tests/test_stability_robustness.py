@@ -12,7 +12,8 @@ from scipy import special
 
 from analysis.data.load import load_results
 from analysis.evidence.stability import COLLAPSED, DEGRADED, FLAT, LEARNED, boundaries, stability_map
-from analysis.figures.curves import curve_with_band, plot_curves
+from analysis.figures.curves import curve_with_band
+from analysis.figures.curves import curves as plot_curves
 from analysis.report.stability_text import boundary_sentence, stability_sentences
 from analysis.stats.logistic import fit_logistic, no_fit_reason
 from tests.helpers.stability import FALLING, swept_run
@@ -20,7 +21,7 @@ from tests.helpers.stability import FALLING, swept_run
 
 def outcomes(cells: list[tuple[float, list[str]]], arm: str = "grpo") -> pd.DataFrame:
     """One arm's runs: per cell its KL and each seed's class (a run's KL: the cell's)."""
-    rows = [{"algorithm": arm, "cell": f"kl={kl:g}", "kl": kl, "outcome": outcome, "step": 5.0, "last_step": 20.0}
+    rows = [{"arm": arm, "cell": f"kl={kl:g}", "kl": kl, "outcome": outcome, "step": 5.0, "last_step": 20.0}
             for kl, classes in cells for outcome in classes]
     return pd.DataFrame(rows)
 
@@ -116,8 +117,8 @@ def test_a_three_step_pilot_is_not_judged(tmp_path):
               steps=3, suite="pilot")
     results = load_results(tmp_path)
     found = stability_map(results)
-    assert found is not None and len(found.outcomes) == 2 and found.too_short == 1
-    assert set(found.outcomes["outcome"]) == {LEARNED}
+    assert found is not None and len(found.classes) == 2 and found.too_short == 1
+    assert set(found.classes["outcome"]) == {LEARNED}
     text = stability_sentences(found, set())[0].text
     assert "1 finished run too short for the learnability gate" in text
 

@@ -296,7 +296,7 @@ def test_a_broken_pool_tells_the_run_whose_worker_died_from_those_it_stopped(tmp
     never started this time (whatever an earlier session left in its folder) did not start."""
     from types import SimpleNamespace
 
-    from gspo_bench.suite.outcomes import broken_pool_outcomes
+    from gspo_bench.suite.outcomes import broken_pool_statuses
 
     specs = [SimpleNamespace(run_dir=tmp_path / "tiny" / name) for name in ("a-s0", "b-s0", "c-s0", "d-s0")]
     RunDir(specs[0].run_dir).write_status("running", step=3)
@@ -304,7 +304,7 @@ def test_a_broken_pool_tells_the_run_whose_worker_died_from_those_it_stopped(tmp
                                           step=2)
     RunDir(specs[2].run_dir).write_status("failed", "an earlier session's failure", step=5)
     RunDir(specs[3].run_dir).write_status("done", step=6)
-    outcomes = broken_pool_outcomes(specs, started={"a-s0", "b-s0", "d-s0"})
+    outcomes = broken_pool_statuses(specs, started={"a-s0", "b-s0", "d-s0"})
     assert [o["status"] for o in outcomes] == ["failed", "failed", "failed", "done"]
     assert [o["step"] for o in outcomes] == [3, 2, 0, 6]
     assert outcomes[0]["message"].startswith("run a-s0: its worker process died at step 3 (killed, or out of memory)")

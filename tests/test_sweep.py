@@ -32,7 +32,7 @@ def test_a_sweep_crosses_its_values_into_labelled_runs(tmp_path):
     assert "gspo@lr=0.002,num_experts=8-s0" in names
     point = next(r for r in runs if r.name == "gspo@lr=0.002,num_experts=8-s0")
     assert point.suite.train.lr == 2e-3 and point.suite.model.num_experts == 8 and not point.suite.sweep
-    assert point.sweep == {"lr": 2e-3, "num_experts": 8} and point.algorithm == "gspo"
+    assert point.sweep == {"lr": 2e-3, "num_experts": 8} and point.arm == "gspo"
     assert plan_runs(suite, tmp_path, only=["gspo"])[0].name == "gspo@lr=0.001,num_experts=4-s0"
 
 
@@ -72,7 +72,7 @@ def swept(tmp_path_factory) -> Path:
 
 def test_swept_values_are_in_the_config_and_in_every_row(swept):
     config = yaml.safe_load((swept / "gspo@minibatches=2-s1" / "config.yaml").read_text())
-    assert config["run"]["sweep"] == {"minibatches": 2} and config["run"]["algorithm"] == "gspo"
+    assert config["run"]["sweep"] == {"minibatches": 2} and config["run"]["arm"] == "gspo"
     assert config["suite"]["train"]["minibatches"] == 2 and config["suite"]["sweep"] == {}
     frame = pd.read_parquet(swept / "gspo@minibatches=2-s1" / "metrics.parquet")
     assert (frame["sweep/minibatches"] == 2).all() and (frame["label"] == "gspo@minibatches=2").all()
@@ -81,7 +81,7 @@ def test_swept_values_are_in_the_config_and_in_every_row(swept):
 def test_report_facets_by_sweep_point(swept, tmp_path):
     results = load_results(swept)
     assert set(results.runs["facet"]) == {"minibatches=1", "minibatches=2"}
-    assert set(results.metrics["algorithm"]) == {"grpo", "gspo"}
+    assert set(results.metrics["arm"]) == {"grpo", "gspo"}
     table = final_reward_by_facet(results)
     assert list(table.columns) == ["algorithm", "minibatches=1", "minibatches=2"] and len(table) == 2
     assert "[" in table.iloc[0, 1]  # two seeds: a CI
@@ -101,7 +101,7 @@ def test_compute_is_matched_within_each_sweep_point_not_across(swept):
 
 def test_paths_joined_by_commas_move_together(tmp_path):
     suite = parse_suite(sweep_suite(tmp_path, {"model.num_experts,model.top_k": [[4, 1], [8, 4]], "train.lr": [1e-3, 2e-3]}))
-    runs = [r for r in plan_runs(suite, tmp_path) if r.algorithm == "grpo"]
+    runs = [r for r in plan_runs(suite, tmp_path) if r.arm == "grpo"]
     assert [r.name for r in runs] == ["grpo@num_experts=4,top_k=1,lr=0.001-s0", "grpo@num_experts=4,top_k=1,lr=0.002-s0",
                                       "grpo@num_experts=8,top_k=4,lr=0.001-s0", "grpo@num_experts=8,top_k=4,lr=0.002-s0"]
     assert runs[2].suite.model.num_experts == 8 and runs[2].suite.model.top_k == 4

@@ -5,7 +5,7 @@
     results.layers    # one row per (run, step, layer): per-layer expert drift
     results.evals     # one row per (run, eval step, task): held-out scores (lm-eval), if any
     results.runs      # one row per run: status, steps, spent compute, budget, provenance
-Every table carries `label` (objective@sweep point), `algorithm` (the label without the point) and
+Every table carries `label` (objective@sweep point), `arm` (the label without the point) and
 `facet` (the sweep point, e.g. "lr=0.0003,num_experts=64"; "" without a sweep). Results of several
 suites label every run by its suite (`quickstart/grpo`); one run given twice, or two same-named
 suites with different settings, is refused (analysis.data.suites.MixedSuitesError). A run whose files
@@ -31,6 +31,7 @@ from analysis.data.suites import check_not_mixed, label_by_suite, shared_setting
 from gspo_bench.config.yamlread import read_yaml
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, SCHEMA_VERSION, config_problem
 from gspo_bench.rundir.records import GitState, ProvenanceRecord, StatusRecord, as_provenance, status_problem
+from gspo_bench.rundir.renames import current_run_keys
 
 
 class NotResultsError(ValueError):
@@ -160,7 +161,7 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
     problem = config_problem(config)
     if problem:
         raise RunFileError(f"{run_dir / 'config.yaml'}: {problem}")
-    config = config or {}
+    config = current_run_keys(config or {})  # a folder of an older release: its old key names
     prov = as_provenance(read_file(run_dir / "provenance.json", _json, dict, optional=True) or {})
     metrics = _metrics(run_dir / "metrics.parquet")
     # columns a run did not measure (train.measure off, results of an older release) read as NaN
@@ -173,7 +174,7 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
         meta = _meta(run_dir, status, config, prov, metrics)
     except (AttributeError, TypeError, ValueError, KeyError) as err:  # a setting of the wrong type
         raise RunFileError(f"{run_dir / 'config.yaml'}: {type(err).__name__}: {err}") from None
-    for key in ("suite", "label", "algorithm", "facet", "objective", "replay", "seed"):
+    for key in ("suite", "label", "arm", "facet", "objective", "replay", "seed"):
         for frame in (metrics, layers, evals):
             if len(frame) or frame is metrics:  # a run without steps still has its columns
                 frame[key] = meta[key]
@@ -191,7 +192,7 @@ def _meta(run_dir: Path, status: StatusRecord, config: dict, prov: ProvenanceRec
     return {
         "suite": suite_cfg.get("name", run_dir.parent.name),
         "label": label,
-        "algorithm": run_cfg.get("algorithm") or label,  # the label without the sweep point
+        "arm": run_cfg.get("arm") or label,  # the label without the sweep point
         "facet": ",".join(f"{k}={format(v, 'g') if isinstance(v, float) else v}"
                           for k, v in (run_cfg.get("sweep") or {}).items()),  # the sweep point ("" without)
         "objective": run_cfg.get("objective"),

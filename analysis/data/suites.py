@@ -85,10 +85,10 @@ def check_not_mixed(runs: pd.DataFrame) -> None:
 
 
 def label_by_suite(frames: list[pd.DataFrame]) -> None:
-    """Prefix `label` and `algorithm` with the run's suite (`quickstart/grpo`), in place."""
+    """Prefix `label` and `arm` with the run's suite (`quickstart/grpo`), in place."""
     for frame in frames:
         if len(frame):
-            for column in ("label", "algorithm"):
+            for column in ("label", "arm"):
                 if column in frame:
                     frame[column] = frame["suite"].astype(str) + "/" + frame[column].astype(str)
 

@@ -136,7 +136,7 @@ def reward_tests(learnings: dict[Group, Learning]) -> list[Test]:
     for group, found in learnings.items():
         if not found.learned:
             continue
-        arms = list(dict.fromkeys(found.outcomes["algorithm"]))
+        arms = list(dict.fromkeys(found.per_run["arm"]))
         for a, b in itertools.combinations(arms, 2):
             tests.append(Test(group, REWARD, a, b, paired(found.values(a), found.values(b))))
     return tests

@@ -116,7 +116,7 @@ def held_out_rise(evals: pd.DataFrame) -> tuple[float, float, float]:
     return float(first["score"]), float(last["score"]), p
 
 
-def group_outcomes(results: Results) -> tuple[pd.DataFrame, Source]:
+def learning_rows(results: Results) -> tuple[pd.DataFrame, Source]:
     """One row per run of one group (finished runs): its start, outcome and rise test."""
     found = source(results)
     evals = own_evals(results) if found.kind == HELD_OUT else None
@@ -127,7 +127,7 @@ def group_outcomes(results: Results) -> tuple[pd.DataFrame, Source]:
         else:
             steps = results.metrics[(results.metrics["label"] == run.label) & (results.metrics["seed"] == run.seed)]
             start, final, p = training_rise(steps.sort_values("step")["reward/mean"].to_numpy(dtype=float))
-        rows.append({"suite": run.suite, "facet": run.facet, "algorithm": run.algorithm, "label": run.label,
+        rows.append({"suite": run.suite, "facet": run.facet, "arm": run.arm, "label": run.label,
                      "objective": run.objective, "replay": run.replay, "replay_from": run.replay_from,
                      "seed": run.seed, "start": start, "final": final, "rise": final - start, "p_rise": p,
                      "learned": bool(p < ALPHA) if np.isfinite(p) else None})
@@ -148,18 +148,18 @@ def baseline(results: Results) -> Baseline | None:
 
 @dataclass(frozen=True)
 class Learning:
-    """One group's outcomes and gate: `outcomes` one row per finished run, `arms` per objective
-    (algorithm): seeds, seeds that learned, and whether all did."""
+    """One group's compared rewards and gate: `per_run` one row per finished run, `arms` per objective
+    (arm): seeds, seeds that learned, and whether all did."""
 
     group: Group
     source: Source
-    outcomes: pd.DataFrame
+    per_run: pd.DataFrame
     baseline: Baseline | None
 
     @property
     def arms(self) -> pd.DataFrame:
-        o = self.outcomes
-        return o.groupby("algorithm", sort=False).agg(
+        o = self.per_run
+        return o.groupby("arm", sort=False).agg(
             seeds=("seed", "size"), learned_seeds=("learned", lambda x: int(sum(v is True for v in x))),
             final=("final", "mean"),
             start=("start", "mean")).assign(learned=lambda a: (a["learned_seeds"] == a["seeds"]) & (a["seeds"] > 0))
@@ -169,9 +169,9 @@ class Learning:
         arms = self.arms
         return list(arms.index[arms["learned"]])
 
-    def values(self, algorithm: str) -> pd.Series:
+    def values(self, arm: str) -> pd.Series:
         """The outcome per seed of one objective."""
-        rows = self.outcomes[self.outcomes["algorithm"] == algorithm]
+        rows = self.per_run[self.per_run["arm"] == arm]
         return pd.Series(rows["final"].to_numpy(dtype=float), index=rows["seed"].to_numpy())
 
 
@@ -180,6 +180,6 @@ def learning(results: Results) -> dict[Group, Learning]:
     out = {}
     for group in groups(results):
         subset = group_subset(results, group)
-        outcomes, found = group_outcomes(subset)
-        out[group] = Learning(group, found, outcomes, baseline(subset))
+        per_run, found = learning_rows(subset)
+        out[group] = Learning(group, found, per_run, baseline(subset))
     return out

@@ -35,7 +35,7 @@ DRIFT_FLOOR = 0.05  # the check: at least 5% of experts change per update (the p
 @dataclass(frozen=True)
 class Arms:
     """The group's GRPO and GSPO without replay and GRPO with Routing Replay of the old pass (not R3),
-    by algorithm name: the one named like the objective where there are several."""
+    by arm name: the one named like the objective where there are several."""
 
     grpo: str | None
     gspo: str | None
@@ -47,16 +47,16 @@ def arms(runs: pd.DataFrame) -> Arms:
         keep = (runs["objective"] == objective) & (runs["replay"].astype(bool) == replay)
         if replay:
             keep &= runs["replay_from"] == "old_pass"
-        found = list(dict.fromkeys(runs.loc[keep, "algorithm"]))
+        found = list(dict.fromkeys(runs.loc[keep, "arm"]))
         exact = [a for a in found if a.rsplit("/", 1)[-1] == name]
         return (exact or found or [None])[0]
 
     return Arms(pick("grpo", "grpo", False), pick("gspo", "gspo", False), pick("grpo_rr", "grpo", True))
 
 
-def per_seed(frame: pd.DataFrame, algorithm: str, column: str) -> pd.Series:
+def per_seed(frame: pd.DataFrame, arm: str, column: str) -> pd.Series:
     """Per seed: the mean over steps (and rows) of `column` for one objective's rows of `frame`."""
-    rows = frame[(frame["algorithm"] == algorithm)] if "algorithm" in frame else frame.iloc[0:0]
+    rows = frame[(frame["arm"] == arm)] if "arm" in frame else frame.iloc[0:0]
     if column not in rows or rows[column].isna().all():
         return pd.Series(dtype=float)
     return rows.groupby("seed")[column].mean().dropna()
@@ -66,13 +66,13 @@ def _one_update_rows(layers: pd.DataFrame) -> pd.DataFrame:
     return layers[layers["updates"] == 1] if "updates" in layers else layers.iloc[0:0]
 
 
-def drift_after_one(results: Results, algorithm: str) -> tuple[pd.Series, str]:
+def drift_after_one(results: Results, arm: str) -> tuple[pd.Series, str]:
     """Per seed, the drift after exactly one update (the paper's "per gradient update") and which
     measurement it is: the expert-level figure where measured, else the token-layer one (older runs:
     only `layers.parquet` rows with `updates == 1`); empty where neither was measured."""
     layers = _one_update_rows(results.layers)
-    if not layers.empty and "algorithm" not in layers:
-        layers = layers.merge(results.runs[["label", "algorithm"]].drop_duplicates(), on="label")
+    if not layers.empty and "arm" not in layers:
+        layers = layers.merge(results.runs[["label", "arm"]].drop_duplicates(), on="label")
     sources = [
         (results.metrics, "moe/drift_expert_1", "activated experts changed after one update (moe/drift_expert_1)"),
         (layers, "moe/drift_expert", "activated experts changed after one update (layers.parquet, updates == 1)"),
@@ -82,7 +82,7 @@ def drift_after_one(results: Results, algorithm: str) -> tuple[pd.Series, str]:
                               "moe/drift; the expert-level figure was not measured)"),
     ]
     for frame, column, text in sources:
-        values = per_seed(frame, algorithm, column)
+        values = per_seed(frame, arm, column)
         if len(values):
             return values, text
     return pd.Series(dtype=float), ("these runs record drift over a step's minibatch forwards (after 1 to K-1 "
@@ -101,8 +101,8 @@ def depth_gap(results: Results, label: str) -> pd.Series:
     return (table[table.columns.max()] - table[table.columns.min()]).dropna()
 
 
-def label_of(results: Results, algorithm: str | None) -> str:
-    rows = results.runs[results.runs["algorithm"] == algorithm]
+def label_of(results: Results, arm: str | None) -> str:
+    rows = results.runs[results.runs["arm"] == arm]
     return str(rows["label"].iloc[0]) if len(rows) else ""
 
 

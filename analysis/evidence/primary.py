@@ -160,7 +160,7 @@ def primary_tests(learnings: dict[Group, Learning], declared: dict[str, Declarat
     for group, found in learnings.items():
         declaration = declared.get(group[0])
         for first, second in declaration.comparisons() if declaration else []:
-            testable = found.learned and {first, second} <= set(found.outcomes["algorithm"])
+            testable = found.learned and {first, second} <= set(found.per_run["arm"])
             values = (found.values(first), found.values(second)) if testable else (pd.Series(dtype=float),) * 2
             tests.append(Test(group, REWARD, first, second, paired(*values)))
     return tests

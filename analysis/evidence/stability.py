@@ -55,7 +55,7 @@ from scipy import stats
 
 from analysis.data.groups import group_subset, group_title, groups
 from analysis.data.load import Results, finished, is_finished
-from analysis.evidence.learning import HELD_OUT, START_STEPS, group_outcomes, own_evals, source
+from analysis.evidence.learning import HELD_OUT, START_STEPS, learning_rows, own_evals, source
 from analysis.stats.library import ALPHA
 from analysis.stats.logistic import LogisticFit, fit_logistic, no_fit_reason, zero_event_bound
 from analysis.stats.metrics import FINAL_FRACTION
@@ -191,14 +191,14 @@ def _median(frame: pd.DataFrame, column: str) -> float:
     return float(np.median(values)) if len(values) else float("nan")
 
 
-def run_outcomes(results: Results) -> pd.DataFrame:
-    """One row per judged run (outcome_rows without the runs too short to judge)."""
-    rows = outcome_rows(results)
+def run_classes(results: Results) -> pd.DataFrame:
+    """One row per judged run (class_rows without the runs too short to judge)."""
+    rows = class_rows(results)
     return rows[rows["outcome"] != TOO_SHORT].reset_index(drop=True) if len(rows) else rows
 
 
-def outcome_rows(results: Results) -> pd.DataFrame:
-    """One row per run judged() keeps, those too short for the gate with the outcome TOO_SHORT: its group's cell, arm (algorithm), seed, class with its step and why, the
+def class_rows(results: Results) -> pd.DataFrame:
+    """One row per run judged() keeps, those too short for the gate with the class TOO_SHORT: its group's cell, arm, seed, class with its step and why, the
     reward it was judged on (start, final, change), and what the map plots against: the median over steps
     of `mismatch/k3_kl` (`kl`) and `mismatch/frac_gt_ln2`, the median drift after one update
     (`drift_expert_1`, `drift_1`), `router_lr_scale` (config.yaml `train.router_lr_scale`, 1 where absent),
@@ -210,7 +210,7 @@ def outcome_rows(results: Results) -> pd.DataFrame:
         subset = group_subset(ended, group)
         done = finished(subset)
         found = source(done if len(done.runs) else subset)
-        gate = group_outcomes(done)[0] if len(done.runs) else pd.DataFrame(columns=["label", "seed", "p_rise"])
+        gate = learning_rows(done)[0] if len(done.runs) else pd.DataFrame(columns=["label", "seed", "p_rise"])
         p_of = dict(zip(zip(gate["label"], gate["seed"]), gate["p_rise"]))
         evals = own_evals(subset) if found.kind == HELD_OUT else None
         for run, scale in zip(subset.runs.itertuples(), subset.runs["router_lr_scale"].to_numpy(dtype=float)):
@@ -231,7 +231,7 @@ def outcome_rows(results: Results) -> pd.DataFrame:
             final = float(points["score"].iloc[-1]) if len(points) > 1 else float("nan")
             sweep = {c: steps[c].iloc[0] for c in steps.columns if c.startswith("sweep/") and steps[c].notna().any()}
             rows.append({"suite": run.suite, "facet": run.facet, "cell": group_title(group, every) or "(no sweep)",
-                         "algorithm": run.algorithm, "label": run.label, "seed": run.seed, "status": run.status,
+                         "arm": run.arm, "label": run.label, "seed": run.seed, "status": run.status,
                          "outcome": verdict.outcome, "step": verdict.step, "why": verdict.why, "source": found.kind,
                          "start": start, "final": final, "change": final - start,
                          "kl": _median(steps, KL), "frac_gt_ln2": _median(steps, LN2_SHARE),
@@ -240,9 +240,9 @@ def outcome_rows(results: Results) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def failed(outcomes: pd.DataFrame) -> pd.Series:
+def failed(classes: pd.DataFrame) -> pd.Series:
     """Degraded or collapsed, per run."""
-    return outcomes["outcome"].isin(FAILED)
+    return classes["outcome"].isin(FAILED)
 
 
 def sweep_names(frame: pd.DataFrame) -> list[str]:
@@ -265,20 +265,20 @@ def map_applies(results: Results) -> bool:
 # ------------------------------------------------------------------------------ failure against KL
 
 
-def on_kl_axis(outcomes: pd.DataFrame) -> pd.Series:
+def on_kl_axis(classes: pd.DataFrame) -> pd.Series:
     """Per run: whether it measured a mismatch (a median KL above KL_FLOOR), i.e. has a place on the KL axis."""
-    return outcomes["kl"] > KL_FLOOR
+    return classes["kl"] > KL_FLOOR
 
 
-def kl_axis(outcomes: pd.DataFrame) -> pd.DataFrame:
+def kl_axis(classes: pd.DataFrame) -> pd.DataFrame:
     """The runs on the KL axis (on_kl_axis), with `log_kl` = log10 of their KL and `failed`."""
-    placed = outcomes[on_kl_axis(outcomes)]
+    placed = classes[on_kl_axis(classes)]
     return placed.assign(log_kl=np.log10(placed["kl"].to_numpy(dtype=float)), failed=failed(placed).to_numpy())
 
 
-def arm_fit(outcomes: pd.DataFrame) -> LogisticFit | str:
+def arm_fit(classes: pd.DataFrame) -> LogisticFit | str:
     """One arm's fit of P(failure) on log10 KL, or the reason it has none."""
-    placed = kl_axis(outcomes)
+    placed = kl_axis(classes)
     x, y = placed["log_kl"].to_numpy(dtype=float), placed["failed"].to_numpy(dtype=bool)
     reason = f"no run measured a mismatch KL above {KL_FLOOR:g}" if len(x) == 0 else no_fit_reason(x, y)
     if reason:
@@ -289,13 +289,13 @@ def arm_fit(outcomes: pd.DataFrame) -> LogisticFit | str:
         return str(err).removeprefix("no logistic fit: ")
 
 
-def survival(outcomes: pd.DataFrame) -> pd.DataFrame:
-    """Kaplan-Meier share of `outcomes`' runs not yet collapsed against step (scipy.stats.ecdf): a
+def survival(classes: pd.DataFrame) -> pd.DataFrame:
+    """Kaplan-Meier share of `classes`' runs not yet collapsed against step (scipy.stats.ecdf): a
     collapsed run is an event at its collapse step, every other run censored at its last step. Columns
     step, surviving; starts at (0, 1)."""
-    collapsed = outcomes["outcome"] == COLLAPSED
-    data = stats.CensoredData(uncensored=outcomes.loc[collapsed, "step"].to_numpy(dtype=float),
-                              right=outcomes.loc[~collapsed, "last_step"].to_numpy(dtype=float))
+    collapsed = classes["outcome"] == COLLAPSED
+    data = stats.CensoredData(uncensored=classes.loc[collapsed, "step"].to_numpy(dtype=float),
+                              right=classes.loc[~collapsed, "last_step"].to_numpy(dtype=float))
     sf = stats.ecdf(data).sf
     return pd.DataFrame({"step": [0.0, *sf.quantiles], "surviving": [1.0, *sf.probabilities]})
 
@@ -327,28 +327,28 @@ class Boundary:
         return zero_event_bound(self.runs) if self.failures == 0 and self.runs else float("nan")
 
 
-def boundary(arm: str, outcomes: pd.DataFrame) -> Boundary:
-    """The boundary of one arm's runs (`outcomes`: rows of run_outcomes)."""
-    placed = kl_axis(outcomes)
+def boundary(arm: str, classes: pd.DataFrame) -> Boundary:
+    """The boundary of one arm's runs (`classes`: rows of run_classes)."""
+    placed = kl_axis(classes)
     cells = placed.groupby("cell", sort=False).agg(kl=("kl", "median"), share=("failed", "mean"))
     held, majority = cells.loc[cells["share"] == 0, "kl"], cells.loc[cells["share"] > 0.5, "kl"]
-    fit = arm_fit(outcomes)
-    return Boundary(arm, len(outcomes), int(failed(outcomes).sum()), int((outcomes["outcome"] == COLLAPSED).sum()),
-                    len(outcomes) - len(placed), float(placed["kl"].min()) if len(placed) else float("nan"),
+    fit = arm_fit(classes)
+    return Boundary(arm, len(classes), int(failed(classes).sum()), int((classes["outcome"] == COLLAPSED).sum()),
+                    len(classes) - len(placed), float(placed["kl"].min()) if len(placed) else float("nan"),
                     float(placed["kl"].max()) if len(placed) else float("nan"),
                     fit if isinstance(fit, LogisticFit) else None, fit if isinstance(fit, str) else "",
                     float(held.max()) if len(held) else float("nan"),
                     float(majority.min()) if len(majority) else float("nan"))
 
 
-def boundaries(outcomes: pd.DataFrame) -> list[Boundary]:
+def boundaries(classes: pd.DataFrame) -> list[Boundary]:
     """Every arm's boundary, in the order the arms first appear."""
-    return [boundary(str(arm), frame) for arm, frame in outcomes.groupby("algorithm", sort=False)]
+    return [boundary(str(arm), frame) for arm, frame in classes.groupby("arm", sort=False)]
 
 
 @dataclass(frozen=True)
 class StabilityMap:
-    outcomes: pd.DataFrame  # run_outcomes
+    classes: pd.DataFrame  # run_classes
     bounds: list[Boundary]  # one per arm
     too_short: int = 0  # finished runs too short for the gate, left off the map
 
@@ -358,7 +358,7 @@ def stability_map(results: Results) -> StabilityMap | None:
     does not apply (map_applies) or no run is long enough to judge."""
     if not map_applies(results):
         return None
-    rows = outcome_rows(results)
+    rows = class_rows(results)
     short = rows["outcome"] == TOO_SHORT if len(rows) else pd.Series(dtype=bool)
-    outcomes = rows[~short].reset_index(drop=True)
-    return StabilityMap(outcomes, boundaries(outcomes), int(short.sum())) if len(outcomes) else None
+    classes = rows[~short].reset_index(drop=True)
+    return StabilityMap(classes, boundaries(classes), int(short.sum())) if len(classes) else None

@@ -17,15 +17,12 @@ import pandas as pd
 import seaborn as sns
 
 from analysis.data.robust import robust_curves
-from analysis.figures.style import axes, palette
+from analysis.figures.style import axes, labels_of, palette
 from analysis.stats.library import MIN_BOOTSTRAP_SEEDS, bootstrap_ci
 from analysis.stats.metrics import ema
 
 COMPUTE = "compute/cum_flops"
 
-
-def _labels(metrics: pd.DataFrame) -> list[str]:
-    return list(dict.fromkeys(metrics["label"]))
 
 
 def band_words(metrics: pd.DataFrame) -> str:
@@ -63,19 +60,19 @@ def curve_with_band(metrics: pd.DataFrame, column: str, x: str = COMPUTE, smooth
             r = r[r[column].notna()]
             y = ema(r[column].to_numpy(), smooth) if smooth else r[column].to_numpy()
             ys.append(np.interp(grid, r[x].to_numpy(), y))
-        curves = np.array(ys)  # [seeds, points]
-        low, high = band(curves, rng)
+        seed_curves = np.array(ys)  # [seeds, points]
+        low, high = band(seed_curves, rng)
         rows += [{"label": label, "x": g, "mean": m, "low": lo, "high": hi}
-                 for g, m, lo, hi in zip(grid, curves.mean(axis=0), low, high)]
+                 for g, m, lo, hi in zip(grid, seed_curves.mean(axis=0), low, high)]
     return pd.DataFrame(rows, columns=["label", "x", "mean", "low", "high"])  # none where no run measured `column`
 
 
-def plot_curves(metrics: pd.DataFrame, column: str, ax: plt.Axes | None = None, x: str = COMPUTE, smooth: float | None = 0.2,
+def curves(metrics: pd.DataFrame, column: str, ax: plt.Axes | None = None, x: str = COMPUTE, smooth: float | None = 0.2,
                 labels: list[str] | None = None, ylabel: str | None = None, log: bool = False,
                 linestyle: str = "-") -> plt.Axes:
     ax = axes(ax)
-    labels = labels or _labels(metrics)
-    colors = palette(_labels(metrics))
+    labels = labels or labels_of(metrics)
+    colors = palette(labels_of(metrics))
     data = curve_with_band(metrics[metrics["label"].isin(labels)], column, x=x, smooth=smooth)
     for label in labels:
         d = data[data["label"] == label]
@@ -91,7 +88,7 @@ def plot_curves(metrics: pd.DataFrame, column: str, ax: plt.Axes | None = None, 
     return ax
 
 
-def fig1_reward_vs_compute(metrics: pd.DataFrame, ax: plt.Axes | None = None,
+def reward_vs_compute(metrics: pd.DataFrame, ax: plt.Axes | None = None,
                            evals: pd.DataFrame | None = None) -> plt.Axes:
     """Figure 1: training reward against training compute, one line per objective, 95% CI band over
     seeds. With held-out evaluations, a second panel per eval task: score vs compute (mean over seeds)."""
@@ -102,10 +99,10 @@ def fig1_reward_vs_compute(metrics: pd.DataFrame, ax: plt.Axes | None = None,
         ax, eval_axes = axes[0][0], list(axes[0][1:])
     else:
         eval_axes = []
-    ax = plot_curves(metrics, "reward/mean", ax=ax, ylabel="training reward")
+    ax = curves(metrics, "reward/mean", ax=ax, ylabel="training reward")
     ax.set_title(f"Training reward vs compute (mean over seeds; {band_words(metrics)})", fontsize=9)
     ax.legend(fontsize=8)
-    colors = palette(_labels(metrics))
+    colors = palette(labels_of(metrics))
     for task, eval_ax in zip(tasks, eval_axes):
         frame = evals[evals["task"] == task] if evals is not None else evals  # (tasks come from evals)
         if frame is None:
@@ -121,8 +118,8 @@ def fig1_reward_vs_compute(metrics: pd.DataFrame, ax: plt.Axes | None = None,
     return ax
 
 
-def reward_by_facet(metrics: pd.DataFrame, axes: list[plt.Axes] | None = None) -> list[plt.Axes]:
-    """Training reward vs compute, one panel per sweep point (facet), one line per algorithm with a
+def reward_by_point(metrics: pd.DataFrame, axes: list[plt.Axes] | None = None) -> list[plt.Axes]:
+    """Training reward vs compute, one panel per sweep point (facet), one line per arm with a
     95% CI band over seeds. Returns the axes, one per facet."""
     facets = list(dict.fromkeys(metrics["facet"]))
     if axes is None:
@@ -134,18 +131,18 @@ def reward_by_facet(metrics: pd.DataFrame, axes: list[plt.Axes] | None = None) -
     for ax in axes[len(facets):]:
         ax.set_visible(False)
     for facet, ax in zip(facets, axes):
-        frame = metrics[metrics["facet"] == facet].assign(label=lambda f: f["algorithm"])
-        plot_curves(frame, "reward/mean", ax=ax, ylabel="training reward")
+        frame = metrics[metrics["facet"] == facet].assign(label=lambda f: f["arm"])
+        curves(frame, "reward/mean", ax=ax, ylabel="training reward")
         ax.set_title(facet or "(no sweep)", fontsize=9)
         ax.legend(fontsize=7)
     return axes
 
 
-def fig2_clip_fraction(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+def clip_fraction(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Figure 2: fraction of clipped tokens per objective: the mean over seeds of each seed's mean over
     steps (bar), every seed (dots) and the band (`band`), log scale."""
     ax = axes(ax)
-    labels = _labels(metrics)
+    labels = labels_of(metrics)
     colors = palette(labels)
     rng = np.random.default_rng(0)
     values, errs, seeds = [], [], []
@@ -171,14 +168,14 @@ def fig2_clip_fraction(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt
     return ax
 
 
-def fig3_replay(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+def replay(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Figure 3: GRPO with and without Routing Replay: training reward vs compute."""
     ax = axes(ax)
     grpo = metrics[metrics["objective"] == "grpo"]
     if grpo.empty:
         ax.text(0.5, 0.5, "no GRPO runs in these results", ha="center", va="center", transform=ax.transAxes)
         return ax
-    ax = plot_curves(grpo, "reward/mean", ax=ax, ylabel="training reward")
+    ax = curves(grpo, "reward/mean", ax=ax, ylabel="training reward")
     ax.set_title("GRPO with / without Routing Replay")
     ax.legend(fontsize=8)
     return ax
@@ -189,7 +186,7 @@ def ratio_variance(metrics: pd.DataFrame, ax: plt.Axes | None = None, window: in
     over seeds of each seed's trailing `window`-step median (analysis.data.robust.robust_curves), the band
     the range over seeds. One token in one step moves a mean over steps, not this."""
     ax = axes(ax)
-    colors = palette(_labels(metrics))
+    colors = palette(labels_of(metrics))
     for column, style, kind in (("ratio/token_var", "-", "token"), ("ratio/seq_var", "--", "seq")):
         data = robust_curves(metrics, column, window)
         for label, d in data.groupby("label", sort=False):
@@ -204,14 +201,14 @@ def ratio_variance(metrics: pd.DataFrame, ax: plt.Axes | None = None, window: in
     return ax
 
 
-def drift_over_steps(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+def drift(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Expert-activation drift (fraction of (token, layer) routings changed vs the old policy) over a
     step's minibatch forwards (solid) and, where measured, after exactly one update (`moe/drift_1`,
     dashed: the paper's "per update")."""
-    ax = plot_curves(metrics, "moe/drift", ax=ax, x="step", smooth=0.3, ylabel="expert drift (moe/drift)")
+    ax = curves(metrics, "moe/drift", ax=ax, x="step", smooth=0.3, ylabel="expert drift (moe/drift)")
     if "moe/drift_1" in metrics and metrics["moe/drift_1"].notna().any():
         n = len(ax.get_lines())
-        plot_curves(metrics, "moe/drift_1", ax=ax, x="step", smooth=0.3, linestyle="--",
+        curves(metrics, "moe/drift_1", ax=ax, x="step", smooth=0.3, linestyle="--",
                     ylabel="token-layer drift: all updates (solid), after one update (dashed)")
         for line in ax.get_lines()[n:]:
             line.set_label(f"{line.get_label()}, after one update")
@@ -262,7 +259,7 @@ def clip_by_length(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axe
     if table.empty:
         ax.text(0.5, 0.5, "no length-bucket counts", ha="center", va="center", transform=ax.transAxes)
         return ax
-    labels = _labels(metrics)
+    labels = labels_of(metrics)
     sns.barplot(table, x="bucket", y="clip_frac", hue="label", hue_order=labels, palette=palette(labels), ax=ax)
     if (table["clip_frac"] > 0).any():
         ax.set_yscale("log")
@@ -277,8 +274,8 @@ def kl_entropy(metrics: pd.DataFrame, axes: Sequence[plt.Axes] | None = None) ->
     """Two panels: KL(pi_old || pi_theta) per step, and policy entropy per step."""
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(10.0, 3.8), layout="constrained")
-    plot_curves(metrics, "kl/old_new", ax=axes[0], x="step", smooth=0.3, ylabel="KL(old || new), k3", log=True)
-    plot_curves(metrics, "entropy/mean", ax=axes[1], x="step", smooth=0.3, ylabel="entropy (nats / token)")
+    curves(metrics, "kl/old_new", ax=axes[0], x="step", smooth=0.3, ylabel="KL(old || new), k3", log=True)
+    curves(metrics, "entropy/mean", ax=axes[1], x="step", smooth=0.3, ylabel="entropy (nats / token)")
     axes[0].set_title("KL between old and new policy")
     axes[1].set_title("Policy entropy")
     axes[1].legend(fontsize=8)

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from analysis.data.load import Results
 from analysis.data.robust import robust_curves
 from analysis.figures.curves import COMPUTE, band, band_words, clip_by_length_table, curve_with_band
-from analysis.figures.style import fill, hex_colors, layout, log_switch
+from analysis.figures.style import fill, hex_colors, labels_of, layout, log_switch
 from analysis.stats.metrics import ema
 
 X_TITLE = {COMPUTE: "training compute (FLOPs)", "step": "step"}
@@ -40,7 +40,7 @@ def add_curves(fig: go.Figure, metrics: pd.DataFrame, column: str, x: str = COMP
     """Per objective label: the mean over seeds with its band (analysis.figures.curves.band), and every seed's
     curve (in the legend, hidden until clicked: the first view is the PNG's). `curves`: the central line
     and band to draw instead (columns label, x, mean, low, high), `center` what its line is over seeds."""
-    colors = hex_colors(list(dict.fromkeys(metrics["label"])))
+    colors = hex_colors(labels_of(metrics))
     lines = curve_with_band(metrics, column, x=x, smooth=smooth) if curves is None else curves
     for label, frame in metrics.groupby("label", sort=False):
         d = lines[lines["label"] == label] if len(lines) else lines
@@ -73,7 +73,7 @@ def reward_vs_compute(results: Results) -> list[go.Figure]:
     figures = [curves(results.metrics, "reward/mean",
                       f"Training reward vs compute (EMA, mean over seeds; {band_words(results.metrics)})",
                       "training reward")]
-    colors = hex_colors(list(dict.fromkeys(results.metrics["label"])))
+    colors = hex_colors(labels_of(results.metrics))
     for task, frame in results.evals.groupby("task", sort=False) if len(results.evals) else []:
         fig = go.Figure()
         for label, runs in frame.groupby("label", sort=False):
@@ -87,9 +87,9 @@ def reward_vs_compute(results: Results) -> list[go.Figure]:
 
 
 def reward_by_point(results: Results) -> list[go.Figure]:
-    """Training reward vs compute at each sweep point, one line per algorithm."""
+    """Training reward vs compute at each sweep point, one line per arm."""
     m = results.metrics
-    return [curves(m[m["facet"] == facet].assign(label=lambda f: f["algorithm"]), "reward/mean",
+    return [curves(m[m["facet"] == facet].assign(label=lambda f: f["arm"]), "reward/mean",
                    f"Training reward vs compute: {facet or '(no sweep)'}", "training reward")
             for facet in dict.fromkeys(m["facet"])]
 
@@ -98,7 +98,7 @@ def clip_fraction(results: Results) -> list[go.Figure]:
     """Figure 2: clipped-token fraction per objective (mean over steps, then seeds, with the band of
     analysis.figures.curves.band) and each seed."""
     m, fig, rng = results.metrics, go.Figure(), np.random.default_rng(0)
-    colors = hex_colors(list(dict.fromkeys(m["label"])))
+    colors = hex_colors(labels_of(m))
     for label, frame in m.groupby("label", sort=False):
         per_seed = frame.groupby("seed")["clip/frac"].mean()
         (low,), (high,) = band(per_seed.to_numpy()[:, None], rng)
@@ -149,7 +149,7 @@ def drift(results: Results) -> list[go.Figure]:
 
 def clip_by_length(results: Results) -> list[go.Figure]:
     table, fig = clip_by_length_table(results.metrics), go.Figure()
-    colors = hex_colors(list(dict.fromkeys(results.metrics["label"])))
+    colors = hex_colors(labels_of(results.metrics))
     for label, rows in table.groupby("label", sort=False):
         fig.add_trace(go.Bar(x=rows["bucket"], y=rows["clip_frac"], name=label, marker_color=colors[str(label)],
                              customdata=rows["tokens"],

@@ -1,7 +1,7 @@
 """The stability map's static figures (analysis.evidence.stability): (a) reward change against measured mismatch
 KL, (b) the share of failed seeds per sweep cell, (c) P(degraded or collapsed) against log KL with its
 logistic fit, (d) drift after one update against `train.router_lr_scale`, (e) the share of runs not yet
-collapsed against step. Every function takes the rows of `analysis.evidence.stability.run_outcomes` and `ax=None`
+collapsed against step. Every function takes the rows of `analysis.evidence.stability.run_classes` and `ax=None`
 (a new figure when None) and returns the axes; nothing here saves files."""
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ MAP_SIZE = (8.5, 4.4)  # a stability map panel's size, inches
 MARKERS = {COLLAPSED: "X", DEGRADED: "v", LEARNED: "^", FLAT: "o"}
 
 
-def arms(outcomes: pd.DataFrame) -> list[str]:
-    return [str(a) for a in dict.fromkeys(outcomes["algorithm"])]
+def arms(classes: pd.DataFrame) -> list[str]:
+    return [str(a) for a in dict.fromkeys(classes["arm"])]
 
 
-def change_words(outcomes: pd.DataFrame) -> str:
+def change_words(classes: pd.DataFrame) -> str:
     """What the y axis of (a) holds: the held-out or the training reward's change, or both."""
-    kinds = set(outcomes["source"])
+    kinds = set(classes["source"])
     if kinds == {HELD_OUT}:
         return "held-out reward change (last - first evaluation)"
     if kinds == {TRAINING}:
@@ -50,9 +50,9 @@ def change_words(outcomes: pd.DataFrame) -> str:
     return "reward change (held-out where the group was evaluated, else training)"
 
 
-def off_axis_words(outcomes: pd.DataFrame) -> str:
+def off_axis_words(classes: pd.DataFrame) -> str:
     """How many runs the KL axis leaves out (no measured KL above KL_FLOOR), or ""."""
-    off = int((~on_kl_axis(outcomes)).sum())
+    off = int((~on_kl_axis(classes)).sum())
     return f"; {off} run(s) without a measured KL above {KL_FLOOR:g} left out" if off else ""
 
 
@@ -61,14 +61,14 @@ def cell_lines(placed: pd.DataFrame) -> pd.DataFrame:
     return placed.groupby("cell", sort=False).agg(kl=("kl", "median"), change=("change", "mean")).sort_values("kl")
 
 
-def change_vs_kl(outcomes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+def change_vs_kl(classes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """(a) Each run's reward change against its measured mismatch KL (median `mismatch/k3_kl` over steps,
     log axis): a point per seed (marker: its class), a line per arm through its cells' medians."""
     ax = axes(ax, MAP_SIZE)
-    colors = palette(arms(outcomes))
-    placed = kl_axis(outcomes)
+    colors = palette(arms(classes))
+    placed = kl_axis(classes)
     placed = placed[np.isfinite(placed["change"].to_numpy(dtype=float))]
-    for arm, frame in placed.groupby("algorithm", sort=False):
+    for arm, frame in placed.groupby("arm", sort=False):
         line = cell_lines(frame)
         ax.plot(line["kl"], line["change"], color=colors[str(arm)], label=str(arm), linewidth=1.8)
         for outcome, runs in frame.groupby("outcome"):
@@ -80,8 +80,8 @@ def change_vs_kl(outcomes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes
     if len(placed):
         ax.set_xscale("log")
     ax.set_xlabel("measured mismatch KL (median over steps of mismatch/k3_kl)")
-    ax.set_ylabel(change_words(outcomes))
-    ax.set_title(f"Reward change against measured mismatch KL\n(points: seeds; lines: cell means){off_axis_words(outcomes)}",
+    ax.set_ylabel(change_words(classes))
+    ax.set_title(f"Reward change against measured mismatch KL\n(points: seeds; lines: cell means){off_axis_words(classes)}",
                  fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -119,15 +119,15 @@ def cell_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return share, text
 
 
-def cells(outcomes: pd.DataFrame, axes: Sequence[plt.Axes] | None = None) -> Sequence[plt.Axes]:
+def cells(classes: pd.DataFrame, axes: Sequence[plt.Axes] | None = None) -> Sequence[plt.Axes]:
     """(b) Per arm, its sweep cells coloured by the share of seeds degraded or collapsed (text: k/n)."""
-    names = arms(outcomes)
+    names = arms(classes)
     if axes is None:
         _, grid = plt.subplots(len(names), 1, figsize=(7.0, 1.2 + 1.6 * len(names)), layout="constrained",
                                squeeze=False)
         axes = list(grid[:, 0])
     for arm, ax in zip(names, axes):
-        share, text = cell_grid(outcomes[outcomes["algorithm"] == arm])
+        share, text = cell_grid(classes[classes["arm"] == arm])
         sns.heatmap(share, ax=ax, vmin=0.0, vmax=1.0, cmap="Reds", annot=text.fillna("").to_numpy(), fmt="",
                     cbar_kws={"label": "share failed"}, linewidths=0.5, linecolor="#ddd")
         ax.set_title(f"{arm}: share of seeds degraded or collapsed", fontsize=9)
@@ -142,15 +142,15 @@ def fit_label(arm: str, fit: LogisticFit | str) -> str:
     return f"{arm}: logistic fit" if isinstance(fit, LogisticFit) else f"{arm}: no fit ({fit})"
 
 
-def collapse_probability(outcomes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+def collapse_probability(classes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """(c) Per arm: each run as 0 (held) or 1 (degraded or collapsed) against log10 KL (arms offset a
     little apart), the maximum-likelihood logistic curve with its 95% Wald band where the arm has a fit;
     the legend says why an arm has none."""
     ax = axes(ax, MAP_SIZE)
-    names = arms(outcomes)
+    names = arms(classes)
     colors = palette(names)
     for i, arm in enumerate(names):
-        frame = outcomes[outcomes["algorithm"] == arm]
+        frame = classes[classes["arm"] == arm]
         placed, fit = kl_axis(frame), arm_fit(frame)
         offset = 0.03 * (i - (len(names) - 1) / 2)
         ax.scatter(placed["kl"], placed["failed"].astype(float) + offset, color=colors[arm], s=22, alpha=0.8,
@@ -162,38 +162,38 @@ def collapse_probability(outcomes: pd.DataFrame, ax: plt.Axes | None = None) -> 
             ax.fill_between(10 ** x, low, high, color=colors[arm], alpha=0.15, linewidth=0)
         else:
             ax.plot([], [], color=colors[arm], label=fit_label(arm, fit))
-    if on_kl_axis(outcomes).any():
+    if on_kl_axis(classes).any():
         ax.set_xscale("log")
     ax.set_ylim(-0.1, 1.1)
     ax.axhline(0.5, color="#444", linewidth=0.8, linestyle=":")
     ax.set_xlabel("measured mismatch KL (median over steps of mismatch/k3_kl)")
     ax.set_ylabel("P(degraded or collapsed)")
     ax.set_title("Degraded or collapsed against KL: runs (0/1),\na logistic fit in log10 KL with its 95% Wald band"
-                 f"{off_axis_words(outcomes)}", fontsize=8)
+                 f"{off_axis_words(classes)}", fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
 
 
-def drift_column(outcomes: pd.DataFrame) -> tuple[str, str]:
+def drift_column(classes: pd.DataFrame) -> tuple[str, str]:
     """(column, words): drift after one update in activated-expert units where measured, else per
     token-layer routing."""
-    if outcomes["drift_expert_1"].notna().any():
+    if classes["drift_expert_1"].notna().any():
         return "drift_expert_1", f"experts changed after one update ({DRIFT_EXPERT}, median over steps)"
     return "drift_1", f"token-layer routings changed after one update ({DRIFT_TOKEN}, median over steps)"
 
 
-def drift_vs_router_lr(outcomes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+def drift_vs_router_lr(classes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """(d) Drift after one update against `train.router_lr_scale`: a point per run, a line per arm through
     the mean at each scale."""
     ax = axes(ax, MAP_SIZE)
-    column, words = drift_column(outcomes)
-    colors = palette(arms(outcomes))
-    measured = outcomes[outcomes[column].notna()]
+    column, words = drift_column(classes)
+    colors = palette(arms(classes))
+    measured = classes[classes[column].notna()]
     if measured.empty:
         ax.text(0.5, 0.5, "drift after one update not measured", ha="center", va="center", transform=ax.transAxes)
         return ax
-    for arm, frame in measured.groupby("algorithm", sort=False):
+    for arm, frame in measured.groupby("arm", sort=False):
         means = frame.groupby("router_lr_scale")[column].mean()
         ax.plot(means.index, means.to_numpy(), color=colors[str(arm)], label=str(arm), marker="o")
         ax.scatter(frame["router_lr_scale"], frame[column], color=colors[str(arm)], s=14, alpha=0.6)
@@ -205,12 +205,12 @@ def drift_vs_router_lr(outcomes: pd.DataFrame, ax: plt.Axes | None = None) -> pl
     return ax
 
 
-def survival_curves(outcomes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
+def survival_curves(classes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """(e) Per arm, the Kaplan-Meier share of runs not yet collapsed against step (runs that never
     collapsed censored at their last step)."""
     ax = axes(ax, MAP_SIZE)
-    colors = palette(arms(outcomes))
-    for arm, frame in outcomes.groupby("algorithm", sort=False):
+    colors = palette(arms(classes))
+    for arm, frame in classes.groupby("arm", sort=False):
         curve = survival(frame)
         last = max(float(curve["step"].max()), float(frame["last_step"].max()))
         ax.step([*curve["step"], last], [*curve["surviving"], curve["surviving"].iloc[-1]], where="post",

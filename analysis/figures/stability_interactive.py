@@ -1,6 +1,6 @@
 """Interactive (plotly) versions of the stability map's figures (analysis.figures.stability), for
 report.html: the same data, hover values per run (arm, seed, cell, class, step), a legend that toggles
-each arm. Each function takes the rows of `analysis.evidence.stability.run_outcomes` and returns a list of
+each arm. Each function takes the rows of `analysis.evidence.stability.run_classes` and returns a list of
 figures; nothing here writes files."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ KL_TITLE = "measured mismatch KL (median over steps of mismatch/k3_kl)"
 
 def _runs(frame: pd.DataFrame, y: pd.Series, color: str, name: str, group: str) -> go.Scatter:
     """One marker per run, its class as the symbol, and what it is on hover."""
-    text = [f"{r.algorithm} s{r.seed} at {r.cell}: {r.outcome}" + (f" at step {r.step:g}" if r.outcome in FAILED else "")
+    text = [f"{r.arm} s{r.seed} at {r.cell}: {r.outcome}" + (f" at step {r.step:g}" if r.outcome in FAILED else "")
             for r in frame.itertuples()]
     return go.Scatter(x=frame["kl"], y=y, mode="markers", name=name, legendgroup=group, text=text,
                       marker=dict(color=color, size=9, line=dict(color="#222", width=0.5),
@@ -37,12 +37,12 @@ def _runs(frame: pd.DataFrame, y: pd.Series, color: str, name: str, group: str) 
                       hovertemplate="%{text}<br>KL %{x:.3g}<br>y %{y:.3g}<extra></extra>")
 
 
-def change_vs_kl(outcomes: pd.DataFrame) -> list[go.Figure]:
+def change_vs_kl(classes: pd.DataFrame) -> list[go.Figure]:
     """(a) Reward change against measured KL, a line per arm through its cells, every seed a point."""
-    fig, colors = go.Figure(), hex_colors(arms(outcomes))
-    placed = kl_axis(outcomes)
+    fig, colors = go.Figure(), hex_colors(arms(classes))
+    placed = kl_axis(classes)
     placed = placed[np.isfinite(placed["change"].to_numpy(dtype=float))]
-    for arm, frame in placed.groupby("algorithm", sort=False):
+    for arm, frame in placed.groupby("arm", sort=False):
         line = cell_lines(frame)
         fig.add_trace(go.Scatter(x=line["kl"], y=line["change"], mode="lines", name=f"{arm} cell means",
                                  legendgroup=str(arm), legendgrouptitle_text=str(arm),
@@ -50,15 +50,15 @@ def change_vs_kl(outcomes: pd.DataFrame) -> list[go.Figure]:
                                  hovertemplate=f"{arm} at %{{text}}<br>KL %{{x:.3g}}<br>change %{{y:.3g}}<extra></extra>"))
         fig.add_trace(_runs(frame, frame["change"], colors[str(arm)], f"{arm} seeds", str(arm)))
     fig.update_xaxes(type="log")
-    return [layout(fig, f"Reward change against measured mismatch KL{off_axis_words(outcomes)}", KL_TITLE,
-                    change_words(outcomes))]
+    return [layout(fig, f"Reward change against measured mismatch KL{off_axis_words(classes)}", KL_TITLE,
+                    change_words(classes))]
 
 
-def cells(outcomes: pd.DataFrame) -> list[go.Figure]:
+def cells(classes: pd.DataFrame) -> list[go.Figure]:
     """(b) Per arm, a heatmap of its sweep cells: the share of seeds degraded or collapsed (k/n on hover)."""
     figures = []
-    for arm in arms(outcomes):
-        share, text = cell_grid(outcomes[outcomes["algorithm"] == arm])
+    for arm in arms(classes):
+        share, text = cell_grid(classes[classes["arm"] == arm])
         fig = go.Figure(go.Heatmap(z=share.to_numpy(), x=list(share.columns), y=[str(i) for i in share.index],
                                    zmin=0.0, zmax=1.0, colorscale="Reds", text=text.fillna("").to_numpy(),
                                    texttemplate="%{text}", colorbar=dict(title="share failed"),
@@ -67,11 +67,11 @@ def cells(outcomes: pd.DataFrame) -> list[go.Figure]:
     return figures
 
 
-def collapse_probability(outcomes: pd.DataFrame) -> list[go.Figure]:
+def collapse_probability(classes: pd.DataFrame) -> list[go.Figure]:
     """(c) Runs as 0/1 against KL and the logistic fit with its 95% Wald band, per arm with a fit."""
-    fig, colors = go.Figure(), hex_colors(arms(outcomes))
-    for arm in arms(outcomes):
-        frame = outcomes[outcomes["algorithm"] == arm]
+    fig, colors = go.Figure(), hex_colors(arms(classes))
+    for arm in arms(classes):
+        frame = classes[classes["arm"] == arm]
         placed, fit = kl_axis(frame), arm_fit(frame)
         color = colors[arm]
         if isinstance(fit, LogisticFit):
@@ -90,14 +90,14 @@ def collapse_probability(outcomes: pd.DataFrame) -> list[go.Figure]:
         fig.add_trace(_runs(placed, placed["failed"].astype(float), color, f"{arm} runs", arm))
     fig.update_xaxes(type="log")
     return [layout(fig, f"P(degraded or collapsed) against KL, logistic fit in log10 KL, 95% Wald band"
-                         f"{off_axis_words(outcomes)}", KL_TITLE, "P(degraded or collapsed)")]
+                         f"{off_axis_words(classes)}", KL_TITLE, "P(degraded or collapsed)")]
 
 
-def drift_vs_router_lr(outcomes: pd.DataFrame) -> list[go.Figure]:
+def drift_vs_router_lr(classes: pd.DataFrame) -> list[go.Figure]:
     """(d) Drift after one update against train.router_lr_scale, per run and per arm's mean."""
-    fig, colors = go.Figure(), hex_colors(arms(outcomes))
-    column, words = drift_column(outcomes)
-    for arm, frame in outcomes[outcomes[column].notna()].groupby("algorithm", sort=False):
+    fig, colors = go.Figure(), hex_colors(arms(classes))
+    column, words = drift_column(classes)
+    for arm, frame in classes[classes[column].notna()].groupby("arm", sort=False):
         means = frame.groupby("router_lr_scale")[column].mean()
         fig.add_trace(go.Scatter(x=means.index, y=means.to_numpy(), mode="lines+markers", name=f"{arm} mean",
                                  legendgroup=str(arm), legendgrouptitle_text=str(arm),
@@ -110,10 +110,10 @@ def drift_vs_router_lr(outcomes: pd.DataFrame) -> list[go.Figure]:
                                "train.router_lr_scale (router lr / lr)", words), False)]
 
 
-def survival_curves(outcomes: pd.DataFrame) -> list[go.Figure]:
+def survival_curves(classes: pd.DataFrame) -> list[go.Figure]:
     """(e) Kaplan-Meier share of runs not yet collapsed against step, per arm."""
-    fig, colors = go.Figure(), hex_colors(arms(outcomes))
-    for arm, frame in outcomes.groupby("algorithm", sort=False):
+    fig, colors = go.Figure(), hex_colors(arms(classes))
+    for arm, frame in classes.groupby("arm", sort=False):
         curve = survival(frame)
         last = max(float(curve["step"].max()), float(frame["last_step"].max()))
         collapsed = int((frame["outcome"] == COLLAPSED).sum())

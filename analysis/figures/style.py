@@ -5,6 +5,7 @@ same frame. Nothing here draws data or saves files."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import plotly.graph_objects as go
 import seaborn as sns
 from matplotlib.colors import to_hex, to_rgba
@@ -17,6 +18,11 @@ def axes(ax: plt.Axes | None, size: tuple[float, float] = SIZE) -> plt.Axes:
     if ax is None:
         _, ax = plt.subplots(figsize=size, layout="constrained")
     return ax
+
+
+def labels_of(frame: pd.DataFrame) -> list[str]:
+    """The `label` values of `frame` in order of first appearance: the order of legends and colours."""
+    return list(dict.fromkeys(frame["label"]))
 
 
 def palette(labels: list[str]) -> dict[str, tuple]:

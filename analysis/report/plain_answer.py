@@ -88,7 +88,7 @@ def _figure_links(figures: set[str], *names_: str) -> tuple:
 
 def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str) -> tuple[Sentence, list[dict]]:
     runs = evidence.results.runs
-    objectives, seeds = list(dict.fromkeys(runs["algorithm"])), sorted(set(runs["seed"]))
+    objectives, seeds = list(dict.fromkeys(runs["arm"])), sorted(set(runs["seed"]))
     listed = names(objectives) if len(objectives) <= 8 else f"{len(objectives)} objectives"
     points = (f" at each of {count(len(evidence.groups), 'sweep point')}" if len(evidence.groups) > 1 else "")
     kinds = {found.source.kind for found in evidence.learnings.values()}
@@ -111,7 +111,7 @@ def _gate_words(kind: str) -> str:
 
 def learned_one_group(found: Learning) -> str:
     """Every arm by the gate: learned on every seed, on some seeds only, or on none."""
-    arms_, judged = found.arms, found.outcomes.groupby("algorithm", sort=False)["learned"].count()
+    arms_, judged = found.arms, found.per_run.groupby("arm", sort=False)["learned"].count()
     every = [str(a) for a, r in arms_.iterrows() if r["learned"]]
     some = [str(a) for a, r in arms_.iterrows() if 0 < r["learned_seeds"] < r["seeds"]]
     none = [str(a) for a, r in arms_.iterrows() if r["learned_seeds"] == 0 and judged.get(a, 0)]
@@ -148,7 +148,7 @@ def learned_sentence(evidence: Evidence, figures: set[str]) -> tuple[Sentence, l
     for group, found in evidence.learnings.items():
         where = f"{evidence.title(group)}: " if len(evidence.groups) > 1 else ""
         for arm, r in found.arms.iterrows():
-            seeds = found.outcomes[found.outcomes["algorithm"] == arm]
+            seeds = found.per_run[found.per_run["arm"] == arm]
             per_seed = ", ".join(f"s{s.seed} {s.start:.3g} -> {s.final:.3g}" for s in seeds.itertuples())
             rows.append(_row(2, f"{where}{arm}: {found.source.kind}, start -> end (mean over seeds)",
                              f"{r['start']:.3g} -> {r['final']:.3g} ({per_seed})",

@@ -32,6 +32,7 @@ from analysis.evidence.primary import declarations
 from analysis.figures import curves as F
 from analysis.figures import curves_interactive as plotly_figures
 from analysis.figures import margins as MF
+from analysis.figures import margins_interactive as MFI
 from analysis.figures import stability as SF
 from analysis.figures import stability_interactive as SI
 from analysis.figures import tuning as TF
@@ -175,7 +176,7 @@ def _stability(c: Context) -> list[Section]:
     if c.stability is None:
         return []
     return [Section(anchors.STABILITY, "Stability map: each run's outcome class (fixed before any run) and what it is "
-                    "plotted against", ST.outcome_table(c.stability.outcomes)),
+                    "plotted against", ST.class_table(c.stability.classes)),
             Section(anchors.STABILITY_RULES, "How the outcome classes and the boundary are defined", ST.RULES)]
 
 
@@ -283,22 +284,22 @@ def _has_sweep(results: Results) -> bool:
 
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("fig1_reward_vs_compute", "Figure 1: training reward (and held-out scores) vs compute",
-               lambda r: _figure_of(F.fig1_reward_vs_compute(r.metrics, evals=r.evals)), plotly_figures.reward_vs_compute),
+               lambda r: _figure_of(F.reward_vs_compute(r.metrics, evals=r.evals)), plotly_figures.reward_vs_compute),
     FigureSpec("reward_by_sweep_point", "Training reward vs compute at each sweep point",
-               lambda r: _figure_of(F.reward_by_facet(r.metrics)[0]), plotly_figures.reward_by_point, shown=_has_sweep),
-    FigureSpec("fig2_clip_fraction", "Figure 2: clipped token fraction", lambda r: _figure_of(F.fig2_clip_fraction(r.metrics)),
+               lambda r: _figure_of(F.reward_by_point(r.metrics)[0]), plotly_figures.reward_by_point, shown=_has_sweep),
+    FigureSpec("fig2_clip_fraction", "Figure 2: clipped token fraction", lambda r: _figure_of(F.clip_fraction(r.metrics)),
                plotly_figures.clip_fraction),
     FigureSpec("fig3_routing_replay", "Figure 3: GRPO with / without Routing Replay",
-               lambda r: _figure_of(F.fig3_replay(r.metrics)), plotly_figures.replay),
+               lambda r: _figure_of(F.replay(r.metrics)), plotly_figures.replay),
     FigureSpec("ratio_variance", "Importance-ratio variance (medians over seeds of rolling medians, log scale)",
                lambda r: _figure_of(F.ratio_variance(r.metrics)),
                plotly_figures.ratio_variance),
-    FigureSpec("drift", "Expert-activation drift", lambda r: _figure_of(F.drift_over_steps(r.metrics)), plotly_figures.drift),
+    FigureSpec("drift", "Expert-activation drift", lambda r: _figure_of(F.drift(r.metrics)), plotly_figures.drift),
     FigureSpec("clip_by_length", "Clipping by response length", lambda r: _figure_of(F.clip_by_length(r.metrics)),
                plotly_figures.clip_by_length),
     FigureSpec("kl_entropy", "KL and entropy", lambda r: _figure_of(F.kl_entropy(r.metrics)[0]), plotly_figures.kl_entropy),
     FigureSpec("margins_by_layer", "Drift per layer and by updates: measured vs the independence flip rate",
-               lambda r: MF.predicted_vs_measured_figure(r.layers), lambda r: MF.predicted_vs_measured_interactive(r.layers),
+               lambda r: MF.predicted_vs_measured(r.layers), lambda r: MFI.predicted_vs_measured(r.layers),
                shown=lambda r: M.has_margins(r.layers)),
 )
 
@@ -340,28 +341,28 @@ STABILITY_FIGURES: tuple[tuple[str, str, Callable[[pd.DataFrame], plt.Axes], Cal
 )
 
 
-def _stability_shown(name: str, outcomes: pd.DataFrame) -> bool:
+def _stability_shown(name: str, classes: pd.DataFrame) -> bool:
     """(d) needs two router learning-rate scales or more, (e) a collapsed run; the others always apply."""
     if name == anchors.DRIFT_VS_ROUTER_LR:
-        return outcomes["router_lr_scale"].nunique() > 1
+        return classes["router_lr_scale"].nunique() > 1
     if name == anchors.SURVIVAL:
-        return bool((outcomes["outcome"] == S.COLLAPSED).any())
+        return bool((classes["outcome"] == S.COLLAPSED).any())
     return True
 
 
 def map_figures(found: S.StabilityMap | None) -> list[FigureSpec]:
     """The stability map's figures that apply to `found` (analysis.evidence.stability.stability_map: none where the
-    map does not apply). They are bound to its run outcomes: their functions ignore the results they are
+    map does not apply). They are bound to its run classes: their functions ignore the results they are
     called with."""
     if found is None:
         return []
-    outcomes = found.outcomes
+    classes = found.classes
 
     def spec(name: str, title: str, static: Callable[[pd.DataFrame], plt.Axes],
              interactive: Callable[[pd.DataFrame], list]) -> FigureSpec:
-        return FigureSpec(name, title, lambda _: _figure_of(static(outcomes)), lambda _: interactive(outcomes))
+        return FigureSpec(name, title, lambda _: _figure_of(static(classes)), lambda _: interactive(classes))
 
-    return [spec(*entry) for entry in STABILITY_FIGURES if _stability_shown(entry[0], outcomes)]
+    return [spec(*entry) for entry in STABILITY_FIGURES if _stability_shown(entry[0], classes)]
 
 
 def stability_specs(results: Results) -> list[FigureSpec]:

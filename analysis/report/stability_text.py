@@ -95,14 +95,14 @@ def boundary_sentence(found: Boundary, links: tuple) -> Sentence:
                     f"({escape(found.why_no_fit)}): {cells} ({measured}){off}.", links)
 
 
-def classes_sentence(outcomes: pd.DataFrame, links: tuple, too_short: int = 0) -> Sentence:
+def classes_sentence(classes: pd.DataFrame, links: tuple, too_short: int = 0) -> Sentence:
     """How many runs of each arm fell in each class, and how many finished runs were too short to judge."""
     per_arm = []
-    for arm, frame in outcomes.groupby("algorithm", sort=False):
+    for arm, frame in classes.groupby("arm", sort=False):
         counts = frame["outcome"].value_counts()
         per_arm.append(f"{escape(arm)} " + ", ".join(f"{int(counts.get(c, 0))} {c}" for c in CLASSES))
-    return Sentence(f"**Stability map** over {count(len(outcomes), 'run')} (finished or collapsed) in "
-                    f"{count(outcomes['cell'].nunique(), 'cell')}, each run classed by rules fixed before any run: "
+    return Sentence(f"**Stability map** over {count(len(classes), 'run')} (finished or collapsed) in "
+                    f"{count(classes['cell'].nunique(), 'cell')}, each run classed by rules fixed before any run: "
                     f"{'; '.join(per_arm)}{short_words(too_short)}.", links)
 
 
@@ -111,13 +111,13 @@ def short_words(too_short: int) -> str:
             "steps in either window) not judged" if too_short else "")
 
 
-def collapse_sentence(outcomes: pd.DataFrame, links: tuple) -> Sentence:
+def collapse_sentence(classes: pd.DataFrame, links: tuple) -> Sentence:
     """Where runs collapsed: the steps per arm and the Kaplan-Meier share left at the last step."""
-    collapsed = outcomes[outcomes["outcome"] == COLLAPSED]
+    collapsed = classes[classes["outcome"] == COLLAPSED]
     if collapsed.empty:
         return Sentence("No run collapsed: there is no step of collapse to show.", ())
     parts = []
-    for arm, frame in outcomes.groupby("algorithm", sort=False):
+    for arm, frame in classes.groupby("arm", sort=False):
         hit = frame[frame["outcome"] == COLLAPSED].sort_values("step")
         if hit.empty:
             parts.append(f"{escape(arm)} none of {len(frame)}")
@@ -129,18 +129,18 @@ def collapse_sentence(outcomes: pd.DataFrame, links: tuple) -> Sentence:
     return Sentence(f"Runs collapsed: {'; '.join(parts)}.", links)
 
 
-def drift_sentence(outcomes: pd.DataFrame, links: tuple) -> Sentence:
+def drift_sentence(classes: pd.DataFrame, links: tuple) -> Sentence:
     """Drift after one update at each router learning-rate scale, per arm (mean over runs)."""
-    scales = sorted(outcomes["router_lr_scale"].unique())
+    scales = sorted(classes["router_lr_scale"].unique())
     if len(scales) < 2:
         return Sentence(f"train.router_lr_scale is {scales[0]:g} in every run: drift is not compared across router "
                         "learning rates.", ())
-    column = "drift_expert_1" if outcomes["drift_expert_1"].notna().any() else "drift_1"
-    if outcomes[column].isna().all():
+    column = "drift_expert_1" if classes["drift_expert_1"].notna().any() else "drift_1"
+    if classes[column].isna().all():
         return Sentence("Drift after one update was not measured: it is not compared across router learning rates.", ())
     name = DRIFT_EXPERT if column == "drift_expert_1" else DRIFT_TOKEN
     parts = []
-    for arm, frame in outcomes.groupby("algorithm", sort=False):
+    for arm, frame in classes.groupby("arm", sort=False):
         means = frame.groupby("router_lr_scale")[column].mean().dropna()
         parts.append(f"{escape(arm)} " + ", ".join(f"{v:.3g} at {s:g}" for s, v in means.items()))
     return Sentence(f"Drift after one update ({name}, median over steps, mean over runs) by train.router_lr_scale: "
@@ -158,23 +158,23 @@ def _links(name: str, figures: set[str]) -> tuple:
 
 def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence]:
     """The map's part of the answer: the classes, each arm's boundary, the collapses, drift by router lr."""
-    outcomes = found.outcomes
+    classes = found.classes
     table = ("table", anchors.STABILITY)
-    sentences = [classes_sentence(outcomes, (table, ("rules", anchors.STABILITY_RULES),
+    sentences = [classes_sentence(classes, (table, ("rules", anchors.STABILITY_RULES),
                                              *_links(anchors.CELLS, figures)), found.too_short)]
     links = (*_links(anchors.COLLAPSE_PROBABILITY, figures), *_links(anchors.CHANGE_VS_KL, figures))
     sentences += [boundary_sentence(b, links) for b in found.bounds]
-    sentences.append(collapse_sentence(outcomes, _links(anchors.SURVIVAL, figures)))
-    sentences.append(drift_sentence(outcomes, _links(anchors.DRIFT_VS_ROUTER_LR, figures)))
+    sentences.append(collapse_sentence(classes, _links(anchors.SURVIVAL, figures)))
+    sentences.append(drift_sentence(classes, _links(anchors.DRIFT_VS_ROUTER_LR, figures)))
     return sentences
 
 
-def outcome_table(outcomes: pd.DataFrame) -> pd.DataFrame:
+def class_table(classes: pd.DataFrame) -> pd.DataFrame:
     """One row per judged run: its cell, arm, seed, class, the step it happened and why, the reward it was
     judged on and what the map plots it against."""
-    o = outcomes
+    o = classes
     return pd.DataFrame({
-        "cell": o["cell"], "arm": o["algorithm"], "seed": o["seed"], "status": o["status"], "class": o["outcome"],
+        "cell": o["cell"], "arm": o["arm"], "seed": o["seed"], "status": o["status"], "class": o["outcome"],
         "step": o["step"], "why": o["why"], "judged on": o["source"], "start": o["start"], "end": o["final"],
         "change": o["change"], "mismatch KL (median)": o["kl"], "tokens outside [1/2, 2] (median)": o["frac_gt_ln2"],
         "experts changed after 1 update": o["drift_expert_1"], "router lr scale": o["router_lr_scale"],

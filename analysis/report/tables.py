@@ -31,17 +31,17 @@ APART_WINDOW = 10  # steps per window when dating where one objective moves ahea
 
 
 def final_reward_by_facet(results: Results, evidence: Evidence | None = None) -> pd.DataFrame | None:
-    """The outcome of each algorithm (rows) at each sweep point (columns) over its finished seeds: mean,
+    """The outcome of each arm (rows) at each sweep point (columns) over its finished seeds: mean,
     t-interval and every seed's value; None without a sweep. `evidence`: that of `results`, if at hand."""
     evidence = evidence or gather(finished(results))
     if not any(facet for _, facet in evidence.groups):
         return None
     cells = {}
     for (_, facet), found in evidence.learnings.items():
-        for algorithm in dict.fromkeys(found.outcomes["algorithm"]):
-            cells[(algorithm, facet)] = mean_text(found.values(algorithm))
+        for arm in dict.fromkeys(found.per_run["arm"]):
+            cells[(arm, facet)] = mean_text(found.values(arm))
     table = pd.Series(cells).unstack()
-    table.index.name, table.columns.name = "algorithm", None
+    table.index.name, table.columns.name = "algorithm", None  # the header the report has always shown
     return table.reset_index()
 
 
@@ -55,7 +55,7 @@ def summary_table(results: Results, evidence: Evidence) -> pd.DataFrame:
         final = _per_seed(m, lambda f: final_value(f, "reward/mean"))
         group = next((g for g in evidence.groups if label in set(evidence.subset(g).runs["label"])), None)
         found = evidence.learnings.get(group) if group is not None else None
-        outcomes = found.outcomes[found.outcomes["label"] == label] if found else pd.DataFrame()
+        per_run = found.per_run[found.per_run["label"] == label] if found else pd.DataFrame()
         iqm_low, iqm_high = stratified_bootstrap_ci([final.to_numpy()], np.random.default_rng(0))
         rows.append({
             "objective": label,
@@ -65,7 +65,7 @@ def summary_table(results: Results, evidence: Evidence) -> pd.DataFrame:
             "AUC (reward x compute)": mean(_per_seed(m, lambda f: auc(f["compute/cum_flops"], f["reward/mean"]))),
             "start (first 10 steps)": mean(_per_seed(m, lambda f: training_rise(
                 f["reward/mean"].to_numpy(dtype=float))[0])),
-            "learned": f"{sum(v is True for v in outcomes['learned'])} of {len(outcomes)}" if len(outcomes) else "-",
+            "learned": f"{sum(v is True for v in per_run['learned'])} of {len(per_run)}" if len(per_run) else "-",
             "minus chance baseline": final.mean() - found.baseline.mean if found and found.baseline else np.nan,
             "clip/frac": m["clip/frac"].mean(),
             "moe/drift": m["moe/drift"].mean(),
@@ -94,16 +94,16 @@ def paired_against(evidence: Evidence) -> pd.DataFrame | str:
         grpo = arms(evidence.subset(group).runs).grpo
         if grpo is None or not found.learned:
             continue
-        for algorithm in dict.fromkeys(found.outcomes["algorithm"]):
-            if algorithm == grpo:
+        for arm in dict.fromkeys(found.per_run["arm"]):
+            if arm == grpo:
                 continue
-            tested = evidence.family.read(group, REWARD, algorithm, grpo)
+            tested = evidence.family.read(group, REWARD, arm, grpo)
             if tested is None:
-                raise KeyError(f"no test of {algorithm} against {grpo} in group {group}")
+                raise KeyError(f"no test of {arm} against {grpo} in group {group}")
             result, adjusted = tested
-            labels = [_label(evidence, group, a) for a in (algorithm, grpo)]
+            labels = [_label(evidence, group, a) for a in (arm, grpo)]
             ahead, behind = apart_from(evidence.results.metrics, labels[0], labels[1])
-            rows.append({**_where(evidence, group), "objective": algorithm, "GRPO": grpo, "seeds": result.n,
+            rows.append({**_where(evidence, group), "objective": arm, "GRPO": grpo, "seeds": result.n,
                          "minus GRPO (per seed)": difference_text(result, ".4f"), "p (sign-flip)": p_text(result.p, result.n),
                          "Holm p": p_text(adjusted) if np.isfinite(adjusted) else EXPLORATORY,
                          "P(objective > GRPO)": result.poi,
@@ -116,9 +116,9 @@ def paired_against(evidence: Evidence) -> pd.DataFrame | str:
     return "Not compared: no objective learned where GRPO ran (see the learnability table)."
 
 
-def _label(evidence: Evidence, group: Group, algorithm: str) -> str:
+def _label(evidence: Evidence, group: Group, arm: str) -> str:
     runs = evidence.subset(group).runs
-    return str(runs.loc[runs["algorithm"] == algorithm, "label"].iloc[0])
+    return str(runs.loc[runs["arm"] == arm, "label"].iloc[0])
 
 
 def _where(evidence: Evidence, group: Group) -> dict:
@@ -197,10 +197,10 @@ def learnability_by_arm(evidence: Evidence) -> pd.DataFrame | str:
     rows = []
     for group, found in evidence.learnings.items():
         chance = found.baseline.mean if found.baseline else np.nan
-        rows += [{**_where(evidence, group), "objective": algorithm, "compared on": found.source.kind,
+        rows += [{**_where(evidence, group), "objective": name, "compared on": found.source.kind,
                   "seeds": int(arm.seeds), "learned": f"{arm.learned_seeds} of {arm.seeds}", "start (mean)": arm.start,
                   "final (mean)": arm.final, "chance baseline": chance, "final minus baseline": arm.final - chance}
-                 for algorithm, arm in found.arms.iterrows()]
+                 for name, arm in found.arms.iterrows()]
     return pd.DataFrame(rows) if rows else "No run finished."
 
 
@@ -214,7 +214,7 @@ def learnability_table(evidence: Evidence) -> pd.DataFrame | str:
                   "start": r["start"], "final": r["final"], "rise": r["rise"], "p (one-sided)": p_text(r["p_rise"]),
                   "learned": {True: "yes", False: "no", None: "too short to tell"}[r["learned"]],
                   "chance baseline": chance, "final minus baseline": r["final"] - chance}
-                 for r in found.outcomes.to_dict("records")]
+                 for r in found.per_run.to_dict("records")]
     return pd.DataFrame(rows) if rows else "No run finished."
 
 

@@ -189,7 +189,7 @@ def primary_sentence(test: Test, evidence: Evidence, where: str, links: tuple) -
     if not found.learned:
         return Sentence(f"{pair}: **withheld**: no objective learned (counted in Holm's family at p = 1).", links)
     if not result.n:
-        absent = [escape(x) for x in (test.first, test.second) if x not in set(found.outcomes["algorithm"])]
+        absent = [escape(x) for x in (test.first, test.second) if x not in set(found.per_run["arm"])]
         return Sentence(f"{pair}: **not tested**: no finished runs of {' and '.join(absent)} (counted in Holm's family "
                         "at p = 1).", links)
     numbers = (f"{a} minus {b} {difference_text(result)} over {count(result.n, 'paired seed')}, "

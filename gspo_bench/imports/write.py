@@ -127,7 +127,7 @@ def provenance(read: ReadRun, mapping: Mapping, mapping_file: Path, mapping_sha:
 def write_run(folder: Path, read: ReadRun, suite: dict[str, Any], prov: dict[str, Any]) -> None:
     run_dir = RunDir(folder)
     run = read.run
-    config = {"run": {"label": run.arm, "algorithm": run.arm, "objective": run.objective or run.arm,
+    config = {"run": {"label": run.arm, "arm": run.arm, "objective": run.objective or run.arm,
                       "seed": run.seed, "replay": False}, "suite": suite}
     run_dir.write_text("config.yaml", yaml.safe_dump(config, sort_keys=False))
     run_dir.write_json("provenance.json", prov)

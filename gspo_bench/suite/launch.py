@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.runtime.stopping import Stopped, raise_stopped, signals_ignored, stop_on_signals
-from gspo_bench.suite.outcomes import broken_pool_outcomes
+from gspo_bench.suite.outcomes import broken_pool_statuses
 
 if TYPE_CHECKING:
     from gspo_bench.config.schema import WarmStartConfig
@@ -278,7 +278,7 @@ def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: O
     """Relay progress messages until every future is done; statuses in the order of `specs` (None
     for the runs of no future). Where the pool broke (a worker died), `settle` waits until every
     worker has exited (the ones the pool stopped have recorded it), then
-    `outcomes.broken_pool_outcomes` tells the run whose worker died from those it stopped."""
+    `outcomes.broken_pool_statuses` tells the run whose worker died from those it stopped."""
     statuses: list[dict | None] = [None] * len(specs)
     started: set[str] = set()
     broken: list[int] = []
@@ -297,7 +297,7 @@ def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: O
     if broken:
         settle()
         _relay(next_message, observer, started)
-        for index, status in zip(broken, broken_pool_outcomes([specs[i] for i in broken], started), strict=True):
+        for index, status in zip(broken, broken_pool_statuses([specs[i] for i in broken], started), strict=True):
             statuses[index] = status
             observer.end_run(specs[index].run_dir.name, status)
     _relay(next_message, observer, started)

@@ -14,7 +14,7 @@ from gspo_bench.rundir.folder import RunDir
 RESUME = "its last checkpoint is kept: continue it with --resume"
 
 
-def broken_pool_outcomes(specs: Sequence, started: set[str]) -> list[dict]:
+def broken_pool_statuses(specs: Sequence, started: set[str]) -> list[dict]:
     """The final statuses of the runs of `specs` that a broken pool ended, once every worker has
     exited; `started`: the names of the runs that reported their start in this session. The run
     whose worker died and the runs it stopped are marked failed in their folders with why; a run

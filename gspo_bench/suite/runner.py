@@ -27,7 +27,7 @@ class PlannedRun:
     seed: int
     run_dir: Path
     sweep: dict[str, Any] = field(default_factory=dict)  # swept values by short name ({} without a sweep)
-    algorithm: str = ""  # the entry's label before the sweep point was added
+    arm: str = ""  # the entry's label before the sweep point was added
     overrides: dict[str, Any] = field(default_factory=dict)  # `--set` values by dotted path ({} without)
     weights_suite: SuiteConfig | None = None  # the suite whose starting weights the run uses (the sweep
     # point's, without the entry's own `set:`, so every arm of a seed starts alike); None: `suite`
@@ -64,7 +64,7 @@ def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seed
         for s in seeds if seeds is not None else suite.seeds:
             for e in entries:
                 entry = e.model_copy(update={"label": sweep.run_label(e.run_label, point)}) if point else e
-                runs.append(PlannedRun(suite=arm_suite(point_suite, e), entry=entry, seed=s, algorithm=e.run_label,
+                runs.append(PlannedRun(suite=arm_suite(point_suite, e), entry=entry, seed=s, arm=e.run_label,
                                        run_dir=out / suite.name / run_folder_name(entry.run_label, s),
                                        sweep={names[p]: v for p, v in point.items()}, overrides=dict(overrides or {}),
                                        weights_suite=point_suite))
@@ -263,7 +263,7 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
             if not world.is_main:
                 weights[key] = starting_weights(planned.start, planned.seed, log=log, on_eval=on_eval)
     specs = [RunSpec(suite=p.suite, entry=p.entry, seed=p.seed, run_dir=p.run_dir, init_weights=weights[weights_key(p)],
-                     sweep=p.sweep, algorithm=p.algorithm, overrides=p.overrides,
+                     sweep=p.sweep, arm=p.arm, overrides=p.overrides,
                      suite_sha256=suite_file_sha256(suite)) for p in todo]
     mode = {"resume": resume, "allow_changed": allow_changed}
     if ray_address is not False:

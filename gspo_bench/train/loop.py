@@ -5,7 +5,7 @@ Per step (`run_step`), each phase a tested function of `gspo_bench.train`:
     old-policy pass  no grad: pi_old log-probs, routed experts, entropy, mismatch    (OldPolicy)
     K updates        forward (replaying routing for replay runs), objective, backward,
                      clip, optimizer step; measurements of every minibatch           (UpdateResult)
-    row              one host copy of everything measured -> one row of metrics      (StepOutcome)
+    row              one host copy of everything measured -> one row of metrics      (StepRow)
 `train_run` repeats it until the suite's compute budget is spent, writing rows, checkpoints and
 status as it goes. Every random draw of a step is seeded from (seed, step), so a resumed run
 replays exactly what an uninterrupted one would have done.
@@ -32,7 +32,7 @@ from gspo_bench.runtime.kernels import torch_threads
 from gspo_bench.train.checkpoint import save_checkpoint
 from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.rollout import collect_rollout, draw_examples
-from gspo_bench.train.row import StepOutcome, build_row, step_values, with_route_confidence
+from gspo_bench.train.row import StepRow, build_row, step_values, with_route_confidence
 from gspo_bench.train.setup import Run, RunSpec, open_run, warm_start_seed
 from gspo_bench.train.state import Collapsed, RunState, budget_spent, collapse_reason
 from gspo_bench.train.update import (
@@ -120,7 +120,7 @@ def _train_run(spec: RunSpec, resume: bool, on_step: Callable[[dict], None] | No
             run.lock.release()
 
 
-def run_step(run: Run, step: int) -> StepOutcome:
+def run_step(run: Run, step: int) -> StepRow:
     """One RL step: rollout -> old-policy pass -> K minibatch updates -> the step's row."""
     suite, entry, seed, policy = run.suite, run.spec.entry, run.spec.seed, run.policy
     rollout_cfg, train = suite.rollout, suite.train
@@ -196,7 +196,7 @@ def sampling_params(suite: SuiteConfig, seed: int, step: int, world: World, rout
                           ignore_eos=r.ignore_eos, synced=world.distributed)
 
 
-def compute_columns(state: RunState, outcome: StepOutcome, n_active: int) -> dict:
+def compute_columns(state: RunState, outcome: StepRow, n_active: int) -> dict:
     """The step's compute (FLOPs from active parameters) added to the run's running totals."""
     flops = outcome.compute.flops(n_active)
     state.cum_tokens += outcome.compute.tokens

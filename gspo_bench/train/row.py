@@ -15,7 +15,7 @@ from gspo_bench.train.update import UpdateResult
 
 
 @dataclass(frozen=True)
-class StepOutcome:
+class StepRow:
     row: dict  # one row of metrics.parquet
     layer_rows: list[dict]  # rows of layers.parquet: drift and router margins per measured minibatch and MoE layer
     compute: StepCompute  # tokens forwarded and trained in this step
@@ -50,7 +50,7 @@ def with_route_confidence(layers: dict[str, torch.Tensor], old: OldPolicy) -> di
 
 
 def build_row(identity: dict, values: dict[str, torch.Tensor], layers: dict[str, torch.Tensor],
-              health: dict[str, torch.Tensor]) -> StepOutcome:
+              health: dict[str, torch.Tensor]) -> StepRow:
     """Copy `values`, the per-layer figures `layers` ({name: [J, L]}, J measured minibatches) and the
     health flags to the host at once; the row starts with `identity` (step, label, ...); times and
     cumulative compute are the caller's to add. Layer row (j, l) has `updates` = j + 1: the
@@ -68,7 +68,7 @@ def build_row(identity: dict, values: dict[str, torch.Tensor], layers: dict[str,
     layer_rows = [{"step": identity["step"], "label": identity["label"], "seed": identity["seed"], "layer": i,
                    "updates": j + 1, **{name: per_layer[name][j * n_layers + i] for name in per_layer}}
                   for j in range(n_measured) for i in range(n_layers)]
-    return StepOutcome({**identity, **host}, layer_rows, compute, rollout_finite, params_finite)
+    return StepRow({**identity, **host}, layer_rows, compute, rollout_finite, params_finite)
 
 
 def _number(host: dict[str, float | list[float]], key: str) -> float:

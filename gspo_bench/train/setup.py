@@ -21,6 +21,7 @@ from gspo_bench.rollout import RolloutEngine, make_engine
 from gspo_bench.rundir.folder import RunDir, config_problem, now, provenance
 from gspo_bench.rundir.lock import RunBusyError, RunLock
 from gspo_bench.rundir.records import ProvenanceRecord, WarmStartRecord
+from gspo_bench.rundir.renames import current_run_keys
 from gspo_bench.runtime.distributed import World, device_for, shard, world_from_env
 from gspo_bench.runtime.hardware import require_device
 from gspo_bench.runtime.kernels import kernel_state
@@ -47,7 +48,7 @@ class RunSpec:
     run_dir: Path
     init_weights: Path  # directory of the (warm-started) weights every objective of this seed starts from
     sweep: dict = field(default_factory=dict)  # swept values of this run's sweep point, by short name
-    algorithm: str = ""  # the entry's label without the sweep point (default: the label)
+    arm: str = ""  # the entry's label without the sweep point (default: the label)
     overrides: dict = field(default_factory=dict)  # `--set` values by dotted path, already in `suite`
     suite_sha256: str | None = None  # of the suite file (OUT/<suite>/suite.yaml) this run was started with
 
@@ -278,7 +279,7 @@ def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planne
     the sweep point it belongs to and the `--set` overrides it was given (`spec`: a RunSpec, or a
     planned run with the same fields)."""
     entry = spec.entry
-    run = {"label": entry.run_label, "algorithm": spec.algorithm or entry.run_label, "objective": entry.objective,
+    run = {"label": entry.run_label, "arm": spec.arm or entry.run_label, "objective": entry.objective,
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
            "seed": spec.seed, "lr": lr, **entry.clip_range(), "params": entry.params, "sweep": spec.sweep,
            "correction": entry.correction, "set": entry.set, "overrides": spec.overrides,
@@ -326,5 +327,5 @@ def read_run_config(run_dir: Path) -> dict | None:
     else:
         problem = config_problem(config)
         if problem is None:
-            return config or {}
+            return current_run_keys(config or {})
     raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")

@@ -48,7 +48,7 @@ def run_suite(data: dict, out: Path, resume: bool = False, on_step=None) -> dict
     for planned in plan_runs(suite, out):
         weights = starting_weights(planned.suite, suite.seeds[0], log=lambda m: None)  # cached after the first
         spec = RunSpec(suite=planned.suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
-                       init_weights=weights, sweep=planned.sweep, algorithm=planned.algorithm)
+                       init_weights=weights, sweep=planned.sweep, arm=planned.arm)
         statuses[planned.name] = train_run(spec, resume=resume, on_step=on_step)
     return statuses
 
