@@ -36,7 +36,9 @@ survived (a skipped minibatch, fewer than `nonfinite_patience` steps in a row) i
 harness's rule decides, and (ii) catches a run that diverges without a non-finite value.
 
 **The map's axis is measured**, not set: per run the median over steps of `mismatch/k3_kl` (the
-engine-vs-trainer KL the run measured). Runs without a measured KL above KL_FLOOR (1e-8: below it the KL
+engine-vs-trainer KL the run measured); or, with `axis="dose"`, its level's dose, the KL of the first
+steps of every run at the level pooled, which no run's outcome moves (analysis.evidence.dose, whose
+`level_bounds` gives each level's exact failure interval). Runs without a measured KL above KL_FLOOR (1e-8: below it the KL
 is float rounding, as a noise-free engine measures) are left off the KL axis and the fit (counted in the text). **Failure** is degraded or collapsed; the logistic fit of P(failure)
 against log10 KL per arm is by maximum likelihood, with a 95% Wald band for the curve (the covariance the
 inverse of the observed information at the optimum) and Fieller's interval for the KL where the curve
@@ -55,6 +57,7 @@ from scipy import stats
 
 from analysis.data.groups import group_subset, group_title, groups
 from analysis.data.load import Results, finished, is_finished
+from analysis.evidence.dose import with_doses
 from analysis.evidence.learning import HELD_OUT, START_STEPS, group_outcomes, own_evals, source
 from analysis.stats.library import ALPHA
 from analysis.stats.logistic import LogisticFit, fit_logistic, no_fit_reason, zero_event_bound
@@ -237,7 +240,7 @@ def outcome_rows(results: Results) -> pd.DataFrame:
                          "kl": _median(steps, KL), "frac_gt_ln2": _median(steps, LN2_SHARE),
                          "drift_expert_1": _median(steps, DRIFT_EXPERT), "drift_1": _median(steps, DRIFT_TOKEN),
                          "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]), **sweep})
-    return pd.DataFrame(rows)
+    return with_doses(pd.DataFrame(rows), ended.metrics)  # each level's dose (analysis.evidence.dose)
 
 
 def failed(outcomes: pd.DataFrame) -> pd.Series:
@@ -265,20 +268,22 @@ def map_applies(results: Results) -> bool:
 # ------------------------------------------------------------------------------ failure against KL
 
 
-def on_kl_axis(outcomes: pd.DataFrame) -> pd.Series:
-    """Per run: whether it measured a mismatch (a median KL above KL_FLOOR), i.e. has a place on the KL axis."""
-    return outcomes["kl"] > KL_FLOOR
+def on_kl_axis(outcomes: pd.DataFrame, axis: str = "kl") -> pd.Series:
+    """Per run: whether it measured a mismatch (its `axis` column, the run's median KL or its level's
+    dose, above KL_FLOOR), i.e. has a place on the KL axis."""
+    return outcomes[axis] > KL_FLOOR
 
 
-def kl_axis(outcomes: pd.DataFrame) -> pd.DataFrame:
-    """The runs on the KL axis (on_kl_axis), with `log_kl` = log10 of their KL and `failed`."""
-    placed = outcomes[on_kl_axis(outcomes)]
-    return placed.assign(log_kl=np.log10(placed["kl"].to_numpy(dtype=float)), failed=failed(placed).to_numpy())
+def kl_axis(outcomes: pd.DataFrame, axis: str = "kl") -> pd.DataFrame:
+    """The runs on the KL axis (on_kl_axis), with `log_kl` = log10 of their `axis` value and `failed`."""
+    placed = outcomes[on_kl_axis(outcomes, axis)]
+    return placed.assign(log_kl=np.log10(placed[axis].to_numpy(dtype=float)), failed=failed(placed).to_numpy())
 
 
-def arm_fit(outcomes: pd.DataFrame) -> LogisticFit | str:
-    """One arm's fit of P(failure) on log10 KL, or the reason it has none."""
-    placed = kl_axis(outcomes)
+def arm_fit(outcomes: pd.DataFrame, axis: str = "kl") -> LogisticFit | str:
+    """One arm's fit of P(failure) on log10 of `axis` (run-median KL, or the level's dose), or the
+    reason it has none."""
+    placed = kl_axis(outcomes, axis)
     x, y = placed["log_kl"].to_numpy(dtype=float), placed["failed"].to_numpy(dtype=bool)
     reason = f"no run measured a mismatch KL above {KL_FLOOR:g}" if len(x) == 0 else no_fit_reason(x, y)
     if reason:

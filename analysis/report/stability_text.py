@@ -176,6 +176,7 @@ def outcome_table(outcomes: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "cell": o["cell"], "arm": o["algorithm"], "seed": o["seed"], "status": o["status"], "class": o["outcome"],
         "step": o["step"], "why": o["why"], "judged on": o["source"], "start": o["start"], "end": o["final"],
-        "change": o["change"], "mismatch KL (median)": o["kl"], "tokens outside [1/2, 2] (median)": o["frac_gt_ln2"],
+        "change": o["change"], "level dose per token": o["dose"], "level dose per response": o["dose_response"],
+        "mismatch KL (median)": o["kl"], "tokens outside [1/2, 2] (median)": o["frac_gt_ln2"],
         "experts changed after 1 update": o["drift_expert_1"], "router lr scale": o["router_lr_scale"],
         "failed": failed(o).map({True: "yes", False: "no"})})
