@@ -59,6 +59,7 @@ from analysis.data.groups import group_subset, group_title, groups
 from analysis.data.load import Results, finished, is_finished
 from analysis.evidence.dose import with_doses
 from analysis.evidence.learning import HELD_OUT, START_STEPS, group_outcomes, own_evals, source
+from analysis.evidence.outcome_rules import collapse_share, suite_rules
 from analysis.stats.library import ALPHA
 from analysis.stats.logistic import LogisticFit, fit_logistic, no_fit_reason, zero_event_bound
 from analysis.stats.metrics import FINAL_FRACTION
@@ -147,6 +148,14 @@ def held_out_points(evals: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values("step", kind="stable").reset_index(drop=True)
 
 
+def drop_span_share(points: pd.DataFrame, dropped: int) -> float:
+    """The share of the points' steps (first to last) that the last `dropped` points span (the first of
+    them to the last point): how much of the run a sustained drop covers."""
+    steps = points["step"].to_numpy(dtype=float)
+    whole = steps[-1] - steps[0]
+    return float((steps[-1] - steps[len(steps) - dropped]) / whole) if dropped and whole > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class RunClass:
     outcome: str  # one of CLASSES
@@ -154,10 +163,12 @@ class RunClass:
     why: str
 
 
-def classify(points: pd.DataFrame, stopped_at: float, stop_message: str, spike_at: float, p_rise: float) -> RunClass:
+def classify(points: pd.DataFrame, stopped_at: float, stop_message: str, spike_at: float, p_rise: float,
+             min_span: float = 0.0) -> RunClass:
     """A run's class (see the module). `points`: its outcome's points (the start first); `stopped_at`:
     its last step if the harness stopped it as collapsed, else NaN; `spike_at`: grad_spike_step's
-    answer; `p_rise`: the gate's one-sided p (NaN where not judged)."""
+    answer; `p_rise`: the gate's one-sided p (NaN where not judged); `min_span`: the share of the points'
+    steps a sustained drop must span to be a collapse (analysis.evidence.outcome_rules: 0 under v1)."""
     dropped, drop_step = final_drop(points) if len(points) > 1 else (0, float("nan"))  # no evaluation: no drop
     reasons = []
     if np.isfinite(stopped_at):
@@ -166,7 +177,7 @@ def classify(points: pd.DataFrame, stopped_at: float, stop_message: str, spike_a
     if np.isfinite(spike_at):
         reasons.append((spike_at, f"grad/norm above {SPIKE_FACTOR:g}x its median for {SPIKE_STEPS} steps from step "
                                   f"{spike_at:g}"))
-    if dropped >= SUSTAINED:
+    if dropped >= SUSTAINED and drop_span_share(points, dropped) >= min_span:
         reasons.append((drop_step, f"below start - max({DROP_FLOOR:g}, {DROP_SE:g} SE) from step {drop_step:g} to the "
                                    f"end ({dropped} points)"))
     if reasons:
@@ -229,7 +240,8 @@ def outcome_rows(results: Results) -> pd.DataFrame:
             verdict = RunClass(TOO_SHORT, float("nan"), "too short for the gate's windows") \
                 if evals is None and run.status != COLLAPSED and not np.isfinite(p_rise) else \
                 classify(points, stopped, str(run.message or ""),
-                         grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)), p_rise)
+                         grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)), p_rise,
+                         collapse_share(suite_rules(run.settings)))
             start = float(points["score"].iloc[0]) if len(points) else float("nan")
             final = float(points["score"].iloc[-1]) if len(points) > 1 else float("nan")
             sweep = {c: steps[c].iloc[0] for c in steps.columns if c.startswith("sweep/") and steps[c].notna().any()}
@@ -239,7 +251,8 @@ def outcome_rows(results: Results) -> pd.DataFrame:
                          "start": start, "final": final, "change": final - start,
                          "kl": _median(steps, KL), "frac_gt_ln2": _median(steps, LN2_SHARE),
                          "drift_expert_1": _median(steps, DRIFT_EXPERT), "drift_1": _median(steps, DRIFT_TOKEN),
-                         "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]), **sweep})
+                         "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]),
+                         "rules": suite_rules(run.settings), **sweep})
     return with_doses(pd.DataFrame(rows), ended.metrics)  # each level's dose (analysis.evidence.dose)
 
 

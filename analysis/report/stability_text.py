@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.evidence.outcome_rules import rules_sentence
 from analysis.evidence.stability import (
     CLASSES,
     COLLAPSED,
@@ -166,6 +167,8 @@ def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence
     sentences += [boundary_sentence(b, links) for b in found.bounds]
     sentences.append(collapse_sentence(outcomes, _links(anchors.SURVIVAL, figures)))
     sentences.append(drift_sentence(outcomes, _links(anchors.DRIFT_VS_ROUTER_LR, figures)))
+    used = dict(zip(outcomes["suite"], outcomes["rules"]))  # analysis.evidence.outcome_rules
+    sentences.append(Sentence(rules_sentence(used), (("rules", anchors.STABILITY_RULES),)))
     return sentences
 
 

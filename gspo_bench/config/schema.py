@@ -611,8 +611,11 @@ class PrimaryConfig(Strict):
 
 
 class AnalysisConfig(Strict):
-    primary: PrimaryConfig = Field(description="the confirmatory family: {each_vs: LABEL} or {pairs: [[FIRST, "
-                                   "SECOND], ...]}, and paper_checks: true to add the paper checks")
+    primary: PrimaryConfig | None = Field(None, description="the confirmatory family: {each_vs: LABEL} or {pairs: "
+                                          "[[FIRST, SECOND], ...]}, and paper_checks: true to add the paper checks")
+    rules: Literal["v1", "v2"] = Field("v1", description="the stability map's outcome rules "
+                                       "(analysis.evidence.outcome_rules): v2 needs a collapse's drop to span a "
+                                       "share of the run; v1, the rules stages 0-2 ran under, does not")
 
 
 class SuiteConfig(Strict):
@@ -759,7 +762,7 @@ class SuiteConfig(Strict):
 
     @model_validator(mode="after")
     def _primary_names_arms(self) -> SuiteConfig:
-        if self.analysis is not None:
+        if self.analysis is not None and self.analysis.primary is not None:
             self.analysis.primary.check_arms([o.run_label for o in self.objectives])
             self._check_paper_arms()
         return self
@@ -773,7 +776,7 @@ class SuiteConfig(Strict):
     def _check_paper_arms(self) -> None:
         """`paper_checks: true` needs what the paper checks compare (analysis.paper.arms): an arm of
         objective grpo and one of gspo, neither with routing replay; without them it holds no check."""
-        if not self.analysis or not self.analysis.primary.paper_checks:
+        if not self.analysis or not self.analysis.primary or not self.analysis.primary.paper_checks:
             return
         have = {o.objective for o in self.objectives if not o.use_replay}
         missing = [name for name in ("grpo", "gspo") if name not in have]
