@@ -351,6 +351,10 @@ class TrainConfig(Strict):
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference penalty (k3); off as in the paper")
     advantage_scale: Literal["std", "none"] = "std"
     drift_after_update: bool = Field(False, description="one extra no-grad pass after the last update to measure drift")
+    replay_scoring: bool = Field(False, description="score each step's batch before its updates under the trainer's "
+                                 "own routing, R2's (the old pass's) and R3's (the engine's) and log each one's "
+                                 "engine-vs-trainer k3 (replay_score/k3_live, _r2, _r3): three more no-grad forwards "
+                                 "a step; needs an engine that records its routing (gspo_bench.train.replay_scoring)")
     old_logp: Literal["recompute", "rollout"] = Field(
         "recompute", description="pi_old log-probs: the training forward's (recompute) or the rollout "
         "engine's (rollout, the paper's section 5.4 option)")
@@ -616,6 +620,14 @@ class AnalysisConfig(Strict):
     rules: Literal["v1", "v2"] = Field("v1", description="the stability map's outcome rules "
                                        "(analysis.evidence.outcome_rules): v2 needs a collapse's drop to span a "
                                        "share of the run; v1, the rules stages 0-2 ran under, does not")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _declares_something(cls, data: Any) -> Any:
+        """An empty `analysis:` is a mistake, not a declaration."""
+        if isinstance(data, dict) and not data:
+            raise ValueError("declares nothing: give primary (a family), rules (v1, v2) or both")
+        return data
 
 
 class SuiteConfig(Strict):
