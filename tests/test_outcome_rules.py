@@ -110,3 +110,14 @@ def test_each_suite_is_judged_and_reported_by_the_rules_it_declared(tmp_path):
     said = rules_sentence(dict(zip(rows["suite"], rows["rules"])))
     assert said.startswith("Outcome rules: new v2 (a sustained drop is a collapse only over at least 25%")
     assert "; old v1 (" in said
+
+
+def test_a_suite_file_declaring_rules_only_declares_no_primary_family(tmp_path):
+    """`analysis: {rules: v2}` beside runs that recorded it: the report finds no primary family (every
+    comparison exploratory) and does not refuse the folder as declaring one it did not record."""
+    from analysis.evidence.primary import declarations
+
+    evaluated_run(tmp_path, "new", {"primary": None, "rules": "v2"})
+    (tmp_path / "new" / "suite.yaml").write_text(yaml.safe_dump(
+        {"name": "new", "objectives": [{"name": "grpo"}], "analysis": {"rules": "v2"}}))
+    assert declarations(load_results(tmp_path / "new")) == {}

@@ -22,9 +22,10 @@ COLLAPSE_SHARES = {V1: 0.0, V2: COLLAPSE_SHARE}  # per rule set: the share a sus
 RULES_KEY = "analysis.rules"  # the key among a run's flattened suite settings (analysis.data.suites)
 
 
-def suite_rules(settings: dict[str, Any]) -> str:
-    """The rule set a run's suite declared (its flattened settings' `analysis.rules`), DEFAULT_RULES
-    where it declared none; ValueError for a rule set this version does not know."""
+def suite_rules(settings: Any) -> str:
+    """The rule set a run's suite declared (`settings`: its flattened suite settings, a dict; their
+    `analysis.rules`), DEFAULT_RULES where it declared none; ValueError for a rule set this version does
+    not know."""
     rules = settings.get(RULES_KEY) or DEFAULT_RULES
     if rules not in COLLAPSE_SHARES:
         raise ValueError(f"analysis.rules: {rules!r} is not a rule set of the stability map; known: "
