@@ -138,7 +138,7 @@ ARMS = [{"name": "grpo"}, {"name": "gspo"}, {"name": "grpo", "label": "grpo_tis"
         ({"primary": {"each_vs": "grpo", "paper_checks": 2}}, r"analysis\.primary\.paper_checks: Input should be a valid "
                                                               r"boolean"),
         ({"primary": {"each_vs": "grpo"}, "secondary": {}}, r"analysis\.secondary: unknown key"),
-        ({}, r"analysis\.primary: required field missing"),
+        ({}, r"analysis: declares nothing"),
     ],
 )
 def test_a_primary_family_names_arms_of_the_suite_or_the_field_that_does_not(tmp_path, analysis, expected):
@@ -157,7 +157,7 @@ def test_a_primary_family_is_validated_by_validate_and_run_and_written_in_the_re
     primary = suite.analysis.primary
     assert primary.comparisons(["grpo", "gspo", "grpo_tis"]) == [("grpo", "gspo"), ("grpo_tis", "gspo")]
     assert yaml.safe_load(dump_config(suite))["analysis"] == {
-        "primary": {"each_vs": "gspo", "pairs": None, "paper_checks": True}}
+        "primary": {"each_vs": "gspo", "pairs": None, "paper_checks": True}, "rules": "v1"}
     pairs = load_suite(write(tmp_path, {**data, "analysis": {"primary": {"pairs": [["grpo_tis", "grpo"]]}}}))
     assert pairs.analysis.primary.comparisons(["grpo", "gspo", "grpo_tis"]) == [("grpo_tis", "grpo")]
     assert load_suite(write(tmp_path, GOOD)).analysis is None

@@ -29,6 +29,7 @@ from analysis.data.groups import Group
 from analysis.data.load import Results
 from analysis.evidence.family import REWARD, Test
 from analysis.evidence.learning import Learning
+from analysis.evidence.outcome_rules import RULES_KEY
 from analysis.stats.library import paired
 from gspo_bench.config.schema import AnalysisConfig, PrimaryConfig
 
@@ -60,7 +61,9 @@ class Declaration:
 
 def _section(settings: dict[str, Any]) -> dict[str, Any] | None:
     """The `analysis` settings among a run's flattened suite settings; None where it recorded none."""
-    found = {k: v for k, v in settings.items() if k == "analysis" or k.startswith("analysis.")}
+    found = {k: v for k, v in settings.items() if (k == "analysis" or k.startswith("analysis.")) and k != RULES_KEY}
+    if found and all(v is None for v in found.values()):
+        return {"analysis": None}  # an `analysis:` that declares outcome rules only: no primary family
     return found or None
 
 
@@ -83,7 +86,7 @@ def _arms(path: Path, data: dict) -> list[str]:
     return [str(e.get("label") or e["name"]) for e in entries]
 
 
-def _primary(path: Path, data: dict) -> PrimaryConfig:
+def _primary(path: Path, data: dict) -> PrimaryConfig | None:
     """The declared family of the suite file, checked as `validate` checks it."""
     try:
         primary = AnalysisConfig.model_validate(data["analysis"]).primary
@@ -91,6 +94,8 @@ def _primary(path: Path, data: dict) -> PrimaryConfig:
         first = err.errors()[0]
         where = ".".join(["analysis", *(str(part) for part in first["loc"])])
         raise DeclarationError(f"{path}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
+    if primary is None:
+        return None
     try:
         primary.check_arms(_arms(path, data))
     except ValueError as err:
@@ -120,7 +125,7 @@ def _file_declaration(path: Path, runs: pd.DataFrame) -> tuple[PrimaryConfig | N
 
     data, sha = _read(path)
     primary = _primary(path, data) if data.get("analysis") is not None else None
-    section = None if primary is None else AnalysisConfig(primary=primary).model_dump(mode="json")
+    section = None if primary is None else AnalysisConfig(primary=primary).model_dump(mode="json", exclude={"rules"})
     _check_recorded(path, flatten({"analysis": section}), runs)
     return primary, _arms(path, data) if primary is not None else [], sha
 

@@ -36,7 +36,9 @@ survived (a skipped minibatch, fewer than `nonfinite_patience` steps in a row) i
 harness's rule decides, and (ii) catches a run that diverges without a non-finite value.
 
 **The map's axis is measured**, not set: per run the median over steps of `mismatch/k3_kl` (the
-engine-vs-trainer KL the run measured). Runs without a measured KL above KL_FLOOR (1e-8: below it the KL
+engine-vs-trainer KL the run measured); or, with `axis="dose"`, its level's dose, the KL of the first
+steps of every run at the level pooled, which no run's outcome moves (analysis.evidence.dose, whose
+`level_bounds` gives each level's exact failure interval). Runs without a measured KL above KL_FLOOR (1e-8: below it the KL
 is float rounding, as a noise-free engine measures) are left off the KL axis and the fit (counted in the text). **Failure** is degraded or collapsed; the logistic fit of P(failure)
 against log10 KL per arm is by maximum likelihood, with a 95% Wald band for the curve (the covariance the
 inverse of the observed information at the optimum) and Fieller's interval for the KL where the curve
@@ -55,7 +57,9 @@ from scipy import stats
 
 from analysis.data.groups import group_subset, group_title, groups
 from analysis.data.load import Results, finished, is_finished
+from analysis.evidence.dose import with_doses
 from analysis.evidence.learning import HELD_OUT, START_STEPS, learning_rows, own_evals, source
+from analysis.evidence.outcome_rules import collapse_share, suite_rules
 from analysis.stats.library import ALPHA
 from analysis.stats.logistic import LogisticFit, fit_logistic, no_fit_reason, zero_event_bound
 from analysis.stats.metrics import FINAL_FRACTION
@@ -144,6 +148,14 @@ def held_out_points(evals: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values("step", kind="stable").reset_index(drop=True)
 
 
+def drop_span_share(points: pd.DataFrame, dropped: int) -> float:
+    """The share of the points' steps (first to last) that the last `dropped` points span (the first of
+    them to the last point): how much of the run a sustained drop covers."""
+    steps = points["step"].to_numpy(dtype=float)
+    whole = steps[-1] - steps[0]
+    return float((steps[-1] - steps[len(steps) - dropped]) / whole) if dropped and whole > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class RunClass:
     outcome: str  # one of CLASSES
@@ -151,10 +163,12 @@ class RunClass:
     why: str
 
 
-def classify(points: pd.DataFrame, stopped_at: float, stop_message: str, spike_at: float, p_rise: float) -> RunClass:
+def classify(points: pd.DataFrame, stopped_at: float, stop_message: str, spike_at: float, p_rise: float,
+             min_span: float = 0.0) -> RunClass:
     """A run's class (see the module). `points`: its outcome's points (the start first); `stopped_at`:
     its last step if the harness stopped it as collapsed, else NaN; `spike_at`: grad_spike_step's
-    answer; `p_rise`: the gate's one-sided p (NaN where not judged)."""
+    answer; `p_rise`: the gate's one-sided p (NaN where not judged); `min_span`: the share of the points'
+    steps a sustained drop must span to be a collapse (analysis.evidence.outcome_rules: 0 under v1)."""
     dropped, drop_step = final_drop(points) if len(points) > 1 else (0, float("nan"))  # no evaluation: no drop
     reasons = []
     if np.isfinite(stopped_at):
@@ -163,7 +177,7 @@ def classify(points: pd.DataFrame, stopped_at: float, stop_message: str, spike_a
     if np.isfinite(spike_at):
         reasons.append((spike_at, f"grad/norm above {SPIKE_FACTOR:g}x its median for {SPIKE_STEPS} steps from step "
                                   f"{spike_at:g}"))
-    if dropped >= SUSTAINED:
+    if dropped >= SUSTAINED and drop_span_share(points, dropped) >= min_span:
         reasons.append((drop_step, f"below start - max({DROP_FLOOR:g}, {DROP_SE:g} SE) from step {drop_step:g} to the "
                                    f"end ({dropped} points)"))
     if reasons:
@@ -226,7 +240,8 @@ def class_rows(results: Results) -> pd.DataFrame:
             verdict = RunClass(TOO_SHORT, float("nan"), "too short for the gate's windows") \
                 if evals is None and run.status != COLLAPSED and not np.isfinite(p_rise) else \
                 classify(points, stopped, str(run.message or ""),
-                         grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)), p_rise)
+                         grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)), p_rise,
+                         collapse_share(suite_rules(run.settings)))
             start = float(points["score"].iloc[0]) if len(points) else float("nan")
             final = float(points["score"].iloc[-1]) if len(points) > 1 else float("nan")
             sweep = {c: steps[c].iloc[0] for c in steps.columns if c.startswith("sweep/") and steps[c].notna().any()}
@@ -236,8 +251,9 @@ def class_rows(results: Results) -> pd.DataFrame:
                          "start": start, "final": final, "change": final - start,
                          "kl": _median(steps, KL), "frac_gt_ln2": _median(steps, LN2_SHARE),
                          "drift_expert_1": _median(steps, DRIFT_EXPERT), "drift_1": _median(steps, DRIFT_TOKEN),
-                         "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]), **sweep})
-    return pd.DataFrame(rows)
+                         "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]),
+                         "rules": suite_rules(run.settings), **sweep})
+    return with_doses(pd.DataFrame(rows), ended.metrics)  # each level's dose (analysis.evidence.dose)
 
 
 def failed(classes: pd.DataFrame) -> pd.Series:
@@ -265,20 +281,22 @@ def map_applies(results: Results) -> bool:
 # ------------------------------------------------------------------------------ failure against KL
 
 
-def on_kl_axis(classes: pd.DataFrame) -> pd.Series:
-    """Per run: whether it measured a mismatch (a median KL above KL_FLOOR), i.e. has a place on the KL axis."""
-    return classes["kl"] > KL_FLOOR
+def on_kl_axis(classes: pd.DataFrame, axis: str = "kl") -> pd.Series:
+    """Per run: whether it measured a mismatch (its `axis` column, the run's median KL or its level's
+    dose, above KL_FLOOR), i.e. has a place on the KL axis."""
+    return classes[axis] > KL_FLOOR
 
 
-def kl_axis(classes: pd.DataFrame) -> pd.DataFrame:
-    """The runs on the KL axis (on_kl_axis), with `log_kl` = log10 of their KL and `failed`."""
-    placed = classes[on_kl_axis(classes)]
-    return placed.assign(log_kl=np.log10(placed["kl"].to_numpy(dtype=float)), failed=failed(placed).to_numpy())
+def kl_axis(classes: pd.DataFrame, axis: str = "kl") -> pd.DataFrame:
+    """The runs on the KL axis (on_kl_axis), with `log_kl` = log10 of their `axis` value and `failed`."""
+    placed = classes[on_kl_axis(classes, axis)]
+    return placed.assign(log_kl=np.log10(placed[axis].to_numpy(dtype=float)), failed=failed(placed).to_numpy())
 
 
-def arm_fit(classes: pd.DataFrame) -> LogisticFit | str:
-    """One arm's fit of P(failure) on log10 KL, or the reason it has none."""
-    placed = kl_axis(classes)
+def arm_fit(classes: pd.DataFrame, axis: str = "kl") -> LogisticFit | str:
+    """One arm's fit of P(failure) on log10 of `axis` (run-median KL, or the level's dose), or the
+    reason it has none."""
+    placed = kl_axis(classes, axis)
     x, y = placed["log_kl"].to_numpy(dtype=float), placed["failed"].to_numpy(dtype=bool)
     reason = f"no run measured a mismatch KL above {KL_FLOOR:g}" if len(x) == 0 else no_fit_reason(x, y)
     if reason:

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.evidence.outcome_rules import rules_sentence
 from analysis.evidence.stability import (
     CLASSES,
     COLLAPSED,
@@ -166,6 +167,8 @@ def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence
     sentences += [boundary_sentence(b, links) for b in found.bounds]
     sentences.append(collapse_sentence(classes, _links(anchors.SURVIVAL, figures)))
     sentences.append(drift_sentence(classes, _links(anchors.DRIFT_VS_ROUTER_LR, figures)))
+    used = dict(zip(classes["suite"], classes["rules"]))  # analysis.evidence.outcome_rules
+    sentences.append(Sentence(rules_sentence(used), (("rules", anchors.STABILITY_RULES),)))
     return sentences
 
 
@@ -176,6 +179,7 @@ def class_table(classes: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "cell": o["cell"], "arm": o["arm"], "seed": o["seed"], "status": o["status"], "class": o["outcome"],
         "step": o["step"], "why": o["why"], "judged on": o["source"], "start": o["start"], "end": o["final"],
-        "change": o["change"], "mismatch KL (median)": o["kl"], "tokens outside [1/2, 2] (median)": o["frac_gt_ln2"],
+        "change": o["change"], "level dose per token": o["dose"], "level dose per response": o["dose_response"],
+        "mismatch KL (median)": o["kl"], "tokens outside [1/2, 2] (median)": o["frac_gt_ln2"],
         "experts changed after 1 update": o["drift_expert_1"], "router lr scale": o["router_lr_scale"],
         "failed": failed(o).map({True: "yes", False: "no"})})

@@ -351,6 +351,10 @@ class TrainConfig(Strict):
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference penalty (k3); off as in the paper")
     advantage_scale: Literal["std", "none"] = "std"
     drift_after_update: bool = Field(False, description="one extra no-grad pass after the last update to measure drift")
+    replay_scoring: bool = Field(False, description="score each step's batch before its updates under the trainer's "
+                                 "own routing, R2's (the old pass's) and R3's (the engine's) and log each one's "
+                                 "engine-vs-trainer k3 (replay_score/k3_live, _r2, _r3): three more no-grad forwards "
+                                 "a step; needs an engine that records its routing (gspo_bench.train.replay_scoring)")
     old_logp: Literal["recompute", "rollout"] = Field(
         "recompute", description="pi_old log-probs: the training forward's (recompute) or the rollout "
         "engine's (rollout, the paper's section 5.4 option)")
@@ -623,8 +627,19 @@ class PrimaryConfig(Strict):
 
 
 class AnalysisConfig(Strict):
-    primary: PrimaryConfig = Field(description="the confirmatory family: {each_vs: LABEL} or {pairs: [[FIRST, "
-                                   "SECOND], ...]}, and paper_checks: true to add the paper checks")
+    primary: PrimaryConfig | None = Field(None, description="the confirmatory family: {each_vs: LABEL} or {pairs: "
+                                          "[[FIRST, SECOND], ...]}, and paper_checks: true to add the paper checks")
+    rules: Literal["v1", "v2"] = Field("v1", description="the stability map's outcome rules "
+                                       "(analysis.evidence.outcome_rules): v2 needs a collapse's drop to span a "
+                                       "share of the run; v1, the rules stages 0-2 ran under, does not")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _declares_something(cls, data: Any) -> Any:
+        """An empty `analysis:` is a mistake, not a declaration."""
+        if isinstance(data, dict) and not data:
+            raise ValueError("declares nothing: give primary (a family), rules (v1, v2) or both")
+        return data
 
 
 class SuiteConfig(Strict):
@@ -782,7 +797,7 @@ class SuiteConfig(Strict):
 
     @model_validator(mode="after")
     def _primary_names_arms(self) -> SuiteConfig:
-        if self.analysis is not None:
+        if self.analysis is not None and self.analysis.primary is not None:
             self.analysis.primary.check_arms([o.run_label for o in self.objectives])
             self._check_paper_arms()
         return self
@@ -796,7 +811,7 @@ class SuiteConfig(Strict):
     def _check_paper_arms(self) -> None:
         """`paper_checks: true` needs what the paper checks compare (analysis.paper.arms): an arm of
         objective grpo and one of gspo, neither with routing replay; without them it holds no check."""
-        if not self.analysis or not self.analysis.primary.paper_checks:
+        if not self.analysis or not self.analysis.primary or not self.analysis.primary.paper_checks:
             return
         have = {o.objective for o in self.objectives if not o.use_replay}
         missing = [name for name in ("grpo", "gspo") if name not in have]

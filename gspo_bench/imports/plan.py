@@ -68,7 +68,7 @@ class Plan(BaseModel):
             first = seen.setdefault((run.arm, run.seed), i)
             if first != i:
                 raise ValueError(f"runs {first} and {i} both claim arm {run.arm!r} seed {run.seed}")
-        if self.analysis is not None:
+        if self.analysis is not None and self.analysis.primary is not None:
             self.analysis.primary.check_arms(self.arms())
         return self
 

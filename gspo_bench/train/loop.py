@@ -31,6 +31,7 @@ from gspo_bench.runtime.hardware import device_peak_flops, peak_memory_gib, rese
 from gspo_bench.runtime.kernels import torch_threads
 from gspo_bench.train.checkpoint import save_checkpoint
 from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
+from gspo_bench.train.replay_scoring import SCORING_PASSES, step_replay_scores
 from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.row import StepRow, build_row, step_values, with_route_confidence
 from gspo_bench.train.setup import Run, RunSpec, open_run, warm_start_seed
@@ -131,7 +132,8 @@ def run_step(run: Run, step: int) -> StepRow:
     examples = draw_examples(run.task, rollout_cfg.prompts_per_step, step_seed(seed, step, 0))
     replay = entry.replay_source if entry.use_replay else None
     batch = collect_rollout(policy, run.engine, run.tokenizer, run.task, examples,
-                            sampling_params(suite, seed, step, policy.world, routing=train.measure or replay == "rollout"),
+                            sampling_params(suite, seed, step, policy.world,
+                                            routing=train.measure or replay == "rollout" or train.replay_scoring),
                             train.advantage_scale, step_penalty=entry.step_penalty if entry.credit == "step" else None,
                             prompt_format=run.prompt_format)
     t_rollout = time.perf_counter() - start
@@ -139,6 +141,8 @@ def run_step(run: Run, step: int) -> StepRow:
     old = old_policy_pass(policy, batch, temperature=rollout_cfg.temperature, replay=replay,
                           record_routing=train.measure, logp_source=train.old_logp, measure=train.measure,
                           gate_scores="router_shift" in inputs, head_chunk=train.logprob_chunk_tokens)
+    scores = step_replay_scores(policy, batch, train.replay_scoring, temperature=rollout_cfg.temperature,
+                                head_chunk=train.logprob_chunk_tokens)  # before any update: replay_scoring
     # ------------------------------------------------------------------ K minibatch updates
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(step_seed(seed, step, 2)))
     settings = UpdateSettings(temperature=rollout_cfg.temperature, grad_clip=train.grad_clip, kl_coef=train.kl_coef,
@@ -151,13 +155,12 @@ def run_step(run: Run, step: int) -> StepRow:
     after = {}
     if train.measure and (train.drift_after_update or train.minibatches == 1):
         after = drift_after_update(policy, batch, old)
-    floor = {}
-    if train.measure and step == 1:  # once per run: what identical forwards and the rollout precision give
-        floor = nondeterminism_floor(policy, batch, replay, temperature=rollout_cfg.temperature,
-                                     head_chunk=train.logprob_chunk_tokens)
+    # once per run: what identical forwards and the rollout precision give
+    floor = nondeterminism_floor(policy, batch, replay, temperature=rollout_cfg.temperature,
+                                 head_chunk=train.logprob_chunk_tokens) if train.measure and step == 1 else {}
     # ------------------------------------------------------------------ the row (one host copy)
-    passes = 2 + (policy.reference is not None) + bool(after)  # generation, old pass, reference, drift after
-    values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor
+    passes = 2 + (policy.reference is not None) + bool(after) + SCORING_PASSES * bool(scores)  # gen, old, ref, after, scoring
+    values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor | scores
     layers = update.layers
     if train.minibatches == 1 and after:  # no minibatch 2..K: the step's drift is the one after its update
         layers, one = one_update_drift(after, applied=update.metrics["nonfinite/minibatches"] == 0)
