@@ -54,3 +54,11 @@ def setting():
     from tests.helpers.micro_batches import moved_setting
 
     return moved_setting()
+
+
+@pytest.fixture(scope="module")
+def parts():
+    """A tiny MoE, its tokenizer and a sort task (tests.helpers.phases): the training phases' shared case."""
+    from tests.helpers.phases import tiny_parts
+
+    return tiny_parts()

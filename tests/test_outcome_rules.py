@@ -6,7 +6,6 @@ and not under v2; a suite declares its rules and the report says which it used. 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,9 +17,7 @@ from analysis.evidence.outcome_rules import COLLAPSE_SHARE, collapse_share, rule
 from analysis.evidence.resolution import draws_for_halving, resolution_sentence, smallest_drop
 from analysis.evidence.stability import COLLAPSED, DEGRADED, FLAT, classify, run_classes
 from gspo_bench.config.schema import AnalysisConfig
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_analysis import make_run  # noqa: E402
+from tests.helpers.results import make_run
 
 NAN = float("nan")
 

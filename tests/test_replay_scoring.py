@@ -7,8 +7,6 @@ pass's own routes, equals the old-policy pass's `mismatch/k3_kl`."""
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,9 +16,7 @@ from gspo_bench.moe import RoutingCapture
 from gspo_bench.train.old_policy import old_policy_pass
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.replay_scoring import LIVE, R2, R3, replay_scores
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_train_phases import parts, rollout, shifted  # noqa: E402, F401  (parts: the tiny MoE fixture)
+from tests.helpers.phases import rollout, shifted
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +56,7 @@ def test_a_run_logs_the_three_scorings_before_its_updates(tmp_path):
     suite (no warm start) under router noise 1. R3's k3 is 0 (the engine's mismatch is its expert choice
     alone), the live and R2 scorings are the old-policy pass's `mismatch/k3_kl` (the same un-updated
     policy), and compute/tokens_forward counts 3 more passes than a run without the scoring."""
-    from test_harness import metrics, run_suite, tiny_suite
+    from tests.helpers.runs import metrics, run_suite, tiny_suite
 
     rows = {}
     for scoring in (False, True):

@@ -6,8 +6,6 @@ expected number is worked out by hand in its test."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,9 +17,7 @@ from analysis.data.load import load_results
 from analysis.evidence.dose import DOSE_STEPS, first_steps, level_bounds, level_doses, with_doses
 from analysis.evidence.stability import arm_fit, failed, kl_axis, run_classes
 from gspo_bench.rollout.mismatch import logprob_mismatch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_stability import swept_run  # noqa: E402
+from tests.helpers.stability import swept_run
 
 K3_LN2 = 1.0 - math.log(2.0)  # k3 at r = 2: r - 1 - log r
 

@@ -15,13 +15,11 @@ import torch
 from torch.testing import assert_close
 
 from gspo_bench.config import TrainConfig
-from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.objectives import get_objective, group_advantages
 from gspo_bench.objectives.kl import k3
 from gspo_bench.rollout import SamplingParams, make_engine
-from gspo_bench.tasks import make_task
 from gspo_bench.train.measurements import to_host
 from gspo_bench.train.old_policy import OldPolicy, old_policy_pass
 from gspo_bench.train.optim import guarded_step, make_optimizer
@@ -29,36 +27,14 @@ from gspo_bench.train.policy import Policy
 from gspo_bench.train.precision import Precision
 from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.update import UpdateSettings, update_minibatch, update_policy
+from tests.helpers.phases import EXPERTS, rollout, shifted
 
 GRPO = partial(get_objective("grpo"), clip_low=0.2, clip_high=0.27)
-EXPERTS = 4
-
-
-@pytest.fixture(scope="module")
-def parts():
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_moe(vocab_size=len(tokenizer), num_layers=2, hidden_size=32, expert_hidden=32,
-                           num_experts=EXPERTS, top_k=2, seed=5)
-    return tokenizer, model, make_task("sort", max_len=3)
 
 
 def new_policy(model, lr=1e-3, precision=Precision()):
     model = copy.deepcopy(model).train()
     return Policy(model, make_optimizer(model, TrainConfig(), lr=lr), precision)
-
-
-def rollout(parts, temperature=1.0, seed=0, policy=None):
-    tokenizer, model, task = parts
-    policy = policy or Policy(model)
-    params = SamplingParams(group_size=4, max_new_tokens=8, temperature=temperature, seed=seed)
-    batch = collect_rollout(policy, make_engine("hf", pad_id=0, eos_id=2), tokenizer, task,
-                            draw_examples(task, 2, seed), params)
-    # rewards of an untrained model are all 0: give the rows distinct advantages so pairing matters
-    return dataclasses.replace(batch, advantages=torch.linspace(-1.5, 1.5, len(batch)))
-
-
-def shifted(routing):
-    return (routing + 1) % EXPERTS
 
 
 # ---------------------------------------------------------------------------------------- rollout
