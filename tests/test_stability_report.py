@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -33,6 +34,16 @@ def test_the_cells_grid_has_a_row_per_first_knob_value_and_a_column_per_other():
     assert list(share.columns) == ["router_lr_scale=0", "router_lr_scale=1"]
     assert share.to_numpy().tolist() == [[0.5, 0.0], [1.0, 1.0]] and text.to_numpy().tolist() == [["1/2", "0/1"],
                                                                                                 ["1/1", "1/1"]]
+
+
+def test_a_grid_with_a_combination_never_run_leaves_that_cell_empty():
+    """A 2-D sweep that ran (noise 0, scale 0), (0, 1) and (1, 0) but never (1, 1): the report drew this
+    grid and died casting the missing cell's NaN count to int (results/regime/drift)."""
+    o = pd.DataFrame({"outcome": [COLLAPSED, LEARNED, DEGRADED], "sweep/router_noise": [0.0, 0.0, 1.0],
+                      "sweep/router_lr_scale": [0.0, 1.0, 0.0], "cell": "x"})
+    share, text = cell_grid(o)
+    assert text.to_numpy().tolist() == [["1/1", "0/1"], ["1/1", ""]]
+    assert share.iloc[0].tolist() == [1.0, 0.0] and share.iloc[1, 0] == 1.0 and np.isnan(share.iloc[1, 1])
 
 
 # ------------------------------------------------------------------------------ the report

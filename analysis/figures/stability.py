@@ -109,7 +109,9 @@ def cell_grid(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     share = frame.pivot_table(index=rows, columns=cols, values="failed", aggfunc="mean")
     fell = frame.pivot_table(index=rows, columns=cols, values="failed", aggfunc="sum")
     runs = frame.pivot_table(index=rows, columns=cols, values="failed", aggfunc="size")
-    text = (fell.astype(int).astype(str) + "/" + runs.astype(int).astype(str)).reindex_like(share)
+    # a sweep whose grid is not full (a combination never run) leaves that cell empty, not "0/0"
+    counts = fell.astype("Int64").astype(str) + "/" + runs.astype("Int64").astype(str)
+    text = counts.where(runs.notna(), "").reindex_like(share)
     labels = [", ".join(f"{n}={_value(v)}" for n, v in zip(names[1:] if len(names) >= 2 else names,
                                                              c if isinstance(c, tuple) else (c,)))
               if names else str(c) for c in share.columns]
