@@ -46,6 +46,12 @@ def compute_by_arm(results: Results) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def is_unmatched(spread: float) -> bool:
+    """Whether `check_matched`'s spread says compute was not matched: above the tolerance, or NaN (budgets
+    of different kinds, allowed by flag), which is no match either."""
+    return not spread <= MATCH_TOLERANCE
+
+
 def check_matched(results: Results, allow_unmatched: bool = False) -> float:
     """The largest relative spread (max - min) / min of spent compute between the finished runs of one
     sweep point (facet; the whole suite without a sweep); raises above 2% unless allowed. Points are

@@ -25,7 +25,7 @@ import pandas as pd
 
 from analysis.data.groups import Group
 from analysis.data.load import Results, finished, unfinished
-from analysis.data.matching import MATCH_TOLERANCE, check_matched
+from analysis.data.matching import check_matched, is_unmatched
 from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.learning import HELD_OUT, Learning
@@ -432,8 +432,7 @@ def decision_sentence(evidence: Evidence, stability: StabilityMap | None) -> tup
 
 
 def compute_words(spread: float, allow_unmatched: bool) -> str:
-    return ("at unmatched compute (allowed by flag)" if allow_unmatched and spread > MATCH_TOLERANCE
-            else "at equal compute")
+    return "at unmatched compute (allowed by flag)" if allow_unmatched and is_unmatched(spread) else "at equal compute"
 
 
 def plain_answer(evidence: Evidence, unfinished: pd.DataFrame, stability: StabilityMap | None, spread: float = 0.0,

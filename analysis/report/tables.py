@@ -10,7 +10,7 @@ import pandas as pd
 
 from analysis.data.groups import Group
 from analysis.data.load import Results, finished, is_finished, unfinished
-from analysis.data.matching import MATCH_TOLERANCE, spent
+from analysis.data.matching import is_unmatched, spent
 from analysis.evidence.family import EXPLORATORY, FEW, NO, REWARD, TIE, YES, Test
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.learning import training_rise
@@ -300,7 +300,7 @@ def mechanism_table(results: Results) -> pd.DataFrame | str:
 
 def suite_summary(results: Results, spread: float, allow_unmatched: bool, evidence: Evidence) -> str:
     runs = results.runs
-    unmatched = " (**unmatched, allowed by flag**)" if allow_unmatched and spread > MATCH_TOLERANCE else ""
+    unmatched = " (**unmatched, allowed by flag**)" if allow_unmatched and is_unmatched(spread) else ""
     done = int(is_finished(runs).sum())
     return (
         f"Suite(s) **{escape(', '.join(sorted(runs['suite'].unique())))}**: {runs['label'].nunique()} objectives x "
