@@ -27,3 +27,23 @@ def test_budgets_of_different_kinds_are_not_called_equal_compute(tmp_path):
     assert "unmatched, allowed by flag" in suite_summary(results, float("nan"), True, evidence)
     matched = plain_answer(evidence, unfinished(results), stability_map(results), 0.0, allow_unmatched=True)
     assert "at equal compute" in plain_text(matched.sentences[0].text)
+
+
+def test_an_arm_that_finished_on_fewer_seeds_is_not_said_to_run_on_all(tmp_path):
+    """grpo finished on seeds 0-2, gspo on seed 0 only (its other two failed): "grpo and gspo on 3 seeds" would
+    be false of gspo. The sentence gives the range, the table names the arm short of the most, and one
+    unfinished run "is" left out."""
+    for seed in range(3):
+        make_run(tmp_path, "grpo", seed)
+        make_run(tmp_path, "gspo", seed, status="done" if seed == 0 else "failed", message="stopped" if seed else "")
+    results = load_results(tmp_path / "synth")
+    found = plain_answer(gather(finished(results)), unfinished(results), stability_map(results))
+    first = plain_text(found.sentences[0].text)
+    assert first.startswith("4 runs finished: grpo and gspo on 1 to 3 seeds, at equal compute"), first
+    assert first.endswith("2 more runs did not finish and are left out."), first
+    rows = found.numbers[found.numbers["sentence"] == 1].set_index("what")["value"]
+    assert rows["arms finished on fewer than 3 seeds"] == "gspo: 1"
+    make_run(tmp_path, "gspo", 1)  # now gspo finished on 2 of grpo's 3 seeds and one run is left out
+    results = load_results(tmp_path / "synth")
+    first = plain_text(plain_answer(gather(finished(results)), unfinished(results), None).sentences[0].text)
+    assert "grpo and gspo on 2 to 3 seeds" in first and first.endswith("1 more run did not finish and is left out."), first

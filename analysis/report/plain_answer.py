@@ -86,6 +86,17 @@ def _figure_links(figures: set[str], *names_: str) -> tuple:
 # ------------------------------------------------------------------------------ 1: what ran
 
 
+def seeds_per_arm(runs: pd.DataFrame) -> tuple[str, list[dict]]:
+    """"2 seeds" where every arm finished on as many seeds at every sweep point (and suite), else "1 to 2
+    seeds", the arms short of the most named in the table row."""
+    per_arm = runs.groupby(["suite", "label"], sort=False)["seed"].nunique()
+    fewest, most = int(per_arm.min()), int(per_arm.max())
+    if fewest == most:
+        return count(most, "seed"), []
+    short = ", ".join(f"{label}: {n}" for (_, label), n in per_arm.items() if n < most)
+    return f"{fewest} to {most} seeds", [_row(1, f"arms finished on fewer than {count(most, 'seed')}", short)]
+
+
 def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str) -> tuple[Sentence, list[dict]]:
     runs = evidence.results.runs
     objectives, seeds = list(dict.fromkeys(runs["arm"])), sorted(set(runs["seed"]))
@@ -94,11 +105,12 @@ def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str) -> 
     kinds = {found.source.kind for found in evidence.learnings.values()}
     basis = ("the **held-out reward**" if kinds == {HELD_OUT} else "the **training reward**" if len(kinds) == 1
              else "the held-out reward where evaluated, else the training reward")
-    left = f"; {count(len(unfinished), 'more run')} did not finish and are left out" if len(unfinished) else ""
-    text = (f"{count(len(runs), 'run')} finished: {listed} on {count(len(seeds), 'seed')}{points}, {compute}, "
-            f"compared on {basis}{left}.")
+    left = (f"; {count(len(unfinished), 'more run')} did not finish and {'is' if len(unfinished) == 1 else 'are'} "
+            "left out" if len(unfinished) else "")
+    on_seeds, short = seeds_per_arm(runs)
+    text = f"{count(len(runs), 'run')} finished: {listed} on {on_seeds}{points}, {compute}, compared on {basis}{left}."
     rows = [_row(1, "runs finished / not finished", f"{len(runs)} / {len(unfinished)}"),
-            _row(1, "seeds", ", ".join(map(str, seeds)))]
+            _row(1, "seeds", ", ".join(map(str, seeds))), *short]
     return Sentence(text, (("summary", SUMMARY), ("numbers", NUMBERS))), rows
 
 
