@@ -7,7 +7,7 @@ from __future__ import annotations
 from analysis.data.load import finished, load_results, unfinished
 from analysis.evidence.gather import gather
 from analysis.evidence.stability import stability_map
-from analysis.report.plain_answer import plain_answer, plain_text
+from analysis.report.plain_answer import MAX_WORDS, plain_answer, plain_text, words
 from analysis.report.tables import suite_summary
 from tests.helpers.results import make_run
 
@@ -47,3 +47,22 @@ def test_an_arm_that_finished_on_fewer_seeds_is_not_said_to_run_on_all(tmp_path)
     results = load_results(tmp_path / "synth")
     first = plain_text(plain_answer(gather(finished(results)), unfinished(results), None).sentences[0].text)
     assert "grpo and gspo on 2 to 3 seeds" in first and first.endswith("1 more run did not finish and is left out."), first
+
+
+def test_arms_alike_share_one_clause_so_a_swept_answer_stays_under_40_words(tmp_path):
+    """Three arms at two sweep points, none failing and each learning at both (results/regime/discriminate's
+    shape, whose sentences ran to 46 and 49 words, one clause per arm): arms with the same words are named
+    together, and every sentence keeps the 40-word limit."""
+    from tests.helpers.stability import swept_run
+
+    for noise, kl in ((0.0, 0.002), (1.0, 0.2)):
+        for seed in range(2):
+            for label in ("grpo", "grpo_rr", "gspo"):
+                swept_run(tmp_path, label, seed, {"router_noise": noise}, {"mismatch/k3_kl": kl * (1 + 0.2 * seed)})
+    results = load_results(tmp_path / "synth")
+    found = plain_answer(gather(finished(results)), unfinished(results), stability_map(results))
+    texts = [plain_text(s.text) for s in found.sentences]
+    assert all(words(s.text) <= MAX_WORDS for s in found.sentences), [(words(t), t) for t in texts]
+    assert texts[1].endswith("grpo, grpo_rr and gspo learned on every seed at 2 of 2 sweep points."), texts[1]
+    assert texts[2] == ("Stability, per arm: grpo, grpo_rr and gspo never degraded or collapsed in 4 runs each, up to "
+                        "the largest mismatch KL measured."), texts[2]

@@ -140,15 +140,16 @@ def learned_one_group(found: Learning) -> str:
 
 def learned_by_point(evidence: Evidence) -> str:
     """Per arm, at how many sweep points it learned on every seed (naming the others where one or two)."""
-    parts = []
     arms_ = list(dict.fromkeys(a for found in evidence.learnings.values() for a in found.arms.index))
+    alike: dict[tuple[int, int], list[str]] = {}  # (points learned at, points present) -> its arms: one clause each
+    missed: list[Group] = []
     for arm in arms_:
         present = [g for g, found in evidence.learnings.items() if arm in found.arms.index]
         missed = [g for g in present if arm not in evidence.learnings[g].learned]
-        clause = f"{escape(arm)} learned on every seed at {len(present) - len(missed)} of {len(present)} sweep points"
-        if missed and len(missed) <= 2 and len(arms_) == 1:
-            clause += f", not at {names([evidence.title(g) for g in missed])}"
-        parts.append(clause)
+        alike.setdefault((len(present) - len(missed), len(present)), []).append(arm)
+    parts = [f"{names(group)} learned on every seed at {hit} of {total} sweep points" for (hit, total), group in alike.items()]
+    if missed and len(missed) <= 2 and len(arms_) == 1:
+        parts[0] += f", not at {names([evidence.title(g) for g in missed])}"
     return "; ".join(parts)
 
 
@@ -258,12 +259,23 @@ def primary_text(evidence: Evidence) -> tuple[str, list[dict]]:
     return (f"of the {count(len(statuses), 'comparison')} declared in the suite file, " + ", ".join(parts)), rows
 
 
-def arm_stability(found: Boundary) -> str:
-    """One arm's stability in words: never failed, a boundary placed, or failures too few to place one."""
-    arm = escape(found.arm)
+def arms_stability(bounds: list[Boundary]) -> str:
+    """Each arm's stability in words, arms whose words are the same in one clause ("a and b never degraded
+    or collapsed in 4 runs each"): the sentence stays short however many arms the map has."""
+    alike: dict[str, list[Boundary]] = {}
+    for found in bounds:
+        alike.setdefault(arm_stability(found), []).append(found)
+    return "; ".join(f"{names([b.arm for b in group])} {arm_stability(group[0], each=len(group) > 1)}"
+                     for group in alike.values())
+
+
+def arm_stability(found: Boundary, each: bool = False) -> str:
+    """One arm's stability in words, after its name: never failed, a boundary placed, or failures too few to
+    place one (`each`: said of several arms with the same counts)."""
+    runs = count(found.runs, "run") + (" each" if each else "")
     if found.failures == 0:
-        return f"{arm} never degraded or collapsed in {count(found.runs, 'run')}, up to the largest mismatch KL measured"
-    failed_ = f"{arm} degraded or collapsed in {found.failures} of {count(found.runs, 'run')}"
+        return f"never degraded or collapsed in {runs}, up to the largest mismatch KL measured"
+    failed_ = f"degraded or collapsed in {found.failures} of {runs}"
     if found.fit is None:
         return f"{failed_}, too few to fit where it fails"
     center, low, high = found.fit.crossing()
@@ -292,7 +304,7 @@ def stability_rows(found: StabilityMap) -> list[dict]:
 def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures: set[str]) -> tuple[Sentence, list[dict]]:
     """A swept suite with a stability map answers per arm; a declared family by its comparisons; else the leader."""
     if stability is not None:
-        text = "Stability, per arm: " + "; ".join(arm_stability(b) for b in stability.bounds)
+        text = "Stability, per arm: " + arms_stability(stability.bounds)
         links = (("table", anchors.STABILITY), *(link for name in (anchors.CHANGE_VS_KL, anchors.COLLAPSE_PROBABILITY)
                                                  for link in map_link(name, figures)))
         return Sentence(text + ".", (*links, ("numbers", NUMBERS))), stability_rows(stability)
