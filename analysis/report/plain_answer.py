@@ -93,7 +93,7 @@ def seeds_per_arm(runs: pd.DataFrame) -> tuple[str, list[dict]]:
     fewest, most = int(per_arm.min()), int(per_arm.max())
     if fewest == most:
         return count(most, "seed"), []
-    short = ", ".join(f"{label}: {n}" for (_, label), n in per_arm.items() if n < most)
+    short = ", ".join(f"{key[1]}: {n}" for key, n in zip(per_arm.index, per_arm, strict=True) if n < most)
     return f"{fewest} to {most} seeds", [_row(1, f"arms finished on fewer than {count(most, 'seed')}", short)]
 
 
