@@ -62,3 +62,19 @@ def test_the_sensitivity_figures_mark_the_chosen_trial(tmp_path):
     (interactive,) = sensitivity_interactive(results)
     stars = [t for t in interactive.data if t.name == "chosen"]
     assert [(t.text[0], t.x[0], t.y[0]) for t in stars] == [("gspo.t01", 3e-3, 0.6), ("gspo.t01", 5e-4, 0.6)]
+
+
+def test_trial_flops_read_each_trial_from_its_own_folder_name(tmp_path):
+    """A label that a folder name escapes (a space): the trial's status.json is under the escaped name;
+    read from `label-s<seed>` it was not found and the arm's tuning compute read as 0."""
+    import json
+
+    from analysis.data.tuning import trial_flops
+    from gspo_bench.rundir.names import run_folder_name
+
+    record = {"seeds": [100, 101], "trials": [{"label": "grpo tuned.t00", "arm": "grpo tuned"}]}
+    for seed, flops in ((100, 2e9), (101, 3e9)):
+        run = tmp_path / run_folder_name("grpo tuned.t00", seed)
+        run.mkdir()
+        (run / "status.json").write_text(json.dumps({"status": "done", "step": 4, "cum_flops": flops}))
+    assert trial_flops(tmp_path, record) == {"grpo tuned": 5e9}

@@ -14,6 +14,7 @@ import pandas as pd
 
 from analysis.data.load import Results
 from gspo_bench.config.tuning import TRIALS_FOLDER
+from gspo_bench.rundir.names import run_folder_name
 
 CHOSEN = "chosen.json"
 
@@ -33,7 +34,7 @@ def trial_flops(folder: Path, record: dict[str, Any]) -> dict[str, float]:
     spent: dict[str, float] = {}
     for trial in record["trials"]:
         for seed in record["seeds"]:
-            status = folder / f"{trial['label']}-s{seed}" / "status.json"
+            status = folder / run_folder_name(trial["label"], seed) / "status.json"  # the label made safe
             flops = json.loads(status.read_text()).get("cum_flops", 0.0) if status.is_file() else 0.0
             spent[trial["arm"]] = spent.get(trial["arm"], 0.0) + float(flops)
     return spent
