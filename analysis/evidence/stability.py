@@ -253,7 +253,8 @@ def class_rows(results: Results) -> pd.DataFrame:
                          "drift_expert_1": _median(steps, DRIFT_EXPERT), "drift_1": _median(steps, DRIFT_TOKEN),
                          "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]),
                          "rules": suite_rules(run.settings), **sweep})
-    return with_doses(pd.DataFrame(rows), ended.metrics)  # each level's dose (analysis.evidence.dose)
+    frame = pd.DataFrame(rows)  # each level's dose (analysis.evidence.dose), from the runs on the map only
+    return with_doses(frame, ended.metrics, pooled=frame[frame["outcome"] != TOO_SHORT]) if rows else frame
 
 
 def failed(classes: pd.DataFrame) -> pd.Series:
