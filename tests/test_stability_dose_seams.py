@@ -1,12 +1,15 @@
 """Where the stability map's dose (analysis.evidence.dose) meets the map's classes
-(analysis.evidence.stability): a level's dose pools the first steps of the runs the map judges only."""
+(analysis.evidence.stability) and its report: a level's dose pools the first steps of the runs the map judges
+only, and an arm's failure rate is bounded per level (cell), never over runs pooled across levels."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from analysis.data.load import load_results
-from analysis.evidence.stability import TOO_SHORT, class_rows
+from analysis.evidence.stability import LEARNED, TOO_SHORT, boundaries, class_rows
+from analysis.report.stability_text import boundary_sentence
 from tests.helpers.stability import swept_run
 
 
@@ -23,3 +26,17 @@ def test_a_run_too_short_to_judge_does_not_move_its_levels_dose(tmp_path):
     assert rows["dose"].tolist() == pytest.approx([0.2, 0.2, 0.2])
     assert rows["dose_response"].tolist() == pytest.approx([1.0, 1.0, 1.0])
     assert rows["dose_steps"].tolist() == [10, 10, 10]
+
+
+def test_an_arm_that_never_failed_is_bounded_per_cell_never_pooled():
+    """No failure in 4 runs, 3 at one cell and 1 at another: each cell's exact one-sided bound is
+    1 - 0.05^(1/3) = 63.2% and 1 - 0.05^(1/1) = 95%; the arm's bound is the loosest, 95%, not the 52.7%
+    of the 4 runs pooled (1 - 0.05^(1/4)), which no cell's runs support."""
+    classes = pd.DataFrame({"arm": "gspo", "cell": ["noise=1"] * 3 + ["noise=3"], "kl": [0.1, 0.1, 0.1, 2.0],
+                            "outcome": LEARNED})
+    (found,) = boundaries(classes)
+    assert (found.cells, found.fewest_in_cell) == (2, 1)
+    assert found.bound == pytest.approx(0.95)
+    text = boundary_sentence(found, ()).text
+    assert "0 of 4 runs degraded or collapsed: in each of its 2 cells the rate is at most 95% at 95%" in text
+    assert "52.7%" not in text

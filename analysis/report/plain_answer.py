@@ -265,7 +265,8 @@ def stability_rows(found: StabilityMap) -> list[dict]:
     rows = []
     for b in found.bounds:
         if b.failures == 0:
-            result = f"failure rate at most {100 * b.bound:.3g}% at 95% (exact one-sided Clopper-Pearson)"
+            where = f" in each of its {b.cells} cells" if b.cells > 1 else ""
+            result = f"failure rate at most {100 * b.bound:.3g}%{where} at 95% (exact one-sided Clopper-Pearson)"
         elif b.fit is not None:
             center, low, high = b.fit.crossing()
             result = f"P(failure) = 0.5 at KL {10 ** center:.3g}, 95% Fieller interval [{10 ** low:.3g}, {10 ** high:.3g}]"
