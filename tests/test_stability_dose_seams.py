@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from analysis.data.load import load_results
-from analysis.evidence.stability import LEARNED, TOO_SHORT, boundaries, class_rows
+from analysis.evidence.stability import LEARNED, TOO_SHORT, StabilityMap, boundaries, class_rows
+from analysis.report.plain_answer import stability_rows
 from analysis.report.stability_text import boundary_sentence
 from tests.helpers.stability import swept_run
 
@@ -40,3 +41,15 @@ def test_an_arm_that_never_failed_is_bounded_per_cell_never_pooled():
     text = boundary_sentence(found, ()).text
     assert "0 of 4 runs degraded or collapsed: in each of its 2 cells the rate is at most 95% at 95%" in text
     assert "52.7%" not in text
+
+
+def test_the_answers_row_of_an_arm_without_a_measured_kl_says_so_not_nan():
+    """Runs whose engine measured no mismatch (KL NaN or 0: off the KL axis) have no KL range: the
+    plain answer's numbers row says none was measured above the floor, never "KL nan to nan"."""
+    classes = pd.DataFrame({"arm": "grpo", "cell": ["lr=1", "lr=2"], "kl": [float("nan"), 0.0],
+                            "outcome": LEARNED})
+    (row,) = stability_rows(StabilityMap(classes, boundaries(classes)))
+    assert row["value"] == "0 of 2; no mismatch KL above 1e-08"
+    measured = pd.DataFrame({"arm": "grpo", "cell": ["lr=1", "lr=2"], "kl": [0.01, 0.2], "outcome": LEARNED})
+    (row,) = stability_rows(StabilityMap(measured, boundaries(measured)))
+    assert row["value"] == "0 of 2; KL 0.01 to 0.2"
