@@ -81,7 +81,8 @@ MAP_FIGURES = [anchors.CHANGE_VS_KL, anchors.CELLS, anchors.COLLAPSE_PROBABILITY
 
 def test_the_map_of_a_swept_suite_has_its_figures_and_says_where_each_arm_breaks(swept):
     """The map's pieces of the report, without the rest of it: every figure (static and plotly), and the
-    answer's sentences. gspo never failed in 8 runs: 1 - 0.05^(1/8) = 0.31234, up to its largest KL
+    answer's sentences. gspo never failed in 8 runs, 2 in each of 4 cells: per cell 1 - 0.05^(1/2) = 0.77639
+    (never the pooled 1 - 0.05^(1/8)), up to its largest KL
     0.2 x 2.2 = 0.44. grpo: 6 of 9 failed (4 at noise 1, seed 0 at noise 0 scale 1, the stopped run)."""
     results = load_results(swept)
     specs = stability_specs(results)
@@ -100,8 +101,8 @@ def test_the_map_of_a_swept_suite_has_its_figures_and_says_where_each_arm_breaks
     assert "grpo 6 collapsed, 0 degraded, 3 learned, 0 flat; gspo 0 collapsed, 0 degraded, 8 learned, 0 flat" in texts[0]
     assert texts[1].startswith("**grpo: P(degraded or collapsed) crosses 0.5 at mismatch KL")  # not separated: a fit
     assert texts[2] == ("**gspo: no stability boundary reached** up to the largest mismatch KL measured, 0.44: 0 of 8 "
-                        "runs degraded or collapsed: the rate is at most 31.2% at 95% (exact one-sided Clopper-Pearson, "
-                        "1 - 0.05^(1/8)).")
+                        "runs degraded or collapsed: in each of its 4 cells the rate is at most 77.6% at 95% (exact one-sided "
+                        "Clopper-Pearson per cell, 1 - 0.05^(1/2) at its fewest runs in a cell; cells are not pooled).")
     assert texts[3].startswith("Runs collapsed: grpo 6 of 9 (s2 at router_lr_scale=1,router_noise=1 at step 6, ")
     assert texts[4] == ("Drift after one update (moe/drift_expert_1, median over steps, mean over runs) by "
                         "train.router_lr_scale: grpo 0.02 at 0, 0.12 at 1; gspo 0.02 at 0, 0.12 at 1.")

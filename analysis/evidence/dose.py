@@ -60,12 +60,15 @@ def level_doses(first: pd.DataFrame, levels: pd.DataFrame) -> pd.DataFrame:
            "dose_steps": ("per_token", "size")}).reset_index()
 
 
-def with_doses(outcomes: pd.DataFrame, metrics: pd.DataFrame, n: int = DOSE_STEPS) -> pd.DataFrame:
+def with_doses(outcomes: pd.DataFrame, metrics: pd.DataFrame, n: int = DOSE_STEPS,
+               pooled: pd.DataFrame | None = None) -> pd.DataFrame:
     """`outcomes` (rows of the map's outcome table: suite, label, seed, cell, ...) with its level's
-    `dose`, `dose_response` and `dose_steps` on every row."""
+    `dose`, `dose_response` and `dose_steps` on every row. `pooled`: the rows whose runs' first steps
+    make the doses (the runs the map judges: a run it leaves off must not move its level's dose);
+    every row of `outcomes` where not given."""
     if not len(outcomes):
         return outcomes
-    doses = level_doses(first_steps(metrics, n), outcomes)
+    doses = level_doses(first_steps(metrics, n), outcomes if pooled is None else pooled)
     return outcomes.merge(doses, on=LEVEL_KEY, how="left")
 
 

@@ -44,7 +44,9 @@ against log10 KL per arm is by maximum likelihood, with a 95% Wald band for the 
 inverse of the observed information at the optimum) and Fieller's interval for the KL where the curve
 crosses 0.5 (the KL values whose band contains 0.5); only where the arm has both outcomes at two or more
 KL values and they are not separated by KL (then the maximum-likelihood slope is infinite). With no
-failure among n runs the failure rate is at most 1 - 0.05^(1/n) at 95% (exact one-sided Clopper-Pearson).
+failure, each cell's failure rate is at most 1 - 0.05^(1/n) at 95% for its n runs (exact one-sided
+Clopper-Pearson), never pooled across cells: Boundary.bound is the loosest of them, at the arm's fewest runs
+in a cell.
 """
 
 from __future__ import annotations
@@ -253,7 +255,8 @@ def class_rows(results: Results) -> pd.DataFrame:
                          "drift_expert_1": _median(steps, DRIFT_EXPERT), "drift_1": _median(steps, DRIFT_TOKEN),
                          "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]),
                          "rules": suite_rules(run.settings), **sweep})
-    return with_doses(pd.DataFrame(rows), ended.metrics)  # each level's dose (analysis.evidence.dose)
+    frame = pd.DataFrame(rows)  # each level's dose (analysis.evidence.dose), from the runs on the map only
+    return with_doses(frame, ended.metrics, pooled=frame[frame["outcome"] != TOO_SHORT]) if rows else frame
 
 
 def failed(classes: pd.DataFrame) -> pd.Series:
@@ -338,11 +341,14 @@ class Boundary:
     why_no_fit: str
     largest_held: float  # NaN where every cell had a failure
     smallest_majority: float  # NaN where no cell had a majority of failures
+    cells: int = 1  # the cells (sweep points) its runs are in
+    fewest_in_cell: int = 0  # the fewest runs in one of them
 
     @property
     def bound(self) -> float:
-        """With no failure: the upper bound on the failure rate at 95% (NaN otherwise)."""
-        return zero_event_bound(self.runs) if self.failures == 0 and self.runs else float("nan")
+        """With no failure: the upper bound at 95% on the failure rate in each cell (the loosest cell's: its
+        fewest runs), never one over runs pooled across cells (NaN otherwise)."""
+        return zero_event_bound(self.fewest_in_cell) if self.failures == 0 and self.fewest_in_cell else float("nan")
 
 
 def boundary(arm: str, classes: pd.DataFrame) -> Boundary:
@@ -351,12 +357,14 @@ def boundary(arm: str, classes: pd.DataFrame) -> Boundary:
     cells = placed.groupby("cell", sort=False).agg(kl=("kl", "median"), share=("failed", "mean"))
     held, majority = cells.loc[cells["share"] == 0, "kl"], cells.loc[cells["share"] > 0.5, "kl"]
     fit = arm_fit(classes)
+    per_cell = classes.groupby("cell", sort=False).size()
     return Boundary(arm, len(classes), int(failed(classes).sum()), int((classes["outcome"] == COLLAPSED).sum()),
                     len(classes) - len(placed), float(placed["kl"].min()) if len(placed) else float("nan"),
                     float(placed["kl"].max()) if len(placed) else float("nan"),
                     fit if isinstance(fit, LogisticFit) else None, fit if isinstance(fit, str) else "",
                     float(held.max()) if len(held) else float("nan"),
-                    float(majority.min()) if len(majority) else float("nan"))
+                    float(majority.min()) if len(majority) else float("nan"), len(per_cell),
+                    int(per_cell.min()) if len(per_cell) else 0)
 
 
 def boundaries(classes: pd.DataFrame) -> list[Boundary]:

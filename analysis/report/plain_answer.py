@@ -31,7 +31,7 @@ from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.paper import CLIP, DEPTH, DRIFT_ONE, arms, paper_tests
 from analysis.evidence.primary import declarations
-from analysis.evidence.stability import Boundary, StabilityMap, stability_map
+from analysis.evidence.stability import KL_FLOOR, Boundary, StabilityMap, stability_map
 from analysis.report import anchors
 from analysis.report.escape import SPECIAL, escape
 from analysis.report.paper_checks import paper_checks
@@ -289,14 +289,16 @@ def stability_rows(found: StabilityMap) -> list[dict]:
     rows = []
     for b in found.bounds:
         if b.failures == 0:
-            result = f"failure rate at most {100 * b.bound:.3g}% at 95% (exact one-sided Clopper-Pearson)"
+            where = f" in each of its {b.cells} cells" if b.cells > 1 else ""
+            result = f"failure rate at most {100 * b.bound:.3g}%{where} at 95% (exact one-sided Clopper-Pearson)"
         elif b.fit is not None:
             center, low, high = b.fit.crossing()
             result = f"P(failure) = 0.5 at KL {10 ** center:.3g}, 95% Fieller interval [{10 ** low:.3g}, {10 ** high:.3g}]"
         else:
             result = f"no fit: {b.why_no_fit}"
-        rows.append(_row(3, f"{b.arm}: runs degraded or collapsed; mismatch KL measured",
-                         f"{b.failures} of {b.runs}; KL {b.kl_low:.3g} to {b.kl_high:.3g}",
+        kls = (f"KL {b.kl_low:.3g} to {b.kl_high:.3g}" if np.isfinite(b.kl_high)
+               else f"no mismatch KL above {KL_FLOOR:g}")  # every run off the KL axis: no range to give
+        rows.append(_row(3, f"{b.arm}: runs degraded or collapsed; mismatch KL measured", f"{b.failures} of {b.runs}; {kls}",
                          "stability map: logistic fit of failure in log10 KL", result))
     return rows
 

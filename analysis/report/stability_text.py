@@ -34,13 +34,19 @@ Classes, the first that holds:
 2. **degraded**: the last point below, at the first point of the final run of points below.
 3. **learned**: the learnability gate (held-out rise z-test, else the training reward's Welch test; one-sided p < 0.05).
 4. **flat**: none of these.
-The map's x axis is measured: the median over steps of `mismatch/k3_kl`. **Failure** = degraded or collapsed. Per arm, P(failure) against log10 KL is fitted by maximum likelihood (logistic) with a 95% Wald band (inverse observed information), where the arm has both outcomes at two or more KL values and they are not separated by KL; the boundary is the KL where the fit crosses 0.5, with Fieller's interval (the KL values whose band contains 0.5). Without a fit: the largest cell KL with no failed seed and the smallest where most seeds failed. With no failure in n runs: the rate is at most 1 - 0.05^(1/n) at 95% (exact one-sided Clopper-Pearson)."""
+The map's x axis is measured: the median over steps of `mismatch/k3_kl`. **Failure** = degraded or collapsed. Per arm, P(failure) against log10 KL is fitted by maximum likelihood (logistic) with a 95% Wald band (inverse observed information), where the arm has both outcomes at two or more KL values and they are not separated by KL; the boundary is the KL where the fit crosses 0.5, with Fieller's interval (the KL values whose band contains 0.5). Without a fit: the largest cell KL with no failed seed and the smallest where most seeds failed. With no failure: in each cell the rate is at most 1 - 0.05^(1/n) at 95% for its n runs (exact one-sided Clopper-Pearson per cell; runs of different cells are never pooled)."""
 
 
-def bound_text(n: int) -> str:
-    """"0 of 60 runs degraded or collapsed: the rate is at most 4.87% at 95% (...)"."""
-    return (f"0 of {count(n, 'run')} degraded or collapsed: the rate is at most {100 * zero_event_bound(n):.3g}% at "
-            f"95% (exact one-sided Clopper-Pearson, 1 - 0.05^(1/{n}))")
+def bound_text(n: int, cells: int = 1, fewest: int | None = None) -> str:
+    """"0 of 60 runs degraded or collapsed: the rate is at most 4.87% at 95% (...)"; over several cells the
+    bound of each cell (the loosest: the `fewest` runs of a cell), never one over the runs pooled."""
+    if cells <= 1:
+        return (f"0 of {count(n, 'run')} degraded or collapsed: the rate is at most {100 * zero_event_bound(n):.3g}% "
+                f"at 95% (exact one-sided Clopper-Pearson, 1 - 0.05^(1/{n}))")
+    fewest = n if fewest is None else fewest
+    return (f"0 of {count(n, 'run')} degraded or collapsed: in each of its {cells} cells the rate is at most "
+            f"{100 * zero_event_bound(fewest):.3g}% at 95% (exact one-sided Clopper-Pearson per cell, 1 - 0.05^(1/"
+            f"{fewest}) at its fewest runs in a cell; cells are not pooled)")
 
 
 def kl_text(log_kl: float) -> str:
@@ -81,7 +87,7 @@ def boundary_sentence(found: Boundary, links: tuple) -> Sentence:
            if found.off_axis else "")
     if found.failures == 0:
         upto = f"up to the largest mismatch KL measured, {found.kl_high:.3g}" if placed else f"({none_placed})"
-        return Sentence(f"**{arm}: no stability boundary reached** {upto}: {bound_text(found.runs)}{off}.", links)
+        return Sentence(f"**{arm}: no stability boundary reached** {upto}: {bound_text(found.runs, found.cells, found.fewest_in_cell)}{off}.", links)
     if found.fit is not None:
         return fit_sentence(arm, found, measured, off, links)
     if not placed:
