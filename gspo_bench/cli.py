@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
 import shlex
 import sys
@@ -450,6 +451,9 @@ def check(
     name: str = typer.Argument(..., help="a registered objective (built in, or from --plugin)"),
     plugins: list[str] | None = plugin_option(),
     seed: int = typer.Option(0, help="seed of the kit's random batches"),
+    params: list[str] | None = typer.Option(None, "--param", metavar="KEY=VALUE", help="one of the objective's "
+                                            "keywords (a suite entry's params, clip_low, clip_high), the value read "
+                                            "as YAML; repeatable. Default: the function's defaults"),
 ) -> None:
     """The conformance kit: measure the properties every objective must have (finite at extreme ratios,
     padding and order invariance, zero advantages, the on-policy gradient of its reduction, ascent,
@@ -462,7 +466,7 @@ def check(
         objective_spec(name)
     except UnknownObjectiveError as err:
         raise fail(str(err)) from None
-    findings = check_objective(name, seed)
+    findings = check_objective(name, seed, settings=kit_settings(name, params or []))
     for f in findings:
         verdict = "n/a" if f.passed is None else "pass" if f.passed else "FAIL"
         number = "-" if f.passed is None else f"{f.measured:.3g}"
@@ -473,6 +477,32 @@ def check(
         raise typer.Exit(1)
     skipped = sum(f.passed is None for f in findings)
     say(f"{name}: conforms ({len(findings) - skipped} properties pass, {skipped} declared not to apply)")
+
+
+def kit_settings(name: str, items: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` items (`check --param`) as the keywords objective `name` is checked with: the same
+    settings a suite entry gives it (its params and clip range, which `validate` checks it with); one
+    error line for an item without `=`, a key given twice or a keyword the objective does not take."""
+    from gspo_bench.config.schema import LOOP_INPUTS
+    from gspo_bench.config.yamlread import read_yaml
+    from gspo_bench.objectives import objective_spec
+
+    spec = objective_spec(name)
+    takes = sorted(set(inspect.signature(spec.fn).parameters) - {*LOOP_INPUTS, *spec.inputs, "weights"})
+    settings: dict[str, Any] = {}
+    for item in items:
+        key, equals, text = (part.strip() for part in item.partition("="))
+        if not equals or not key:
+            raise fail(f"--param {item}: expected KEY=VALUE, e.g. --param clip_high=0.3")
+        if key in settings:
+            raise fail(f"--param {key}: given twice")
+        if key not in takes:
+            raise fail(f"--param {key}: objective {name} takes no keyword {key!r}; it takes: {', '.join(takes) or 'none'}")
+        try:
+            settings[key] = read_yaml(text)
+        except ValueError as err:
+            raise fail(f"--param {key}: {err}") from None
+    return settings
 
 
 def probe_cell(row: dict, column: str) -> str:

@@ -136,6 +136,21 @@ def test_a_setting_one_record_lacks_reads_as_its_default_for_both_callers():
     assert changed_settings(old, params, "suite") == [("objectives.0.params.beta", None, 0.0)]
 
 
+def test_a_field_added_since_reads_as_its_default_through_a_factory_and_an_optional_section():
+    """Runs recorded before eval.lm_eval_tasks (a list, default_factory) and analysis.rules (inside the
+    optional analysis: section) existed resume and pool with today's resolved config: results/paper_cpu
+    and results/stability_cpu/stage2 were refused (None -> [], None -> 'v1'); a real edit still is."""
+    declared = edited("analysis", {"primary": {"each_vs": "grpo"}})
+    old = run_settings(declared, "suite")
+    now = run_settings(parse_suite(declared).model_dump(mode="json"), "suite")
+    assert now["eval.lm_eval_tasks"] == [] and now["analysis.rules"] == "v1"
+    recorded = {k: v for k, v in now.items() if k not in ("eval.lm_eval_tasks", "analysis.rules")}
+    assert changed_settings(recorded, now, "suite") == []
+    assert changed_settings(recorded, {**now, "analysis.rules": "v2", "eval.lm_eval_tasks": ["gsm8k"]}, "suite") == [
+        ("analysis.rules", None, "v2"), ("eval.lm_eval_tasks", None, ["gsm8k"])]
+    assert old.get("analysis.rules") is None
+
+
 def test_flatten_names_every_leaf_and_the_ignored_settings_are_the_documented_ones():
     assert flatten({"a": {"b": 1, "c": [1, 2]}, "o": [{"n": "x"}], "e": {}}) == {"a.b": 1, "a.c": [1, 2], "o.0.n": "x"}
     config = {"run": {"seed": 3, "overrides": {"train.lr": 1.0}}, "suite": edited("tracking.wandb", True)}

@@ -153,3 +153,38 @@ def test_check_prints_every_measurement_and_exits_1_on_a_failure(tmp_path):
     assert "n/a" in lines["inputs_used"] and "declares no extra inputs" in lines["inputs_used"]
     ok = CliRunner().invoke(app, ["check", "luspo"])
     assert ok.exit_code == 0 and "n/a" in ok.output and "scaled by |y_i|" in " ".join(ok.output.split())
+
+
+SIGNED = '''from gspo_bench.objectives import get_objective, register_objective
+
+@register_objective("signed", description="GRPO times a sign", reference="-")
+def signed(logp, old_logp, advantages, mask, sign=1.0, weights=None):
+    loss, metrics = get_objective("grpo")(logp, old_logp, advantages, mask, weights=weights)
+    return sign * loss, metrics
+'''
+
+
+def test_check_takes_the_params_a_suite_entry_gives_and_validate_names_them(tmp_path):
+    """`check NAME --param KEY=VALUE` measures the objective as a suite entry's params make it (validate
+    checks it so, and its refusal names the command with them): the kit passes `signed` at its default
+    sign and fails it at sign -1; a keyword it does not take is one error line."""
+    from gspo_bench.config import parse_suite
+    from gspo_bench.config.plugins import unload_plugins
+    from gspo_bench.suite.preflight import _check_plugin_objectives
+
+    plugin = str(tmp_path / "signed.py")
+    (tmp_path / "signed.py").write_text(SIGNED)
+    try:
+        default = CliRunner().invoke(app, ["check", "signed", "--plugin", plugin])
+        flipped = CliRunner().invoke(app, ["check", "signed", "--plugin", plugin, "--param", "sign=-1"])
+        unknown = CliRunner().invoke(app, ["check", "signed", "--plugin", plugin, "--param", "beta=1"])
+        suite = parse_suite({"name": "s", "plugins": [plugin], "task": {"name": "sort"},
+                             "budget": {"kind": "steps", "value": 1},
+                             "objectives": [{"name": "signed", "params": {"sign": -1.0}}]})
+        refusal = _check_plugin_objectives(suite)
+    finally:
+        unload_plugins()
+    assert default.exit_code == 0, default.output
+    assert flipped.exit_code == 1 and "FAIL" in flipped.output, flipped.output
+    assert unknown.exit_code == 2 and "takes no keyword 'beta'; it takes: sign" in unknown.output
+    assert len(refusal) == 1 and f"--plugin {plugin} --param sign=-1.0`" in refusal[0]

@@ -152,3 +152,22 @@ def test_trial_runs_go_to_the_tuning_folder_and_start_from_the_comparisons_weigh
     assert len(runs) == 12 * 2 and runs[0].run_dir == tmp_path / "tq" / "tuning" / "grpo.t00-s10"
     assert {r.suite.task.params.get("held_out") for r in runs} == {"validation"}
     assert {r.start.model_dump_json() for r in runs} == {suite.model_dump_json()}
+
+
+def test_a_correction_parameter_is_tuned_under_params_and_a_wrong_one_is_refused_at_its_tuning_path():
+    """`correction.cap` on a grpo + tis arm: every trial (and the comparison) runs the arm's correction with
+    the drawn cap, nested as {kind, params}; `correction.nope` is refused naming the space's path (it read
+    as the suite's own `correction:`, which is valid)."""
+    data = tuned_suite(spaces={"all": {"correction.cap": [1.5, 3.0]}}, trials=2)
+    data["objectives"] = [{"name": "grpo", "label": "grpo_tis", "correction": {"kind": "tis", "params": {"cap": 2.0}}}]
+    suite = parse_suite(data)
+    trials = plan_trials(suite)
+    assert sorted(t.entry.correction["params"]["cap"] for t in trials) == [1.5, 3.0]
+    assert {t.entry.correction["kind"] for t in trials} == {"tis"}
+    assert sorted(e.correction_fn().keywords["cap"] for e in trial_suite(suite).objectives) == [1.5, 3.0]
+    compared = comparison_suite(suite, {"grpo_tis": {"correction.cap": 3.0}}).objectives[0]
+    assert compared.correction == {"kind": "tis", "params": {"cap": 3.0}}
+    data["tuning"]["spaces"] = {"all": {"correction.nope": [1.5, 3.0]}}
+    with pytest.raises(SuiteError, match=r"tuning.spaces \(grpo_tis\).correction.nope: correction tis takes no "
+                                         r"parameter 'nope'; it takes: cap, level"):
+        parse_suite(data)

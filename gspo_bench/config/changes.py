@@ -14,13 +14,15 @@ here, less the settings that do not change what a run computes (`NOT_RESULTS`):
   suite neither stops a resume of its existing runs nor splits its folder in the report;
 - `run.overrides`: how the `--set` values were given (the fields they set are compared).
 
-A key one record lacks reads as the field's default where it is a suite field with a plain default (a
-field added to the schema after that record was written), and as None otherwise. Imports
+A key one record lacks reads as the field's default where it is a suite field with a default, plain or
+made by a factory, in a section or an optional one (a field added to the schema after that record was
+written: `eval.lm_eval_tasks`, `analysis.rules`), and as None otherwise. Imports
 pydantic and the schema only: no torch.
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,8 +61,11 @@ def run_settings(config: Mapping[str, Any], section: str = "") -> dict[str, Any]
 
 
 def field_default(key: str) -> Any:
-    """The default of suite field `key` ("suite.model.router_scale"); None where the key is no suite
-    field or has no plain default (a default factory, a required field), as a missing value reads."""
+    """The default of suite field `key` ("suite.model.router_scale", "suite.eval.lm_eval_tasks",
+    "suite.analysis.rules"): a plain default, or what a default factory makes (a list field added since
+    a record was written reads as its empty list); through an optional section (`analysis:`) as through
+    a plain one. None where the key is no suite field or has no default (a required field), as a
+    missing value reads."""
     from gspo_bench.config.schema import SuiteConfig
 
     parts = key.split(".")
@@ -72,12 +77,21 @@ def field_default(key: str) -> Any:
         if field is None:
             return None
         if i == len(parts) - 1:
-            return None if field.is_required() or field.default_factory is not None else field.default
-        annotation = field.annotation
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            takes_data = getattr(field, "default_factory_takes_validated_data", False)  # pydantic >= 2.10
+            return None if field.is_required() or takes_data else field.get_default(call_default_factory=True)
+        section = _section_model(field.annotation)
+        if section is None:
             return None
-        model = annotation
+        model = section
     return None
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The settings section an annotation holds: `Model` or `Model | None` (an optional section); None
+    for anything else (a list, a mapping, a plain value)."""
+    candidates = [annotation, *typing.get_args(annotation)]
+    models = [a for a in candidates if isinstance(a, type) and issubclass(a, BaseModel)]
+    return models[0] if len(models) == 1 else None
 
 
 def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any],

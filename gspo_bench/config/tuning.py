@@ -300,13 +300,26 @@ def check_space(suite: Any, entry: Any, space: dict[str, Space]) -> None:
         if head in ("params", "kwargs") and rest not in spec.params():
             raise ValueError(f"{where}: objective {entry.objective} takes no keyword {rest!r}; it takes: "
                              f"{', '.join(sorted(spec.params())) or 'none'}")
-        if head == "correction" and entry.correction is None:
-            raise ValueError(f"{where}: arm {entry.run_label} has no correction to tune")
+        if head == "correction":
+            check_correction_path(where, entry, rest)
         if head in ("rollout", "train"):
             try:
                 sweep.field_of(suite.model_dump(mode="json"), path)
             except KeyError as err:
                 raise ValueError(f"{where}: {err.args[0]}") from None
+
+
+def check_correction_path(where: str, entry: Any, name: str) -> None:
+    """ValueError at `where` (the space's path) unless arm `entry` has a correction that takes parameter
+    `name` (a wrong name was refused as the suite's own `correction:`, naming no tuning path)."""
+    from gspo_bench.objectives.corrections import correction_spec
+
+    if entry.correction is None:
+        raise ValueError(f"{where}: arm {entry.run_label} has no correction to tune")
+    kind = entry.correction["kind"]
+    takes = sorted(correction_spec(kind).params())
+    if name not in takes:
+        raise ValueError(f"{where}: correction {kind} takes no parameter {name!r}; it takes: {', '.join(takes) or 'none'}")
 
 
 def check_validation_split(suite: Any) -> None:

@@ -11,6 +11,7 @@ weights, no memory), so `validate` and `run` cannot disagree.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -267,8 +268,10 @@ def _check_plugin_objectives(suite: SuiteConfig) -> list[str]:
             continue
         failed = [f"{f.property} ({f.measured:.3g}, needs {f.bound})" for f in findings if f.passed is False]
         if failed:
+            given = "".join(f" --param {shlex.quote(f'{key}={json.dumps(value)}')}" for key, value in
+                            {**entry.clip_range(), **entry.params}.items())
             problems.append(f"{where}: fails the conformance kit: {', '.join(failed)}; `gspo-bench check "
-                            f"{entry.objective} --plugin {from_plugins[entry.objective]}` shows every property "
+                            f"{entry.objective} --plugin {from_plugins[entry.objective]}{given}` shows every property "
                             "(declare exempt={property: why} where one does not apply)")
     return problems
 
