@@ -224,12 +224,24 @@ def _worker_signal(signum: int, frame: FrameType | None) -> None:
             raise SystemExit(128 + signum)
 
 
+def _stop_is_set(stop: Any) -> bool:  # a multiprocessing Event
+    """Whether the suite's stop is set, read with SIGINT and SIGTERM held back: `_worker_signal` raises
+    in this thread, and a raise while the Event's internal lock is held (Ctrl-C to the group landing in
+    `is_set`) left the lock taken and the other worker, and so the suite, waiting on it for ever. A signal
+    held back arrives as the mask is restored, after the lock is released."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        return bool(stop.is_set())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _run_in_process(spec: RunSpec, mode: dict[str, Any]) -> dict[str, Any]:
     """`run_one` in a worker; a run queued when the suite stopped is not started."""
     worker = _WORKER
     try:
         worker["running"] = True
-        if worker["stop"].is_set() or worker["stopped"]:  # checked once `running` is set: a later stop reaches the run
+        if _stop_is_set(worker["stop"]) or worker["stopped"]:  # checked once `running` is set: a later stop reaches the run
             return {"status": "not started", "message": "the suite was stopped", "step": None}
         return run_one(spec, mode, _QueueReport(worker["messages"]))
     except Stopped as err:  # the loop records a stopped run itself; a stop before or after it reached the loop:
