@@ -51,3 +51,26 @@ def test_the_cache_key_holds_the_kernels_and_their_thread_count(tmp_path, monkey
         monkeypatch.setattr(warmstart, "kernel_key", lambda: "AVX512/AUTO/1 threads/some cpu")
         assert key_of(tmp_path, monkeypatch) not in (one, two)
 
+
+
+def threads_seen(tmp_path: Path, monkeypatch, **warm_start) -> int:
+    """torch's thread count while `starting_weights` warm-starts a suite with train.threads 1."""
+    import torch
+
+    seen = {}
+
+    def fake(build, tokenizer, task, params, key_parts, cache, on_eval=None):
+        seen["threads"] = torch.get_num_threads()
+        return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.3, "steps": 1}
+
+    monkeypatch.setattr(warmstart, "warm_start", fake)
+    suite = tiny_suite(cache_dir=str(tmp_path / "cache"), **warm_start)
+    suite = suite.model_copy(update={"train": suite.train.model_copy(update={"threads": 1})})
+    with torch_threads(3):
+        runner.starting_weights(suite, 0, log=lambda line: None)
+    return seen["threads"]
+
+
+def test_warm_start_threads_set_the_warm_starts_thread_count_and_train_threads_otherwise(tmp_path, monkeypatch):
+    assert threads_seen(tmp_path, monkeypatch, threads=2) == 2
+    assert threads_seen(tmp_path, monkeypatch) == 1

@@ -243,6 +243,10 @@ class WarmStartConfig(Strict):
                               "accuracy (a count fixed on a pilot: no first-in-band stop for one noisy evaluation to "
                               "move); the band then only says whether the accuracy reached lies in it")
     cache_dir: str | None = Field(None, description="where warm-started weights are cached; default ~/.cache/gspo-bench")
+    threads: int | None = Field(None, ge=1, le=256, description="torch threads of the warm start (default: "
+                                "train.threads). Warm starts run one at a time before any RL run, so on a 2-core "
+                                "machine `2` uses the core the runs' one thread each would leave idle; the kernels' "
+                                "thread count is part of the cache key, as other sums make other weights")
     device: str = Field("cpu", pattern=r"^(cpu|cuda(:\d+)?)$", description="where the warm start trains: cpu, "
                         "or cuda for models too large for a CPU warm start (the cached weights are saved either way)")
     seed: Seed | None = Field(None, description="seed the starting model is built and warm-started with (default: each "

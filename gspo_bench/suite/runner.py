@@ -121,7 +121,8 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
         prompt_format=prompt_format, device=ws.device, steps=ws.steps if ws.enabled else None,
     )
     log(f"starting weights for seed {seed}: {'warm start' if ws.enabled else 'fresh init'} (cache {cache})")
-    with torch_threads(suite.train.threads):  # the runs' thread count: the same sums on any machine
+    # warm_start.threads, else the runs' thread count: fixed by the suite, so the same sums on any machine
+    with torch_threads(ws.threads or suite.train.threads):
         _, info = warm_start(
             build, tokenizer, make_task(suite.task.name, **suite.task.params), params, key_parts, cache,
             on_eval=on_eval or (lambda step, acc: log(f"  warm start step {step}: sampled test accuracy {acc:.3f}")),
