@@ -68,7 +68,8 @@ def test_the_moe_rl_methods_suite_builds_a_grouped_deepseek_v3_with_a_dense_firs
 
 
 def test_quickstart_is_deep_enough_for_drift():
-    assert load_suite(EXPERIMENTS / "quickstart.yaml").model.num_layers >= 8
+    # drift per layer needs layers to compare: 4 (the paper's "deeper layers drift more" is checked on them)
+    assert load_suite(EXPERIMENTS / "quickstart.yaml").model.num_layers >= 4
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,8 @@ from analysis.data.load import load_results
 from gspo_bench.rundir.renames import current_run_keys
 
 ROOT = Path(__file__).resolve().parent.parent
-OLD_RUN = ROOT / "results" / "quickstart" / "grpo-s0"  # committed before the rename: its config says `algorithm`
+# a quickstart run as a release before the rename wrote it (its config says `algorithm`), kept as test data
+OLD_RUN = ROOT / "tests" / "data" / "old_release" / "grpo-s0"
 
 
 def copied_run(out: Path, run_keys: dict) -> Path:

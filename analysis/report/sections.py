@@ -229,9 +229,10 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("stability-map", _stability, when="with finished or collapsed runs in several groups, or a swept "
                 "mismatch or volatility knob (analysis.evidence.stability.map_applies)"),
     SectionSpec("tuning", lambda c: [Section("tuning", "Tuning: ruleset per arm, chosen settings, tuning and comparison "
-                                             "FLOPs", f"{TU.tuning_text(c.results)}"), Section(
-        "tuning-arms", "Tuning per arm", TU.tuning_table(c.results))] if tuning_records(c.results) else [],
-                when="with a tuned suite (tuning: in its suite file)"),
+                                             "FLOPs", "\n".join(filter(None, [TU.tuning_text(c.results),
+                                                                             TU.untuned_text(c.results)]))), Section(
+        "tuning-arms", "Tuning per arm", TU.tuning_table(c.results))] if tuning_records(c.results) else [
+        Section("tuning", "Tuning", TU.untuned_text(c.results))]),
     SectionSpec("held-out-evaluation", _one("held-out-evaluation", "Held-out evaluation",
                                             lambda c: T.eval_table(c.shown))),
     SectionSpec("clip-by-length", _one("clip-by-length", "Clip fraction by response length",

@@ -10,6 +10,7 @@ import pandas as pd
 
 from analysis.data.load import Results
 from analysis.data.tuning import settings_text, trial_flops, tuning_records
+from analysis.report.escape import escape
 
 
 def tuning_table(results: Results) -> pd.DataFrame:
@@ -41,3 +42,17 @@ def tuning_text(results: Results) -> str:
                      f"the {record['rule']} {record['metric']} score on the task's validation split, never its test "
                      "split; ties go to the trial drawn first. Arms under `defaults` ran as declared, untuned.")
     return "\n".join(lines)
+
+
+def untuned_text(results: Results) -> str:
+    """The sentence for suites with no tuning: their arms ran as declared, so a gap between two arms may
+    be one of step size (each objective's own clip range at the suite's lr) rather than of objective."""
+    tuned = tuning_records(results)
+    untuned = [escape(s) for s in pd.unique(results.runs["suite"]) if s not in tuned]
+    if not untuned:
+        return ""
+    return (f"Untuned: every arm of {', '.join(untuned)} ran at its declared settings (the suite's lr, each "
+            "objective's own clip range unless the suite sets one), with no trials. A difference between arms can "
+            "then be one of step size rather than of objective; a `tuning:` section in the suite file tunes every "
+            "arm on the same budget, on a validation split, before the comparison (docs/suites.md#tuning-every-"
+            "arm-tuned-on-the-same-budget-before-it-is-compared).")

@@ -23,7 +23,6 @@ evaluations and status, times aside): a speed-up that changed a number is report
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
