@@ -220,7 +220,7 @@ def invariants(current: Results, baseline: Results, min_reward_rise: float = 0.0
         out.append(Check(str(label), "invariant: 0 < drift < 1", None, float(d), "(0, 1)", bool(0 < d < 1)))
     try:
         spread = check_matched(current)
-        out.append(Check("all", "invariant: compute matched", None, spread, f"<= {MATCH_TOLERANCE:.0%}", True))
+        out.append(Check("all", "invariant: compute matched", None, spread, f"<= {MATCH_TOLERANCE:.0%} or one step", True))
     except UnmatchedComputeError as err:
         out.append(Check("all", "invariant: compute matched", None, None, str(err), False))
     return out
