@@ -236,7 +236,7 @@ def test_every_declared_section_is_in_both_reports_in_order(report):
     assert [s.anchor for s in built] == ["answer", "answer-numbers", "figures", "answer-detail", "suite-summary",
                                          "compute-matching", "learnability",
                                          anchors.SUMMARY, "paired-vs-grpo", "comparisons", "paper-vs-run",
-                                         "held-out-evaluation", "clip-by-length", "heavy-tailed", "extreme-ratios",
+                                         "tuning", "held-out-evaluation", "clip-by-length", "heavy-tailed", "extreme-ratios",
                                          "ratio-variance-by-routing", "router-margins", "router-margins-reading",
                                          "drift-forecast", "gpu-figures", "late-divergence", "late-divergence-thresholds",
                                          "compute-matching-runs", "learnability-runs", "provenance"]
