@@ -24,8 +24,9 @@ H = TypeVar("H", int, torch.Tensor)
 def _mul32(h: H, constant: int) -> H:
     """(h * constant) mod 2^32 for h and constant in [0, 2^32). On int64 tensors the product may pass
     2^63: torch's integer kernels wrap it modulo 2^64 (two's complement, on CPU and CUDA alike), which
-    keeps its low 32 bits exact; one multiply and one mask where the 16-bit halves took five ops (the
-    router noise of a stability run spent ~7% of its step in them). Python ints are exact anyway."""
+    keeps its low 32 bits exact; one multiply and one mask where the 16-bit halves took five ops (7x
+    faster `fmix32`; a router-noise run as a whole gained ~2%, results/perf/runs_per_hour.md). Python
+    ints are exact anyway."""
     return (h * constant) & _MASK32
 
 
