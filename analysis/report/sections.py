@@ -177,7 +177,8 @@ def _stability(c: Context) -> list[Section]:
         return []
     return [Section(anchors.STABILITY, "Stability map: each run's outcome class (fixed before any run) and what it is "
                     "plotted against", ST.class_table(c.stability.classes)),
-            Section(anchors.STABILITY_RULES, "How the outcome classes and the boundary are defined", ST.RULES)]
+            Section(anchors.STABILITY_RULES, "How the outcome classes and the boundary are defined",
+                    ST.rules_text(c.stability.classes))]
 
 
 def _margins(c: Context) -> list[Section]:

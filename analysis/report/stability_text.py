@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.evidence.dose import DOSE_STEPS
-from analysis.evidence.outcome_rules import rules_sentence
+from analysis.evidence.outcome_rules import COLLAPSE_SHARE, V2, rules_sentence
 from analysis.evidence.stability import (
     AXIS_NAMES,
     CLASSES,
@@ -37,8 +37,17 @@ Classes, the first that holds:
 2. **degraded**: the last point below, at the first point of the final run of points below.
 3. **learned**: the learnability gate (held-out rise z-test, else the training reward's Welch test; one-sided p < 0.05).
 4. **flat**: none of these.
+These are outcome rules v1, those of every suite that declares none; the report says which rules each suite used, and what v2 changes where a suite used it.
 The map's x axis is measured: each level's **dose**, the median `mismatch/k3_kl` over the first {DOSE_STEPS} steps of every judged run at the level (a sweep cell), pooled across its arms and seeds, which no run's later outcome moves. The fit reads it per token; the text gives it per response beside (x `response/len_mean`: the k3 summed over a response; published mismatch figures compare per response only). A run's own median `mismatch/k3_kl` over its steps grows as the run fails (partly an outcome): the table shows it beside the dose, never fitted. **Failure** = degraded or collapsed. Per arm, P(failure) against log10 dose is fitted by maximum likelihood (logistic) with a 95% Wald band (inverse observed information), where the arm has both outcomes at two or more doses and they are not separated by dose; the boundary is the dose where the fit crosses 0.5, with Fieller's interval (the doses whose band contains 0.5). Without a fit: the largest level dose with no failed seed and the smallest where most seeds failed. With no failure: in each cell the rate is at most 1 - 0.05^(1/n) at 95% for its n runs (exact one-sided Clopper-Pearson per cell; runs of different cells are never pooled)."""
 
+V2_RULES = f"""\
+Outcome rules v2 (a suite's `analysis: {{rules: v2}}`) change one rule: the points below from one point to the end make a **collapse** only where they span at least {COLLAPSE_SHARE:.0%} of the run's evaluated steps (from the first of them to the last point, against the first point to the last); a shorter sustained drop leaves the run **degraded** (two evaluations one step apart at the end of a long run are not a collapse). Every other rule is as above."""
+
+
+def rules_text(classes: pd.DataFrame) -> str:
+    """The rules section: RULES (v1), which rules each suite used, and V2_RULES where a suite used v2."""
+    used = dict(zip(classes["suite"], classes["rules"]))
+    return "\n\n".join([RULES, rules_sentence(used), *([V2_RULES] if V2 in used.values() else [])])
 
 
 def bound_text(n: int, cells: int = 1, fewest: int | None = None) -> str:
