@@ -63,7 +63,7 @@ from analysis.data.groups import group_subset, group_title, groups
 from analysis.data.load import Results, finished, is_finished
 from analysis.evidence.dose import DOSE, DOSE_RESPONSE, with_doses
 from analysis.evidence.learning import HELD_OUT, START_STEPS, learning_rows, own_evals, source
-from analysis.evidence.outcome_rules import collapse_share, suite_rules
+from analysis.evidence.outcome_rules import collapse_share, evaluation_draws, suite_rules
 from analysis.stats.library import ALPHA
 from analysis.stats.logistic import LogisticFit, fit_logistic, no_fit_reason, zero_event_bound
 from analysis.stats.metrics import FINAL_FRACTION
@@ -224,8 +224,8 @@ def class_rows(results: Results) -> pd.DataFrame:
     reward it was judged on (start, final, change), and what the map plots against: the median over steps
     of `mismatch/k3_kl` (`kl`) and `mismatch/frac_gt_ln2`, the median drift after one update
     (`drift_expert_1`, `drift_1`), `router_lr_scale` (config.yaml `train.router_lr_scale`, 1 where absent),
-    its last step, its suite's outcome rules, its sweep values (`sweep/<name>` columns) and its level's
-    dose (`dose`, `dose_response`)."""
+    its last step, its suite's outcome rules and evaluation draws (`eval_problems`, `eval_samples`), its
+    sweep values (`sweep/<name>` columns) and its level's dose (`dose`, `dose_response`)."""
     ended = judged(results)
     every = groups(ended)
     rows = []
@@ -261,7 +261,7 @@ def class_rows(results: Results) -> pd.DataFrame:
                          "kl": _median(steps, KL), "frac_gt_ln2": _median(steps, LN2_SHARE),
                          "drift_expert_1": _median(steps, DRIFT_EXPERT), "drift_1": _median(steps, DRIFT_TOKEN),
                          "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]),
-                         "rules": suite_rules(run.settings), **sweep})
+                         "rules": suite_rules(run.settings), **evaluation_draws(run.settings), **sweep})
     frame = pd.DataFrame(rows)  # each level's dose (analysis.evidence.dose), from the runs on the map only
     return with_doses(frame, ended.metrics, pooled=frame[frame["outcome"] != TOO_SHORT]) if rows else frame
 

@@ -11,6 +11,7 @@ import pandas as pd
 
 from analysis.evidence.dose import DOSE_STEPS
 from analysis.evidence.outcome_rules import COLLAPSE_SHARE, V2, rules_sentence
+from analysis.evidence.resolution import suite_resolutions
 from analysis.evidence.stability import (
     AXIS_NAMES,
     CLASSES,
@@ -215,7 +216,15 @@ def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence
     sentences.append(drift_sentence(classes, _links(anchors.DRIFT_VS_ROUTER_LR, figures)))
     used = dict(zip(classes["suite"], classes["rules"]))  # analysis.evidence.outcome_rules
     sentences.append(Sentence(rules_sentence(used), (("rules", anchors.STABILITY_RULES),)))
-    return sentences
+    return sentences + resolution_sentences(classes)
+
+
+def resolution_sentences(classes: pd.DataFrame) -> list[Sentence]:
+    """Per suite judged on held-out evaluations, the smallest drop its classes can see at its evaluation
+    draws from its runs' median start (analysis.evidence.resolution)."""
+    return [Sentence(f"Resolution of {escape(r.suite)} (its runs' median first held-out score, {r.start:.2f}): "
+                     f"{r.sentence[0].lower()}{r.sentence[1:]}", (("rules", anchors.STABILITY_RULES),))
+            for r in suite_resolutions(classes).itertuples()]
 
 
 def class_table(classes: pd.DataFrame) -> pd.DataFrame:
