@@ -369,8 +369,9 @@ def extreme(frame: pd.DataFrame, largest: bool) -> tuple[float, float]:
     """(`at`, `per_response`) of `frame`'s row with the largest (else smallest) `at`; NaNs for no row."""
     if not len(frame):
         return float("nan"), float("nan")
-    row = frame.loc[frame["at"].idxmax() if largest else frame["at"].idxmin()]
-    return float(row["at"]), float(row["per_response"])
+    at = frame["at"].to_numpy(dtype=float)
+    i = int(np.argmax(at) if largest else np.argmin(at))  # the first of equals, as idxmax
+    return float(at[i]), float(frame["per_response"].to_numpy(dtype=float)[i])
 
 
 def boundary(arm: str, classes: pd.DataFrame, axis: str = AXIS) -> Boundary:
@@ -381,7 +382,7 @@ def boundary(arm: str, classes: pd.DataFrame, axis: str = AXIS) -> Boundary:
     cells = placed.groupby("cell", sort=False).agg(at=("at", "median"), per_response=("per_response", "median"),
                                                    share=("failed", "mean"))
     held, majority = extreme(cells[cells["share"] == 0], True), extreme(cells[cells["share"] > 0.5], False)
-    low, high = extreme(placed.reset_index(drop=True), False), extreme(placed.reset_index(drop=True), True)
+    low, high = extreme(placed, False), extreme(placed, True)
     fit = arm_fit(classes, axis)
     per_cell = classes.groupby("cell", sort=False).size()
     return Boundary(arm, len(classes), int(failed(classes).sum()), int((classes["outcome"] == COLLAPSED).sum()),

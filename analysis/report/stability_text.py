@@ -222,9 +222,10 @@ def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence
 def resolution_sentences(classes: pd.DataFrame) -> list[Sentence]:
     """Per suite judged on held-out evaluations, the smallest drop its classes can see at its evaluation
     draws from its runs' median start (analysis.evidence.resolution)."""
-    return [Sentence(f"Resolution of {escape(r.suite)} (its runs' median first held-out score, {r.start:.2f}): "
-                     f"{r.sentence[0].lower()}{r.sentence[1:]}", (("rules", anchors.STABILITY_RULES),))
-            for r in suite_resolutions(classes).itertuples()]
+    found = suite_resolutions(classes)
+    return [Sentence(f"Resolution of {escape(str(suite))} (its runs' median first held-out score, {start:.2f}): "
+                     f"{str(said)[:1].lower()}{str(said)[1:]}", (("rules", anchors.STABILITY_RULES),))
+            for suite, start, said in zip(found["suite"], found["start"], found["sentence"])]
 
 
 def class_table(classes: pd.DataFrame) -> pd.DataFrame:
