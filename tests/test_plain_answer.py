@@ -145,8 +145,8 @@ def test_a_swept_suite_answers_per_arm_before_any_sweep_point(swept):
     assert texts[0].startswith("8 runs finished: grpo and gspo on 2 seeds at each of 2 sweep points")
     assert "grpo learned on every seed at 1 of 2 sweep points; gspo learned on every seed at 2 of 2" in texts[1]
     assert texts[2] == ("Stability, per arm: grpo degraded or collapsed in 2 of 4 runs, too few to fit where it fails; "
-                        "gspo never degraded or collapsed in 4 runs, up to the largest mismatch KL measured.")
-    assert texts[4].startswith("For a decision on where a boundary lies, sweep gspo past the largest mismatch KL")
+                        "gspo never degraded or collapsed in 4 runs, up to the largest level dose measured.")
+    assert texts[4].startswith("For a decision on where a boundary lies, sweep gspo past the largest level dose")
     assert found.numbers[found.numbers["sentence"] == 3]["what"].str.split(":").str[0].tolist() == ["grpo", "gspo"]
 
 

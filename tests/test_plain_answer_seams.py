@@ -65,4 +65,4 @@ def test_arms_alike_share_one_clause_so_a_swept_answer_stays_under_40_words(tmp_
     assert all(words(s.text) <= MAX_WORDS for s in found.sentences), [(words(t), t) for t in texts]
     assert texts[1].endswith("grpo, grpo_rr and gspo learned on every seed at 2 of 2 sweep points."), texts[1]
     assert texts[2] == ("Stability, per arm: grpo, grpo_rr and gspo never degraded or collapsed in 4 runs each, up to "
-                        "the largest mismatch KL measured."), texts[2]
+                        "the largest level dose measured."), texts[2]

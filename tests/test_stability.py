@@ -226,7 +226,7 @@ def test_an_arms_boundary_without_a_fit_is_read_off_its_cells():
     0.01, failed ones from 0.01: separated but for a tie, so no fit (the slope's maximum likelihood is
     infinite); the boundary is read off the cells. One more failure at 0.001 unseparates them: a fit."""
     o = pd.DataFrame({"arm": "grpo", "cell": ["a", "a", "b", "b", "c", "c"],
-                      "kl": [0.001, 0.001, 0.01, 0.01, 0.1, 0.1],
+                      "dose": [0.001, 0.001, 0.01, 0.01, 0.1, 0.1],
                       "outcome": [FLAT, LEARNED, DEGRADED, FLAT, COLLAPSED, DEGRADED]})
     (found,) = boundaries(o)
     assert (found.runs, found.failures, found.collapses) == (6, 3, 1)

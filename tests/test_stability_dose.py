@@ -109,7 +109,7 @@ def test_the_fit_places_runs_at_their_levels_dose_when_asked():
     outcomes = pd.DataFrame({"kl": [0.2, 0.9, 3.0, 8.0], "dose": [0.1, 0.1, 1.0, 1.0],
                              "outcome": ["learned", "degraded", "learned", "collapsed"], "cell": ["a", "a", "b", "b"]})
     assert kl_axis(outcomes, "dose")["log_kl"].tolist() == pytest.approx([-1, -1, 0, 0])
-    assert kl_axis(outcomes)["log_kl"].tolist() == pytest.approx(np.log10([0.2, 0.9, 3.0, 8.0]))
+    assert kl_axis(outcomes, "kl")["log_kl"].tolist() == pytest.approx(np.log10([0.2, 0.9, 3.0, 8.0]))
     fit = arm_fit(outcomes, "dose")
     assert not isinstance(fit, str)
     assert (fit.intercept, fit.slope) == pytest.approx((0.0, 0.0), abs=1e-9)

@@ -33,7 +33,7 @@ def test_an_arm_that_never_failed_is_bounded_per_cell_never_pooled():
     """No failure in 4 runs, 3 at one cell and 1 at another: each cell's exact one-sided bound is
     1 - 0.05^(1/3) = 63.2% and 1 - 0.05^(1/1) = 95%; the arm's bound is the loosest, 95%, not the 52.7%
     of the 4 runs pooled (1 - 0.05^(1/4)), which no cell's runs support."""
-    classes = pd.DataFrame({"arm": "gspo", "cell": ["noise=1"] * 3 + ["noise=3"], "kl": [0.1, 0.1, 0.1, 2.0],
+    classes = pd.DataFrame({"arm": "gspo", "cell": ["noise=1"] * 3 + ["noise=3"], "dose": [0.1, 0.1, 0.1, 2.0],
                             "outcome": LEARNED})
     (found,) = boundaries(classes)
     assert (found.cells, found.fewest_in_cell) == (2, 1)
@@ -44,12 +44,13 @@ def test_an_arm_that_never_failed_is_bounded_per_cell_never_pooled():
 
 
 def test_the_answers_row_of_an_arm_without_a_measured_kl_says_so_not_nan():
-    """Runs whose engine measured no mismatch (KL NaN or 0: off the KL axis) have no KL range: the
-    plain answer's numbers row says none was measured above the floor, never "KL nan to nan"."""
-    classes = pd.DataFrame({"arm": "grpo", "cell": ["lr=1", "lr=2"], "kl": [float("nan"), 0.0],
+    """Levels whose engine measured no mismatch (dose NaN or 0: off the axis) have no dose range: the
+    plain answer's numbers row says none was measured above the floor, never "nan to nan"."""
+    classes = pd.DataFrame({"arm": "grpo", "cell": ["lr=1", "lr=2"], "dose": [float("nan"), 0.0],
                             "outcome": LEARNED})
     (row,) = stability_rows(StabilityMap(classes, boundaries(classes)))
-    assert row["value"] == "0 of 2; no mismatch KL above 1e-08"
-    measured = pd.DataFrame({"arm": "grpo", "cell": ["lr=1", "lr=2"], "kl": [0.01, 0.2], "outcome": LEARNED})
+    assert row["value"] == "0 of 2; no level dose above 1e-08"
+    measured = pd.DataFrame({"arm": "grpo", "cell": ["lr=1", "lr=2"], "dose": [0.01, 0.2],
+                             "dose_response": [0.05, 1.0], "outcome": LEARNED})
     (row,) = stability_rows(StabilityMap(measured, boundaries(measured)))
-    assert row["value"] == "0 of 2; KL 0.01 to 0.2"
+    assert row["value"] == "0 of 2; 0.01 to 0.2 per token (0.05 to 1 per response)"

@@ -82,8 +82,9 @@ MAP_FIGURES = [anchors.CHANGE_VS_KL, anchors.CELLS, anchors.COLLAPSE_PROBABILITY
 def test_the_map_of_a_swept_suite_has_its_figures_and_says_where_each_arm_breaks(swept):
     """The map's pieces of the report, without the rest of it: every figure (static and plotly), and the
     answer's sentences. gspo never failed in 8 runs, 2 in each of 4 cells: per cell 1 - 0.05^(1/2) = 0.77639
-    (never the pooled 1 - 0.05^(1/8)), up to its largest KL
-    0.2 x 2.2 = 0.44. grpo: 6 of 9 failed (4 at noise 1, seed 0 at noise 0 scale 1, the stopped run)."""
+    (never the pooled 1 - 0.05^(1/8)), up to its largest level dose, noise 1 x scale 1's: the median of the
+    first 5 steps of the 5 runs there (k3 0.4 x 10, 0.44 x 10, the stopped run's 0.3 x 5) = 0.4, not its own
+    runs' largest KL 0.44. grpo: 6 of 9 failed (4 at noise 1, seed 0 at noise 0 scale 1, the stopped run)."""
     results = load_results(swept)
     specs = stability_specs(results)
     assert [spec.name for spec in specs] == MAP_FIGURES
@@ -99,10 +100,17 @@ def test_the_map_of_a_swept_suite_has_its_figures_and_says_where_each_arm_breaks
     texts = [s.text for s in stability_sentences(found, set(MAP_FIGURES))]
     assert texts[0].startswith("**Stability map** over 17 runs (finished or collapsed) in 4 cells")
     assert "grpo 6 collapsed, 0 degraded, 3 learned, 0 flat; gspo 0 collapsed, 0 degraded, 8 learned, 0 flat" in texts[0]
-    assert texts[1].startswith("**grpo: P(degraded or collapsed) crosses 0.5 at mismatch KL")  # not separated: a fit
-    assert texts[2] == ("**gspo: no stability boundary reached** up to the largest mismatch KL measured, 0.44: 0 of 8 "
-                        "runs degraded or collapsed: in each of its 4 cells the rate is at most 77.6% at 95% (exact one-sided "
-                        "Clopper-Pearson per cell, 1 - 0.05^(1/2) at its fewest runs in a cell; cells are not pooled).")
+    # grpo's level doses 0.0022 (noise 0, scale 0: held), 0.0042 (held on seed 1, failed on seed 0), 0.22 and 0.4
+    # (all failed): separated but for the tie at 0.0042, so no fit; the bracket is read off the cells
+    assert texts[1].startswith("**grpo: 6 of 9 runs degraded or collapsed**, no logistic fit (the outcomes are "
+                               "separated")
+    assert ("the largest level dose with no degraded or collapsed seed is 0.0022 per token (" in texts[1]
+            and "the smallest level dose where most seeds degraded or collapsed is 0.22 per token (" in texts[1])
+    assert texts[2].startswith("**gspo: no stability boundary reached** up to the largest level dose measured, 0.4 per "
+                               "token (")  # then its per-response dose: x the synthetic runs' random response lengths
+    assert texts[2].endswith(" per response): 0 of 8 runs degraded or collapsed: in each of its 4 cells the rate is at "
+                             "most 77.6% at 95% (exact one-sided Clopper-Pearson per cell, 1 - 0.05^(1/2) at its fewest "
+                             "runs in a cell; cells are not pooled).")
     assert texts[3].startswith("Runs collapsed: grpo 6 of 9 (s2 at router_lr_scale=1,router_noise=1 at step 6, ")
     assert texts[4] == ("Drift after one update (moe/drift_expert_1, median over steps, mean over runs) by "
                         "train.router_lr_scale: grpo 0.02 at 0, 0.12 at 1; gspo 0.02 at 0, 0.12 at 1.")

@@ -20,8 +20,8 @@ from tests.helpers.stability import FALLING, swept_run
 
 
 def outcomes(cells: list[tuple[float, list[str]]], arm: str = "grpo") -> pd.DataFrame:
-    """One arm's runs: per cell its KL and each seed's class (a run's KL: the cell's)."""
-    rows = [{"arm": arm, "cell": f"kl={kl:g}", "kl": kl, "outcome": outcome, "step": 5.0, "last_step": 20.0}
+    """One arm's runs: per cell its dose and each seed's class (a run's median KL: its cell's dose)."""
+    rows = [{"arm": arm, "cell": f"kl={kl:g}", "kl": kl, "dose": kl, "outcome": outcome, "step": 5.0, "last_step": 20.0}
             for kl, classes in cells for outcome in classes]
     return pd.DataFrame(rows)
 
@@ -56,7 +56,7 @@ def test_the_logistic_fit_converges_wherever_a_fit_exists():
 def test_the_same_failure_rate_at_every_kl_is_a_flat_fit_that_crosses_nowhere():
     """1 of 2 seeds failed at each of two KLs: the slope is exactly 0 (a ZeroDivisionError before)."""
     text = sentence([(0.1, [DEGRADED, LEARNED]), (1.0, [COLLAPSED, FLAT])])
-    assert "**grpo: P(degraded or collapsed) does not change with the mismatch KL**" in text
+    assert "**grpo: P(degraded or collapsed) does not change with the level dose**" in text
     assert "flat at 0.5 and crosses 0.5 nowhere" in text
 
 
@@ -68,7 +68,7 @@ def test_a_slope_near_0_gives_a_crossing_beyond_a_floats_range_in_words():
     center = found.fit.crossing()[0]
     assert abs(center) > 308  # 10 ** center is not a float
     text = boundary_sentence(found, ()).text
-    assert f"crosses 0.5 at mismatch KL 10^{center:.4g}**" in text and "an extrapolation" in text
+    assert f"crosses 0.5 at level dose 10^{center:.4g} per token**" in text and "an extrapolation" in text
 
 
 @pytest.mark.parametrize("kl", [np.nan, 0.0, 4.07e-14])
@@ -77,8 +77,8 @@ def test_runs_without_a_measured_mismatch_are_said_to_be_so(kl):
     runs degraded; there is no KL to read a boundary off, and no cell is said to have failed."""
     text = sentence([(kl, [DEGRADED]), (kl, [LEARNED]), (kl, [FLAT])])
     assert "**grpo: 1 of 3 runs degraded or collapsed**" in text
-    assert "no cell has a KL to read a boundary off" in text and "every cell had" not in text
-    assert "no run measured a mismatch KL above 1e-08" in text and "3 runs without a mismatch KL above 1e-08" in text
+    assert "no cell has a level dose to read a boundary off" in text and "every cell had" not in text
+    assert "no run has a level dose above 1e-08" in text and "3 runs without a level dose above 1e-08" in text
     assert "4.07e-14" not in text
 
 
@@ -91,7 +91,7 @@ def test_the_fits_crossing_and_its_interval_are_printed_as_kls_in_order():
     center, low, high = found.fit.crossing()
     assert -3 < low < center < high < 1
     text = boundary_sentence(found, ()).text
-    assert f"crosses 0.5 at mismatch KL {10 ** center:.3g}** (95% Fieller interval [{10 ** low:.3g}, {10 ** high:.3g}]" \
+    assert f"crosses 0.5 at level dose {10 ** center:.3g} per token** (95% Fieller interval [{10 ** low:.3g}, {10 ** high:.3g}]" \
         in text
     assert "extrapolation" not in text and "over 20 runs, 10 degraded or collapsed" in text
 
@@ -100,7 +100,7 @@ def test_a_crossing_past_the_largest_kl_is_an_extrapolation():
     cells = [(0.001, [FLAT] * 4), (0.01, [FLAT] * 4), (0.1, [DEGRADED] + [FLAT] * 3), (1.0, [FLAT] * 3 + [DEGRADED])]
     found = boundaries(outcomes(cells))[0]
     assert found.fit.crossing()[0] > 0  # above log10 of the largest KL, 1
-    assert "the crossing lies outside the KL measured (an extrapolation)" in boundary_sentence(found, ()).text
+    assert "the crossing lies outside the level doses measured (an extrapolation)" in boundary_sentence(found, ()).text
 
 
 def test_degraded_runs_without_a_collapse_are_a_boundary_reached():

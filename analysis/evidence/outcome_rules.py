@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gspo_bench.config.changes import field_default
+
 V1, V2 = "v1", "v2"
 DEFAULT_RULES = V1  # folders written before the key existed
 COLLAPSE_SHARE = 0.25  # v2: a collapse's points below span at least this share of the run's evaluated steps
@@ -31,6 +33,14 @@ def suite_rules(settings: Any) -> str:
         raise ValueError(f"analysis.rules: {rules!r} is not a rule set of the stability map; known: "
                          f"{', '.join(COLLAPSE_SHARES)}")
     return str(rules)
+
+
+def evaluation_draws(settings: Any) -> dict[str, int]:
+    """A run's suite's evaluation draws per task (`settings`: its flattened suite settings): `eval_problems`
+    (eval.limit) and `eval_samples` (eval.samples), each its field's default where the record predates it
+    (as gspo_bench.config.changes reads a setting an older release did not write)."""
+    return {f"eval_{name}": int(settings.get(f"eval.{key}") or field_default(f"suite.eval.{key}"))
+            for name, key in (("problems", "limit"), ("samples", "samples"))}
 
 
 def collapse_share(rules: str) -> float:

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pandas as pd
+
+from analysis.evidence.learning import HELD_OUT
 from analysis.evidence.stability import DROP_FLOOR, DROP_SE
 
 
@@ -32,9 +36,26 @@ def draws_for_halving(start: float) -> int:
 
 
 def resolution_sentence(start: float, problems: int, samples: int) -> str:
-    """The report's statement of what a suite's evaluations resolve from a start score."""
+    """The report's statement of what a suite's evaluations resolve from a start score: the smallest drop
+    the degraded and collapsed classes see (both read points below start - the same margin), and the draws
+    a halving needs (none does where start / 2 is within the floor)."""
     draws = problems * samples
     drop = smallest_drop(start, draws)
-    return (f"At {problems} problems x {samples} samples an evaluation, a drop from {start:.2f} is seen only "
-            f"beyond {drop:.2f}; a halving needs {draws_for_halving(start)} draws"
+    seen = (f"At {problems} problems x {samples} sample{'s' if samples != 1 else ''} an evaluation, a drop from {start:.2f} is seen only "
+            f"beyond {drop:.2f}")
+    if not 0.0 < start < 1.0 or start / 2.0 <= DROP_FLOOR:
+        return f"{seen}; a halving from {start:.2f} is within the drop floor {DROP_FLOOR:g}: no number of draws shows it."
+    return (f"{seen}; a halving needs {draws_for_halving(start)} draws"
             f"{' (met)' if drop < start / 2 else ' (not met: a halving reads as flat)'}.")
+
+
+def suite_resolutions(classes: pd.DataFrame) -> pd.DataFrame:
+    """Per suite whose runs are judged on held-out evaluations (rows of the map's run classes): `start`,
+    the median of its runs' first held-out scores, its draws per evaluation (`eval_problems`,
+    `eval_samples`) and the `sentence` resolution_sentence makes of them (a row per setting where an arm
+    set its own). A suite judged on the training reward has no evaluation draws to state."""
+    key = ["suite", "eval_problems", "eval_samples"]
+    held_out = classes[(classes["source"] == HELD_OUT) & np.isfinite(classes["start"].to_numpy(dtype=float))]
+    frame = held_out.groupby(key, sort=False)["start"].median().reset_index()[[*key[:1], "start", *key[1:]]]
+    return frame.assign(sentence=[resolution_sentence(float(r.start), int(r.eval_problems), int(r.eval_samples))
+                                  for r in frame.itertuples()])

@@ -35,15 +35,17 @@ A point's threshold is start - max(0.05, 3 hypot(se_start, se_point)). A non-fin
 survived (a skipped minibatch, fewer than `nonfinite_patience` steps in a row) is not a collapse: the
 harness's rule decides, and (ii) catches a run that diverges without a non-finite value.
 
-**The map's axis is measured**, not set: per run the median over steps of `mismatch/k3_kl` (the
-engine-vs-trainer KL the run measured); or, with `axis="dose"`, its level's dose, the KL of the first
-steps of every run at the level pooled, which no run's outcome moves (analysis.evidence.dose, whose
-`level_bounds` gives each level's exact failure interval). Runs without a measured KL above KL_FLOOR (1e-8: below it the KL
-is float rounding, as a noise-free engine measures) are left off the KL axis and the fit (counted in the text). **Failure** is degraded or collapsed; the logistic fit of P(failure)
-against log10 KL per arm is by maximum likelihood, with a 95% Wald band for the curve (the covariance the
-inverse of the observed information at the optimum) and Fieller's interval for the KL where the curve
-crosses 0.5 (the KL values whose band contains 0.5); only where the arm has both outcomes at two or more
-KL values and they are not separated by KL (then the maximum-likelihood slope is infinite). With no
+**The map's axis is measured**, not set: each run sits at its level's dose per token (AXIS, the `dose`
+column: the median `mismatch/k3_kl` over the first steps of every judged run at the level, pooled;
+analysis.evidence.dose), which no run's outcome moves; its per-response dose (`dose_response`) is
+reported beside it. The run's own median over steps of `mismatch/k3_kl` (RUN_MEDIAN, the `kl` column)
+grows as a run fails, so it is partly an outcome: it is kept as a secondary view (`axis="kl"`), never
+the fitted one. Runs without an axis value above KL_FLOOR (1e-8: below it the KL
+is float rounding, as a noise-free engine measures) are left off the axis and the fit (counted in the text). **Failure** is degraded or collapsed; the logistic fit of P(failure)
+against log10 of the axis per arm is by maximum likelihood, with a 95% Wald band for the curve (the covariance the
+inverse of the observed information at the optimum) and Fieller's interval for the dose where the curve
+crosses 0.5 (the doses whose band contains 0.5); only where the arm has both outcomes at two or more
+doses and they are not separated by dose (then the maximum-likelihood slope is infinite). With no
 failure, each cell's failure rate is at most 1 - 0.05^(1/n) at 95% for its n runs (exact one-sided
 Clopper-Pearson), never pooled across cells: Boundary.bound is the loosest of them, at the arm's fewest runs
 in a cell.
@@ -59,9 +61,9 @@ from scipy import stats
 
 from analysis.data.groups import group_subset, group_title, groups
 from analysis.data.load import Results, finished, is_finished
-from analysis.evidence.dose import with_doses
+from analysis.evidence.dose import DOSE, DOSE_RESPONSE, with_doses
 from analysis.evidence.learning import HELD_OUT, START_STEPS, learning_rows, own_evals, source
-from analysis.evidence.outcome_rules import collapse_share, suite_rules
+from analysis.evidence.outcome_rules import collapse_share, evaluation_draws, suite_rules
 from analysis.stats.library import ALPHA
 from analysis.stats.logistic import LogisticFit, fit_logistic, no_fit_reason, zero_event_bound
 from analysis.stats.metrics import FINAL_FRACTION
@@ -76,6 +78,10 @@ SPIKE_FACTOR = 100.0
 SPIKE_STEPS = 3
 SUSTAINED = 2
 KL = "mismatch/k3_kl"
+AXIS = DOSE  # the map's fitted axis: the run's level dose per token (analysis.evidence.dose)
+RUN_MEDIAN = "kl"  # the run's median KL over steps: a secondary view, partly an outcome, never fitted
+PER_RESPONSE = {DOSE: DOSE_RESPONSE}  # an axis's per-response column, where it has one
+AXIS_NAMES = {DOSE: "level dose", RUN_MEDIAN: "run-median mismatch KL"}  # what the text calls each axis
 # a measured KL at or below this is float rounding between two computations of one distribution (a
 # noise-free engine measures ~3e-14; the smallest engine noise of the stability suites, 9.5e-5): no mismatch
 KL_FLOOR = 1e-8
@@ -218,7 +224,8 @@ def class_rows(results: Results) -> pd.DataFrame:
     reward it was judged on (start, final, change), and what the map plots against: the median over steps
     of `mismatch/k3_kl` (`kl`) and `mismatch/frac_gt_ln2`, the median drift after one update
     (`drift_expert_1`, `drift_1`), `router_lr_scale` (config.yaml `train.router_lr_scale`, 1 where absent),
-    its last step, and its sweep values (`sweep/<name>` columns)."""
+    its last step, its suite's outcome rules and evaluation draws (`eval_problems`, `eval_samples`), its
+    sweep values (`sweep/<name>` columns) and its level's dose (`dose`, `dose_response`)."""
     ended = judged(results)
     every = groups(ended)
     rows = []
@@ -254,7 +261,7 @@ def class_rows(results: Results) -> pd.DataFrame:
                          "kl": _median(steps, KL), "frac_gt_ln2": _median(steps, LN2_SHARE),
                          "drift_expert_1": _median(steps, DRIFT_EXPERT), "drift_1": _median(steps, DRIFT_TOKEN),
                          "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]),
-                         "rules": suite_rules(run.settings), **sweep})
+                         "rules": suite_rules(run.settings), **evaluation_draws(run.settings), **sweep})
     frame = pd.DataFrame(rows)  # each level's dose (analysis.evidence.dose), from the runs on the map only
     return with_doses(frame, ended.metrics, pooled=frame[frame["outcome"] != TOO_SHORT]) if rows else frame
 
@@ -281,27 +288,27 @@ def map_applies(results: Results) -> bool:
     return len(groups(ended)) > 1 or any(knob_swept(n) for n in sweep_names(ended.metrics))
 
 
-# ------------------------------------------------------------------------------ failure against KL
+# ------------------------------------------------------------------------------ failure against the dose
 
 
-def on_kl_axis(classes: pd.DataFrame, axis: str = "kl") -> pd.Series:
-    """Per run: whether it measured a mismatch (its `axis` column, the run's median KL or its level's
-    dose, above KL_FLOOR), i.e. has a place on the KL axis."""
+def on_kl_axis(classes: pd.DataFrame, axis: str = AXIS) -> pd.Series:
+    """Per run: whether it has a place on the map's axis (its `axis` column, its level's dose per token
+    or, as the secondary view, the run's median KL, above KL_FLOOR)."""
     return classes[axis] > KL_FLOOR
 
 
-def kl_axis(classes: pd.DataFrame, axis: str = "kl") -> pd.DataFrame:
-    """The runs on the KL axis (on_kl_axis), with `log_kl` = log10 of their `axis` value and `failed`."""
+def kl_axis(classes: pd.DataFrame, axis: str = AXIS) -> pd.DataFrame:
+    """The runs on the axis (on_kl_axis), with `log_kl` = log10 of their `axis` value and `failed`."""
     placed = classes[on_kl_axis(classes, axis)]
     return placed.assign(log_kl=np.log10(placed[axis].to_numpy(dtype=float)), failed=failed(placed).to_numpy())
 
 
-def arm_fit(classes: pd.DataFrame, axis: str = "kl") -> LogisticFit | str:
-    """One arm's fit of P(failure) on log10 of `axis` (run-median KL, or the level's dose), or the
-    reason it has none."""
+def arm_fit(classes: pd.DataFrame, axis: str = AXIS) -> LogisticFit | str:
+    """One arm's fit of P(failure) on log10 of `axis` (the level's dose per token; the run-median KL
+    only as the secondary view), or the reason it has none."""
     placed = kl_axis(classes, axis)
     x, y = placed["log_kl"].to_numpy(dtype=float), placed["failed"].to_numpy(dtype=bool)
-    reason = f"no run measured a mismatch KL above {KL_FLOOR:g}" if len(x) == 0 else no_fit_reason(x, y)
+    reason = f"no run has a {AXIS_NAMES[axis]} above {KL_FLOOR:g}" if len(x) == 0 else no_fit_reason(x, y)
     if reason:
         return reason
     try:
@@ -326,15 +333,17 @@ def survival(classes: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Boundary:
-    """Where one arm stops being stable: its runs, failures, the KL range measured, and either the fit's
-    0.5 crossing (`fit`) or, without a fit (`why_no_fit`), the largest cell KL with no failed seed and the
-    smallest where most seeds failed (cells: sweep points; a cell's KL the median over its runs)."""
+    """Where one arm stops being stable: its runs, failures, the range of the axis measured, and either the
+    fit's 0.5 crossing (`fit`) or, without a fit (`why_no_fit`), the largest cell with no failed seed and
+    the smallest where most seeds failed (cells: sweep points; a cell's place the median of its runs':
+    its level dose). Values are on `axis` (the level dose per token by default); the `response_*` fields
+    are the same cells' doses per response (NaN on an axis without one)."""
 
     arm: str
     runs: int
     failures: int
     collapses: int
-    off_axis: int  # runs off the KL axis (no measured KL above KL_FLOOR)
+    off_axis: int  # runs off the axis (no value above KL_FLOOR)
     kl_low: float
     kl_high: float
     fit: LogisticFit | None
@@ -343,6 +352,11 @@ class Boundary:
     smallest_majority: float  # NaN where no cell had a majority of failures
     cells: int = 1  # the cells (sweep points) its runs are in
     fewest_in_cell: int = 0  # the fewest runs in one of them
+    axis: str = AXIS
+    response_low: float = float("nan")
+    response_high: float = float("nan")
+    response_held: float = float("nan")
+    response_majority: float = float("nan")
 
     @property
     def bound(self) -> float:
@@ -351,25 +365,36 @@ class Boundary:
         return zero_event_bound(self.fewest_in_cell) if self.failures == 0 and self.fewest_in_cell else float("nan")
 
 
-def boundary(arm: str, classes: pd.DataFrame) -> Boundary:
-    """The boundary of one arm's runs (`classes`: rows of run_classes)."""
-    placed = kl_axis(classes)
-    cells = placed.groupby("cell", sort=False).agg(kl=("kl", "median"), share=("failed", "mean"))
-    held, majority = cells.loc[cells["share"] == 0, "kl"], cells.loc[cells["share"] > 0.5, "kl"]
-    fit = arm_fit(classes)
+def extreme(frame: pd.DataFrame, largest: bool) -> tuple[float, float]:
+    """(`at`, `per_response`) of `frame`'s row with the largest (else smallest) `at`; NaNs for no row."""
+    if not len(frame):
+        return float("nan"), float("nan")
+    at = frame["at"].to_numpy(dtype=float)
+    i = int(np.argmax(at) if largest else np.argmin(at))  # the first of equals, as idxmax
+    return float(at[i]), float(frame["per_response"].to_numpy(dtype=float)[i])
+
+
+def boundary(arm: str, classes: pd.DataFrame, axis: str = AXIS) -> Boundary:
+    """The boundary of one arm's runs (`classes`: rows of run_classes) on `axis`."""
+    placed = kl_axis(classes, axis)
+    response = PER_RESPONSE.get(axis, "")  # "": no per-response column
+    placed = placed.assign(at=placed[axis], per_response=placed[response] if response in placed else float("nan"))
+    cells = placed.groupby("cell", sort=False).agg(at=("at", "median"), per_response=("per_response", "median"),
+                                                   share=("failed", "mean"))
+    held, majority = extreme(cells[cells["share"] == 0], True), extreme(cells[cells["share"] > 0.5], False)
+    low, high = extreme(placed, False), extreme(placed, True)
+    fit = arm_fit(classes, axis)
     per_cell = classes.groupby("cell", sort=False).size()
     return Boundary(arm, len(classes), int(failed(classes).sum()), int((classes["outcome"] == COLLAPSED).sum()),
-                    len(classes) - len(placed), float(placed["kl"].min()) if len(placed) else float("nan"),
-                    float(placed["kl"].max()) if len(placed) else float("nan"),
+                    len(classes) - len(placed), low[0], high[0],
                     fit if isinstance(fit, LogisticFit) else None, fit if isinstance(fit, str) else "",
-                    float(held.max()) if len(held) else float("nan"),
-                    float(majority.min()) if len(majority) else float("nan"), len(per_cell),
-                    int(per_cell.min()) if len(per_cell) else 0)
+                    held[0], majority[0], len(per_cell), int(per_cell.min()) if len(per_cell) else 0,
+                    axis, low[1], high[1], held[1], majority[1])
 
 
-def boundaries(classes: pd.DataFrame) -> list[Boundary]:
-    """Every arm's boundary, in the order the arms first appear."""
-    return [boundary(str(arm), frame) for arm, frame in classes.groupby("arm", sort=False)]
+def boundaries(classes: pd.DataFrame, axis: str = AXIS) -> list[Boundary]:
+    """Every arm's boundary on `axis`, in the order the arms first appear."""
+    return [boundary(str(arm), frame, axis) for arm, frame in classes.groupby("arm", sort=False)]
 
 
 @dataclass(frozen=True)

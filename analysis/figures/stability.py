@@ -1,6 +1,6 @@
-"""The stability map's static figures (analysis.evidence.stability): (a) reward change against measured mismatch
-KL, (b) the share of failed seeds per sweep cell, (c) P(degraded or collapsed) against log KL with its
-logistic fit, (d) drift after one update against `train.router_lr_scale`, (e) the share of runs not yet
+"""The stability map's static figures (analysis.evidence.stability): (a) reward change against the level dose
+(the map's axis: each level's `mismatch/k3_kl` over its runs' first steps, analysis.evidence.dose), (b) the
+share of failed seeds per sweep cell, (c) P(degraded or collapsed) against log dose with its logistic fit, (d) drift after one update against `train.router_lr_scale`, (e) the share of runs not yet
 collapsed against step. Every function takes the rows of `analysis.evidence.stability.run_classes` and `ax=None`
 (a new figure when None) and returns the axes; nothing here saves files."""
 
@@ -13,8 +13,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from analysis.evidence.dose import DOSE_STEPS
 from analysis.evidence.learning import HELD_OUT, TRAINING
 from analysis.evidence.stability import (
+    AXIS,
     COLLAPSED,
     DEGRADED,
     DRIFT_EXPERT,
@@ -34,6 +36,8 @@ from analysis.stats.logistic import LogisticFit
 
 MAP_SIZE = (8.5, 4.4)  # a stability map panel's size, inches
 MARKERS = {COLLAPSED: "X", DEGRADED: "v", LEARNED: "^", FLAT: "o"}
+AXIS_TITLE = (f"level dose per token (median mismatch/k3_kl over the first {DOSE_STEPS} steps of every run at "
+              "the level)")
 
 
 def arms(classes: pd.DataFrame) -> list[str]:
@@ -51,37 +55,38 @@ def change_words(classes: pd.DataFrame) -> str:
 
 
 def off_axis_words(classes: pd.DataFrame) -> str:
-    """How many runs the KL axis leaves out (no measured KL above KL_FLOOR), or ""."""
+    """How many runs the axis leaves out (no level dose above KL_FLOOR), or ""."""
     off = int((~on_kl_axis(classes)).sum())
-    return f"; {off} run(s) without a measured KL above {KL_FLOOR:g} left out" if off else ""
+    return f"; {off} run(s) without a level dose above {KL_FLOOR:g} left out" if off else ""
 
 
 def cell_lines(placed: pd.DataFrame) -> pd.DataFrame:
-    """Per sweep cell of one arm: the median KL of its runs and their mean change, in KL order."""
-    return placed.groupby("cell", sort=False).agg(kl=("kl", "median"), change=("change", "mean")).sort_values("kl")
+    """Per sweep cell of one arm: its place on the axis (`at`, the level dose) and its runs' mean change,
+    in dose order."""
+    return placed.groupby("cell", sort=False).agg(at=(AXIS, "median"), change=("change", "mean")).sort_values("at")
 
 
 def change_vs_kl(classes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
-    """(a) Each run's reward change against its measured mismatch KL (median `mismatch/k3_kl` over steps,
-    log axis): a point per seed (marker: its class), a line per arm through its cells' medians."""
+    """(a) Each run's reward change against its level's dose (log axis; the run's own median KL is the
+    table's secondary view): a point per seed (marker: its class), a line per arm through its cells."""
     ax = axes(ax, MAP_SIZE)
     colors = palette(arms(classes))
     placed = kl_axis(classes)
     placed = placed[np.isfinite(placed["change"].to_numpy(dtype=float))]
     for arm, frame in placed.groupby("arm", sort=False):
         line = cell_lines(frame)
-        ax.plot(line["kl"], line["change"], color=colors[str(arm)], label=str(arm), linewidth=1.8)
+        ax.plot(line["at"], line["change"], color=colors[str(arm)], label=str(arm), linewidth=1.8)
         for outcome, runs in frame.groupby("outcome"):
-            ax.scatter(runs["kl"], runs["change"], color=colors[str(arm)], marker=MARKERS[str(outcome)], s=28,
+            ax.scatter(runs[AXIS], runs["change"], color=colors[str(arm)], marker=MARKERS[str(outcome)], s=28,
                        alpha=0.8, edgecolor="#222", linewidth=0.4)
     for outcome, marker in MARKERS.items():
         ax.scatter([], [], marker=marker, color="#888", label=outcome)
     ax.axhline(0.0, color="#444", linewidth=0.8, linestyle=":")
     if len(placed):
         ax.set_xscale("log")
-    ax.set_xlabel("measured mismatch KL (median over steps of mismatch/k3_kl)")
+    ax.set_xlabel(AXIS_TITLE)
     ax.set_ylabel(change_words(classes))
-    ax.set_title(f"Reward change against measured mismatch KL\n(points: seeds; lines: cell means){off_axis_words(classes)}",
+    ax.set_title(f"Reward change against the level dose\n(points: seeds; lines: cell means){off_axis_words(classes)}",
                  fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -145,8 +150,8 @@ def fit_label(arm: str, fit: LogisticFit | str) -> str:
 
 
 def collapse_probability(classes: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
-    """(c) Per arm: each run as 0 (held) or 1 (degraded or collapsed) against log10 KL (arms offset a
-    little apart), the maximum-likelihood logistic curve with its 95% Wald band where the arm has a fit;
+    """(c) Per arm: each run as 0 (held) or 1 (degraded or collapsed) against log10 of its level's dose (arms
+    offset a little apart), the maximum-likelihood logistic curve with its 95% Wald band where the arm has a fit;
     the legend says why an arm has none."""
     ax = axes(ax, MAP_SIZE)
     names = arms(classes)
@@ -155,7 +160,7 @@ def collapse_probability(classes: pd.DataFrame, ax: plt.Axes | None = None) -> p
         frame = classes[classes["arm"] == arm]
         placed, fit = kl_axis(frame), arm_fit(frame)
         offset = 0.03 * (i - (len(names) - 1) / 2)
-        ax.scatter(placed["kl"], placed["failed"].astype(float) + offset, color=colors[arm], s=22, alpha=0.8,
+        ax.scatter(placed[AXIS], placed["failed"].astype(float) + offset, color=colors[arm], s=22, alpha=0.8,
                    edgecolor="#222", linewidth=0.4)
         if isinstance(fit, LogisticFit):
             x = np.linspace(placed["log_kl"].min(), placed["log_kl"].max(), 200)
@@ -168,9 +173,10 @@ def collapse_probability(classes: pd.DataFrame, ax: plt.Axes | None = None) -> p
         ax.set_xscale("log")
     ax.set_ylim(-0.1, 1.1)
     ax.axhline(0.5, color="#444", linewidth=0.8, linestyle=":")
-    ax.set_xlabel("measured mismatch KL (median over steps of mismatch/k3_kl)")
+    ax.set_xlabel(AXIS_TITLE)
     ax.set_ylabel("P(degraded or collapsed)")
-    ax.set_title("Degraded or collapsed against KL: runs (0/1),\na logistic fit in log10 KL with its 95% Wald band"
+    ax.set_title("Degraded or collapsed against the level dose: runs (0/1),\na logistic fit in log10 dose with its "
+                 "95% Wald band"
                  f"{off_axis_words(classes)}", fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.evidence.stability import COLLAPSED, FAILED, arm_fit, kl_axis, survival
+from analysis.evidence.stability import AXIS, COLLAPSED, FAILED, arm_fit, kl_axis, survival
 from analysis.figures.stability import (
+    AXIS_TITLE,
     MARKERS,
     arms,
     cell_grid,
@@ -24,33 +25,33 @@ from analysis.figures.style import fill, hex_colors, layout, log_switch
 from analysis.stats.logistic import LogisticFit
 
 SYMBOLS = {"X": "x", "v": "triangle-down", "^": "triangle-up", "o": "circle"}
-KL_TITLE = "measured mismatch KL (median over steps of mismatch/k3_kl)"
 
 
 def _runs(frame: pd.DataFrame, y: pd.Series, color: str, name: str, group: str) -> go.Scatter:
-    """One marker per run, its class as the symbol, and what it is on hover."""
+    """One marker per run at its level's dose, its class as the symbol, and what it is on hover (with the
+    run's own median KL, the secondary view)."""
     text = [f"{r.arm} s{r.seed} at {r.cell}: {r.outcome}" + (f" at step {r.step:g}" if r.outcome in FAILED else "")
-            for r in frame.itertuples()]
-    return go.Scatter(x=frame["kl"], y=y, mode="markers", name=name, legendgroup=group, text=text,
+            + f"<br>run-median KL {r.kl:.3g} (not fitted)" for r in frame.itertuples()]
+    return go.Scatter(x=frame[AXIS], y=y, mode="markers", name=name, legendgroup=group, text=text,
                       marker=dict(color=color, size=9, line=dict(color="#222", width=0.5),
                                   symbol=[SYMBOLS[MARKERS[o]] for o in frame["outcome"]]),
-                      hovertemplate="%{text}<br>KL %{x:.3g}<br>y %{y:.3g}<extra></extra>")
+                      hovertemplate="%{text}<br>level dose %{x:.3g}<br>y %{y:.3g}<extra></extra>")
 
 
 def change_vs_kl(classes: pd.DataFrame) -> list[go.Figure]:
-    """(a) Reward change against measured KL, a line per arm through its cells, every seed a point."""
+    """(a) Reward change against the level dose, a line per arm through its cells, every seed a point."""
     fig, colors = go.Figure(), hex_colors(arms(classes))
     placed = kl_axis(classes)
     placed = placed[np.isfinite(placed["change"].to_numpy(dtype=float))]
     for arm, frame in placed.groupby("arm", sort=False):
         line = cell_lines(frame)
-        fig.add_trace(go.Scatter(x=line["kl"], y=line["change"], mode="lines", name=f"{arm} cell means",
+        fig.add_trace(go.Scatter(x=line["at"], y=line["change"], mode="lines", name=f"{arm} cell means",
                                  legendgroup=str(arm), legendgrouptitle_text=str(arm),
                                  line=dict(color=colors[str(arm)], width=2.5), text=list(line.index),
-                                 hovertemplate=f"{arm} at %{{text}}<br>KL %{{x:.3g}}<br>change %{{y:.3g}}<extra></extra>"))
+                                 hovertemplate=f"{arm} at %{{text}}<br>level dose %{{x:.3g}}<br>change %{{y:.3g}}<extra></extra>"))
         fig.add_trace(_runs(frame, frame["change"], colors[str(arm)], f"{arm} seeds", str(arm)))
     fig.update_xaxes(type="log")
-    return [layout(fig, f"Reward change against measured mismatch KL{off_axis_words(classes)}", KL_TITLE,
+    return [layout(fig, f"Reward change against the level dose{off_axis_words(classes)}", AXIS_TITLE,
                     change_words(classes))]
 
 
@@ -68,7 +69,7 @@ def cells(classes: pd.DataFrame) -> list[go.Figure]:
 
 
 def collapse_probability(classes: pd.DataFrame) -> list[go.Figure]:
-    """(c) Runs as 0/1 against KL and the logistic fit with its 95% Wald band, per arm with a fit."""
+    """(c) Runs as 0/1 against the level dose and the logistic fit with its 95% Wald band, per arm with a fit."""
     fig, colors = go.Figure(), hex_colors(arms(classes))
     for arm in arms(classes):
         frame = classes[classes["arm"] == arm]
@@ -83,14 +84,14 @@ def collapse_probability(classes: pd.DataFrame) -> list[go.Figure]:
                                      fillcolor=fill(color), legendgroup=arm, showlegend=False, hoverinfo="skip"))
             fig.add_trace(go.Scatter(x=10 ** x, y=p, mode="lines", line=dict(color=color, width=2.5),
                                      name=fit_label(arm, fit), legendgroup=arm, legendgrouptitle_text=arm,
-                                     hovertemplate=f"{arm}<br>KL %{{x:.3g}}<br>P %{{y:.3g}}<extra></extra>"))
+                                     hovertemplate=f"{arm}<br>level dose %{{x:.3g}}<br>P %{{y:.3g}}<extra></extra>"))
         else:
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=color),
                                      name=fit_label(arm, fit), legendgroup=arm, legendgrouptitle_text=arm))
         fig.add_trace(_runs(placed, placed["failed"].astype(float), color, f"{arm} runs", arm))
     fig.update_xaxes(type="log")
-    return [layout(fig, f"P(degraded or collapsed) against KL, logistic fit in log10 KL, 95% Wald band"
-                         f"{off_axis_words(classes)}", KL_TITLE, "P(degraded or collapsed)")]
+    return [layout(fig, f"P(degraded or collapsed) against the level dose, logistic fit in log10 dose, 95% Wald band"
+                         f"{off_axis_words(classes)}", AXIS_TITLE, "P(degraded or collapsed)")]
 
 
 def drift_vs_router_lr(classes: pd.DataFrame) -> list[go.Figure]:

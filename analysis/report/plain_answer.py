@@ -31,11 +31,19 @@ from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.paper import CLIP, DEPTH, DRIFT_ONE, arms, paper_tests
 from analysis.evidence.primary import declarations
-from analysis.evidence.stability import KL_FLOOR, Boundary, StabilityMap, stability_map
+from analysis.evidence.stability import (
+    AXIS,
+    AXIS_NAMES,
+    KL_FLOOR,
+    PER_RESPONSE,
+    Boundary,
+    StabilityMap,
+    stability_map,
+)
 from analysis.report import anchors
 from analysis.report.escape import SPECIAL, escape
 from analysis.report.paper_checks import paper_checks
-from analysis.report.stability_text import FIGURE_LETTERS
+from analysis.report.stability_text import FIGURE_LETTERS, span_text
 from analysis.report.texts import count, difference_text, p_text
 from analysis.report.verdict import COMPARISONS, FOREST, LEARNABILITY, PRIMARY, RESOLUTION, Sentence, lead
 from analysis.stats.library import ALPHA, smallest_p
@@ -274,7 +282,7 @@ def arm_stability(found: Boundary, each: bool = False) -> str:
     place one (`each`: said of several arms with the same counts)."""
     runs = count(found.runs, "run") + (" each" if each else "")
     if found.failures == 0:
-        return f"never degraded or collapsed in {runs}, up to the largest mismatch KL measured"
+        return f"never degraded or collapsed in {runs}, up to the largest {AXIS_NAMES[found.axis]} measured"
     failed_ = f"degraded or collapsed in {found.failures} of {runs}"
     if found.fit is None:
         return f"{failed_}, too few to fit where it fails"
@@ -282,24 +290,26 @@ def arm_stability(found: Boundary, each: bool = False) -> str:
     if not (np.isfinite(low) and np.isfinite(high)):
         return f"{failed_}, too few to place its boundary (the fit's interval is unbounded)"
     inside = found.kl_low <= 10 ** center <= found.kl_high
-    return f"{failed_}, and fails at least half the time {'within' if inside else 'beyond'} the mismatch KL measured"
+    where = "within" if inside else "beyond"
+    return f"{failed_}, and fails at least half the time {where} the {AXIS_NAMES[found.axis]} measured"
 
 
 def stability_rows(found: StabilityMap) -> list[dict]:
     rows = []
     for b in found.bounds:
+        name, unit = AXIS_NAMES[b.axis], " per token" if b.axis in PER_RESPONSE else ""
         if b.failures == 0:
             where = f" in each of its {b.cells} cells" if b.cells > 1 else ""
             result = f"failure rate at most {100 * b.bound:.3g}%{where} at 95% (exact one-sided Clopper-Pearson)"
         elif b.fit is not None:
             center, low, high = b.fit.crossing()
-            result = f"P(failure) = 0.5 at KL {10 ** center:.3g}, 95% Fieller interval [{10 ** low:.3g}, {10 ** high:.3g}]"
+            result = (f"P(failure) = 0.5 at {name} {10 ** center:.3g}{unit}, 95% Fieller interval [{10 ** low:.3g}, "
+                      f"{10 ** high:.3g}]")
         else:
             result = f"no fit: {b.why_no_fit}"
-        kls = (f"KL {b.kl_low:.3g} to {b.kl_high:.3g}" if np.isfinite(b.kl_high)
-               else f"no mismatch KL above {KL_FLOOR:g}")  # every run off the KL axis: no range to give
-        rows.append(_row(3, f"{b.arm}: runs degraded or collapsed; mismatch KL measured", f"{b.failures} of {b.runs}; {kls}",
-                         "stability map: logistic fit of failure in log10 KL", result))
+        kls = span_text(b) if np.isfinite(b.kl_high) else f"no {name} above {KL_FLOOR:g}"  # none on the axis: no range
+        rows.append(_row(3, f"{b.arm}: runs degraded or collapsed; {name} measured", f"{b.failures} of {b.runs}; {kls}",
+                         f"stability map: logistic fit of failure in log10 {name}{unit}", result))
     return rows
 
 
@@ -424,7 +434,7 @@ def stability_decision(stability: StabilityMap) -> Sentence:
         return Sentence("Each arm's boundary is placed: more seeds in the cells near it narrow its interval.", links)
     never = [b.arm for b in open_ if b.failures == 0]
     few = [b.arm for b in open_ if b.failures > 0]
-    parts = ([f"sweep {names(never)} past the largest mismatch KL measured"] if never else []) + (
+    parts = ([f"sweep {names(never)} past the largest {AXIS_NAMES[AXIS]} measured"] if never else []) + (
         [f"run more seeds of {names(few)} in and beyond the cells where its runs failed"] if few else [])
     return Sentence(f"For a decision on where a boundary lies, {' and '.join(parts)}.", links)
 

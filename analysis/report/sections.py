@@ -177,7 +177,8 @@ def _stability(c: Context) -> list[Section]:
         return []
     return [Section(anchors.STABILITY, "Stability map: each run's outcome class (fixed before any run) and what it is "
                     "plotted against", ST.class_table(c.stability.classes)),
-            Section(anchors.STABILITY_RULES, "How the outcome classes and the boundary are defined", ST.RULES)]
+            Section(anchors.STABILITY_RULES, "How the outcome classes and the boundary are defined",
+                    ST.rules_text(c.stability.classes))]
 
 
 def _margins(c: Context) -> list[Section]:
@@ -330,11 +331,11 @@ def report_figures(context: Context) -> list[FigureSpec]:
 
 
 STABILITY_FIGURES: tuple[tuple[str, str, Callable[[pd.DataFrame], plt.Axes], Callable[[pd.DataFrame], list]], ...] = (
-    (anchors.CHANGE_VS_KL, "Stability map (a): reward change against measured mismatch KL", SF.change_vs_kl,
+    (anchors.CHANGE_VS_KL, "Stability map (a): reward change against the level dose", SF.change_vs_kl,
      SI.change_vs_kl),
     (anchors.CELLS, "Stability map (b): share of seeds degraded or collapsed per sweep cell", lambda o: SF.cells(o)[0],
      SI.cells),
-    (anchors.COLLAPSE_PROBABILITY, "Stability map (c): P(degraded or collapsed) against KL, logistic fit",
+    (anchors.COLLAPSE_PROBABILITY, "Stability map (c): P(degraded or collapsed) against the level dose, logistic fit",
      SF.collapse_probability, SI.collapse_probability),
     (anchors.DRIFT_VS_ROUTER_LR, "Stability map (d): drift after one update against train.router_lr_scale",
      SF.drift_vs_router_lr, SI.drift_vs_router_lr),

@@ -9,13 +9,17 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.evidence.outcome_rules import rules_sentence
+from analysis.evidence.dose import DOSE_STEPS
+from analysis.evidence.outcome_rules import COLLAPSE_SHARE, V2, rules_sentence
+from analysis.evidence.resolution import suite_resolutions
 from analysis.evidence.stability import (
+    AXIS_NAMES,
     CLASSES,
     COLLAPSED,
     DRIFT_EXPERT,
     DRIFT_TOKEN,
     KL_FLOOR,
+    PER_RESPONSE,
     Boundary,
     StabilityMap,
     failed,
@@ -27,14 +31,24 @@ from analysis.report.texts import count
 from analysis.report.verdict import Sentence
 from analysis.stats.logistic import zero_event_bound
 
-RULES = """\
+RULES = f"""\
 Every run that finished, or that the harness stopped as collapsed, is judged on the reward its group is compared on (held-out evaluations where the group has them, else the training reward's windows: the gate's start window, then blocks as long as its end window counted back from the last step). A point is **below** when its score is under start - max(0.05, 3 SE), SE = hypot(the start's standard error, the point's).
 Classes, the first that holds:
 1. **collapsed**: the harness stopped the run (status `collapsed`: non-finite loss, gradients, parameters or logits, or the reward floor), at its last step; or `grad/norm` above 100x the run's median (over steps with a finite, non-zero grad norm) for 3 steps in a row, at the first; or the points below from one point to the end, at least 2 of them (degraded without recovery), at the first of those.
 2. **degraded**: the last point below, at the first point of the final run of points below.
 3. **learned**: the learnability gate (held-out rise z-test, else the training reward's Welch test; one-sided p < 0.05).
 4. **flat**: none of these.
-The map's x axis is measured: the median over steps of `mismatch/k3_kl`. **Failure** = degraded or collapsed. Per arm, P(failure) against log10 KL is fitted by maximum likelihood (logistic) with a 95% Wald band (inverse observed information), where the arm has both outcomes at two or more KL values and they are not separated by KL; the boundary is the KL where the fit crosses 0.5, with Fieller's interval (the KL values whose band contains 0.5). Without a fit: the largest cell KL with no failed seed and the smallest where most seeds failed. With no failure: in each cell the rate is at most 1 - 0.05^(1/n) at 95% for its n runs (exact one-sided Clopper-Pearson per cell; runs of different cells are never pooled)."""
+These are outcome rules v1, those of every suite that declares none; the report says which rules each suite used, and what v2 changes where a suite used it.
+The map's x axis is measured: each level's **dose**, the median `mismatch/k3_kl` over the first {DOSE_STEPS} steps of every judged run at the level (a sweep cell), pooled across its arms and seeds, which no run's later outcome moves. The fit reads it per token; the text gives it per response beside (x `response/len_mean`: the k3 summed over a response; published mismatch figures compare per response only). A run's own median `mismatch/k3_kl` over its steps grows as the run fails (partly an outcome): the table shows it beside the dose, never fitted. **Failure** = degraded or collapsed. Per arm, P(failure) against log10 dose is fitted by maximum likelihood (logistic) with a 95% Wald band (inverse observed information), where the arm has both outcomes at two or more doses and they are not separated by dose; the boundary is the dose where the fit crosses 0.5, with Fieller's interval (the doses whose band contains 0.5). Without a fit: the largest level dose with no failed seed and the smallest where most seeds failed. With no failure: in each cell the rate is at most 1 - 0.05^(1/n) at 95% for its n runs (exact one-sided Clopper-Pearson per cell; runs of different cells are never pooled)."""
+
+V2_RULES = f"""\
+Outcome rules v2 (a suite's `analysis: {{rules: v2}}`) change one rule: the points below from one point to the end make a **collapse** only where they span at least {COLLAPSE_SHARE:.0%} of the run's evaluated steps (from the first of them to the last point, against the first point to the last); a shorter sustained drop leaves the run **degraded** (two evaluations one step apart at the end of a long run are not a collapse). Every other rule is as above."""
+
+
+def rules_text(classes: pd.DataFrame) -> str:
+    """The rules section: RULES (v1), which rules each suite used, and V2_RULES where a suite used v2."""
+    used = dict(zip(classes["suite"], classes["rules"]))
+    return "\n\n".join([RULES, rules_sentence(used), *([V2_RULES] if V2 in used.values() else [])])
 
 
 def bound_text(n: int, cells: int = 1, fewest: int | None = None) -> str:
@@ -59,45 +73,72 @@ def kl_text(log_kl: float) -> str:
     return f"{10 ** log_kl:.3g}" if abs(log_kl) < 300 else f"10^{log_kl:.4g}"
 
 
+def place_text(found: Boundary, value: float, per_response: float) -> str:
+    """A place on the boundary's axis: "0.552 per token (2.62 per response)" on the dose axis, the value
+    alone on the secondary view (no per-response value)."""
+    if found.axis not in PER_RESPONSE:
+        return f"{value:.3g}"
+    return f"{value:.3g} per token" + (f" ({per_response:.3g} per response)" if np.isfinite(per_response) else "")
+
+
+def span_text(found: Boundary) -> str:
+    """The range of the axis measured: "3e-05 to 0.55 per token (0.00016 to 2.6 per response)" on the
+    dose axis, "0.001 to 0.9" on the secondary view."""
+    low, high = found.kl_low, found.kl_high
+    if found.axis not in PER_RESPONSE:
+        return f"{low:.3g} to {high:.3g}"
+    responses = (f" ({found.response_low:.3g} to {found.response_high:.3g} per response)"
+                 if np.isfinite(found.response_low) and np.isfinite(found.response_high) else "")
+    return f"{low:.3g} to {high:.3g} per token{responses}"
+
+
 def fit_sentence(arm: str, found: Boundary, measured: str, off: str, links: tuple) -> Sentence:
     """Where one arm's logistic fit crosses 0.5 (Fieller's interval, an extrapolation said as such), or
-    that it never does (a slope of 0: the same failure rate at every KL)."""
-    fit = found.fit
+    that it never does (a slope of 0: the same failure rate at every dose)."""
+    fit, name = found.fit, AXIS_NAMES[found.axis]
     assert fit is not None
-    over = f"logistic fit in log10 KL over {count(fit.n, 'run')}, {fit.events} degraded or collapsed; {measured}"
+    unit = " per token" if found.axis in PER_RESPONSE else ""
+    over = f"logistic fit in log10 {name}{unit} over {count(fit.n, 'run')}, {fit.events} degraded or collapsed; {measured}"
     center, low, high = fit.crossing()
     if math.isnan(center):
-        return Sentence(f"**{arm}: P(degraded or collapsed) does not change with the mismatch KL**: the fit is flat "
+        return Sentence(f"**{arm}: P(degraded or collapsed) does not change with the {name}**: the fit is flat "
                         f"at {fit.curve(np.array([0.0]))[0][0]:.2g} and crosses 0.5 nowhere ({over}){off}.", links)
     interval = (f"95% Fieller interval [{kl_text(low)}, {kl_text(high)}]" if np.isfinite(low) and np.isfinite(high)
                 else "its 95% interval is unbounded: the slope is not different from 0 at 5%")
-    outside = ("; the crossing lies outside the KL measured (an extrapolation)"
+    outside = (f"; the crossing lies outside the {name}s measured (an extrapolation)"
                if not math.log10(found.kl_low) <= center <= math.log10(found.kl_high) else "")
-    return Sentence(f"**{arm}: P(degraded or collapsed) crosses 0.5 at mismatch KL {kl_text(center)}** ({interval}; "
+    return Sentence(f"**{arm}: P(degraded or collapsed) crosses 0.5 at {name} {kl_text(center)}{unit}** ({interval}; "
                     f"{over}){outside}{off}.", links)
+
+
+def cells_text(found: Boundary) -> str:
+    """Without a fit, the cells the boundary lies between: the largest place with no failed seed and the
+    smallest where most seeds failed."""
+    name = AXIS_NAMES[found.axis]
+    held = (f"the largest {name} with no degraded or collapsed seed is "
+            f"{place_text(found, found.largest_held, found.response_held)}"
+            if np.isfinite(found.largest_held) else "every cell had a degraded or collapsed seed")
+    most = (f"the smallest {name} where most seeds degraded or collapsed is "
+            f"{place_text(found, found.smallest_majority, found.response_majority)}"
+            if np.isfinite(found.smallest_majority) else "no cell had a majority of degraded or collapsed seeds")
+    return f"{held}; {most}"
 
 
 def boundary_sentence(found: Boundary, links: tuple) -> Sentence:
     """Where one arm's boundary lies, or that none was reached, with the bound its runs give."""
-    arm = escape(found.arm)
+    arm, name = escape(found.arm), AXIS_NAMES[found.axis]
     placed = np.isfinite(found.kl_high)
-    none_placed = f"no run measured a mismatch KL above {KL_FLOOR:g}"
-    measured = f"mismatch KL measured {found.kl_low:.3g} to {found.kl_high:.3g}" if placed else none_placed
-    off = (f"; {count(found.off_axis, 'run')} without a mismatch KL above {KL_FLOOR:g} left off the KL axis"
+    none_placed = f"no run has a {name} above {KL_FLOOR:g}"
+    measured = f"{name} measured {span_text(found)}" if placed else none_placed
+    off = (f"; {count(found.off_axis, 'run')} without a {name} above {KL_FLOOR:g} left off the axis"
            if found.off_axis else "")
     if found.failures == 0:
-        upto = f"up to the largest mismatch KL measured, {found.kl_high:.3g}" if placed else f"({none_placed})"
+        upto = (f"up to the largest {name} measured, {place_text(found, found.kl_high, found.response_high)}"
+                if placed else f"({none_placed})")
         return Sentence(f"**{arm}: no stability boundary reached** {upto}: {bound_text(found.runs, found.cells, found.fewest_in_cell)}{off}.", links)
     if found.fit is not None:
         return fit_sentence(arm, found, measured, off, links)
-    if not placed:
-        cells = "no cell has a KL to read a boundary off"
-    else:
-        held = (f"the largest KL with no degraded or collapsed seed is {found.largest_held:.3g}"
-                if np.isfinite(found.largest_held) else "every cell had a degraded or collapsed seed")
-        most = (f"the smallest KL where most seeds degraded or collapsed is {found.smallest_majority:.3g}"
-                if np.isfinite(found.smallest_majority) else "no cell had a majority of degraded or collapsed seeds")
-        cells = f"{held}; {most}"
+    cells = cells_text(found) if placed else f"no cell has a {name} to read a boundary off"
     return Sentence(f"**{arm}: {found.failures} of {count(found.runs, 'run')} degraded or collapsed**, no logistic fit "
                     f"({escape(found.why_no_fit)}): {cells} ({measured}){off}.", links)
 
@@ -175,17 +216,27 @@ def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence
     sentences.append(drift_sentence(classes, _links(anchors.DRIFT_VS_ROUTER_LR, figures)))
     used = dict(zip(classes["suite"], classes["rules"]))  # analysis.evidence.outcome_rules
     sentences.append(Sentence(rules_sentence(used), (("rules", anchors.STABILITY_RULES),)))
-    return sentences
+    return sentences + resolution_sentences(classes)
+
+
+def resolution_sentences(classes: pd.DataFrame) -> list[Sentence]:
+    """Per suite judged on held-out evaluations, the smallest drop its classes can see at its evaluation
+    draws from its runs' median start (analysis.evidence.resolution)."""
+    found = suite_resolutions(classes)
+    return [Sentence(f"Resolution of {escape(str(suite))} (its runs' median first held-out score, {start:.2f}): "
+                     f"{str(said)[:1].lower()}{str(said)[1:]}", (("rules", anchors.STABILITY_RULES),))
+            for suite, start, said in zip(found["suite"], found["start"], found["sentence"])]
 
 
 def class_table(classes: pd.DataFrame) -> pd.DataFrame:
     """One row per judged run: its cell, arm, seed, class, the step it happened and why, the reward it was
-    judged on and what the map plots it against."""
+    judged on and what the map plots it against (its level's dose), with the run's own median KL beside
+    as the secondary view (partly an outcome: never fitted)."""
     o = classes
     return pd.DataFrame({
         "cell": o["cell"], "arm": o["arm"], "seed": o["seed"], "status": o["status"], "class": o["outcome"],
         "step": o["step"], "why": o["why"], "judged on": o["source"], "start": o["start"], "end": o["final"],
         "change": o["change"], "level dose per token": o["dose"], "level dose per response": o["dose_response"],
-        "mismatch KL (median)": o["kl"], "tokens outside [1/2, 2] (median)": o["frac_gt_ln2"],
+        "run-median mismatch KL (not fitted)": o["kl"], "tokens outside [1/2, 2] (median)": o["frac_gt_ln2"],
         "experts changed after 1 update": o["drift_expert_1"], "router lr scale": o["router_lr_scale"],
         "failed": failed(o).map({True: "yes", False: "no"})})
