@@ -128,29 +128,6 @@ def test_a_worker_that_saw_a_stop_starts_no_further_run(worker, tmp_path):
     assert outcome["status"] == "not started" and not (tmp_path / "queued").exists()
 
 
-def test_a_worker_reads_the_stop_flag_with_the_stop_signals_held_back(worker, tmp_path):
-    """The stop flag's lock is taken with SIGINT and SIGTERM blocked: a Ctrl-C that landed inside it raised
-    Stopped there and left the lock taken, and the suite waited for ever (seen in CI)."""
-    import signal
-    from types import SimpleNamespace
-
-    from gspo_bench.suite import launch
-
-    seen = []
-
-    class Stop:
-        def is_set(self):
-            seen.append(signal.pthread_sigmask(signal.SIG_BLOCK, set()))  # the mask as it is
-            return True
-
-    worker["stop"] = Stop()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
-    outcome = launch._run_in_process(SimpleNamespace(run_dir=tmp_path / "queued"), {})
-    assert outcome["status"] == "not started"
-    assert {signal.SIGINT, signal.SIGTERM} <= seen[0]
-    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before  # given back
-
-
 def test_a_stop_outside_the_training_loop_records_the_run_failed(tmp_path):
     """A run whose folder still says `running` when a stop ends it outside the loop is marked failed
     there, resumable; a run that never wrote a status gets none."""

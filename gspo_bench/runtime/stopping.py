@@ -3,14 +3,21 @@ is, so a run in progress records how it ended (failed, resumable from its last c
 further run starts. The command line installs it for its process, and so does every worker of
 `--parallel` (where only a worker that is training a run raises it: an idle one leaves the stop to
 the suite's process).
+
+A raise lands between any two bytecodes, and one that lands inside a multiprocessing lock's
+`__enter__` (Python code around the C acquire) leaves that lock held for ever: another process, or
+the same one later, then waits on it without end. So code that takes such locks while stops may be
+raised (a queue's put and get, an Event's is_set) runs inside `stops_deferred`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -49,3 +56,52 @@ def signals_ignored() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def stops_deferred() -> Iterator[list[int]]:
+    """Stop signals that arrive inside are recorded, not raised: the block gets the list of them (a
+    loop may poll it and stop at a point where nothing is half done), and where the block ends
+    normally they are delivered again to the handlers of before, as if they arrived just then. Where
+    the block raises, they are dropped (it is ending anyway: a stop it raised from the list, or an
+    error that a late stop would hide). Outside the main thread it defers nothing: Python runs signal
+    handlers in the main thread alone, so nothing can be raised here."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    arrived: list[int] = []
+    deferring = True
+    previous: dict[int, Any] = {}
+
+    def record(signum: int, frame: FrameType | None) -> None:
+        if deferring:
+            arrived.append(signum)
+        else:  # arrived as the block ended, before its handler was back: it goes where it would have
+            _deliver(previous[signum], signum, frame)
+
+    for signum in STOP_SIGNALS:
+        previous[signum] = signal.signal(signum, record)
+    try:
+        yield arrived
+    except BaseException:
+        deferring = False
+        _restore(previous)
+        raise
+    deferring = False
+    _restore(previous)
+    for arrival in dict.fromkeys(arrived):
+        _deliver(previous[arrival], arrival, None)
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+def _deliver(handler: Any, signum: int, frame: FrameType | None) -> None:
+    """What the arrival of `signum` does under `handler` (a callable, SIG_IGN or SIG_DFL)."""
+    if callable(handler):
+        handler(signum, frame)
+    elif handler == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)

@@ -27,7 +27,13 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from gspo_bench.rundir.folder import RunDir
-from gspo_bench.runtime.stopping import Stopped, raise_stopped, signals_ignored, stop_on_signals
+from gspo_bench.runtime.stopping import (
+    Stopped,
+    raise_stopped,
+    signals_ignored,
+    stop_on_signals,
+    stops_deferred,
+)
 from gspo_bench.suite.outcomes import broken_pool_statuses
 
 if TYPE_CHECKING:
@@ -129,7 +135,7 @@ def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers
     try:
         for i, spec in enumerate(specs):
             futures[pool.submit(_run_in_process, spec, mode)] = i
-        return _every_status(_collect(futures, specs, lambda: _next_local(messages), observer, settle))
+        return _every_status(_collect_stoppable(futures, specs, lambda: _next_local(messages), observer, settle))
     except KeyboardInterrupt as err:
         with signals_ignored():  # the stop under way finishes: runs record their ends
             reason.value = getattr(err, "signum", signal.SIGINT)
@@ -225,15 +231,13 @@ def _worker_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def _stop_is_set(stop: Any) -> bool:  # a multiprocessing Event
-    """Whether the suite's stop is set, read with SIGINT and SIGTERM held back: `_worker_signal` raises
-    in this thread, and a raise while the Event's internal lock is held (Ctrl-C to the group landing in
-    `is_set`) left the lock taken and the other worker, and so the suite, waiting on it for ever. A signal
-    held back arrives as the mask is restored, after the lock is released."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
+    """Whether the suite's stop is set, read with stops deferred: `_worker_signal` raises in this thread,
+    and a raise inside the Event's internal lock (Ctrl-C to the group, or the stop watcher's
+    `interrupt_main`, landing in `is_set`) left the lock taken and the other worker, and so the suite,
+    waiting on it for ever. A blocked signal mask was not enough: the watcher's interrupt and a signal
+    the kernel hands to another thread of the worker both bypass it."""
+    with stops_deferred():
         return bool(stop.is_set())
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _run_in_process(spec: RunSpec, mode: dict[str, Any]) -> dict[str, Any]:
@@ -282,15 +286,18 @@ class _QueueReport:
         self.messages = messages
 
     def __call__(self, kind: str, name: str, row: dict) -> None:
-        self.messages.put((kind, name, row))
+        with stops_deferred():  # a stop raised inside the put would leave the queue's lock, shared by every worker, taken
+            self.messages.put((kind, name, row))
 
 
 def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: Observer,
-             settle: Callable[[], None] = lambda: None) -> list[dict | None]:
+             settle: Callable[[], None] = lambda: None, stops: list[int] | None = None) -> list[dict | None]:
     """Relay progress messages until every future is done; statuses in the order of `specs` (None
-    for the runs of no future). Where the pool broke (a worker died), `settle` waits until every
-    worker has exited (the ones the pool stopped have recorded it), then
-    `outcomes.broken_pool_statuses` tells the run whose worker died from those it stopped."""
+    for the runs of no future). `stops`: the stop signals `stops_deferred` recorded; the first is
+    raised (Stopped) between two waits, where no message is half read and no lock half taken. Where
+    the pool broke (a worker died), `settle` waits until every worker has exited (the ones the pool
+    stopped have recorded it), then `outcomes.broken_pool_statuses` tells the run whose worker died
+    from those it stopped."""
     statuses: list[dict | None] = [None] * len(specs)
     started: set[str] = set()
     broken: list[int] = []
@@ -298,6 +305,8 @@ def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: O
     while pending:
         done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
         _relay(next_message, observer, started)
+        if stops:
+            raise Stopped(stops[0])
         for future in done:
             index = futures[future]
             if not future.cancelled() and isinstance(future.exception(), BrokenProcessPool):
@@ -314,6 +323,15 @@ def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: O
             observer.end_run(specs[index].run_dir.name, status)
     _relay(next_message, observer, started)
     return statuses
+
+
+def _collect_stoppable(futures: dict, specs: Sequence, next_message: Callable, observer: Observer,
+                       settle: Callable[[], None]) -> list[dict | None]:
+    """`_collect` with stop signals deferred: a stop is raised between two waits, never inside a
+    queue's read (half a message left in the pipe), a future's condition or the progress display's
+    lock (a lock left held: the executor's thread, and so the suite, then wait for ever)."""
+    with stops_deferred() as stops:
+        return _collect(futures, specs, next_message, observer, settle, stops)
 
 
 def _outcome(future: Future[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:

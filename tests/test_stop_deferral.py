@@ -1,0 +1,135 @@
+"""A stop signal never lands inside a queue's read or write, a lock or a future's condition: where
+it did, half a message stayed in the pipe or a lock stayed held, and a Ctrl-C to a `--parallel`
+suite could hang it (the suite waiting on a worker, or on itself, for ever). `stops_deferred`
+records stops and delivers them after; the suite's loop raises a recorded stop between two waits.
+Every case here sends a real signal (`signal.raise_signal`) at the worst moment: inside the
+critical call. (A blocked signal mask, tried first for the stop flag, was not enough: a signal the
+kernel hands to another thread, or the stop watcher's `interrupt_main`, still ran the handler in
+the main thread inside the lock.)"""
+
+from __future__ import annotations
+
+import _thread
+import signal
+import threading
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+import pytest
+
+from gspo_bench.runtime.stopping import STOP_SIGNALS, Stopped, raise_stopped, stops_deferred
+from gspo_bench.suite import launch
+
+
+@pytest.fixture
+def stop_handlers():
+    """The command line's handlers (a stop raises Stopped) for the test; the test process's own after."""
+    before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, raise_stopped)
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+def test_a_stop_inside_is_recorded_and_raised_as_the_block_ends(stop_handlers):
+    reached = []
+    with pytest.raises(Stopped) as stopped:
+        with stops_deferred() as stops:
+            signal.raise_signal(signal.SIGTERM)
+            reached.append("after SIGTERM")
+            _thread.interrupt_main(signal.SIGINT)  # how a worker's stop watcher interrupts its run
+            reached.append("after the interrupt")
+            assert stops == [signal.SIGTERM, signal.SIGINT]
+    assert reached == ["after SIGTERM", "after the interrupt"]
+    assert stopped.value.signum == signal.SIGTERM  # the first to arrive
+    assert all(signal.getsignal(signum) is raise_stopped for signum in STOP_SIGNALS)
+
+
+def test_a_block_that_raises_keeps_its_error_and_a_stop_after_it_is_not_deferred(stop_handlers):
+    with pytest.raises(ValueError, match="the block's own"):
+        with stops_deferred():
+            signal.raise_signal(signal.SIGINT)
+            raise ValueError("the block's own")
+    with pytest.raises(Stopped):
+        signal.raise_signal(signal.SIGINT)
+
+
+def test_outside_the_main_thread_nothing_is_deferred_or_touched(stop_handlers):
+    seen = []
+
+    def body():
+        with stops_deferred() as stops:
+            seen.append(stops)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert seen == [[]]
+    assert all(signal.getsignal(signum) is raise_stopped for signum in STOP_SIGNALS)
+
+
+class SignalledQueue:
+    """A queue whose put and get receive a signal half way (between a message's two halves)."""
+
+    def __init__(self, messages=()):
+        self.pipe = list(messages)
+
+    def put(self, message):
+        self.pipe.append("half")
+        signal.raise_signal(signal.SIGINT)
+        self.pipe[-1] = message
+
+    def get(self):
+        message = self.pipe.pop(0)
+        signal.raise_signal(signal.SIGINT)
+        return message
+
+
+def test_a_workers_progress_message_is_written_whole_then_its_run_stops(stop_handlers):
+    queue = SignalledQueue()
+    saved = dict(launch._WORKER)
+    launch._WORKER.update(reason=SimpleNamespace(value=0), running=True, stopping=False, stopped=False,
+                          exit_after=False)
+    signal.signal(signal.SIGINT, launch._worker_signal)
+    try:
+        with pytest.raises(Stopped):
+            launch._QueueReport(queue)("step", "gspo-s0", {"step": 3})
+        assert queue.pipe == [("step", "gspo-s0", {"step": 3})]
+    finally:
+        launch._WORKER.clear()
+        launch._WORKER.update(saved)
+
+
+def test_a_worker_reads_the_suites_stop_whole_then_stops(stop_handlers):
+    class SignalledEvent:
+        def is_set(self):
+            signal.raise_signal(signal.SIGINT)
+            self.read = True
+            return False
+
+    event = SignalledEvent()
+    with pytest.raises(Stopped):
+        launch._stop_is_set(event)
+    assert event.read
+
+
+class Observed(launch.Observer):
+    def __init__(self):
+        self.steps = []
+
+    def step(self, name, row):
+        self.steps.append((name, row["step"]))
+
+
+def test_the_suites_loop_relays_a_whole_message_then_raises_the_stop_between_waits(stop_handlers):
+    running = Future()  # a run in progress, that ends 3 s on: the stop comes well before
+    threading.Timer(3.0, running.set_result, [{"status": "done", "message": "", "step": 6}]).start()
+    queue = SignalledQueue([("step", "gspo-s0", {"step": 2}), ("step", "gspo-s0", {"step": 3})])
+    observer = Observed()
+    with pytest.raises(Stopped) as stopped:
+        launch._collect_stoppable({running: 0}, [SimpleNamespace(run_dir=None)],
+                                  lambda: queue.get() if queue.pipe else None, observer, settle=lambda: None)
+    assert observer.steps == [("gspo-s0", 2), ("gspo-s0", 3)]  # nothing lost or half read
+    assert stopped.value.signum == signal.SIGINT and not running.done()  # raised between waits, not at the end
+    assert all(signal.getsignal(signum) is raise_stopped for signum in STOP_SIGNALS)
