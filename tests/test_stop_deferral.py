@@ -13,6 +13,7 @@ import _thread
 import signal
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -116,10 +117,13 @@ def test_a_worker_reads_the_suites_stop_whole_then_stops(stop_handlers):
 
 class Observed(launch.Observer):
     def __init__(self):
-        self.steps = []
+        self.steps, self.ends = [], []
 
     def step(self, name, row):
         self.steps.append((name, row["step"]))
+
+    def end_run(self, name, status):
+        self.ends.append(name)
 
 
 def test_the_suites_loop_relays_a_whole_message_then_raises_the_stop_between_waits(stop_handlers):
@@ -129,7 +133,32 @@ def test_the_suites_loop_relays_a_whole_message_then_raises_the_stop_between_wai
     observer = Observed()
     with pytest.raises(Stopped) as stopped:
         launch._collect_stoppable({running: 0}, [SimpleNamespace(run_dir=None)],
-                                  lambda: queue.get() if queue.pipe else None, observer, settle=lambda: None)
+                                  lambda: queue.get() if queue.pipe else None, observer, lambda: None, set())
     assert observer.steps == [("gspo-s0", 2), ("gspo-s0", 3)]  # nothing lost or half read
     assert stopped.value.signum == signal.SIGINT and not running.done()  # raised between waits, not at the end
     assert all(signal.getsignal(signum) is raise_stopped for signum in STOP_SIGNALS)
+
+
+def test_a_run_that_ended_before_the_stop_is_not_reported_again(stop_handlers):
+    """The stop waits for the runs still in progress alone: a run whose end the display already had
+    is not ended twice ("5/4 runs finished" before), a queued one is cancelled."""
+    finished, running, queued = Future(), Future(), Future()
+    finished.set_result({"status": "done", "message": "", "step": 6})
+    running.set_running_or_notify_cancel()  # as the executor marks a run a worker took
+    threading.Timer(3.0, running.set_result, [{"status": "done", "message": "", "step": 6}]).start()
+    futures = {finished: 0, running: 1, queued: 2}
+    specs = [SimpleNamespace(run_dir=Path(name)) for name in ("a-s0", "b-s0", "c-s0")]
+    calls = iter([None, ("step", "b-s0", {"step": 4}), None])  # the stop comes with the second wait's message
+
+    def next_message():
+        message = next(calls, None)
+        if message is not None:
+            signal.raise_signal(signal.SIGINT)
+        return message
+
+    observer, reported = Observed(), set()
+    with pytest.raises(Stopped):
+        launch._collect_stoppable(futures, specs, next_message, observer, lambda: None, reported)
+    assert observer.ends == ["a-s0"] and reported == {0}
+    assert launch._unreported(futures, reported) == {running: 1}
+    assert queued.cancelled()

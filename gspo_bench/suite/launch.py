@@ -131,17 +131,18 @@ def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
                                initargs=(messages, stop, reason, os.getpid()))
     futures: dict = {}
+    reported: set[int] = set()  # the runs whose end the observer has had
     settle = functools.partial(pool.shutdown, wait=True, cancel_futures=True)  # returns once every worker is gone
     try:
         for i, spec in enumerate(specs):
             futures[pool.submit(_run_in_process, spec, mode)] = i
-        return _every_status(_collect_stoppable(futures, specs, lambda: _next_local(messages), observer, settle))
+        return _every_status(_collect_stoppable(futures, specs, lambda: _next_local(messages), observer, settle,
+                                                reported))
     except KeyboardInterrupt as err:
         with signals_ignored():  # the stop under way finishes: runs record their ends
             reason.value = getattr(err, "signum", signal.SIGINT)
             stop.set()
-            started = {f: i for f, i in futures.items() if not f.cancel()}
-            _collect(started, specs, lambda: _next_local(messages), observer, settle)
+            _collect(_unreported(futures, reported), specs, lambda: _next_local(messages), observer, settle)
             pool.shutdown(wait=True, cancel_futures=True)
         raise
     finally:
@@ -290,11 +291,19 @@ class _QueueReport:
             self.messages.put((kind, name, row))
 
 
+def _unreported(futures: dict, reported: set[int]) -> dict:
+    """The futures of runs whose end the observer has not had, less the queued ones (cancelled here):
+    what a stop waits for (a run that ended before the stop is not counted twice)."""
+    return {future: i for future, i in futures.items() if i not in reported and not future.cancel()}
+
+
 def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: Observer,
-             settle: Callable[[], None] = lambda: None, stops: list[int] | None = None) -> list[dict | None]:
+             settle: Callable[[], None] = lambda: None, stops: list[int] | None = None,
+             reported: set[int] | None = None) -> list[dict | None]:
     """Relay progress messages until every future is done; statuses in the order of `specs` (None
     for the runs of no future). `stops`: the stop signals `stops_deferred` recorded; the first is
-    raised (Stopped) between two waits, where no message is half read and no lock half taken. Where
+    raised (Stopped) between two waits, where no message is half read and no lock half taken.
+    `reported` gets the index of every run whose end the observer had. Where
     the pool broke (a worker died), `settle` waits until every worker has exited (the ones the pool
     stopped have recorded it), then `outcomes.broken_pool_statuses` tells the run whose worker died
     from those it stopped."""
@@ -315,23 +324,27 @@ def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: O
             statuses[index] = _outcome(future, specs[index])
             if statuses[index]["status"] != "not started":
                 observer.end_run(specs[index].run_dir.name, statuses[index])
+            if reported is not None:
+                reported.add(index)
     if broken:
         settle()
         _relay(next_message, observer, started)
         for index, status in zip(broken, broken_pool_statuses([specs[i] for i in broken], started), strict=True):
             statuses[index] = status
             observer.end_run(specs[index].run_dir.name, status)
+            if reported is not None:
+                reported.add(index)
     _relay(next_message, observer, started)
     return statuses
 
 
 def _collect_stoppable(futures: dict, specs: Sequence, next_message: Callable, observer: Observer,
-                       settle: Callable[[], None]) -> list[dict | None]:
+                       settle: Callable[[], None], reported: set[int]) -> list[dict | None]:
     """`_collect` with stop signals deferred: a stop is raised between two waits, never inside a
     queue's read (half a message left in the pipe), a future's condition or the progress display's
     lock (a lock left held: the executor's thread, and so the suite, then wait for ever)."""
     with stops_deferred() as stops:
-        return _collect(futures, specs, next_message, observer, settle, stops)
+        return _collect(futures, specs, next_message, observer, settle, stops, reported)
 
 
 def _outcome(future: Future[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
