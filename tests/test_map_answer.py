@@ -125,6 +125,9 @@ def test_interval_ends_outside_the_data_are_said_as_such():
     assert found.boundary_response is not None and math.isnan(found.boundary_response[2])
     text = item(found)
     assert text.count("to beyond the data)") == 2 and f"{found.boundary[2]:.3g}" not in text
+    (row,) = [r for r in placement_rows(found) if "boundary" in r["what"]]  # the table keeps the fitted end
+    assert row["value"].startswith(f"{found.boundary[0]:.4g} [{found.boundary[1]:.4g}, {found.boundary[2]:.4g}]; ")
+    assert row["value"].endswith(", -]") and row["result"].startswith("high end outside the doses measured")
 
 
 def test_arms_whose_intervals_overlap_are_named_as_not_told_apart():

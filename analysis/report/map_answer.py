@@ -176,6 +176,11 @@ def _row(what: str, value: str, test: str, result: str) -> dict:
     return {"sentence": 3, "what": what, "value": value, "test": test, "result": result}
 
 
+def _g(value: float) -> str:
+    """A value in 4 significant digits, "-" where there is none (a dose per response outside the data)."""
+    return f"{value:.4g}" if math.isfinite(value) else "-"
+
+
 def level_value(level: Level) -> str:
     response = f"{level.dose_response:.4g}" if math.isfinite(level.dose_response) else "-"
     return f"{level.dose:.4g} per token, {response} per response: {level.failures} of {level.runs} failed"
@@ -191,7 +196,7 @@ def placement_rows(found: Placement) -> list[dict]:
         (center, low, high), (r_center, r_low, r_high) = found.boundary, found.boundary_response
         outside = [name for name, v in (("low", low), ("high", high)) if not dose_text(v, found.measured)[0].isdigit()]
         rows.append(_row(f"{arm}: boundary, the level dose where P(failure) = 0.5 [95% interval], per token; per "
-                         "response", f"{center:.4g} [{low:.4g}, {high:.4g}]; {r_center:.4g} [{r_low:.4g}, {r_high:.4g}]",
+                         "response", f"{center:.4g} [{low:.4g}, {high:.4g}]; {_g(r_center)} [{_g(r_low)}, {_g(r_high)}]",
                          "logistic fit, Fieller's interval; per response interpolated between the levels' doses "
                          "(log-log)", f"{' and '.join(outside)} end outside the doses measured "
                          f"({found.measured[0]:.4g} to {found.measured[1]:.4g} per token)" if outside else "inside the "
