@@ -14,6 +14,7 @@ import pytest
 from analysis.data.load import finished, load_results, unfinished
 from analysis.evidence.gather import gather
 from analysis.evidence.stability import stability_map
+from analysis.report.map_answer import LEAD
 from analysis.report.plain_answer import (
     MAX_SENTENCES,
     MAX_WORDS,
@@ -144,10 +145,17 @@ def test_a_swept_suite_answers_per_arm_before_any_sweep_point(swept):
     texts = check_form(found)
     assert texts[0].startswith("8 runs finished: grpo and gspo on 2 seeds at each of 2 sweep points")
     assert "grpo learned on every seed at 1 of 2 sweep points; gspo learned on every seed at 2 of 2" in texts[1]
-    assert texts[2] == ("Stability, per arm: grpo degraded or collapsed in 2 of 4 runs, too few to fit where it fails; "
-                        "gspo never degraded or collapsed in 4 runs, up to the largest level dose measured.")
+    assert texts[2] == LEAD.replace("**", "")
+    items = [plain_text(i.text) for i in found.sentences[2].items]
+    assert items[0].startswith("grpo (2 of 4 runs failed): no boundary fitted; it lies between dose 0.0022 per token")
+    assert items[1].startswith("gspo (0 of 4 runs failed): never failed; held up to dose 0.22 per token")
+    assert items[2].startswith("The suite cannot tell these 2 arms apart")
+    assert all(i.links == (("numbers", NUMBERS),) for i in found.sentences[2].items)
+    printed = console_answer(load_results(swept))[2].splitlines()  # the console: the items indented under it
+    assert printed[0] == texts[2] and printed[1:] == [f"    - {i}" for i in items]
     assert texts[4].startswith("For a decision on where a boundary lies, sweep gspo past the largest level dose")
-    assert found.numbers[found.numbers["sentence"] == 3]["what"].str.split(":").str[0].tolist() == ["grpo", "gspo"]
+    assert found.numbers[found.numbers["sentence"] == 3]["what"].str.split(":").str[0].tolist() == [
+        "grpo", "grpo", "grpo", "gspo", "gspo"]  # per arm: its runs and fit, its last level held, its first most failed
 
 
 def test_the_report_opens_with_the_sentences_and_the_console_prints_them(tmp_path):

@@ -49,10 +49,11 @@ def test_an_arm_that_finished_on_fewer_seeds_is_not_said_to_run_on_all(tmp_path)
     assert "grpo and gspo on 2 to 3 seeds" in first and first.endswith("1 more run did not finish and is left out."), first
 
 
-def test_arms_alike_share_one_clause_so_a_swept_answer_stays_under_40_words(tmp_path):
+def test_a_swept_answer_stays_under_40_words_with_one_item_per_arm(tmp_path):
     """Three arms at two sweep points, none failing and each learning at both (results/regime/discriminate's
-    shape, whose sentences ran to 46 and 49 words, one clause per arm): arms with the same words are named
-    together, and every sentence keeps the 40-word limit."""
+    shape, whose sentences ran to 46 and 49 words, one clause per arm): arms alike share a clause of the
+    learnability sentence, the stability answer lists one item per arm under a short sentence, and every
+    sentence keeps the 40-word limit."""
     from tests.helpers.stability import swept_run
 
     for noise, kl in ((0.0, 0.002), (1.0, 0.2)):
@@ -64,5 +65,7 @@ def test_arms_alike_share_one_clause_so_a_swept_answer_stays_under_40_words(tmp_
     texts = [plain_text(s.text) for s in found.sentences]
     assert all(words(s.text) <= MAX_WORDS for s in found.sentences), [(words(t), t) for t in texts]
     assert texts[1].endswith("grpo, grpo_rr and gspo learned on every seed at 2 of 2 sweep points."), texts[1]
-    assert texts[2] == ("Stability, per arm: grpo, grpo_rr and gspo never degraded or collapsed in 4 runs each, up to "
-                        "the largest level dose measured."), texts[2]
+    items = [plain_text(i.text) for i in found.sentences[2].items]
+    assert [i.split(":")[0] for i in items[:3]] == [f"{arm} (0 of 4 runs failed)" for arm in ("grpo", "grpo_rr", "gspo")]
+    assert all(": never failed; held up to dose 0.22 per token" in i for i in items[:3]), items
+    assert items[3].startswith("The suite cannot tell any two of these 3 arms apart"), items

@@ -142,7 +142,8 @@ def test_the_report_of_a_swept_suite_shows_the_map(swept, tmp_path):
         assert (paths["figures"] / f"{name}.png").stat().st_size > 0 and (paths["figures"] / f"{name}.pdf").is_file()
         assert f'<div id="plot-{name}-0" class="plotly-graph-div"' in html and f"(figures/{anchors.link(name)}.png)" in md
     answer = md.split("## The answer")[1].split("<a id=")[0]  # the plain answer: per arm, before any sweep point
-    assert "- Stability, per arm: grpo degraded or collapsed in" in answer and "At router_noise" not in answer
+    assert "- Stability per arm on the level dose" in answer and "At router_noise" not in answer
+    assert "\n  - **grpo** (" in answer and "\n  - **gspo** (0 of" in answer  # one nested item per arm
     detail = md.split("## Every claim, with its numbers")[1].split("<a id=")[0]
     assert "**gspo: no stability boundary reached**" in detail and "Runs collapsed: grpo 6 of 9" in detail
     assert f"](#{anchors.STABILITY})" in answer and f'<a id="{anchors.STABILITY}"></a>' in md

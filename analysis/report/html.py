@@ -28,7 +28,8 @@ PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 def sentence_html(sentence: Sentence) -> str:
     links = ", ".join(f"<a href='#{html.escape(anchors.link(anchor))}'>{html.escape(text)}</a>"
                       for text, anchor in sentence.links)
-    return f"<li>{to_html(sentence.text)}" + (f" ({links})" if links else "") + "</li>"
+    nested = "<ul>" + "".join(sentence_html(item) for item in sentence.items) + "</ul>" if sentence.items else ""
+    return f"<li>{to_html(sentence.text)}" + (f" ({links})" if links else "") + nested + "</li>"
 
 
 def body_html(body: pd.DataFrame | str | list[Sentence] | FiguresHere, figures: list[tuple[str, str, list]]) -> str:

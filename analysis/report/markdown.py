@@ -30,9 +30,11 @@ def table_markdown(frame: pd.DataFrame) -> str:
     return cells.to_markdown(index=False)
 
 
-def sentence_markdown(sentence: Sentence) -> str:
+def sentence_markdown(sentence: Sentence, indent: str = "") -> str:
+    """A bullet with its links, and its items as bullets nested under it."""
     links = ", ".join(f"[{escape(text)}](#{anchors.link(anchor)})" for text, anchor in sentence.links)
-    return f"- {sentence.text}" + (f" ({links})" if links else "")
+    nested = "".join("\n" + sentence_markdown(item, indent + "  ") for item in sentence.items)
+    return f"{indent}- {sentence.text}" + (f" ({links})" if links else "") + nested
 
 
 def figures_markdown(figures: list[FigureSpec]) -> str:

@@ -30,18 +30,19 @@ from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.paper import CLIP, DEPTH, DRIFT_ONE, arms, paper_tests
+from analysis.evidence.placement import BOUNDARY, placements
 from analysis.evidence.primary import declarations
 from analysis.evidence.stability import (
     AXIS,
     AXIS_NAMES,
     KL_FLOOR,
     PER_RESPONSE,
-    Boundary,
     StabilityMap,
     stability_map,
 )
 from analysis.report import anchors
 from analysis.report.escape import SPECIAL, escape
+from analysis.report.map_answer import LEAD, map_items, placement_rows
 from analysis.report.paper_checks import paper_checks
 from analysis.report.stability_text import FIGURE_LETTERS, span_text
 from analysis.report.texts import count, difference_text, p_text
@@ -267,33 +268,6 @@ def primary_text(evidence: Evidence) -> tuple[str, list[dict]]:
     return (f"of the {count(len(statuses), 'comparison')} declared in the suite file, " + ", ".join(parts)), rows
 
 
-def arms_stability(bounds: list[Boundary]) -> str:
-    """Each arm's stability in words, arms whose words are the same in one clause ("a and b never degraded
-    or collapsed in 4 runs each"): the sentence stays short however many arms the map has."""
-    alike: dict[str, list[Boundary]] = {}
-    for found in bounds:
-        alike.setdefault(arm_stability(found), []).append(found)
-    return "; ".join(f"{names([b.arm for b in group])} {arm_stability(group[0], each=len(group) > 1)}"
-                     for group in alike.values())
-
-
-def arm_stability(found: Boundary, each: bool = False) -> str:
-    """One arm's stability in words, after its name: never failed, a boundary placed, or failures too few to
-    place one (`each`: said of several arms with the same counts)."""
-    runs = count(found.runs, "run") + (" each" if each else "")
-    if found.failures == 0:
-        return f"never degraded or collapsed in {runs}, up to the largest {AXIS_NAMES[found.axis]} measured"
-    failed_ = f"degraded or collapsed in {found.failures} of {runs}"
-    if found.fit is None:
-        return f"{failed_}, too few to fit where it fails"
-    center, low, high = found.fit.crossing()
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return f"{failed_}, too few to place its boundary (the fit's interval is unbounded)"
-    inside = found.kl_low <= 10 ** center <= found.kl_high
-    where = "within" if inside else "beyond"
-    return f"{failed_}, and fails at least half the time {where} the {AXIS_NAMES[found.axis]} measured"
-
-
 def stability_rows(found: StabilityMap) -> list[dict]:
     rows = []
     for b in found.bounds:
@@ -303,8 +277,9 @@ def stability_rows(found: StabilityMap) -> list[dict]:
             result = f"failure rate at most {100 * b.bound:.3g}%{where} at 95% (exact one-sided Clopper-Pearson)"
         elif b.fit is not None:
             center, low, high = b.fit.crossing()
-            result = (f"P(failure) = 0.5 at {name} {10 ** center:.3g}{unit}, 95% Fieller interval [{10 ** low:.3g}, "
-                      f"{10 ** high:.3g}]")
+            beyond = "" if b.kl_low <= 10 ** center <= b.kl_high else " (outside the doses measured: not a boundary)"
+            result = (f"P(failure) = 0.5 at {name} {10 ** center:.3g}{unit}{beyond}, 95% Fieller interval "
+                      f"[{10 ** low:.3g}, {10 ** high:.3g}]")
         else:
             result = f"no fit: {b.why_no_fit}"
         kls = span_text(b) if np.isfinite(b.kl_high) else f"no {name} above {KL_FLOOR:g}"  # none on the axis: no range
@@ -316,10 +291,13 @@ def stability_rows(found: StabilityMap) -> list[dict]:
 def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures: set[str]) -> tuple[Sentence, list[dict]]:
     """A swept suite with a stability map answers per arm; a declared family by its comparisons; else the leader."""
     if stability is not None:
-        text = "Stability, per arm: " + arms_stability(stability.bounds)
         links = (("table", anchors.STABILITY), *(link for name in (anchors.CHANGE_VS_KL, anchors.COLLAPSE_PROBABILITY)
                                                  for link in map_link(name, figures)))
-        return Sentence(text + ".", (*links, ("numbers", NUMBERS))), stability_rows(stability)
+        placed = placements(stability)
+        items = map_items(placed, (("numbers", NUMBERS),))
+        rows = [row for first, p in zip(stability_rows(stability), placed, strict=True)
+                for row in (first, *placement_rows(p))]
+        return Sentence(LEAD, (*links, ("numbers", NUMBERS)), items), rows
     if evidence.declared:
         clause, rows = primary_text(evidence)
         links = (("table", PRIMARY), *_figure_links(figures, FOREST))
@@ -427,9 +405,10 @@ def undecided(evidence: Evidence) -> bool:
 
 def stability_decision(stability: StabilityMap) -> Sentence:
     """Where more runs would place each arm's boundary: past the KL measured where none failed, more seeds
-    where some did but too few to bound the crossing."""
+    where some did but too few to place it (no fit, an unbounded interval, a crossing beyond the data)."""
     links = (("table", anchors.STABILITY), ("numbers", NUMBERS))
-    open_ = [b for b in stability.bounds if b.fit is None or not np.all(np.isfinite(b.fit.crossing()[1:]))]
+    placed = {p.arm for p in placements(stability) if p.kind == BOUNDARY}
+    open_ = [b for b in stability.bounds if b.arm not in placed]
     if not open_:
         return Sentence("Each arm's boundary is placed: more seeds in the cells near it narrow its interval.", links)
     never = [b.arm for b in open_ if b.failures == 0]
@@ -493,4 +472,5 @@ def console_answer(results: Results) -> list[str]:
     spread = check_matched(results)
     found = plain_answer(gather(finished(results), declarations(results)), unfinished(results),
                          stability_map(results), spread)
-    return [plain_text(sentence.text) for sentence in found.sentences]
+    return [plain_text(sentence.text) + "".join(f"\n    - {plain_text(item.text)}" for item in sentence.items)
+            for sentence in found.sentences]

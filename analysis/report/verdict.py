@@ -48,10 +48,12 @@ FOREST = "forest_primary"  # the figure of the declared comparisons
 
 @dataclass(frozen=True)
 class Sentence:
-    """Markdown text (bold allowed) and the (link text, anchor) pairs it points to."""
+    """Markdown text (bold allowed) and the (link text, anchor) pairs it points to; `items`: sentences
+    listed under it (a swept suite's answer per arm), each with its own links."""
 
     text: str
     links: tuple[tuple[str, str], ...]
+    items: tuple[Sentence, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,213 @@
+"""A swept suite's stability answer, per arm, first and plain: one short sentence, and under it one item
+per arm saying where it fails (its boundary on the level dose with its 95% interval, per token and per
+response) or, where no boundary is placed, the bracket of cells or up to which dose it held and the
+Clopper-Pearson bound that puts on its failure rate at that level (analysis.evidence.placement); a
+crossing outside the doses measured is said to lie beyond the data, never given as the boundary. An arm
+that faces no mismatch by construction is said to, first. A last item says which arms the suite cannot
+tell apart. Every number of an item is a row of the answer's numbers table, which each item links to.
+
+Text is markdown: user text (arm labels) goes in through `analysis.report.escape.escape`."""
+
+from __future__ import annotations
+
+import math
+
+from analysis.evidence.dose import DOSE_STEPS
+from analysis.evidence.placement import (
+    BEYOND,
+    BOUNDARY,
+    BRACKET,
+    UNBOUNDED,
+    Level,
+    Placement,
+    pairs_apart,
+)
+from analysis.evidence.stability import KL_FLOOR
+from analysis.report.escape import escape
+from analysis.report.texts import count
+from analysis.report.verdict import Sentence
+
+CLOPPER_PEARSON = "Clopper-Pearson 95%"
+LEAD = (f"Stability per arm on the level dose (a level's mismatch over the first {DOSE_STEPS} steps of its runs, "
+        "per token and per response); failure is degraded or collapsed:")
+
+
+def dose_text(value: float, measured: tuple[float, float]) -> str:
+    """A dose per token: "0.814", or where it lies outside the doses measured, "below the data" /
+    "beyond the data" (an extrapolation, whose value the numbers table keeps)."""
+    if value < measured[0] * (1 - 1e-9):
+        return "below the data"
+    if value > measured[1] * (1 + 1e-9):
+        return "beyond the data"
+    return f"{value:.3g}"
+
+
+def response_text(value: float, token: float, measured: tuple[float, float]) -> str:
+    """A dose per response: "4.67", the words of dose_text outside the data, "-" where not measured."""
+    inside = dose_text(token, measured)
+    return inside if not inside[0].isdigit() else f"{value:.3g}" if math.isfinite(value) else "-"
+
+
+def level_text(level: Level) -> str:
+    """"dose 0.814 per token (4.67 per response)"."""
+    response = f" ({level.dose_response:.3g} per response)" if math.isfinite(level.dose_response) else ""
+    return f"dose {level.dose:.3g} per token{response}"
+
+
+def held_text(level: Level, below: tuple[Level, ...] = ()) -> str:
+    """"held up to dose 5.13 per token (46.5 per response): failure rate ≤ 39.3% at that level
+    (Clopper-Pearson 95%, 0 of 6 runs)": the bound of that level's runs only; "held at" where a level
+    of `below` (those with a failed run) lies under it."""
+    upto = "at" if any(failed.dose < level.dose for failed in below) else "up to"
+    return (f"held {upto} {level_text(level)}: failure rate ≤ {100 * level.bound:.3g}% at that level "
+            f"({CLOPPER_PEARSON}, 0 of {count(level.runs, 'run')})")
+
+
+def failed_text(level: Level) -> str:
+    return f"{level_text(level)}, the first level where most runs failed ({level.failures} of {level.runs})"
+
+
+def boundary_text(found: Placement) -> str:
+    """"fails at dose 4.18 per token (95% interval 2.23 to beyond the data), 32.9 per response (17.1 to
+    beyond the data)"."""
+    assert found.boundary is not None and found.boundary_response is not None
+    (center, low, high), (r_center, r_low, r_high) = found.boundary, found.boundary_response
+    token = f"{center:.3g} per token (95% interval {dose_text(low, found.measured)} to {dose_text(high, found.measured)})"
+    response = (f"{response_text(r_center, center, found.measured)} per response "
+                f"({response_text(r_low, low, found.measured)} to {response_text(r_high, high, found.measured)})")
+    return f"fails at dose {token}, {response}"
+
+
+NO_BOUNDARY = {BEYOND: "no boundary: its fit crosses 0.5 only beyond the data (an extrapolation)",
+               UNBOUNDED: "no boundary: its fit's interval is unbounded", "": "no boundary fitted"}
+
+
+def unplaced_text(found: Placement) -> str:
+    """Without a boundary: the bracket, or up to which dose it held (and the first level most failed,
+    where there is one), or that every level had a failure."""
+    parts = [NO_BOUNDARY[found.fit_note] if found.failures else "never failed"]
+    if found.kind == BRACKET and found.held and found.failed_at:
+        held = found.held
+        parts.append(f"it lies between {level_text(held)}, the last level held (failure rate ≤ {100 * held.bound:.3g}% "
+                     f"there, {CLOPPER_PEARSON}, 0 of {count(held.runs, 'run')}), and {failed_text(found.failed_at)}")
+        return "; ".join(parts)
+    if found.held is not None:
+        parts.append(held_text(found.held, found.failed_levels))
+    elif not (found.failed_levels or found.failed_at):  # no level on the axis: nothing to read a place off
+        parts.append(f"no level has a dose above {KL_FLOOR:g}")
+    else:
+        parts.append("no level without a failed run")
+    if found.failed_at is not None:
+        parts.append(failed_text(found.failed_at))
+    elif found.failures:
+        parts.append(f"no level where most runs failed: {failures_text(found.failed_levels)}")
+    return "; ".join(parts)
+
+
+def failures_text(levels: tuple[Level, ...], most: int = 3) -> str:
+    """"1 of 3 failed at dose 0.528 and 1 of 3 at 0.552": the levels with a failed run, the first `most` named."""
+    named = [f"{level.failures} of {level.runs}" + (" failed at dose " if i == 0 else " at ") + f"{level.dose:.3g}"
+             for i, level in enumerate(levels[:most])]
+    more = f" and {count(len(levels) - most, 'more level')}" if len(levels) > most else ""
+    return (named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]) + more
+
+
+def construction_text(found: Placement) -> str:
+    return ("holds by construction, not by robustness: its own measured mismatch is float rounding (at most "
+            f"{KL_FLOOR:g}) at every level the others meet a dose at, so no dose reached it; ")
+
+
+def arm_item(found: Placement, links: tuple) -> Sentence:
+    """One arm's place in one sentence: by construction first where it is, then its boundary, bracket or
+    the dose it held up to, and its failed runs."""
+    place = boundary_text(found) if found.kind == BOUNDARY else unplaced_text(found)
+    construction = construction_text(found) if found.by_construction else ""
+    failures = f" ({found.failures} of {count(found.runs, 'run')} failed)" if found.failures else \
+        f" (0 of {count(found.runs, 'run')} failed)"
+    return Sentence(f"**{escape(found.arm)}**{failures}: {construction}{place}.", links)
+
+
+def pair_names(pairs: list[tuple[str, str]], joiner: str) -> str:
+    """"a from b and c; d from e": each first arm once, with every arm it is paired with."""
+    by_first: dict[str, list[str]] = {}
+    for first, second in pairs:
+        by_first.setdefault(first, []).append(second)
+    return "; ".join(f"{escape(first)} {joiner} {listed(seconds)}" for first, seconds in by_first.items())
+
+
+def listed(items: list[str]) -> str:
+    """"a", "a and b", "a, b and c" (escaped)."""
+    shown = [escape(i) for i in items]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def apart_sentence(found: list[Placement], links: tuple) -> Sentence | None:
+    """Which arms the suite cannot tell apart (their intervals overlap: the boundary's interval, else the
+    bracket, else from the dose held up: Placement.interval), in a plain sentence naming the shorter list;
+    None for one arm."""
+    if len(found) < 2:
+        return None
+    together, apart = pairs_apart(found)
+    every = "these 2 arms" if len(found) == 2 else f"any two of these {len(found)} arms"
+    if not apart:
+        return Sentence(f"The suite cannot tell {every} apart: their intervals on the dose axis overlap (boundary "
+                        "interval, bracket, or from the dose held up).", links)
+    if not together:
+        return Sentence(f"The suite tells {every} apart: their intervals on the dose axis are disjoint (a reading "
+                        "across levels, exploratory: no declared comparison).", links)
+    if len(together) <= len(apart):
+        return Sentence(f"The suite cannot tell apart {pair_names(together, 'and')} (their intervals on the dose axis "
+                        "overlap); every other two arms' intervals are disjoint (exploratory: no declared "
+                        "comparison).", links)
+    return Sentence(f"The suite tells apart only {pair_names(apart, 'from')} (their intervals on the dose axis are "
+                    "disjoint; exploratory: no declared comparison); it cannot tell apart any other two arms.", links)
+
+
+def map_items(found: list[Placement], links: tuple) -> tuple[Sentence, ...]:
+    """The items under the lead sentence: one per arm, then which arms are not told apart."""
+    apart = apart_sentence(found, links)
+    return tuple(arm_item(p, links) for p in found) + ((apart,) if apart is not None else ())
+
+
+# ------------------------------------------------------------------------------ the numbers behind the items
+
+
+def _row(what: str, value: str, test: str, result: str) -> dict:
+    return {"sentence": 3, "what": what, "value": value, "test": test, "result": result}
+
+
+def _g(value: float) -> str:
+    """A value in 4 significant digits, "-" where there is none (a dose per response outside the data)."""
+    return f"{value:.4g}" if math.isfinite(value) else "-"
+
+
+def level_value(level: Level) -> str:
+    response = f"{level.dose_response:.4g}" if math.isfinite(level.dose_response) else "-"
+    return f"{level.dose:.4g} per token, {response} per response: {level.failures} of {level.runs} failed"
+
+
+def placement_rows(found: Placement) -> list[dict]:
+    """The numbers of one arm's item: its boundary (the fitted values, extrapolated ends included, marked),
+    its last level held with that level's one-sided bound, its first level most failed with that level's
+    exact interval."""
+    rows = []
+    arm = found.arm
+    if found.boundary is not None and found.boundary_response is not None:
+        (center, low, high), (r_center, r_low, r_high) = found.boundary, found.boundary_response
+        outside = [name for name, v in (("low", low), ("high", high)) if not dose_text(v, found.measured)[0].isdigit()]
+        rows.append(_row(f"{arm}: boundary, the level dose where P(failure) = 0.5 [95% interval], per token; per "
+                         "response", f"{center:.4g} [{low:.4g}, {high:.4g}]; {_g(r_center)} [{_g(r_low)}, {_g(r_high)}]",
+                         "logistic fit, Fieller's interval; per response interpolated between the levels' doses "
+                         "(log-log)", f"{' and '.join(outside)} end outside the doses measured "
+                         f"({found.measured[0]:.4g} to {found.measured[1]:.4g} per token)" if outside else "inside the "
+                         "doses measured"))
+    if found.held is not None:
+        rows.append(_row(f"{arm}: the last level held (no run failed)", level_value(found.held),
+                         "exact one-sided Clopper-Pearson at 95%, this level's runs only",
+                         f"failure rate ≤ {100 * found.held.bound:.3g}% (1 - 0.05^(1/{found.held.runs}))"))
+    if found.failed_at is not None:
+        level = found.failed_at
+        rows.append(_row(f"{arm}: the first level where most runs failed", level_value(level),
+                         "exact two-sided Clopper-Pearson at 95%, this level's runs only",
+                         f"failure rate {level.failures / level.runs:.3g} [{level.low:.3g}, {level.high:.3g}]"))
+    return rows
