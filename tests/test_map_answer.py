@@ -163,3 +163,13 @@ def test_the_items_render_nested_under_their_sentence_in_markdown_and_html():
     assert sentence_html(lead) == ("<li>Stability per arm: (<a href='#answer-numbers'>numbers</a>)<ul><li><strong>grpo"
                                    "</strong> fails (<a href='#answer-numbers'>numbers</a>)</li><li><strong>gspo"
                                    "</strong> held</li></ul></li>")
+
+
+def test_an_arm_that_failed_where_no_level_has_a_dose_is_placed_nowhere_and_said_so():
+    """A sweep that sets no mismatch (router lr x minibatches, say): every level's dose is float rounding,
+    so a collapsed run there lies on no dose axis; the item says that, naming no level."""
+    frame = arm_rows("grpo", [0, 1, 0, 0])
+    frame[["dose", "dose_response", "kl"]] = 1e-14
+    (found,) = placed(frame)
+    text = item(found)
+    assert "no level has a dose above" in text and "failed at dose" not in text and "(1 of 24 runs failed)" in text

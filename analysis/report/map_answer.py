@@ -99,7 +99,7 @@ def unplaced_text(found: Placement) -> str:
         parts.append("no level without a failed run")
     if found.failed_at is not None:
         parts.append(failed_text(found.failed_at))
-    elif found.failures:
+    elif found.failed_levels:  # failed runs on the axis (those at no dose above the floor are on none)
         parts.append(f"no level where most runs failed: {failures_text(found.failed_levels)}")
     return "; ".join(parts)
 
