@@ -1,6 +1,7 @@
 """Stage 4's calibration rule (experiments/stability/README.md, "Stage 4") read off its runs: per
 setting (router lr scale x minibatches), the sustained expert drift after one update (the median over
-each run's steps of `moe/drift_expert_1`, then the median over seeds, with the seeds' range), the
+each run's steps of `moe/drift_expert_1`, then the median over seeds, with the seeds' range; beside it
+the same over the first 5 steps alone, `drift_early`), the
 old-to-new KL, and the control's learnability (seeds whose held-out reward rose, one-sided at 5%);
 then the chosen setting: the highest drift among those where the control learned on every seed.
 
@@ -20,17 +21,23 @@ from analysis.evidence.learning import learning
 PAPER_DRIFT = 0.10  # "about 10% of the experts activated for the same rollout sample change" (section 5.3)
 
 
+EARLY_STEPS = 5  # the first steps, for the early drift shown beside the sustained one (the rule reads the latter)
+
+
 def per_run(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Per run: its setting (facet) and the medians over its steps of drift after one update and of
-    the old-to-new KL."""
-    return metrics.groupby(["facet", "seed"]).agg(drift=("moe/drift_expert_1", "median"),
-                                                  kl=("kl/old_new", "median")).reset_index()
+    """Per run: its setting (facet), the medians over its steps of drift after one update and of the
+    old-to-new KL, and the median drift over its first EARLY_STEPS steps alone."""
+    runs = metrics.groupby(["facet", "seed"]).agg(drift=("moe/drift_expert_1", "median"),
+                                                  kl=("kl/old_new", "median"))
+    early = metrics[metrics["step"] <= EARLY_STEPS].groupby(["facet", "seed"])["moe/drift_expert_1"].median()
+    return runs.join(early.rename("drift_early")).reset_index()
 
 
 def per_setting(runs: pd.DataFrame, learned: pd.DataFrame) -> pd.DataFrame:
     """Per setting: the seeds' median drift (and range), median KL, and learned seeds of seeds."""
     table = runs.groupby("facet").agg(drift=("drift", "median"), drift_min=("drift", "min"),
-                                      drift_max=("drift", "max"), kl=("kl", "median"), seeds=("seed", "size"))
+                                      drift_max=("drift", "max"), drift_early=("drift_early", "median"),
+                                      kl=("kl", "median"), seeds=("seed", "size"))
     table = table.join(learned.groupby("facet")["learned"].agg(lambda x: int(sum(v is True for v in x)))
                        .rename("learned_seeds"))
     table["control learns"] = table["learned_seeds"] == table["seeds"]
