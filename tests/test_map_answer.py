@@ -15,7 +15,14 @@ import pytest
 from analysis.evidence.placement import BOUNDARY, BRACKET, HELD, Placement, pairs_apart, placements
 from analysis.evidence.stability import COLLAPSED, LEARNED, StabilityMap, boundaries
 from analysis.report.html import sentence_html
-from analysis.report.map_answer import apart_sentence, arm_item, placement_rows
+from analysis.report.map_answer import (
+    NO_AXIS_LEAD,
+    apart_sentence,
+    arm_item,
+    map_items,
+    map_lead,
+    placement_rows,
+)
 from analysis.report.markdown import sentence_markdown
 from analysis.report.plain_answer import plain_text, stability_rows
 from analysis.report.verdict import Sentence
@@ -173,3 +180,15 @@ def test_an_arm_that_failed_where_no_level_has_a_dose_is_placed_nowhere_and_said
     (found,) = placed(frame)
     text = item(found)
     assert "no level has a dose above" in text and "failed at dose" not in text and "(1 of 24 runs failed)" in text
+
+
+def test_a_sweep_where_no_arm_meets_a_mismatch_says_so_once_and_tells_nothing_apart():
+    """Every level of both arms at a dose of float rounding: the lead says the map places no arm, each arm's
+    item gives its failed runs alone, and no item claims the arms cannot (or can) be told apart."""
+    frames = [arm_rows(arm, failures) for arm, failures in (("grpo", [0, 1, 0, 0]), ("gspo", [0, 0, 0, 0]))]
+    for frame in frames:
+        frame[["dose", "dose_response", "kl"]] = 1e-14
+    found = placed(*frames)
+    assert map_lead(found) == NO_AXIS_LEAD
+    texts = [plain_text(sentence.text) for sentence in map_items(found, ())]
+    assert texts == ["grpo: 1 of 24 runs failed.", "gspo: 0 of 24 runs failed."]

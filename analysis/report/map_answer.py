@@ -18,6 +18,7 @@ from analysis.evidence.placement import (
     BOUNDARY,
     BRACKET,
     UNBOUNDED,
+    UNPLACED,
     Level,
     Placement,
     pairs_apart,
@@ -163,8 +164,25 @@ def apart_sentence(found: list[Placement], links: tuple) -> Sentence | None:
                     "disjoint; exploratory: no declared comparison); it cannot tell apart any other two arms.", links)
 
 
+NO_AXIS_LEAD = (f"No level of this sweep meets a mismatch (every level dose is float rounding, at most {KL_FLOOR:g}), "
+                "so the map places no arm on a dose axis; runs degraded or collapsed per arm:")
+
+
+def on_no_axis(found: list[Placement]) -> bool:
+    """Whether no arm has a level on the dose axis (a sweep of settings that meet no mismatch)."""
+    return all(p.kind == UNPLACED and p.held is None and p.failed_at is None and not p.failed_levels for p in found)
+
+
+def map_lead(found: list[Placement]) -> str:
+    return NO_AXIS_LEAD if on_no_axis(found) else LEAD
+
+
 def map_items(found: list[Placement], links: tuple) -> tuple[Sentence, ...]:
-    """The items under the lead sentence: one per arm, then which arms are not told apart."""
+    """The items under the lead sentence: one per arm, then which arms are not told apart; where no arm
+    is on the dose axis, each arm's failed runs alone (no place to give, nothing to tell apart)."""
+    if on_no_axis(found):
+        return tuple(Sentence(f"**{escape(p.arm)}**: {p.failures} of {count(p.runs, 'run')} failed.", links)
+                     for p in found)
     apart = apart_sentence(found, links)
     return tuple(arm_item(p, links) for p in found) + ((apart,) if apart is not None else ())
 

@@ -42,7 +42,7 @@ from analysis.evidence.stability import (
 )
 from analysis.report import anchors
 from analysis.report.escape import SPECIAL, escape
-from analysis.report.map_answer import LEAD, map_items, placement_rows
+from analysis.report.map_answer import map_items, map_lead, placement_rows
 from analysis.report.paper_checks import paper_checks
 from analysis.report.stability_text import FIGURE_LETTERS, span_text
 from analysis.report.texts import count, difference_text, p_text
@@ -297,7 +297,7 @@ def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures
         items = map_items(placed, (("numbers", NUMBERS),))
         rows = [row for first, p in zip(stability_rows(stability), placed, strict=True)
                 for row in (first, *placement_rows(p))]
-        return Sentence(LEAD, (*links, ("numbers", NUMBERS)), items), rows
+        return Sentence(map_lead(placed), (*links, ("numbers", NUMBERS)), items), rows
     if evidence.declared:
         clause, rows = primary_text(evidence)
         links = (("table", PRIMARY), *_figure_links(figures, FOREST))
