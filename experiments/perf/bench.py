@@ -104,8 +104,9 @@ def task_params(setting: Setting) -> dict:
 
 # ---------------------------------------------------------------------------- gspo-bench
 def time_ours(setting: Setting, weights: Path, workdir: Path, steps: int, objective: str = "gspo",
-              measure: bool = True) -> list[dict]:
-    """Run gspo-bench's loop for 1 warm-up + `steps` steps; one dict per counted step."""
+              measure: bool = True, train: dict | None = None) -> list[dict]:
+    """Run gspo-bench's loop for 1 warm-up + `steps` steps; one dict per counted step (`train`: more
+    train settings, e.g. replay_scoring)."""
     suite = parse_suite({
         "name": "perf",
         "model": {"num_layers": setting.num_layers, "hidden_size": setting.hidden_size, "top_k": setting.top_k,
@@ -117,7 +118,7 @@ def time_ours(setting: Setting, weights: Path, workdir: Path, steps: int, object
                     "max_new_tokens": setting.max_new_tokens, "ignore_eos": True},
         "train": {"lr": setting.lr, "minibatches": setting.minibatches, "threads": setting.threads,
                   "device": setting.device, "dtype": setting.dtype, "measure": measure,
-                  "checkpoint_every": 10**9},
+                  "checkpoint_every": 10**9, **(train or {})},
         "budget": {"kind": "steps", "value": steps + 1},
         "objectives": [{"name": objective}],
         "seeds": [setting.seed],
@@ -219,11 +220,13 @@ def compare(setting: Setting, weights: Path, workdir: Path, repeats: int, steps:
     return rows
 
 
-OVERHEAD_CASES = {  # (objective, measure)
-    "measurements on": ("gspo", True),
-    "measurements off": ("gspo", False),
-    "replay off": ("grpo", False),
-    "replay on": ("grpo_rr", False),
+OVERHEAD_CASES = {  # (objective, measure, more train settings)
+    "measurements on": ("gspo", True, {}),
+    "measurements off": ("gspo", False, {}),
+    "replay off": ("grpo", False, {}),
+    "replay on": ("grpo_rr", False, {}),
+    "replay scoring off": ("grpo", True, {}),
+    "replay scoring on": ("grpo", True, {"replay_scoring": True}),  # the batch scored three ways a step
 }
 
 
@@ -231,8 +234,8 @@ def overhead(setting: Setting, weights: Path, workdir: Path, repeats: int, steps
     rows = []
     for r in range(repeats):
         cases = list(OVERHEAD_CASES.items())
-        for case, (objective, measure) in cases if r % 2 == 0 else cases[::-1]:
-            timings = time_ours(setting, weights, workdir, steps, objective=objective, measure=measure)
+        for case, (objective, measure, train) in cases if r % 2 == 0 else cases[::-1]:
+            timings = time_ours(setting, weights, workdir, steps, objective=objective, measure=measure, train=train)
             for i, t in enumerate(timings):
                 rows.append({"case": case, "objective": objective, "measure": measure, "repeat": r,
                              "step": i + 1, **t})
@@ -351,9 +354,11 @@ def summarize(setting: Setting, compare_rows, overhead_rows, scaling_rows) -> di
     if overhead_rows:
         m = paired_ratio(overhead_rows, "case", "measurements on", "measurements off")
         rr = paired_ratio(overhead_rows, "case", "replay on", "replay off")
+        scoring = paired_ratio(overhead_rows, "case", "replay scoring on", "replay scoring off")
         summary["overhead"] = {
             "measurements": statistics.median(m) - 1, "measurements_per_repeat": [v - 1 for v in m],
             "replay": statistics.median(rr) - 1, "replay_per_repeat": [v - 1 for v in rr],
+            "replay_scoring": statistics.median(scoring) - 1, "replay_scoring_per_repeat": [v - 1 for v in scoring],
             **{f"{case}_step_s": statistics.median(r["step_s"] for r in overhead_rows if r["case"] == case)
                for case in OVERHEAD_CASES},
         }
@@ -447,6 +452,10 @@ def summary_markdown(summary: dict, command: str) -> str:
                   f"{', '.join(f'{v:+.1%}' for v in o['measurements_per_repeat'])})",
                   f"- routing replay: **{o['replay']:+.1%}** (per repeat: "
                   f"{', '.join(f'{v:+.1%}' for v in o['replay_per_repeat'])})"]
+        if "replay_scoring" in o:
+            lines += [f"- paired replay scoring (`train.replay_scoring`: the batch scored under live, R2 and R3 "
+                      f"routing each step), GRPO with measurements: **{o['replay_scoring']:+.1%}** (per repeat: "
+                      f"{', '.join(f'{v:+.1%}' for v in o['replay_scoring_per_repeat'])})"]
     if "scaling" in summary:
         f = summary["scaling"]
         two = f["two_term"]
