@@ -2,6 +2,8 @@
 learnability gate (analysis.evidence.learning), and the family of every comparison with its Holm-adjusted
 p-values (analysis.evidence.family: the reward pairs and the paper checks). The answer, the tables and the
 paper checks all read this one object, so a comparison is counted once and shown alike everywhere.
+Each group's runs' median engine/trainer mismatch per arm (analysis.evidence.construction) is kept with
+it, so the answer and the verdict say alike which comparison holds by construction.
 
 Where the suite file declares a primary family (analysis.primary), the family is the declared
 comparisons (plus the paper checks where declared) and every other test is exploratory."""
@@ -10,8 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from analysis.data.groups import Group, group_subset, group_title, groups
 from analysis.data.load import Results
+from analysis.evidence.construction import ByConstruction, arm_run_kls, by_construction
 from analysis.evidence.family import Family, Test, declared_family, make_family, reward_tests
 from analysis.evidence.learning import Learning, learning
 from analysis.evidence.paper import arms, paper_tests
@@ -25,6 +30,7 @@ class Evidence:
     family: Family
     declared: dict[str, Declaration] = field(default_factory=dict)  # by suite; {} without a declared family
     primary: tuple[Test, ...] = ()  # the declared comparisons, in order (each in `family`)
+    run_kls: dict[Group, dict[str, np.ndarray]] = field(default_factory=dict)  # per group and arm ({}: none measured)
 
     @property
     def groups(self) -> list[Group]:
@@ -38,6 +44,10 @@ class Evidence:
 
     def paper_in_family(self, group: Group) -> bool:
         return paper_in_family(self.declared, group)
+
+    def by_construction(self, group: Group, first: str, second: str) -> ByConstruction | None:
+        """Whether the comparison of two arms of `group` holds by construction (analysis.evidence.construction)."""
+        return by_construction(self.run_kls.get(group, {}), first, second)
 
 
 def paper_in_family(declared: dict[str, Declaration], group: Group) -> bool:
@@ -60,14 +70,16 @@ def gather(results: Results, declared: dict[str, Declaration] | None = None) -> 
     """The evidence of `results`, which should hold finished runs only (analysis.data.load.finished);
     `declared`: the suites' declared families (analysis.evidence.primary.declarations), if any."""
     learnings = learning(results)
+    run_kls = {group: arm_run_kls(group_subset(results, group)) for group in learnings}
     rewards = reward_tests(learnings)
     paper = {group: paper_tests(group_subset(results, group), group) for group in groups(results)}
     if not declared:
-        return Evidence(results, learnings, make_family(rewards + [t for tests in paper.values() for t in tests]))
+        return Evidence(results, learnings, make_family(rewards + [t for tests in paper.values() for t in tests]),
+                        run_kls=run_kls)
     primary = primary_tests(learnings, declared)
     chosen = list(primary)
     for group in paper:
         if paper_in_family(declared, group):
             chosen += paper[group] + paper_reward_tests(results, group, rewards)
     others = rewards + [t for tests in paper.values() for t in tests]
-    return Evidence(results, learnings, declared_family(chosen, others), declared, tuple(primary))
+    return Evidence(results, learnings, declared_family(chosen, others), declared, tuple(primary), run_kls)

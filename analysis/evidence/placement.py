@@ -27,8 +27,9 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
+from analysis.evidence.construction import float_rounding
 from analysis.evidence.dose import DOSE, DOSE_RESPONSE, level_bounds
-from analysis.evidence.stability import KL_FLOOR, RUN_MEDIAN, Boundary, StabilityMap, failed, on_kl_axis
+from analysis.evidence.stability import RUN_MEDIAN, Boundary, StabilityMap, failed, on_kl_axis
 
 BOUNDARY, BRACKET, HELD, FAILED_ONLY, UNPLACED = "boundary", "bracket", "held", "failed only", "unplaced"
 BEYOND, UNBOUNDED = "beyond", "unbounded"  # why a fit gives no boundary: its crossing is outside the data, its interval infinite
@@ -144,9 +145,9 @@ def placement(found: Boundary, classes: pd.DataFrame) -> Placement:
 
 def faces_no_mismatch(classes: pd.DataFrame) -> bool:
     """Whether every run of `classes` at a level with a dose above KL_FLOOR measured its own mismatch at
-    KL_FLOOR or below (float rounding), and there is such a run: no mismatch reached it, by construction."""
-    dosed = classes[on_kl_axis(classes)]
-    return bool(len(dosed)) and bool((dosed[RUN_MEDIAN] <= KL_FLOOR).all())
+    KL_FLOOR or below (float rounding), and there is such a run: no mismatch reached it, by construction
+    (analysis.evidence.construction.float_rounding)."""
+    return float_rounding(classes.loc[on_kl_axis(classes), RUN_MEDIAN])
 
 
 def placements(found: StabilityMap) -> list[Placement]:

@@ -207,7 +207,8 @@ def judged(results: Results) -> Results:
     return results.select(is_finished(runs) | ((runs["status"] == COLLAPSED) & (runs["steps"] > 0)))
 
 
-def _median(frame: pd.DataFrame, column: str) -> float:
+def run_median(frame: pd.DataFrame, column: str) -> float:
+    """The median over one run's steps (`frame`) of `column`'s finite values; NaN where there is none."""
     values = frame[column].to_numpy(dtype=float) if column in frame else np.array([])
     values = values[np.isfinite(values)]
     return float(np.median(values)) if len(values) else float("nan")
@@ -258,8 +259,8 @@ def class_rows(results: Results) -> pd.DataFrame:
                          "arm": run.arm, "label": run.label, "seed": run.seed, "status": run.status,
                          "outcome": verdict.outcome, "step": verdict.step, "why": verdict.why, "source": found.kind,
                          "start": start, "final": final, "change": final - start,
-                         "kl": _median(steps, KL), "frac_gt_ln2": _median(steps, LN2_SHARE),
-                         "drift_expert_1": _median(steps, DRIFT_EXPERT), "drift_1": _median(steps, DRIFT_TOKEN),
+                         "kl": run_median(steps, KL), "frac_gt_ln2": run_median(steps, LN2_SHARE),
+                         "drift_expert_1": run_median(steps, DRIFT_EXPERT), "drift_1": run_median(steps, DRIFT_TOKEN),
                          "router_lr_scale": float(scale), "last_step": float(step_numbers[-1]),
                          "rules": suite_rules(run.settings), **evaluation_draws(run.settings), **sweep})
     frame = pd.DataFrame(rows)  # each level's dose (analysis.evidence.dose), from the runs on the map only

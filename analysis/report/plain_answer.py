@@ -26,6 +26,7 @@ import pandas as pd
 from analysis.data.groups import Group
 from analysis.data.load import Results, finished, unfinished
 from analysis.data.matching import check_matched, is_unmatched
+from analysis.evidence.construction import ByConstruction
 from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.learning import HELD_OUT, Learning
@@ -41,6 +42,7 @@ from analysis.evidence.stability import (
     stability_map,
 )
 from analysis.report import anchors
+from analysis.report.construction_text import HOLDS, decided_item, row_note
 from analysis.report.escape import SPECIAL, escape
 from analysis.report.map_answer import map_items, map_lead, placement_rows
 from analysis.report.paper_checks import paper_checks
@@ -245,27 +247,46 @@ def primary_status(test: Test, evidence: Evidence) -> str:
     return outcome  # FEW or TIE
 
 
-def primary_text(evidence: Evidence) -> tuple[str, list[dict]]:
-    """The declared family: which comparisons are decided, and what holds the others back."""
+def held_by_construction(test: Test, status: str, evidence: Evidence) -> ByConstruction | None:
+    """Where a decided comparison holds by construction: the arm that ends above faces no mismatch and the
+    other meets one (analysis.evidence.construction); else None (a noise-free arm that ends below wins nothing)."""
+    found = evidence.by_construction(test.group, test.first, test.second)
+    return found if found is not None and status == f"{escape(found.free)} ends above {escape(found.other)}" else None
+
+
+def primary_rows(evidence: Evidence, statuses: list[str]) -> list[dict]:
+    """The numbers of the declared comparisons, one row each; where one arm faces no mismatch by
+    construction, the run-median KLs that say so beside its result."""
+    rows = []
+    for t, status in zip(evidence.primary, statuses, strict=True):
+        result, adjusted = evidence.family.tested(t.group, t.quantity, t.first, t.second)
+        found = evidence.by_construction(t.group, t.first, t.second)
+        rows.append(_row(3, f"{t.first} minus {t.second} (declared), final {evidence.learnings[t.group].source.kind}",
+                         difference_text(result), _holm_words(evidence).removeprefix("the "),
+                         f"{status}; Holm-adjusted p = {p_text(adjusted)}" + (f"; {row_note(found)}" if found else "")))
+    return rows
+
+
+def primary_text(evidence: Evidence) -> tuple[str, list[dict], tuple[Sentence, ...]]:
+    """The declared family: which comparisons are decided (those that hold by construction said so, with
+    an item under the sentence giving why), and what holds the others back."""
     statuses = [primary_status(t, evidence) for t in evidence.primary]
-    decided = [s for s in statuses if " ends above " in s]
+    built = [(s, held_by_construction(t, s, evidence)) for t, s in zip(evidence.primary, statuses, strict=True)]
+    decided = [s + (f", {HOLDS}" if held else "") for s, held in built if " ends above " in s]
+    items = tuple(Sentence(decided_item(held), (("numbers", NUMBERS),)) for _, held in built if held is not None)
     rest = {label: statuses.count(label) for label in (TIE, FEW, "not named", "not tested") if label in statuses}
     n = max((t.result.n for t in evidence.primary), default=0)
-    held = {TIE: f"not distinguishable at {count(n, 'paired seed')}", FEW: "short of the seeds a decision needs",
-            "not named": "not named (the arm above did not learn on every seed)",
-            "not tested": "not tested (nothing learned, or no finished runs)"}
+    held_back = {TIE: f"not distinguishable at {count(n, 'paired seed')}", FEW: "short of the seeds a decision needs",
+                 "not named": "not named (the arm above did not learn on every seed)",
+                 "not tested": "not tested (nothing learned, or no finished runs)"}
 
     def be(k: int) -> str:
         return "is" if k == 1 else "are"
 
     parts = [f"{len(decided)} {be(len(decided))} decided" + (f" ({'; '.join(decided)})" if decided else "")]
-    parts += [f"{k} {be(k)} {held[label]}" for label, k in rest.items()]
-    rows = [_row(3, f"{t.first} minus {t.second} (declared), final {evidence.learnings[t.group].source.kind}",
-                 difference_text(evidence.family.tested(t.group, t.quantity, t.first, t.second)[0]),
-                 _holm_words(evidence).removeprefix("the "),
-                 f"{status}; Holm-adjusted p = {p_text(evidence.family.tested(t.group, t.quantity, t.first, t.second)[1])}")
-            for t, status in zip(evidence.primary, statuses, strict=True)]
-    return (f"of the {count(len(statuses), 'comparison')} declared in the suite file, " + ", ".join(parts)), rows
+    parts += [f"{k} {be(k)} {held_back[label]}" for label, k in rest.items()]
+    return (f"of the {count(len(statuses), 'comparison')} declared in the suite file, " + ", ".join(parts),
+            primary_rows(evidence, statuses), items)
 
 
 def stability_rows(found: StabilityMap) -> list[dict]:
@@ -294,17 +315,17 @@ def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures
         links = (("table", anchors.STABILITY), *(link for name in (anchors.CHANGE_VS_KL, anchors.COLLAPSE_PROBABILITY)
                                                  for link in map_link(name, figures)))
         placed = placements(stability)
-        items = map_items(placed, (("numbers", NUMBERS),))
         rows = [row for first, p in zip(stability_rows(stability), placed, strict=True)
                 for row in (first, *placement_rows(p))]
-        return Sentence(map_lead(placed), (*links, ("numbers", NUMBERS)), items), rows
+        return Sentence(map_lead(placed), (*links, ("numbers", NUMBERS)), map_items(placed, (("numbers", NUMBERS),))), rows
+    items: tuple[Sentence, ...] = ()
     if evidence.declared:
-        clause, rows = primary_text(evidence)
+        clause, rows, items = primary_text(evidence)
         links = (("table", PRIMARY), *_figure_links(figures, FOREST))
     else:
         clause, rows = leader_text(evidence)
         links = (("comparisons", COMPARISONS), *_figure_links(figures, "fig1_reward_vs_compute"))
-    return Sentence(clause[0].upper() + clause[1:] + ".", (*links, ("numbers", NUMBERS))), rows
+    return Sentence(clause[0].upper() + clause[1:] + ".", (*links, ("numbers", NUMBERS)), items), rows
 
 
 # ------------------------------------------------------------------------------ 4: the paper, and whether this run agrees

@@ -17,18 +17,20 @@ Sentence text is markdown: user text (labels, messages) goes in through `analysi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.data.groups import Group
 from analysis.data.matching import MATCH_TOLERANCE
+from analysis.evidence.construction import ByConstruction
 from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
 from analysis.evidence.gather import Evidence
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.primary import Declaration
 from analysis.report import anchors
+from analysis.report.construction_text import HOLDS, construction_clause
 from analysis.report.escape import escape
 from analysis.report.paper_checks import WITHHELD, Check, paper_checks
 from analysis.report.texts import count, difference_text, p_text
@@ -182,8 +184,21 @@ def family_words(evidence: Evidence) -> str:
 
 
 def primary_sentence(test: Test, evidence: Evidence, where: str, links: tuple) -> Sentence:
-    """One declared comparison: decided (the arm that ends above named), not distinguishable with
-    enough seeds, too few seeds (and how many it needs), withheld, or not tested."""
+    """One declared comparison (judged_sentence), and where one arm faces no mismatch by construction
+    (analysis.evidence.construction): a decided one that the noise-free arm ends above holds by
+    construction, said right after it; any other says which arm is the noise-free control."""
+    found = evidence.by_construction(test.group, test.first, test.second)
+    judged = judged_sentence(test, evidence, where, links, found)
+    if found is None or HOLDS in judged.text:
+        return judged
+    return replace(judged, text=f"{judged.text} {construction_clause(found, False)}.")
+
+
+def judged_sentence(test: Test, evidence: Evidence, where: str, links: tuple,
+                    construction: ByConstruction | None = None) -> Sentence:
+    """One declared comparison: decided (the arm that ends above named; HOLDS by construction right after
+    it where that arm is `construction.free`), not distinguishable with enough seeds, too few seeds (and how many
+    it needs), withheld, or not tested."""
     found, (result, adjusted) = evidence.learnings[test.group], evidence.family.tested(
         test.group, test.quantity, test.first, test.second)
     a, b, family = escape(test.first), escape(test.second), family_words(evidence)
@@ -206,7 +221,9 @@ def primary_sentence(test: Test, evidence: Evidence, where: str, links: tuple) -
         if upper not in found.learned:  # what an arm that did not learn ends above by is where it started
             return Sentence(f"{pair}: **not named**: {above} did not learn on every seed, so where it ends is where it "
                             f"started: {numbers}.", links)
-        return Sentence(f"{where}**{above} ends above {below}** (primary): {numbers}.", links)
+        held = (f", {construction_clause(construction, True)};" if construction is not None and construction.free == upper
+                else ":")
+        return Sentence(f"{where}**{above} ends above {below}** (primary){held} {numbers}.", links)
     if outcome == FEW:
         return Sentence(f"{pair}: **too few seeds**: {numbers}. {count(result.n, 'paired seed')} cannot give a p below "
                         f"{smallest_p(result.n):.2g}; with {family} a claim needs at least {evidence.family.needed} "

@@ -1,0 +1,125 @@
+"""A declared comparison that holds by construction (analysis.evidence.construction) says so: where one arm's
+run-median engine/trainer mismatch KL is float rounding on every run (1e-14, as R3 measures under router noise
+alone) and the other's is a real one (0.6), the answer's sentence says "which holds by construction" right
+after the decided comparison with the reason under it, the numbers table's row gives the KLs, and the
+verdict's line for the comparison says it; where both arms meet the mismatch, or neither does, no such words
+appear anywhere. Hand-made runs, no training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from analysis.data.load import unfinished
+from analysis.evidence.construction import arm_run_kls, by_construction, float_rounding, mismatched
+from analysis.evidence.gather import Evidence
+from analysis.report.plain_answer import PlainAnswer, plain_answer
+from analysis.report.verdict import answer
+from tests.helpers.primary import GAIN, KINDS, evidence_of
+from tests.helpers.results import make_run
+
+ROUNDING, REAL = 1e-14, 0.6
+KL = "mismatch/k3_kl"
+
+
+def two_arms(root: Path, kls: dict[str, float], bonuses: dict[str, list[float]]) -> tuple[Evidence, PlainAnswer]:
+    """grpo and grpo_r3 on 8 seeds with the given `mismatch/k3_kl` per step and reward bonus per seed,
+    grpo_r3 against grpo declared; the evidence and the plain answer the report builds from them."""
+    for label, per_seed in bonuses.items():
+        for seed, bonus in enumerate(per_seed):
+            make_run(root, label, seed, bonus=bonus, kind=KINDS[label], columns={KL: kls[label]})
+    data = {"name": "synth", "objectives": [{"name": label} for label in bonuses],
+            "analysis": {"primary": {"pairs": [["grpo_r3", "grpo"]]}}}
+    (root / "synth" / "suite.yaml").write_text(yaml.safe_dump(data))
+    evidence, results = evidence_of(root / "synth")
+    return evidence, plain_answer(evidence, unfinished(results), None)
+
+
+def every_text(evidence: Evidence, found: PlainAnswer) -> str:
+    """The answer's sentences with their items, its numbers table, and the verdict's lines, as one text."""
+    sentences = [t for s in found.sentences for t in (s.text, *(i.text for i in s.items))]
+    verdict = [s.text for s in answer(evidence, unfinished(evidence.results), 0.0, False, set())]
+    return "\n".join([*sentences, found.numbers.to_string(), *verdict])
+
+
+# ------------------------------------------------------------------------------ the test on run-median KLs
+
+
+def test_float_rounding_needs_every_run_at_the_floor():
+    assert float_rounding([1e-14, 5e-14]) and not float_rounding([1e-14, 2e-8])
+    assert not float_rounding([]) and not float_rounding([1e-14, np.nan])  # no run, or a run with no KL: unknown
+    assert mismatched([0.6, 2e-8]) and not mismatched([0.6, 1e-14]) and not mismatched([])
+
+
+def test_by_construction_names_the_arm_that_faces_none():
+    kls = {"grpo": np.array([0.5, 0.6, 0.9]), "grpo_r3": np.array([4e-14, 6e-14, 5e-14])}
+    found = by_construction(kls, "grpo", "grpo_r3")  # the order asked in does not matter
+    assert found is not None and (found.free, found.other) == ("grpo_r3", "grpo")
+    assert (found.free_kl, found.other_kl, found.runs) == (6e-14, 0.6, (3, 3))
+    assert by_construction({**kls, "grpo_r3": np.array([0.4, 0.5, 0.6])}, "grpo_r3", "grpo") is None
+    assert by_construction({**kls, "grpo": np.array([4e-14, 1e-13, 5e-14])}, "grpo_r3", "grpo") is None
+    assert by_construction({"grpo": kls["grpo"]}, "grpo_r3", "grpo") is None  # one arm without a KL
+
+
+def test_run_median_per_arm_from_the_runs(tmp_path):
+    for seed in range(2):
+        make_run(tmp_path, "grpo", seed, columns={KL: [0.1 * (seed + 1)] * 15 + [50.0] * 5})  # the median, not the mean
+        make_run(tmp_path, "grpo_rr", seed, columns={KL: ROUNDING})
+    evidence, _ = evidence_of(tmp_path / "synth")
+    kls = arm_run_kls(evidence.results)
+    np.testing.assert_allclose(kls["grpo"], [0.1, 0.2])
+    np.testing.assert_allclose(kls["grpo_rr"], [ROUNDING, ROUNDING])
+
+
+# ------------------------------------------------------------------------------ what the report says
+
+
+def test_a_decided_comparison_that_holds_by_construction_says_so(tmp_path):
+    evidence, found = two_arms(tmp_path, {"grpo": REAL, "grpo_r3": ROUNDING}, {"grpo": [0.0] * 8, "grpo_r3": GAIN})
+    differs = found.sentences[2]
+    assert "1 is decided (grpo_r3 ends above grpo, which holds by construction)" in differs.text, differs.text
+    assert [item.text for item in differs.items] == [
+        "grpo_r3 ends above grpo by construction: grpo_r3's measured engine/trainer mismatch is float rounding "
+        "(at most 1e-08) where grpo's is 0.6 per token, so it faces none of the mismatch and is the noise-free "
+        "control here, not a robust objective."]
+    row = found.numbers[found.numbers["what"].str.startswith("grpo_r3 minus grpo")]["result"].item()
+    assert row.endswith("; by construction: grpo_r3's run-median mismatch KL is float rounding (at most 1e-08, "
+                        "largest 1e-14) on each of its 8 runs, grpo's 0.6 per token (median of its 8 runs)"), row
+    verdict = [s.text for s in answer(evidence, unfinished(evidence.results), 0.0, False, set())]
+    line = next(t for t in verdict if "(primary)" in t)
+    assert line.startswith("**grpo_r3 ends above grpo** (primary), which holds by construction: grpo_r3's "
+                           "measured engine/trainer mismatch is float rounding"), line
+    assert "not a robust objective; grpo_r3 minus grpo +0.05" in line, line
+
+
+def test_undecided_comparison_names_the_control_but_claims_nothing(tmp_path):
+    evidence, found = two_arms(tmp_path, {"grpo": REAL, "grpo_r3": ROUNDING}, {"grpo": [0.0] * 8, "grpo_r3": [0.0] * 8})
+    assert "by construction" not in found.sentences[2].text and not found.sentences[2].items
+    row = found.numbers[found.numbers["what"].str.startswith("grpo_r3 minus grpo")]["result"].item()
+    assert "; by construction: grpo_r3's run-median mismatch KL is float rounding" in row, row
+    line = next(t for t in (s.text for s in answer(evidence, unfinished(evidence.results), 0.0, False, set()))
+                if "(primary)" in t)
+    assert "which holds" not in line and line.endswith(
+        "By construction, grpo_r3's measured engine/trainer mismatch is float rounding (at most 1e-08) where grpo's "
+        "is 0.6 per token, so it faces none of the mismatch and is the noise-free control here, not a robust objective."), line
+
+
+def test_the_arm_with_the_mismatch_ending_above_holds_nothing_by_construction(tmp_path):
+    evidence, found = two_arms(tmp_path, {"grpo": ROUNDING, "grpo_r3": REAL}, {"grpo": [0.0] * 8, "grpo_r3": GAIN})
+    assert "grpo_r3 ends above grpo)" in found.sentences[2].text and not found.sentences[2].items
+    assert "which holds by construction" not in every_text(evidence, found)
+    assert "By construction, grpo's measured engine/trainer mismatch" in every_text(evidence, found)
+
+
+def test_both_arms_meet_the_mismatch_no_such_words(tmp_path):
+    evidence, found = two_arms(tmp_path, {"grpo": REAL, "grpo_r3": 0.5}, {"grpo": [0.0] * 8, "grpo_r3": GAIN})
+    assert "grpo_r3 ends above grpo)" in found.sentences[2].text  # decided, as above
+    assert "construction" not in every_text(evidence, found).lower()
+
+
+def test_no_mismatch_in_the_suite_no_such_words(tmp_path):
+    evidence, found = two_arms(tmp_path, {"grpo": ROUNDING, "grpo_r3": ROUNDING}, {"grpo": [0.0] * 8, "grpo_r3": GAIN})
+    assert "grpo_r3 ends above grpo)" in found.sentences[2].text
+    assert "construction" not in every_text(evidence, found).lower()
