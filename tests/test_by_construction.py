@@ -3,19 +3,21 @@ run-median engine/trainer mismatch KL is float rounding on every run (1e-14, as 
 alone) and the other's is a real one (0.6), the answer's sentence says "which holds by construction" right
 after the decided comparison with the reason under it, the numbers table's row gives the KLs, and the
 verdict's line for the comparison says it; where both arms meet the mismatch, or neither does, no such words
-appear anywhere. Hand-made runs, no training."""
+appear anywhere. A leader named without a declared family (the comparison its claim rests on) reads alike.
+Hand-made runs, no training."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from analysis.data.load import unfinished
 from analysis.evidence.construction import arm_run_kls, by_construction, float_rounding, mismatched
 from analysis.evidence.gather import Evidence
-from analysis.report.plain_answer import PlainAnswer, plain_answer
+from analysis.report.plain_answer import PlainAnswer, leader_items, leader_text, plain_answer
 from analysis.report.verdict import answer
 from tests.helpers.primary import GAIN, KINDS, evidence_of
 from tests.helpers.results import make_run
@@ -123,3 +125,54 @@ def test_no_mismatch_in_the_suite_no_such_words(tmp_path):
     evidence, found = two_arms(tmp_path, {"grpo": ROUNDING, "grpo_r3": ROUNDING}, {"grpo": [0.0] * 8, "grpo_r3": GAIN})
     assert "grpo_r3 ends above grpo)" in found.sentences[2].text
     assert "construction" not in every_text(evidence, found).lower()
+
+
+# ------------------------------------------------------------------------------ a leader, where no family is declared
+
+
+def leader_answer(root: Path, kls: dict[str, float]) -> tuple[Evidence, PlainAnswer]:
+    """grpo_r3 ends above grpo on every one of 8 seeds (+0.05), no family declared: grpo_r3 is the leader."""
+    for label, per_seed in {"grpo": [0.0] * 8, "grpo_r3": GAIN}.items():
+        for seed, bonus in enumerate(per_seed):
+            make_run(root, label, seed, bonus=bonus, kind=KINDS[label], columns={KL: kls[label]})
+    evidence, results = evidence_of(root / "synth")
+    return evidence, plain_answer(evidence, unfinished(results), None)
+
+
+def test_a_leader_that_holds_by_construction_says_so(tmp_path):
+    evidence, found = leader_answer(tmp_path, {"grpo": REAL, "grpo_r3": ROUNDING})
+    differs = found.sentences[2]
+    assert differs.text.startswith("**grpo_r3 ends above every other objective**, which holds by construction, decided "
+                                   "by the exact sign-flip test"), differs.text
+    assert [item.text for item in differs.items] == [
+        "grpo_r3 ends above grpo by construction: grpo_r3's measured engine/trainer mismatch is float rounding "
+        "(at most 1e-08) where grpo's is 0.6 per token, so it faces none of the mismatch and is the noise-free "
+        "control here, not a robust objective."]
+    row = found.numbers[found.numbers["what"].str.startswith("grpo_r3 minus grpo")]["result"].item()
+    assert "; by construction: grpo_r3's run-median mismatch KL is float rounding" in row, row
+    line = next(t for t in (s.text for s in answer(evidence, unfinished(evidence.results), 0.0, False, set()))
+                if " leads " in t)
+    assert line.endswith(" The lead holds by construction: grpo_r3's measured engine/trainer mismatch is float "
+                         "rounding (at most 1e-08) where grpo's is 0.6 per token, so it faces none of the mismatch "
+                         "and is the noise-free control here, not a robust objective."), line
+
+
+@pytest.mark.parametrize("grpo_kl", [REAL, ROUNDING])  # both meet a mismatch; the one below faces none
+def test_a_leader_that_meets_the_mismatch_holds_nothing_by_construction(tmp_path, grpo_kl):
+    evidence, found = leader_answer(tmp_path, {"grpo": grpo_kl, "grpo_r3": 0.5})
+    assert found.sentences[2].text.startswith("**grpo_r3 ends above every other objective**, decided")
+    assert "construction" not in every_text(evidence, found).lower()
+
+
+def test_a_leader_per_sweep_point_says_where_it_holds_by_construction(tmp_path):
+    """Two sweep points: at the one with router noise grpo_r3 faces none of it while grpo meets it; at the
+    other neither meets any. The leader is named at both, by construction at the first only."""
+    for noise, grpo_kl in ((3, REAL), (0, ROUNDING)):
+        for label, per_seed in {"grpo": [0.0] * 8, "grpo_r3": GAIN}.items():
+            for seed, bonus in enumerate(per_seed):
+                make_run(tmp_path, label, seed, bonus=bonus, kind=KINDS[label], sweep={"noise": noise},
+                         columns={KL: grpo_kl if label == "grpo" else ROUNDING})
+    evidence, _ = evidence_of(tmp_path / "synth")
+    text, _ = leader_text(evidence)
+    assert "(grpo_r3 at noise=0; grpo_r3 at noise=3, which holds by construction)" in text, text
+    assert [item.text.split(":")[0] for item in leader_items(evidence)] == ["At noise=3"]

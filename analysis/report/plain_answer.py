@@ -48,7 +48,16 @@ from analysis.report.map_answer import map_items, map_lead, placement_rows
 from analysis.report.paper_checks import paper_checks
 from analysis.report.stability_text import FIGURE_LETTERS, span_text
 from analysis.report.texts import count, difference_text, p_text
-from analysis.report.verdict import COMPARISONS, FOREST, LEARNABILITY, PRIMARY, RESOLUTION, Sentence, lead
+from analysis.report.verdict import (
+    COMPARISONS,
+    FOREST,
+    LEARNABILITY,
+    PRIMARY,
+    RESOLUTION,
+    Sentence,
+    lead,
+    lead_by_construction,
+)
 from analysis.stats.library import ALPHA, smallest_p
 
 NUMBERS = "answer-numbers"  # the section of the table below the sentences
@@ -202,7 +211,10 @@ def leader_clause(found: Learning, evidence: Evidence) -> tuple[str, list[dict]]
                difference_text(best.result), _holm_words(evidence).removeprefix("the "),
                f"p = {p_text(best.result.p, n)}, Holm-adjusted {p_text(best.adjusted)}")
     if best.leader is not None:
-        return f"**{escape(best.leader)} ends above every other objective**, decided by {_holm_words(evidence)}", [row]
+        held = lead_by_construction(best, evidence, found.group)
+        row = {**row, "result": row["result"] + (f"; {row_note(held)}" if held else "")}
+        return (f"**{escape(best.leader)} ends above every other objective**{f', {HOLDS}' if held else ''}, decided by "
+                f"{_holm_words(evidence)}"), [row]
     if n < evidence.family.needed:
         return (f"no objective is ahead of every other yet: {a} and {b} end highest, and {count(n, 'paired seed')} "
                 "cannot separate them whatever the data"), [row]
@@ -212,6 +224,17 @@ def leader_clause(found: Learning, evidence: Evidence) -> tuple[str, list[dict]]
         return f"no leader: {a} and {b} end equal, below the reward's resolution", [row]
     return (f"no objective is ahead of every other: {a} and {b}, the best two, are not distinguishable at "
             f"{count(n, 'paired seed')} by {_holm_words(evidence)}"), [row]
+
+
+def leader_items(evidence: Evidence) -> tuple[Sentence, ...]:
+    """Under the leader sentence: for each named leader whose lead holds by construction, why (in plain words)."""
+    items = []
+    for group, found in evidence.learnings.items():
+        held = lead_by_construction(lead(found, evidence), evidence, group) if found.learned else None
+        where = f"At {escape(evidence.title(group))}: " if len(evidence.groups) > 1 else ""
+        if held is not None:
+            items.append(Sentence(where + decided_item(held), (("numbers", NUMBERS),)))
+    return tuple(items)
 
 
 def leader_text(evidence: Evidence) -> tuple[str, list[dict]]:
@@ -224,7 +247,8 @@ def leader_text(evidence: Evidence) -> tuple[str, list[dict]]:
         best = lead(found, evidence) if found.learned else None
         rows += [{**r, "what": f"{evidence.title(group)}: {r['what']}"} for r in found_rows]
         if best is not None and best.leader is not None:
-            named.append(f"{escape(best.leader)} at {escape(evidence.title(group))}")
+            held = lead_by_construction(best, evidence, group) is not None
+            named.append(f"{escape(best.leader)} at {escape(evidence.title(group))}" + (f", {HOLDS}" if held else ""))
     if not named:
         return (f"no objective is ahead of every other at any of the {count(len(evidence.groups), 'sweep point')} by "
                 f"{_holm_words(evidence)}"), rows
@@ -323,7 +347,7 @@ def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures
         clause, rows, items = primary_text(evidence)
         links = (("table", PRIMARY), *_figure_links(figures, FOREST))
     else:
-        clause, rows = leader_text(evidence)
+        (clause, rows), items = leader_text(evidence), leader_items(evidence)
         links = (("comparisons", COMPARISONS), *_figure_links(figures, "fig1_reward_vs_compute"))
     return Sentence(clause[0].upper() + clause[1:] + ".", (*links, ("numbers", NUMBERS)), items), rows
 

@@ -30,7 +30,7 @@ from analysis.evidence.gather import Evidence
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.primary import Declaration
 from analysis.report import anchors
-from analysis.report.construction_text import HOLDS, construction_clause
+from analysis.report.construction_text import HOLDS, construction_clause, control_words
 from analysis.report.escape import escape
 from analysis.report.paper_checks import WITHHELD, Check, paper_checks
 from analysis.report.texts import count, difference_text, p_text
@@ -100,13 +100,26 @@ def lead(found: Learning, evidence: Evidence) -> Lead | None:
                 learned=tuple(found.learned))
 
 
+def lead_by_construction(found: Lead | None, evidence: Evidence, group: Group) -> ByConstruction | None:
+    """Where a named leader's claim holds by construction (analysis.evidence.construction): the comparison it
+    rests on (with `second`, its largest Holm p) sets the leader, facing no mismatch, against an arm that
+    meets one. The claim is as strong as that comparison, so where it holds by construction, so does the lead."""
+    if found is None or found.leader is None:
+        return None
+    construction = evidence.by_construction(group, found.best, found.second)
+    return construction if construction is not None and construction.free == found.leader else None
+
+
 def _compute_words(spread: float, allow_unmatched: bool) -> str:
     if allow_unmatched and spread > MATCH_TOLERANCE:
         return f"at unmatched compute (spread {spread:.1%}, allowed by flag)"
     return "at equal compute"
 
 
-def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where: str, links: tuple) -> Sentence:
+def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where: str, links: tuple,
+                    construction: ByConstruction | None = None) -> Sentence:
+    """The leader, or why none is named; `construction`: where the lead holds by construction
+    (lead_by_construction), said after it."""
     if found is None:
         return Sentence(f"{where}One objective only: nothing to compare.", links)
     a, b = escape(found.best), escape(found.second)
@@ -119,7 +132,9 @@ def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where:
         return Sentence(f"{where}**{leader} leads {compute}** (Holm-adjusted p = {p_text(found.leader_p)}, the largest "
                         f"over its comparisons with every other objective; {count(m, 'comparison')} in the report): "
                         f"it rests on {a} minus {b}, paired by seed: {tested}; "
-                        f"P({a} > {b}) = {found.result.poi:.2g}.", links)
+                        f"P({a} > {b}) = {found.result.poi:.2g}." + (
+                            f" The lead holds by construction: {control_words(construction)}." if construction else ""),
+                        links)
     if n < evidence.family.needed:
         return Sentence(f"{where}**No leader named {compute}**: {pair}. {count(n, 'paired seed')} cannot give a p "
                         f"below {smallest_p(n):.2g}; with {count(m, 'comparison')} a leader needs at least "
@@ -300,7 +315,8 @@ def group_sentences(group: Group, evidence: Evidence, compute: str, figures: set
     if evidence.declared:
         sentences += primary_sentences(group, evidence, figures, where)
     elif found.learned:
-        sentences.append(leader_sentence(lead(found, evidence), evidence, compute, where, links))
+        best = lead(found, evidence)
+        sentences.append(leader_sentence(best, evidence, compute, where, links, lead_by_construction(best, evidence, group)))
     checks = paper_checks(evidence.subset(group), found, evidence.family)
     if checks is None:
         return sentences + [Sentence(f"{where}The paper's phenomena are not checked: that needs GRPO and GSPO runs.", ())]
