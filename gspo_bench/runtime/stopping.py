@@ -4,10 +4,12 @@ further run starts. The command line installs it for its process, and so does ev
 `--parallel` (where only a worker that is training a run raises it: an idle one leaves the stop to
 the suite's process).
 
-A raise lands between any two bytecodes, and one that lands inside a multiprocessing lock's
-`__enter__` (Python code around the C acquire) leaves that lock held for ever: another process, or
-the same one later, then waits on it without end. So code that takes such locks while stops may be
-raised (a queue's put and get, an Event's is_set) runs inside `stops_deferred`.
+A raise lands between any two bytecodes: inside a multiprocessing queue's read it leaves half a
+message in the pipe, so the next read fails or waits for ever (experiments/reliability/
+interrupted_queue.py counts how often), and inside a lock's Python-level `__enter__` it can leave the
+lock held for ever. So code that reads or writes such queues, or takes such locks, while a stop may
+be raised (a queue's put and get, an Event's is_set, the suite's wait on its runs) runs inside
+`stops_deferred`.
 """
 
 from __future__ import annotations
