@@ -162,3 +162,27 @@ def test_a_run_that_ended_before_the_stop_is_not_reported_again(stop_handlers):
     assert observer.ends == ["a-s0"] and reported == {0}
     assert launch._unreported(futures, reported) == {running: 1}
     assert queued.cancelled()
+
+
+def test_the_runs_are_told_to_stop_as_the_signal_arrives_not_at_the_next_wait(stop_handlers):
+    """The suite's handler sets the workers' stop (and its reason) at once: a run must not go on for the
+    rest of a wait (a run one step from its end finished in that time under SIGTERM, seen in CI)."""
+    told = []
+
+    class Watched(SignalledQueue):
+        def get(self):
+            message = super().get()  # the signal arrives inside
+            self.told_inside = list(told)
+            return message
+
+    running = Future()
+    running.set_running_or_notify_cancel()
+    threading.Timer(3.0, running.set_result, [{"status": "done", "message": "", "step": 6}]).start()
+    queue = Watched([("step", "gspo-s0", {"step": 2})])
+    stop, reason = threading.Event(), SimpleNamespace(value=0)
+    with pytest.raises(Stopped):
+        launch._collect_stoppable({running: 0}, [SimpleNamespace(run_dir=None)],
+                                  lambda: queue.get() if queue.pipe else None, Observed(), lambda: None, set(),
+                                  lambda signum: (told.append(signum), launch._stop_workers(stop, reason, signum)))
+    assert queue.told_inside == [signal.SIGINT]
+    assert stop.is_set() and reason.value == signal.SIGINT

@@ -61,9 +61,10 @@ def signals_ignored() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def stops_deferred() -> Iterator[list[int]]:
+def stops_deferred(on_arrival: Callable[[int], object] | None = None) -> Iterator[list[int]]:
     """Stop signals that arrive inside are recorded, not raised: the block gets the list of them (a
-    loop may poll it and stop at a point where nothing is half done), and where the block ends
+    loop may poll it and stop at a point where nothing is half done), `on_arrival(signum)` runs at
+    once in the handler (it must take no lock the interrupted code may hold), and where the block ends
     normally they are delivered again to the handlers of before, as if they arrived just then. Where
     the block raises, they are dropped (it is ending anyway: a stop it raised from the list, or an
     error that a late stop would hide). Outside the main thread it defers nothing: Python runs signal
@@ -78,6 +79,8 @@ def stops_deferred() -> Iterator[list[int]]:
     def record(signum: int, frame: FrameType | None) -> None:
         if deferring:
             arrived.append(signum)
+            if on_arrival is not None:
+                on_arrival(signum)
         else:  # arrived as the block ended, before its handler was back: it goes where it would have
             _deliver(previous[signum], signum, frame)
 

@@ -137,7 +137,7 @@ def run_local_processes(specs: Sequence, mode: dict, observer: Observer, workers
         for i, spec in enumerate(specs):
             futures[pool.submit(_run_in_process, spec, mode)] = i
         return _every_status(_collect_stoppable(futures, specs, lambda: _next_local(messages), observer, settle,
-                                                reported))
+                                                reported, functools.partial(_stop_workers, stop, reason)))
     except KeyboardInterrupt as err:
         with signals_ignored():  # the stop under way finishes: runs record their ends
             reason.value = getattr(err, "signum", signal.SIGINT)
@@ -339,12 +339,22 @@ def _collect(futures: dict, specs: Sequence, next_message: Callable, observer: O
 
 
 def _collect_stoppable(futures: dict, specs: Sequence, next_message: Callable, observer: Observer,
-                       settle: Callable[[], None], reported: set[int]) -> list[dict | None]:
+                       settle: Callable[[], None], reported: set[int],
+                       on_stop: Callable[[int], object] | None = None) -> list[dict | None]:
     """`_collect` with stop signals deferred: a stop is raised between two waits, never inside a
     queue's read (half a message left in the pipe), a future's condition or the progress display's
-    lock (a lock left held: the executor's thread, and so the suite, then wait for ever)."""
-    with stops_deferred() as stops:
+    lock (a lock left held: the executor's thread, and so the suite, then wait for ever). `on_stop`
+    runs as the signal arrives (`_stop_workers`: the runs stop at once, not at the next wait)."""
+    with stops_deferred(on_stop) as stops:
         return _collect(futures, specs, next_message, observer, settle, stops, reported)
+
+
+def _stop_workers(stop: Any, reason: Any, signum: int) -> None:  # multiprocessing's Event and Value
+    """Tell the workers to stop their runs now, with the signal's reason. Called in the suite's signal
+    handler: safe there, as the suite's main thread takes the Event's and the Value's locks nowhere else
+    while its runs go on (only in the stop that follows, with stop signals ignored)."""
+    reason.value = signum
+    stop.set()
 
 
 def _outcome(future: Future[dict[str, Any]], spec: RunSpec) -> dict[str, Any]:
