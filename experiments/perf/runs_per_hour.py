@@ -13,8 +13,9 @@ other repeat; runs per hour is runs / wall seconds x 3600, median over repeats. 
 
 - `before`: the reference commit, the suite as written;
 - `after`: this tree, the suite as written;
-- `after+set` (with `--set`): this tree with the settings given (e.g. `train.checkpoint_every=20`,
-  which changes no result: a checkpoint is where a resume restarts).
+- `after+set` (with `--set` or `--env`): this tree with the settings and environment variables given
+  (e.g. `train.checkpoint_every=20`, which changes no result: a checkpoint is where a resume restarts;
+  `GSPO_BENCH_NATIVE_KERNELS=1`, which does: the machine's own kernels).
 
 Every mode's results are compared with `before`'s by `gspo-bench reproduce` (metrics, layers,
 evaluations and status, times aside): a speed-up that changed a number is reported as such.
@@ -44,9 +45,11 @@ def export_tree(ref: str, into: Path) -> Path:
     return into
 
 
-def cli(tree: Path, args: list[str], cache: Path) -> tuple[float, str]:
-    """Wall seconds of `python -m gspo_bench.cli ARGS` run from `tree` with its own package imported."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "GSPO_BENCH_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
+def cli(tree: Path, args: list[str], cache: Path, extra_env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Wall seconds of `python -m gspo_bench.cli ARGS` run from `tree` with its own package imported
+    (and `extra_env` set)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "GSPO_BENCH_CACHE": str(cache), "OMP_NUM_THREADS": "1",
+           **(extra_env or {})}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "gspo_bench.cli", *args], cwd=tree, env=env, capture_output=True,
                           text=True)
@@ -69,28 +72,32 @@ def count_runs(results: Path) -> int:
 def main(out: Path = Path("results/perf"), before: str = typer.Option("92421ba", help="reference commit"),
          suite: Path = Path("experiments/stability/stage2_arms.yaml"), seeds: str = "0,1",
          parallel: int = typer.Option(2, min=1), repeats: int = typer.Option(1, min=1),
-         set_: list[str] = typer.Option([], "--set", help="settings of the after+set mode (repeatable)")):
+         set_: list[str] = typer.Option([], "--set", help="settings of the after+set mode (repeatable)"),
+         env_: list[str] = typer.Option([], "--env", help="NAME=VALUE: an environment variable of the after+set mode "
+                                                           "(repeatable; e.g. GSPO_BENCH_NATIVE_KERNELS=1)")):
     work = Path(tempfile.mkdtemp(prefix="runs-per-hour-"))
     trees = {"before": export_tree(before, work / "before"), "after": ROOT}
-    modes = {"before": ("before", []), "after": ("after", [])} | ({"after+set": ("after", set_)} if set_ else {})
-    caches = {name: work / f"cache-{name}" for name in trees}
-    for name, tree in trees.items():  # warm starts once per tree, not timed (one step per run)
-        cli(tree, run_args(suite, work / f"prime-{name}", seeds, parallel, ["budget.kind=steps", "budget.value=1"]),
-            caches[name])
+    extra_env = dict(item.split("=", 1) for item in env_)
+    modes = {"before": ("before", [], {}), "after": ("after", [], {})} | (
+        {"after+set": ("after", set_, extra_env)} if set_ or env_ else {})
+    caches = {mode: work / f"cache-{mode}" for mode in modes}  # a warm start is cached per kernels: one cache a mode
+    for mode, (tree_name, sets, env) in modes.items():  # warm starts once per mode, not timed (one step per run)
+        cli(trees[tree_name], run_args(suite, work / f"prime-{mode}", seeds, parallel,
+                                       [*sets, "budget.kind=steps", "budget.value=1"]), caches[mode], env)
     rows = []
     for repeat in range(repeats):
         order = list(modes) if repeat % 2 == 0 else list(reversed(modes))
         for mode in order:
-            tree_name, sets = modes[mode]
+            tree_name, sets, env = modes[mode]
             results = work / f"{mode}-{repeat}"
-            seconds, _ = cli(trees[tree_name], run_args(suite, results, seeds, parallel, sets), caches[tree_name])
+            seconds, _ = cli(trees[tree_name], run_args(suite, results, seeds, parallel, sets), caches[mode], env)
             runs = count_runs(results)
             rows.append({"mode": mode, "repeat": repeat, "runs": runs, "wall_s": round(seconds, 2),
                          "runs_per_hour": round(runs * 3600 / seconds, 1)})
             print(rows[-1], flush=True)
     table = pd.DataFrame(rows)
     same = {mode: reproduces(work / "before-0", work / f"{mode}-0") for mode in modes if mode != "before"}
-    write(out, table, same, before, suite, seeds, parallel, set_)
+    write(out, table, same, before, suite, seeds, parallel, [*set_, *(f"env {item}" for item in env_)])
 
 
 def reproduces(reference: Path, fresh: Path) -> str:
