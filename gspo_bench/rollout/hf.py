@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import copy
 from contextlib import nullcontext
+from dataclasses import fields, replace
 from typing import Any
 
 import torch
@@ -100,6 +101,24 @@ class RolloutWeights:
             raise RuntimeError("the policy's parameters changed since its rollout copy was made")
         torch._foreach_copy_(self._targets, [p.detach() for p in sources])
         return self.model
+
+
+def decodes_in_inference_mode(sampler: torch.nn.Module, device: torch.device, params: SamplingParams) -> bool:
+    """Whether the engine decodes under `torch.inference_mode` rather than `no_grad` alone: on CPU, for
+    a model whole on this process and outside torchrun. It runs the same kernels (the same tokens,
+    log-probs and routes, bit for bit) without autograd's view and version bookkeeping per op, which
+    on a small model's dispatch-bound decode is ~10% of the rollout (experiments/perf). Not on a GPU
+    (CUDA graphs capture the static decoder's tensors) nor under FSDP2, whose gathered parameters
+    would be made inference tensors."""
+    sharded = any(hasattr(p, "to_local") for p in sampler.parameters())
+    return device.type == "cpu" and not sharded and not params.synced
+
+
+def outside_inference_mode(rollout: Rollout) -> Rollout:
+    """`rollout` with every tensor copied to a normal one: the training forward and its backward use the
+    tokens and the routes (R3's replay), which autograd cannot save as inference tensors."""
+    return replace(rollout, **{field.name: value.clone() for field in fields(rollout)
+                               if isinstance(value := getattr(rollout, field.name), torch.Tensor)})
 
 
 class _RecordSamplingLogprobs(LogitsProcessor):
@@ -189,13 +208,16 @@ class HFEngine:
                                                                                      self.weights.dtype.itemsize)
         chunk = rows_per_chunk(len(rows), per_row, self.kv_cache_gib)
         decode = self._static if self.decoding(device, params) == "static" else self._generate
+        inference = decodes_in_inference_mode(sampler, device, params)
         try:
-            with own_precision:  # every chunk at the batch's prompt width, each row with its own key
+            with own_precision, torch.inference_mode() if inference else nullcontext():
+                # every chunk at the batch's prompt width, each row with its own key
                 parts = [decode(sampler, prompt_ids[start : start + chunk], prompt_mask[start : start + chunk],
                                 keys[start : start + chunk], params) for start in range(0, len(rows), chunk)]
+                rollout = parts[0] if len(parts) == 1 else join_rollouts(parts, self.pad_id)
         finally:
             sampler.train(was_training)
-        return parts[0] if len(parts) == 1 else join_rollouts(parts, self.pad_id)
+        return outside_inference_mode(rollout) if inference else rollout
 
     def decoding(self, device: torch.device, params: SamplingParams) -> str:
         if self.decode is not None:
