@@ -19,7 +19,9 @@ and, under each, three measurements:
   `-march=x86-64-v3`, vector width from ATEN_CPU_CAPABILITY), with its compile time and its largest
   difference from eager's log-probs;
 - `rollout`: the `hf` engine's rollout of the suite's step (8 prompts x 8, 12 new tokens, router
-  noise 3, routes recorded), transformers' `generate` and our static-cache loop, eager.
+  noise 3, routes recorded), transformers' `generate` and our static-cache loop, eager; and
+  `generate` under no_grad alone against inference mode (the engine's default on CPU), in
+  alternating pairs.
 
 The runs-per-hour bound applies the measured factors to a stage-2 run's CPU seconds per phase
 (`experiments/perf/where_time_goes/stability_stage2.json`): updates and the old-policy pass take the
@@ -165,6 +167,9 @@ def measure(kernels: str, repeats: int) -> dict[str, Any]:
         figures[f"rollout_{decode}_ms"] = timed_ms(lambda engine=engine: engine.generate(model, prompts, params),
                                                    max(3, repeats // 3), warmup=2)
         rollouts[decode] = engine.generate(model, prompts, params)
+    figures["rollout_generate_no_grad_ms"], figures["rollout_generate_inference_ms"] = paired_inference_mode(
+        lambda: make_engine("hf", pad_id=0, eos_id=2, router_noise=3.0).generate(model, prompts, params),
+        max(6, repeats // 2))
     figures["rollout_static_same_tokens"] = bool(torch.equal(rollouts["generate"].response_ids,
                                                             rollouts["static"].response_ids))
     figures["rollout_static_same_logp_bits"] = bool(torch.equal(rollouts["generate"].sampling_logp,
@@ -192,6 +197,26 @@ def measure(kernels: str, repeats: int) -> dict[str, Any]:
     static_decode.decode_step = eager_step
     figures["rollout_static_compiled_same_tokens"] = bool(torch.equal(eager_state.tokens, compiled_state.tokens))
     return figures
+
+
+def paired_inference_mode(rollout: Any, repeats: int) -> tuple[float, float]:
+    """Median ms of `rollout()` with the engine's decode under no_grad alone and under inference mode
+    (`gspo_bench.rollout.hf.decodes_in_inference_mode`, its default on CPU), in alternating pairs."""
+    import gspo_bench.rollout.hf as hf_engine
+
+    default = hf_engine.decodes_in_inference_mode
+    times: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for i in range(repeats + 2):
+            for inference in (False, True) if i % 2 == 0 else (True, False):
+                hf_engine.decodes_in_inference_mode = default if inference else (lambda *args: False)
+                start = time.perf_counter()
+                rollout()
+                if i >= 2:  # two warm-up pairs
+                    times[inference].append((time.perf_counter() - start) * 1000)
+    finally:
+        hf_engine.decodes_in_inference_mode = default
+    return statistics.median(times[False]), statistics.median(times[True])
 
 
 def run_bound(phases: dict[str, float], factors: dict[str, float], dropped: tuple[str, ...] = ()) -> float:
@@ -251,6 +276,9 @@ def write_readme(out: Path, results: dict[str, dict[str, Any]], rows: list[dict[
         f"{100 * results[k]['update']['matmul_share']:.0f}%" for k in ("pinned", "native")) + " |")
     lines.append("| compiled log-probs bitwise equal to eager (largest difference) | " + " | ".join(
         f"{results[k]['update']['compiled_bitwise_equal']} ({results[k]['update']['compiled_max_abs_diff']:.1e})"
+        for k in ("pinned", "native")) + " |")
+    lines.append("| rollout ms, `generate` under no_grad / under inference mode (the engine's default on CPU) | " + " | ".join(
+        f"{results[k]['rollout_generate_no_grad_ms']:.1f} / {results[k]['rollout_generate_inference_ms']:.1f}"
         for k in ("pinned", "native")) + " |")
     for decode in ("generate", "static"):
         lines.append(f"| rollout ms, `{decode}` | " + " | ".join(

@@ -107,9 +107,9 @@ def decodes_in_inference_mode(sampler: torch.nn.Module, device: torch.device, pa
     """Whether the engine decodes under `torch.inference_mode` rather than `no_grad` alone: on CPU, for
     a model whole on this process and outside torchrun. It runs the same kernels (the same tokens,
     log-probs and routes, bit for bit) without autograd's view and version bookkeeping per op, which
-    on a small model's dispatch-bound decode is ~10% of the rollout (experiments/perf). Not on a GPU
-    (CUDA graphs capture the static decoder's tensors) nor under FSDP2, whose gathered parameters
-    would be made inference tensors."""
+    on a small model's dispatch-bound decode is ~11% of the rollout (experiments/perf/kernel_bound.py,
+    paired). Not on a GPU (CUDA graphs capture the static decoder's tensors) nor under FSDP2, whose
+    gathered parameters would be made inference tensors."""
     sharded = any(hasattr(p, "to_local") for p in sampler.parameters())
     return device.type == "cpu" and not sharded and not params.synced
 
