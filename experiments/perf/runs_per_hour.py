@@ -75,6 +75,8 @@ def main(out: Path = Path("results/perf"), before: str = typer.Option("92421ba",
          set_: list[str] = typer.Option([], "--set", help="settings of the after+set mode (repeatable)"),
          env_: list[str] = typer.Option([], "--env", help="NAME=VALUE: an environment variable of the after+set mode "
                                                            "(repeatable; e.g. GSPO_BENCH_NATIVE_KERNELS=1)")):
+    if any("=" not in item for item in env_):
+        raise typer.BadParameter(f"--env takes NAME=VALUE, got {[item for item in env_ if '=' not in item]}")
     work = Path(tempfile.mkdtemp(prefix="runs-per-hour-"))
     trees = {"before": export_tree(before, work / "before"), "after": ROOT}
     extra_env = dict(item.split("=", 1) for item in env_)
