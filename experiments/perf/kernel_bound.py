@@ -236,7 +236,7 @@ def stage2_phases() -> dict[str, float]:
 
 # worker processes per kernel setting before giving up. Each has an Inductor cache of its own: a native
 # process using the cache a pinned one had filled aborted with heap corruption in 4 of 5 tries here
-# (glibc's malloc checks), none of 3 with its own
+# (glibc's malloc checks), none of 5 with its own
 TRIES = 3
 WAYS = (("eager", "eager"), ("compiled", "eager"), ("compiled", "compiled"))  # (update, decode step)
 
