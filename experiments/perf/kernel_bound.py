@@ -262,38 +262,34 @@ def bounds(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def write_readme(out: Path, results: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    def row(label: str, cell: Any) -> str:  # cell: one kernel setting's figures -> its text
+        return f"| {label} | " + " | ".join(cell(results[k]) for k in ("pinned", "native")) + " |"
+
     lines = ["# Kernel bound: how far faster kernels could take a stage-2 run (this machine, one thread)", "",
              "`python experiments/perf/kernel_bound.py --out results/perf/kernel_bound` (figures in `kernel_bound.json`).",
              "", "| | pinned (default) | native |", "|---|---|---|"]
     for name in results["pinned"]["mm_gflops"]:
         shape = results["pinned"]["mm_gflops"][name]["shape"]
-        lines.append(f"| mm GFLOP/s, {name} {shape} | " + " | ".join(
-            f"{results[k]['mm_gflops'][name]['gflops']:.1f}" for k in ("pinned", "native")) + " |")
+        lines.append(row(f"mm GFLOP/s, {name} {shape}", lambda f, name=name: f"{f['mm_gflops'][name]['gflops']:.1f}"))
     for label, key in (("update fwd+bwd, eager ms", "eager_ms"), ("update fwd+bwd, compiled ms", "compiled_ms"),
                        ("compile s (first call)", "compile_s")):
-        lines.append(f"| {label} | " + " | ".join(f"{results[k]['update'][key]:.1f}" for k in ("pinned", "native")) + " |")
-    lines.append("| matrix products' share of eager update CPU | " + " | ".join(
-        f"{100 * results[k]['update']['matmul_share']:.0f}%" for k in ("pinned", "native")) + " |")
-    lines.append("| compiled log-probs bitwise equal to eager (largest difference) | " + " | ".join(
-        f"{results[k]['update']['compiled_bitwise_equal']} ({results[k]['update']['compiled_max_abs_diff']:.1e})"
-        for k in ("pinned", "native")) + " |")
-    lines.append("| rollout ms, `generate` under no_grad / under inference mode (the engine's default on CPU) | " + " | ".join(
-        f"{results[k]['rollout_generate_no_grad_ms']:.1f} / {results[k]['rollout_generate_inference_ms']:.1f}"
-        for k in ("pinned", "native")) + " |")
-    for decode in ("generate", "static"):
-        lines.append(f"| rollout ms, `{decode}` | " + " | ".join(
-            f"{results[k][f'rollout_{decode}_ms']:.1f}" for k in ("pinned", "native")) + " |")
-    lines.append("| rollout ms, static loop without routes or noise: eager / decode step compiled | " + " | ".join(
-        f"{results[k]['rollout_static_plain_ms']:.1f} / {results[k]['rollout_static_compiled_ms']:.1f}"
-        for k in ("pinned", "native")) + " |")
-    lines.append("| its compile s; same tokens as eager | " + " | ".join(
-        f"{results[k]['rollout_static_compiled_compile_s']:.1f}; {results[k]['rollout_static_compiled_same_tokens']}"
-        for k in ("pinned", "native")) + " |")
-    lines.append("| worker processes that died before this one | " + " | ".join(
-        str(results[k]["crashed_tries"]) for k in ("pinned", "native")) + " |")
-    lines.append("| static: same tokens / same log-prob bits as generate | " + " | ".join(
-        f"{results[k]['rollout_static_same_tokens']} / {results[k]['rollout_static_same_logp_bits']}"
-        for k in ("pinned", "native")) + " |")
+        lines.append(row(label, lambda f, key=key: f"{f['update'][key]:.1f}"))
+    lines += [
+        row("matrix products' share of eager update CPU", lambda f: f"{100 * f['update']['matmul_share']:.0f}%"),
+        row("compiled log-probs bitwise equal to eager (largest difference)",
+            lambda f: f"{f['update']['compiled_bitwise_equal']} ({f['update']['compiled_max_abs_diff']:.1e})"),
+        row("rollout ms, `generate` under no_grad / under inference mode (the engine's default on CPU)",
+            lambda f: f"{f['rollout_generate_no_grad_ms']:.1f} / {f['rollout_generate_inference_ms']:.1f}"),
+        *(row(f"rollout ms, `{decode}`", lambda f, decode=decode: f"{f[f'rollout_{decode}_ms']:.1f}")
+          for decode in ("generate", "static")),
+        row("rollout ms, static loop without routes or noise: eager / decode step compiled",
+            lambda f: f"{f['rollout_static_plain_ms']:.1f} / {f['rollout_static_compiled_ms']:.1f}"),
+        row("its compile s; same tokens as eager",
+            lambda f: f"{f['rollout_static_compiled_compile_s']:.1f}; {f['rollout_static_compiled_same_tokens']}"),
+        row("worker processes that died before this one", lambda f: str(f["crashed_tries"])),
+        row("static: same tokens / same log-prob bits as generate",
+            lambda f: f"{f['rollout_static_same_tokens']} / {f['rollout_static_same_logp_bits']}"),
+    ]
     lines += ["", "Runs per hour of a stage-2 run, as a multiple of today's (pinned, eager, `generate`), from the "
               "measured factors applied to its CPU seconds per phase:", "",
               "| kernels | update | decode step | update x | rollout x | runs per hour x | also no checkpoint or rows writes x |",
