@@ -68,9 +68,11 @@ def test_a_rollout_trains_with_its_routes_replayed_and_samples_again(family):
     assert not again.input_ids.is_inference()
 
 
-def test_not_in_inference_mode_under_torchrun_or_on_a_gpu():
+def test_not_in_inference_mode_under_torchrun_on_a_gpu_or_sharded():
     model = tiny("qwen3_moe")
     params = SamplingParams(group_size=1, max_new_tokens=2)
     assert hf_engine.decodes_in_inference_mode(model, torch.device("cpu"), params)
     assert not hf_engine.decodes_in_inference_mode(model, torch.device("cpu"), SamplingParams(1, 2, synced=True))
     assert not hf_engine.decodes_in_inference_mode(model, torch.device("cuda"), params)
+    next(model.parameters()).to_local = lambda: None  # what a DTensor (FSDP2 shard) has
+    assert not hf_engine.decodes_in_inference_mode(model, torch.device("cpu"), params)

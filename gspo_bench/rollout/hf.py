@@ -73,6 +73,11 @@ def wants_copy(dtype: torch.dtype, device_type: str, sharded: bool, copy_weights
     return copy_weights if copy_weights is not None else device_type == "cuda"
 
 
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Its parameters are DTensors (FSDP2): the model is not whole on this process."""
+    return any(hasattr(p, "to_local") for p in model.parameters())
+
+
 class RolloutWeights:
     """The policy's weights in the rollout dtype, one copy for the whole run, refreshed in place."""
 
@@ -84,8 +89,7 @@ class RolloutWeights:
     @staticmethod
     def applies(model: torch.nn.Module, dtype: torch.dtype, copy_weights: bool | None) -> bool:
         """`wants_copy` for `model`: sharded when its parameters are DTensors, on its first parameter's device."""
-        sharded = any(hasattr(p, "to_local") for p in model.parameters())
-        return wants_copy(dtype, next(model.parameters()).device.type, sharded, copy_weights)
+        return wants_copy(dtype, next(model.parameters()).device.type, is_sharded(model), copy_weights)
 
     @torch.no_grad()
     def refresh(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -110,8 +114,7 @@ def decodes_in_inference_mode(sampler: torch.nn.Module, device: torch.device, pa
     on a small model's dispatch-bound decode is ~11% of the rollout (experiments/perf/kernel_bound.py,
     paired). Not on a GPU (CUDA graphs capture the static decoder's tensors) nor under FSDP2, whose
     gathered parameters would be made inference tensors."""
-    sharded = any(hasattr(p, "to_local") for p in sampler.parameters())
-    return device.type == "cpu" and not sharded and not params.synced
+    return device.type == "cpu" and not is_sharded(sampler) and not params.synced
 
 
 def outside_inference_mode(rollout: Rollout) -> Rollout:
