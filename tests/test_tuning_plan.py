@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from gspo_bench.config import SuiteError, parse_suite
+from gspo_bench.config.spelling import SpellingNote
 from gspo_bench.config.tuning import (
     LogUniform,
     arms_ruleset,
@@ -87,8 +88,8 @@ def test_the_comparison_runs_carry_the_chosen_settings_on_the_comparison_seeds(t
 
 @pytest.mark.parametrize(("tuning", "message"), [
     ({"spaces": {"gspo": {}}}, r"spaces.gspo: empty search space"),
-    ({"spaces": {"all": {"kwargs.nope": [1, 2]}}}, r"objective grpo takes no keyword 'nope'"),
-    ({"spaces": {"all": {"correction.low": [0.5]}}}, r"arm grpo has no correction to tune"),
+    ({"spaces": {"all": {"params.nope": [1, 2]}}}, r"objective grpo takes no keyword 'nope'"),
+    ({"spaces": {"all": {"correction.params.low": [0.5]}}}, r"arm grpo has no correction to tune"),
     ({"spaces": {"all": {"model.num_layers": [2]}}}, r"model.num_layers: not a setting a space can tune"),
     ({"spaces": {"sapo": {"lr": [1e-4]}}}, r"tuning.spaces.sapo: not an arm of this suite"),
     ({"budget_share": None, "budget": {"value": 0}}, r"tuning.budget.value: Input should be greater than 0"),
@@ -155,19 +156,83 @@ def test_trial_runs_go_to_the_tuning_folder_and_start_from_the_comparisons_weigh
 
 
 def test_a_correction_parameter_is_tuned_under_params_and_a_wrong_one_is_refused_at_its_tuning_path():
-    """`correction.cap` on a grpo + tis arm: every trial (and the comparison) runs the arm's correction with
-    the drawn cap, nested as {kind, params}; `correction.nope` is refused naming the space's path (it read
-    as the suite's own `correction:`, which is valid)."""
-    data = tuned_suite(spaces={"all": {"correction.cap": [1.5, 3.0]}}, trials=2)
+    """`correction.params.cap` (the path a sweep and `--set` give after `objectives.N.`) on a grpo + tis
+    arm: every trial (and the comparison) runs the arm's correction with the drawn cap, nested as {kind,
+    params}; `correction.params.nope` is refused naming the space's path (it read as the suite's own
+    `correction:`, which is valid), and so is `correction.kind`, which names no parameter."""
+    data = tuned_suite(spaces={"all": {"correction.params.cap": [1.5, 3.0]}}, trials=2)
     data["objectives"] = [{"name": "grpo", "label": "grpo_tis", "correction": {"kind": "tis", "params": {"cap": 2.0}}}]
     suite = parse_suite(data)
     trials = plan_trials(suite)
     assert sorted(t.entry.correction["params"]["cap"] for t in trials) == [1.5, 3.0]
     assert {t.entry.correction["kind"] for t in trials} == {"tis"}
     assert sorted(e.correction_fn().keywords["cap"] for e in trial_suite(suite).objectives) == [1.5, 3.0]
-    compared = comparison_suite(suite, {"grpo_tis": {"correction.cap": 3.0}}).objectives[0]
+    compared = comparison_suite(suite, {"grpo_tis": {"correction.params.cap": 3.0}}).objectives[0]
     assert compared.correction == {"kind": "tis", "params": {"cap": 3.0}}
-    data["tuning"]["spaces"] = {"all": {"correction.nope": [1.5, 3.0]}}
-    with pytest.raises(SuiteError, match=r"tuning.spaces \(grpo_tis\).correction.nope: correction tis takes no "
-                                         r"parameter 'nope'; it takes: cap, level"):
+    data["tuning"]["spaces"] = {"all": {"correction.params.nope": [1.5, 3.0]}}
+    with pytest.raises(SuiteError, match=r"tuning.spaces \(grpo_tis\).correction.params.nope: correction tis takes "
+                                         r"no parameter 'nope'; it takes: cap, level"):
+        parse_suite(data)
+    data["tuning"]["spaces"] = {"all": {"correction.kind": ["tis", "mis"]}}
+    with pytest.raises(SuiteError, match=r"correction.kind: not a parameter of correction tis; a space tunes one as "
+                                         r"correction.params.NAME, NAME one of: cap, level"):
+        parse_suite(data)
+
+
+def test_the_old_spellings_of_a_space_path_read_as_the_one_spelling_with_a_note():
+    """`correction.cap` and `kwargs.NAME` (last round's spellings) read as `correction.params.cap` and
+    `params.NAME`, each noted: the trials, their plan and the comparison hold the one spelling, and the
+    plan is the one of the suite spelled the new way; a setting spelled both ways is refused."""
+    def suite_with(space: dict) -> dict:
+        data = tuned_suite(spaces={"all": space}, trials=3)
+        data["objectives"] = [{"name": "dppo_binary_tv", "label": "tv",
+                               "correction": {"kind": "tis", "params": {"cap": 2.0}}}]
+        return data
+
+    new = parse_suite(suite_with({"correction.params.cap": [1.5, 3.0], "params.delta": [0.1, 0.2]}))
+    with pytest.warns(SpellingNote) as noted:
+        old = parse_suite(suite_with({"correction.cap": [1.5, 3.0], "kwargs.delta": [0.1, 0.2]}))
+    notes = {str(n.message) for n in noted}
+    assert "tuning.spaces.all: `correction.cap` is the old spelling of `correction.params.cap` (it still reads; new " \
+           "suite files write `correction.params.cap`: docs/suites.md)" in notes
+    assert any("`kwargs.delta` is the old spelling of `params.delta`" in n for n in notes)
+    assert old.tuning == new.tuning
+    assert [t.settings for t in plan_trials(old)] == [t.settings for t in plan_trials(new)]
+    assert set(plan_trials(old)[0].settings) == {"correction.params.cap", "params.delta"}
+    assert [(t.entry.correction, t.entry.params) for t in plan_trials(old)] == \
+        [(t.entry.correction, t.entry.params) for t in plan_trials(new)]
+    # chosen.json written with the old spelling still applies to the comparison
+    assert comparison_suite(new, {"tv": {"correction.cap": 3.0}}).objectives[0].correction["params"]["cap"] == 3.0
+    with pytest.raises(SuiteError, match=r"tuning.spaces.*all: correction.cap and correction.params.cap are one "
+                                         r"setting spelled twice; write correction.params.cap only"), \
+            pytest.warns(SpellingNote):
+        parse_suite(suite_with({"correction.cap": [1.5], "correction.params.cap": [3.0]}))
+
+
+def test_an_arms_own_space_wins_over_all_on_a_path_both_name():
+    """`all` gives every arm its lr range; gspo's own lr range replaces it for gspo alone (and adds its
+    clip range), grpo keeps `all`'s."""
+    suite = parse_suite(tuned_suite(spaces={"all": {"lr": {"log_uniform": [1e-4, 1e-3]}},
+                                            "gspo": {"lr": [7e-3, 8e-3], "clip_high": [4e-4, 4e-3]}}))
+    lrs = {arm: {t.settings["lr"] for t in plan_trials(suite) if t.arm == arm} for arm in ("grpo", "gspo")}
+    assert lrs["gspo"] == {7e-3, 8e-3}
+    assert all(1e-4 <= lr <= 1e-3 for lr in lrs["grpo"]) and len(lrs["grpo"]) == 6
+    assert {t.entry.lr for t in plan_trials(suite) if t.arm == "gspo"} == {7e-3, 8e-3}
+    assert set(suite.tuning.arm_space("gspo")) == {"lr", "clip_high"} and set(suite.tuning.arm_space("grpo")) == {"lr"}
+
+
+def test_a_trial_may_spend_the_whole_suite_budget_and_no_more():
+    at_most = parse_suite(tuned_suite(budget_share=None, budget={"value": 4}))
+    assert trial_suite(at_most).budget.value == 4
+    with pytest.raises(SuiteError, match=r"tuning.budget.value \(4.5\) is larger than the suite's budget"):
+        parse_suite(tuned_suite(budget_share=None, budget={"value": 4.5}))
+
+
+def test_the_selection_metric_must_be_the_suites_task_even_where_another_eval_task_is_listed():
+    """An eval task other than the suite's task is evaluated on its own test data, not on the suite task's
+    validation split: choosing by it would tune on a test set."""
+    data = tuned_suite(select={"metric": "sort"})
+    data["eval"]["tasks"] = ["countdown", "sort"]
+    with pytest.raises(SuiteError, match=r"tuning.select.metric 'sort': not a score the trials evaluate on the "
+                                         r"validation split; the only one is 'countdown'"):
         parse_suite(data)

@@ -11,9 +11,12 @@
         gspo: {clip_low: {log_uniform: [3.0e-4, 3.0e-2]}, clip_high: {log_uniform: [4.0e-4, 4.0e-2]}}
         grpo: {clip_low: [0.1, 0.2, 0.3]}
 
-A space maps an arm's own settings to a range: `clip_low`, `clip_high`, `lr`, `step_penalty` (the
-entry's fields), `params.NAME` (an objective keyword; `kwargs.NAME` read alike), `correction.NAME` (its correction's), or a
-`rollout.`/`train.` path the entry's `set:` may hold. `all` applies to every arm, an arm's own
+A space maps an arm's own settings to a range, each by its dotted path inside the arm's entry, as a
+sweep or `--set` spells it after `objectives.N.`: `clip_low`, `clip_high`, `lr`, `step_penalty` (the
+entry's fields), `params.NAME` (an objective keyword), `correction.params.NAME` (its correction's),
+or a `rollout.`/`train.` path the entry's `set:` may hold. The old spellings `kwargs.NAME` and
+`correction.NAME` read as these, with a note (`gspo_bench.config.spelling`), so every record (the
+trial plan, chosen.json, the report) holds the one spelling. `all` applies to every arm, an arm's own
 space adds to it (and wins on a path both name). Trials are drawn from a scrambled Halton sequence
 seeded with `seed` (one dimension per setting; a list is categorical), so the plan is deterministic
 and every setting lies in its declared range. Trial runs score on the task's validation split
@@ -33,6 +36,7 @@ MAX_TRIALS = 1024  # per arm
 ALL_ARMS = "all"  # the space key that applies to every arm
 ENTRY_FIELDS = ("clip_low", "clip_high", "lr", "step_penalty")  # an entry's own numeric settings a space may tune
 TRIALS_FOLDER = "tuning"  # OUT/<suite>/tuning/: the trial runs and chosen.json
+_IN_ENTRY = "objectives.0"  # a space's paths are inside an entry: respelled as a suite's path under it
 
 
 class _Strict(BaseModel):
@@ -106,6 +110,31 @@ class TuningConfig(_Strict):
     allow_unequal: bool = Field(False, description="compare arms whose tuning budgets differ (an arm untuned, or "
                                 "other trial counts), saying so in the report")
 
+    @field_validator("spaces", mode="before")
+    @classmethod
+    def _one_spelling(cls, v: Any) -> Any:
+        """Every space's paths in the one spelling (`space_path`), each old spelling noted; a setting
+        spelled both ways in one space is refused."""
+        from gspo_bench.config.spelling import note
+
+        if not isinstance(v, dict):
+            return v
+        spaces: dict[Any, Any] = {}
+        for arm, space in v.items():
+            if not isinstance(space, dict):
+                spaces[arm] = space
+                continue
+            spelled: dict[str, str] = {}  # one spelling -> as the space wrote it
+            for path in space:
+                new = space_path(path) if isinstance(path, str) else path
+                if new in spelled:
+                    raise ValueError(f"{arm}: {spelled[new]} and {path} are one setting spelled twice; write {new} only")
+                if new != path:
+                    note(f"tuning.spaces.{arm}", path, new)
+                spelled[new] = path
+            spaces[arm] = {new: space[path] for new, path in spelled.items()}
+        return spaces
+
     @model_validator(mode="after")
     def _well_formed(self) -> TuningConfig:
         if (self.budget is None) == (self.budget_share is None):
@@ -146,24 +175,40 @@ def trial_settings(space: dict[str, Space], n: int, seed: int) -> list[dict[str,
     return [{p: space_value(space[p], u) for p, u in zip(paths, point, strict=True)} for point in draws(len(paths), n, seed)]
 
 
+def space_path(path: str) -> str:
+    """`path` (a setting as a space names it) in the one spelling: `kwargs.NAME` -> `params.NAME`,
+    `correction.NAME` -> `correction.params.NAME` (`gspo_bench.config.spelling`, as for `--set` and sweeps)."""
+    from gspo_bench.config.spelling import respell_path
+
+    return respell_path(f"{_IN_ENTRY}.{path}").removeprefix(f"{_IN_ENTRY}.")
+
+
+def correction_param(path: str) -> str | None:
+    """NAME of a `correction.params.NAME` path (in the one spelling), None for any other path."""
+    head, _, name = path.partition("correction.params.")
+    return name if not head and name else None
+
+
 def with_settings(entry: Any, settings: dict[str, Any]) -> Any:
-    """`entry` (an ObjectiveEntry) with `settings` ({path: value}, paths as a space names them) applied and
-    validated; ValueError naming a path the entry cannot take."""
+    """`entry` (an ObjectiveEntry) with `settings` ({path: value}, paths as a space names them, old
+    spellings read: `space_path`) applied and validated; ValueError naming a path the entry cannot take."""
     data = entry.model_dump(mode="json")
-    for path, value in settings.items():
+    for given, value in settings.items():
+        path = space_path(given)
         head, _, rest = path.partition(".")
         if path in ENTRY_FIELDS:
             data[path] = value
-        elif head in ("params", "kwargs") and rest:  # kwargs: the old spelling of params
+        elif head == "params" and rest:
             data["params"] = {**data["params"], rest: value}
-        elif head == "correction" and rest:
+        elif correction_param(path):
             correction = data["correction"] or {}
-            data["correction"] = {**correction, "params": {**correction.get("params", {}), rest: value}}
+            name = correction_param(path)
+            data["correction"] = {**correction, "params": {**correction.get("params", {}), name: value}}
         elif head in ("rollout", "train") and rest:
             data["set"] = {**data["set"], path: value}
         else:
-            raise ValueError(f"{path}: not a setting a space can tune (one of {', '.join(ENTRY_FIELDS)}, params.NAME, "
-                             "correction.NAME, rollout.PATH, train.PATH)")
+            raise ValueError(f"{given}: not a setting a space can tune (one of {', '.join(ENTRY_FIELDS)}, params.NAME, "
+                             "correction.params.NAME, rollout.PATH, train.PATH)")
     return type(entry).model_validate(data)
 
 
@@ -297,11 +342,11 @@ def check_space(suite: Any, entry: Any, space: dict[str, Space]) -> None:
         where = f"tuning.spaces ({entry.run_label}).{path}"
         if path in ("clip_low", "clip_high") and path not in takes:
             raise ValueError(f"{where}: objective {entry.objective} takes no {path}")
-        if head in ("params", "kwargs") and rest not in spec.params():
+        if head == "params" and rest not in spec.params():
             raise ValueError(f"{where}: objective {entry.objective} takes no keyword {rest!r}; it takes: "
                              f"{', '.join(sorted(spec.params())) or 'none'}")
         if head == "correction":
-            check_correction_path(where, entry, rest)
+            check_correction_path(where, entry, correction_param(path))
         if head in ("rollout", "train"):
             try:
                 sweep.field_of(suite.model_dump(mode="json"), path)
@@ -309,15 +354,19 @@ def check_space(suite: Any, entry: Any, space: dict[str, Space]) -> None:
                 raise ValueError(f"{where}: {err.args[0]}") from None
 
 
-def check_correction_path(where: str, entry: Any, name: str) -> None:
+def check_correction_path(where: str, entry: Any, name: str | None) -> None:
     """ValueError at `where` (the space's path) unless arm `entry` has a correction that takes parameter
-    `name` (a wrong name was refused as the suite's own `correction:`, naming no tuning path)."""
+    `name` (None: the path names no parameter, `correction.kind`; a wrong name was refused as the
+    suite's own `correction:`, naming no tuning path)."""
     from gspo_bench.objectives.corrections import correction_spec
 
     if entry.correction is None:
         raise ValueError(f"{where}: arm {entry.run_label} has no correction to tune")
     kind = entry.correction["kind"]
     takes = sorted(correction_spec(kind).params())
+    if name is None:
+        raise ValueError(f"{where}: not a parameter of correction {kind}; a space tunes one as "
+                         f"correction.params.NAME, NAME one of: {', '.join(takes) or 'none'}")
     if name not in takes:
         raise ValueError(f"{where}: correction {kind} takes no parameter {name!r}; it takes: {', '.join(takes) or 'none'}")
 
