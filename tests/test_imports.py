@@ -309,3 +309,46 @@ def test_imported_runs_beside_the_harness_runs(tmp_path):
     with pytest.raises(UnmatchedComputeError, match="different budget kinds"):
         check_matched(results)
     assert np.isnan(check_matched(results, allow_unmatched=True))
+
+
+def test_reading_a_log_is_linear_in_its_steps():
+    """Each record is checked against its key's last step without going over the key's earlier steps:
+    the order comparisons of steps are counted (a step that counts them), one per record, and a restart
+    of a resumed run costs a bisection of its key's steps (a few comparisons), not one per earlier step.
+    Finding the last step by scanning (max over the steps so far) would cost ~n^2/2 for n steps."""
+    from gspo_bench.imports.series import by_key
+    from gspo_bench.imports.sources import Record
+
+    compared = [0]
+
+    class Step(int):
+        def __lt__(self, other):
+            compared[0] += 1
+            return int.__lt__(self, other)
+
+        def __le__(self, other):
+            compared[0] += 1
+            return int.__le__(self, other)
+
+        def __gt__(self, other):
+            compared[0] += 1
+            return int.__gt__(self, other)
+
+        def __ge__(self, other):
+            compared[0] += 1
+            return int.__ge__(self, other)
+
+    keys = ("critic/score/mean", "actor/pg_loss", "actor/pg_clipfrac", "actor/grad_norm", "perf/total_num_tokens")
+    steps = list(range(1, 4001))
+    records = [Record(Step(s), key, float(s), "log") for s in steps for key in keys]
+    values, unknown = by_key(records, VERL, resumed=False)
+    assert unknown == [] and all(list(values[k]) == steps and values[k][4000] == 4000.0 for k in keys)
+    assert compared[0] <= len(records), compared[0]
+    # resumed: 40 restarts, each logging again the 10 steps before it (checkpoints every 100 steps)
+    restarted = [s for block in range(40) for s in range(max(1, block * 100 - 9), block * 100 + 101)]
+    records = [Record(Step(s), "critic/score/mean", float(i), "log") for i, s in enumerate(restarted)]
+    compared[0] = 0
+    values, _ = by_key(records, VERL, resumed=True)
+    assert list(values["critic/score/mean"]) == steps  # every step once, in order
+    assert values["critic/score/mean"][95] == float(restarted.index(95, 100))  # the value logged after the restart
+    assert compared[0] <= len(records) + 40 * 13, compared[0]  # 13 >= log2(4000) + 1

@@ -6,6 +6,7 @@ the checkpoint on (what TensorBoard shows too). Keys the mapping neither uses no
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,9 +29,12 @@ class Series:
 
 
 def by_key(records: list[Record], mapping: Mapping, resumed: bool) -> tuple[dict[str, dict[int, float]], list[str]]:
-    """{key: {step: value}} of the keys the mapping uses, and the keys it does not know."""
+    """{key: {step: value}} of the keys the mapping uses, and the keys it does not know. Linear in the
+    records: each key's steps are kept in ascending order as they are logged, so its last step is the end
+    of its list, and a restart cuts the list at the restarted step (found by bisection)."""
     used = set(mapping.columns.values()) | ({mapping.tokens.key} if mapping.tokens else set())
-    values: dict[str, dict[int, float]] = {}
+    steps: dict[str, list[int]] = {}
+    values: dict[str, list[float]] = {}
     unknown: dict[str, None] = {}
     for record in records:
         key = mapping.key_of(record.key)
@@ -38,17 +42,17 @@ def by_key(records: list[Record], mapping: Mapping, resumed: bool) -> tuple[dict
             if not mapping.known(key):
                 unknown[key] = None
             continue
-        logged = values.setdefault(key, {})
-        last = max(logged, default=None)
-        if last is not None and record.step <= last:
+        logged, logged_values = steps.setdefault(key, []), values.setdefault(key, [])
+        if logged and record.step <= logged[-1]:
             if not resumed:
-                raise SeriesError(f"{record.where}: {key} logged at step {record.step} after step {last} (steps out "
-                                  "of order or repeated: a resumed run? declare it `resumed: true` to keep the "
+                raise SeriesError(f"{record.where}: {key} logged at step {record.step} after step {logged[-1]} (steps "
+                                  "out of order or repeated: a resumed run? declare it `resumed: true` to keep the "
                                   "values logged after the restart)")
-            for step in [s for s in logged if s >= record.step]:
-                del logged[step]
-        logged[record.step] = record.value
-    return values, sorted(unknown)
+            cut = bisect.bisect_left(logged, record.step)
+            del logged[cut:], logged_values[cut:]
+        logged.append(record.step)
+        logged_values.append(record.value)
+    return {key: dict(zip(steps[key], values[key])) for key in steps}, sorted(unknown)
 
 
 def build_series(records: list[Record], mapping: Mapping, resumed: bool = False) -> Series:
