@@ -6,9 +6,15 @@ seed 1's last loss -0.0064 micro-batched against -0.0109 plain). Ties go to the 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
+import pytest
 import torch
 
 from gspo_bench.objectives.cov import kl_cov_loss
+from gspo_bench.train.old_policy import old_policy_pass
+from gspo_bench.train.policy import Policy
 from tests.helpers.micro_batches import assert_same_update
 
 
@@ -47,3 +53,51 @@ def test_micro_batches_equal_the_plain_update_at_the_default_ratio_k(setting):  
     """The update-level equality at the default ratio_k (one selected token), rewards and advantages not 0."""
     assert_same_update(setting, "kl_cov", kwargs={"ratio_k": 2e-4, "kl_coef": 1.0})
     assert_same_update(setting, "kl_cov", kwargs={"ratio_k": 2e-4, "kl_coef": 1.0}, checkpointed=True)
+
+
+# ------------------------------------------------------------------ the kink of |log r| at r = 1
+
+def kl_grad(log_r: torch.Tensor, **kwargs) -> torch.Tensor:
+    """d loss / d logp of KL-Cov with every token penalised (ratio_k 1) and every advantage 0: the KL
+    term's gradient alone."""
+    old = torch.tensor([[-1.0, -2.0, -0.5]])
+    x = (old + log_r).requires_grad_(True)
+    kl_cov_loss(x, old, torch.zeros(1), torch.ones(1, 3, dtype=torch.bool), ratio_k=1.0, kl_coef=1.0, **kwargs)[0].backward()
+    return x.grad
+
+
+def test_float_noise_around_r_1_gives_the_kl_term_no_gradient():
+    """Where pi_theta is pi_old (a step's first update), the update forward differs from the old pass by
+    float noise (~1e-6): whatever its sign, the KL term has no gradient there, as at log r = 0 exactly;
+    beyond the floor its gradient is kl_coef sign(log r) / N."""
+    exact = kl_grad(torch.zeros(1, 3))
+    assert torch.equal(exact, torch.zeros(1, 3))
+    for noise in ([9.5e-7, -4.8e-7, 0.0], [-9.5e-7, 2.4e-7, -1e-5]):
+        assert torch.equal(kl_grad(torch.tensor([noise])), exact), noise
+    moved = torch.tensor([[0.3, -2e-4, 1e-3]])
+    torch.testing.assert_close(kl_grad(moved), torch.tensor([[1.0, -1.0, 1.0]]) / 3)
+    # the floor 0 is the released code's plain |log r|: the noise's sign decides the gradient
+    torch.testing.assert_close(kl_grad(torch.tensor([[9.5e-7, -4.8e-7, 0.0]]), noise_floor=0.0),
+                               torch.tensor([[1.0, -1.0, 0.0]]) / 3)
+    with pytest.raises(ValueError, match="noise_floor"):
+        kl_grad(torch.zeros(1, 3), noise_floor=-1.0)
+
+
+@pytest.fixture(scope="module")
+def unmoved(setting):  # noqa: F811
+    """The test batch with pi_old computed by the policy itself: the update's pi_theta is pi_old, up to the
+    float noise between the old pass (every row, every column) and the update's forward (its rows, its
+    micro-batch's columns)."""
+    model, batch, _ = setting
+    old = old_policy_pass(Policy(copy.deepcopy(model)), batch, temperature=0.8, gate_scores=True)
+    return model, batch, dataclasses.replace(old, logp=torch.where(batch.response_mask, old.logp, 0.0))
+
+
+def test_micro_batches_equal_the_plain_update_where_pi_theta_is_pi_old(unmoved):
+    """A step's first update, every token under the KL term: micro-batched at 16 tokens (one or two rows)
+    and at 1 token (each row alone, narrower than any response), the gradient, loss and measurements
+    are the plain update's. Before the floor, the micro-batched forward's log r of +-2.4e-7 on a few
+    tokens (the plain one's 0.0) gave those tokens the KL term's full gradient."""
+    kwargs = {"ratio_k": 1.0, "kl_coef": 1.0}
+    assert_same_update(unmoved, "kl_cov", kwargs=kwargs)
+    assert_same_update(unmoved, "kl_cov", kwargs=kwargs, budget=1)

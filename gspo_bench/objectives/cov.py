@@ -43,7 +43,8 @@ def _budget(ratio: float, batch: PolicyBatch) -> torch.Tensor:
 @register_objective(
     "kl_cov",
     description="KL-Cov: unclipped r A, plus beta |log r| on the top ratio_k of tokens by Cov(log pi, A)",
-    reference="Cui et al. 2025 (arXiv 2505.22617), eq. for KL-Cov; k = 2e-4, beta = 1 as the released code",
+    reference="Cui et al. 2025 (arXiv 2505.22617), eq. for KL-Cov; k = 2e-4, beta = 1 as the released code; "
+              "|log r| held at 0 below a float-noise floor of 1e-4",
     coupled=True,  # the mask/selection is over the whole batch
     reduction="token_mean",
     exempt={"zero_advantage": "its KL penalty on the top-covariance tokens has a gradient wherever pi != pi_old, "
@@ -56,21 +57,32 @@ def kl_cov_loss(
     mask: torch.Tensor,
     ratio_k: float = 2e-4,
     kl_coef: float = 1.0,
+    noise_floor: float = 1e-4,
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
-    """KL-Cov: J = sum_t [r_t A_t - kl_coef |log r_t| 1(t in top-k by Cov_t)] / sum_i |y_i|, with
+    """KL-Cov: J = sum_t [r_t A_t - kl_coef |log r_t|_floor 1(t in top-k by Cov_t)] / sum_i |y_i|, with
     k = max(1, floor(ratio_k * N)) of the N valid tokens; no clip. `clip/frac*` stays 0 (nothing is
     clipped); `cov/frac` is the share of tokens under the KL term.
     Cov_t is taken on pi_old's log-probs (`old_logp`), the values every update path shares (the old
     policy's pass runs once per batch), not on the update forward's, whose float noise differs between
     a plain and a micro-batched forward and, at the default k (one token), moved the selected token;
-    ties go to the earlier token (row-major). On a batch's first update pi_theta is pi_old."""
-    if not 0.0 < ratio_k <= 1.0 or kl_coef < 0:
-        raise ValueError(f"kl_cov: ratio_k must be in (0, 1] and kl_coef >= 0, got {ratio_k}, {kl_coef}")
+    ties go to the earlier token (row-major).
+    |x|_floor is |x| where |x| > `noise_floor`, else 0 (value and gradient). |log r| has a kink at
+    r = 1, where every step's first update sits (pi_theta is pi_old): there its gradient is the sign
+    of the float noise between the old-policy pass and the update forward (~1e-6 in float32), which
+    differs between a plain, a micro-batched and a sharded forward and decided the update's direction
+    on the selected token (a step's first update, micro-batched at 64 tokens: log r = -9.5e-7, the
+    plain forward's 0.0). Below the floor the term is held at its value at r = 1; 0 keeps the released
+    code's plain |log r|."""
+    if not 0.0 < ratio_k <= 1.0 or kl_coef < 0 or noise_floor < 0:
+        raise ValueError(f"kl_cov: ratio_k must be in (0, 1], kl_coef >= 0 and noise_floor >= 0, got {ratio_k}, "
+                         f"{kl_coef}, {noise_floor}")
     batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="kl_cov")
     cov = centred_covariance(batch, old_logp)
     penalised = _pick(cov, batch.mask, _budget(ratio_k, batch))  # [B, T]
-    terms = safe_exp(batch.log_ratio) * batch.advantages - kl_coef * batch.log_ratio.abs() * penalised
+    moved = batch.log_ratio.abs()
+    moved = torch.where(moved > noise_floor, moved, 0.0)
+    terms = safe_exp(batch.log_ratio) * batch.advantages - kl_coef * moved * penalised
     loss = -aggregate(terms, batch, "token_mean")
     none = torch.zeros_like(batch.mask)
     measured = {"cov/frac": masked_mean(penalised.float(), batch.mask), "cov/mean": masked_mean(cov, batch.mask)}

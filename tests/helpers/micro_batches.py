@@ -85,9 +85,9 @@ def update(setting, objective_name: str, budget: int | None, correction: str | N
 
 
 def assert_same_update(setting, objective_name: str, correction: str | None = None, checkpointed: bool = False,
-                       kwargs: dict | None = None, **overrides) -> None:
+                       kwargs: dict | None = None, budget: int = BUDGET, **overrides) -> None:
     plain_grads, plain, _ = update(setting, objective_name, None, correction, kwargs=kwargs)
-    grads, micro, _ = update(setting, objective_name, BUDGET, correction, checkpointed, kwargs, **overrides)
+    grads, micro, _ = update(setting, objective_name, budget, correction, checkpointed, kwargs, **overrides)
     norm = torch.cat([g.flatten() for g in plain_grads.values()]).norm()
     assert norm > 1e-3, "no gradient: the comparison would be empty"
     assert grads.keys() == plain_grads.keys()
