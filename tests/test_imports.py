@@ -352,3 +352,34 @@ def test_reading_a_log_is_linear_in_its_steps():
     assert list(values["critic/score/mean"]) == steps  # every step once, in order
     assert values["critic/score/mean"][95] == float(restarted.index(95, 100))  # the value logged after the restart
     assert compared[0] <= len(records) + 40 * 13, compared[0]  # 13 >= log2(4000) + 1
+
+
+def test_compute_that_is_infinite_negative_or_falling_is_refused(tmp_path):
+    """Compute is the report's x-axis and what runs are matched at: an infinite figure in the plan, a
+    negative or infinite token count, a count so far that falls (restarted), or FLOPs past the largest
+    float are refused in one line naming the key, the step and the value."""
+    for field in ("flops_per_step", "flops_per_token", "tokens_per_step"):
+        compute = {"flops_per_step": 1.0, field: math.inf} if field == "tokens_per_step" else {field: math.inf}
+        refused(write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["x"]}], compute=compute), tmp_path / "out",
+                PlanError, f"compute.{field}: inf is not a finite number")
+    lines = [(s, verl_values(s)) for s in range(1, 5)]
+    lines[2][1]["perf/total_num_tokens"] = -5.0
+    write_verl_jsonl(tmp_path / "m.jsonl", lines)
+    refused(plan_of(tmp_path, ["m.jsonl"]), tmp_path / "out", ImportError_,
+            "run 'grpo' seed 0: perf/total_num_tokens is -5 at step 3: tokens must be a finite number, 0 or more")
+    write_verl_events(tmp_path / "tb", override={4: {"perf/total_num_tokens": math.inf}})
+    refused(plan_of(tmp_path, ["tb"]), tmp_path / "out", ImportError_, "perf/total_num_tokens is inf at step 4")
+    (tmp_path / "so_far.yaml").write_text("library: mine\ncolumns: {reward/mean: critic/score/mean}\n"
+                                          "tokens: {key: perf/total_num_tokens, cumulative: true}\nignore: ['*']\n")
+    counts = {1: 1000.0, 2: 2000.0, 3: 300.0, 4: 1300.0}  # a count that started again from zero at step 3
+    write_verl_jsonl(tmp_path / "c.jsonl", [(s, {**verl_values(s), "perf/total_num_tokens": n}) for s, n in counts.items()])
+    plan = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["c.jsonl"]}], mapping="so_far.yaml")
+    refused(plan, tmp_path / "out", ImportError_, "perf/total_num_tokens falls from 2000 to 300 at step 3")
+    write_verl_jsonl(tmp_path / "c.jsonl", [(s, {**verl_values(s), "perf/total_num_tokens": 1000.0 * s}) for s in counts])
+    suite, _ = import_plan(plan, tmp_path / "ok")  # rising: its growth per step
+    assert pd.read_parquet(suite / "a-s0" / "metrics.parquet")["compute/tokens"].tolist() == [1000.0] * 4
+    plan = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["m.jsonl"]}], compute={"flops_per_token": 1e305})
+    write_verl_jsonl(tmp_path / "m.jsonl", [(s, verl_values(s)) for s in range(1, 5)])
+    refused(plan, tmp_path / "out", ImportError_, "compute reaches inf FLOPs at step 2 (1.02e+308 in that step)")
+    plan = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["m.jsonl"]}], compute={"flops_per_token": 1e306})
+    refused(plan, tmp_path / "out", ImportError_, "compute reaches inf FLOPs at step 1 (inf in that step)")

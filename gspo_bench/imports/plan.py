@@ -12,9 +12,18 @@ Two runs claiming one (arm, seed) are refused, naming both, before anything is r
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gspo_bench.config.schema import AnalysisConfig
 from gspo_bench.config.yamlread import read_yaml
@@ -33,6 +42,13 @@ class Compute(BaseModel):
     flops_per_token: PositiveFloat | None = None
     flops_per_step: PositiveFloat | None = None
     tokens_per_step: PositiveFloat | None = None
+
+    @field_validator("flops_per_token", "flops_per_step", "tokens_per_step")
+    @classmethod
+    def finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number: the report compares runs at equal compute")
+        return value
 
     @model_validator(mode="after")
     def one_flop_figure(self) -> Compute:

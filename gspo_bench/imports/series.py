@@ -92,8 +92,30 @@ def tokens_per_step(series: Series, mapping: Mapping, steps: pd.Index) -> np.nda
     if mapping.tokens is None or series.tokens.empty:
         raise SeriesError("no tokens were logged" + (f" (key {mapping.tokens.key})" if mapping.tokens else
                                                      " (the mapping names no tokens key)"))
+    check_tokens(series.tokens, mapping.tokens.key, mapping.tokens.cumulative)
     logged = series.tokens.reindex(steps.union(series.tokens.index)).sort_index()
     if not mapping.tokens.cumulative:
         return logged.reindex(steps).to_numpy(dtype=float)
     so_far = logged.ffill().fillna(0.0).reindex(steps).to_numpy(dtype=float)
     return np.diff(so_far, prepend=0.0)
+
+
+def check_tokens(tokens: pd.Series, key: str, cumulative: bool) -> None:
+    """SeriesError naming the key, the step and the value where the logged tokens (by step) cannot be
+    compute: infinite or negative, or, for a count so far, lower than the count before it (a count that
+    restarted: two runs logged into one place). NaN (a step that logged none) is left to the caller."""
+    values = tokens.to_numpy(dtype=float)
+    bad = np.isinf(values) | (values < 0)
+    if bad.any():
+        at = int(np.argmax(bad))
+        raise SeriesError(f"{key} is {values[at]:g} at step {tokens.index[at]}: tokens must be a finite number, 0 or "
+                          "more (give compute.tokens_per_step to set the tokens of a step without them)")
+    if cumulative:
+        logged = values[~np.isnan(values)]
+        steps = tokens.index[~np.isnan(values)]
+        falls = np.flatnonzero(np.diff(logged) < 0)
+        if len(falls):
+            at = int(falls[0]) + 1
+            raise SeriesError(f"{key} falls from {logged[at - 1]:g} to {logged[at]:g} at step {steps[at]}: a count of "
+                              "tokens so far never falls (did the count restart? import each run on its own, or give "
+                              "compute.tokens_per_step)")

@@ -80,21 +80,28 @@ def metrics_table(series: Series, mapping: Mapping, compute: Compute, run: Impor
         tokens = tokens_per_step(series, mapping, table.index)
     else:
         tokens = np.full(len(table), np.nan)
-    flops = tokens * compute.flops_per_token if compute.flops_per_token is not None else \
-        np.full(len(table), compute.flops_per_step)
+    with np.errstate(over="ignore"):  # an overflow is refused below, naming its step
+        flops = tokens * compute.flops_per_token if compute.flops_per_token is not None else \
+            np.full(len(table), compute.flops_per_step)
+        cum_tokens, cum_flops = np.cumsum(tokens), np.cumsum(flops)
     if np.isnan(flops).any():  # the x-axis of every figure: a gap would cut every curve there
         missing = table.index[np.isnan(flops)].tolist()
         raise SeriesError(f"no tokens logged at step {missing[0]} ({len(missing)} steps in all) to charge "
                           "flops_per_token to: give compute.tokens_per_step or compute.flops_per_step")
+    for name, so_far, each in (("tokens", cum_tokens, tokens), ("FLOPs", cum_flops, flops)):
+        if np.isinf(so_far).any():  # an overflow: a figure this large is a wrong one, not compute
+            at = int(np.argmax(np.isinf(so_far)))
+            raise SeriesError(f"compute reaches {so_far[at]:g} {name} at step {table.index[at]} ({each[at]:g} in that "
+                              "step): check the plan's compute and the tokens logged")
     frame = table.reset_index()
     frame.insert(1, "objective", run.objective or run.arm)
     frame.insert(2, "label", run.arm)
     frame.insert(3, "seed", run.seed)
     frame.insert(4, "replay", False)
     frame["compute/tokens"] = tokens
-    frame["compute/cum_tokens"] = np.cumsum(tokens)
+    frame["compute/cum_tokens"] = cum_tokens
     frame["compute/flops"] = flops
-    frame["compute/cum_flops"] = np.cumsum(flops)
+    frame["compute/cum_flops"] = cum_flops
     return frame.reindex(columns=list(dict.fromkeys([*REQUIRED_COLUMNS, *MAPPABLE_COLUMNS, *frame.columns])))
 
 
