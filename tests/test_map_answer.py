@@ -6,16 +6,28 @@ told apart; an arm that meets no mismatch said to hold by construction."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.evidence.placement import BOUNDARY, BRACKET, HELD, Placement, pairs_apart, placements
-from analysis.evidence.stability import COLLAPSED, LEARNED, StabilityMap, boundaries
+from analysis.evidence.placement import (
+    BEYOND,
+    BOUNDARY,
+    BRACKET,
+    HELD,
+    UNBOUNDED,
+    Placement,
+    fit_boundary,
+    pairs_apart,
+    placements,
+)
+from analysis.evidence.stability import COLLAPSED, LEARNED, Boundary, StabilityMap, boundaries
 from analysis.report.html import sentence_html
 from analysis.report.map_answer import (
+    MAX_ITEM_WORDS,
     NO_AXIS_LEAD,
     apart_sentence,
     arm_item,
@@ -24,9 +36,10 @@ from analysis.report.map_answer import (
     placement_rows,
 )
 from analysis.report.markdown import sentence_markdown
-from analysis.report.plain_answer import plain_text, stability_rows
+from analysis.report.plain_answer import plain_text, stability_rows, words
+from analysis.report.stability_text import boundary_sentence
 from analysis.report.verdict import Sentence
-from analysis.stats.logistic import fit_logistic
+from analysis.stats.logistic import fit_logistic, no_fit_reason
 
 DOSES = [0.1, 0.3, 1.0, 3.0]  # per token, one a level
 RESPONSES = [0.5, 1.8, 7.0, 24.0]  # per response: the response length grows with the dose (5, 6, 7, 8 tokens)
@@ -82,12 +95,13 @@ def test_an_arm_that_never_failed_is_bounded_at_its_top_level_by_that_levels_run
     (found,) = placed(arm_rows("gspo", [0, 0, 0, 0], runs=[6, 6, 6, 4]))
     assert found.kind == HELD and found.held is not None and found.held.dose == 3.0
     assert found.held.bound == pytest.approx(1 - 0.05 ** (1 / 4))
-    assert item(found) == ("gspo (0 of 22 runs failed): never failed; held up to dose 3 per token (24 per response): "
-                           "failure rate ≤ 52.7% at that level (Clopper-Pearson 95%, 0 of 4 runs).")
+    assert item(found) == ("gspo (0 of 22 runs failed): never failed; held up to dose 3 per token (24 per response; "
+                           "0 of 4 failed, ≤ 52.7%).")
     (row,) = placement_rows(found)
     assert row["result"] == "failure rate ≤ 52.7% (1 - 0.05^(1/4))"
     (above,) = placed(arm_rows("gspo", [4, 0, 0, 0]))  # most failed at the lowest dose: held *at* 3, not up to
-    assert "; held at dose 3 per token (24 per response): failure rate ≤ 39.3%" in item(above)
+    assert item(above) == ("gspo (4 of 24 runs failed): no boundary fitted; held at dose 3 per token (24 per response; "
+                           "0 of 6 failed, ≤ 39.3%); most failed at dose 0.1 per token (4 of 6).")
     (off,) = placed(arm_rows("gspo", [0] * 4).assign(dose=0.0))  # a noise-free engine: no level on the axis
     assert item(off) == "gspo (0 of 24 runs failed): never failed; no level has a dose above 1e-08."
 
@@ -97,30 +111,89 @@ def test_outcomes_separated_by_dose_give_the_bracket_of_cells():
     0.3, the last level held (bound 1 - 0.05^(1/6) = 39.3%), and 1, the first where most failed."""
     (found,) = placed(arm_rows("grpo_tis", [0, 0, 6, 6]))
     assert found.kind == BRACKET and found.interval() == (0.3, 1.0)
-    assert item(found) == ("grpo_tis (12 of 24 runs failed): no boundary fitted; it lies between dose 0.3 per token "
-                           "(1.8 per response), the last level held (failure rate ≤ 39.3% there, Clopper-Pearson 95%, "
-                           "0 of 6 runs), and dose 1 per token (7 per response), the first level where most runs "
-                           "failed (6 of 6).")
+    assert item(found) == ("grpo_tis (12 of 24 runs failed): no boundary fitted; between dose 0.3 per token (1.8 per "
+                           "response; 0 of 6 failed, ≤ 39.3%) and 1 (7 per response; 6 of 6 failed).")
 
 
 def test_a_crossing_beyond_the_measured_doses_is_never_said_as_the_boundary():
-    """0, 0, 1 and 2 of 6 failed: the fit crosses 0.5 at 4.41, past the largest dose measured (3). The item
-    says the crossing lies beyond the data without its value, and places the arm by the last level held;
-    the numbers table keeps the value, marked as no boundary."""
-    (found,) = placed(arm_rows("grpo", [0, 0, 1, 2]))
-    classes = arm_rows("grpo", [0, 0, 1, 2])
+    """0, 0, 2 and 5 of 12 failed: the slope is told from 0 (Fieller's interval bounded) but the fit crosses
+    0.5 at 3.45, past the largest dose measured (3). The item says the crossing lies beyond the data without
+    its value, and places the arm by the last level held; the numbers table keeps the value, marked as no
+    boundary."""
+    classes = arm_rows("grpo", [0, 0, 2, 5], runs=[12] * 4)
+    (found,) = placed(classes)
     (b,) = boundaries(classes)
-    assert b.fit is not None and 10 ** b.fit.crossing()[0] == pytest.approx(4.41, abs=0.01)
-    assert found.kind == HELD and found.boundary is None
+    assert b.fit is not None and 10 ** b.fit.crossing()[0] == pytest.approx(3.45, abs=0.01)
+    assert all(math.isfinite(end) for end in b.fit.crossing()[1:])
+    assert found.kind == HELD and found.boundary is None and found.fit_note == BEYOND
     text = item(found)
-    assert "4.41" not in text and "fails at" not in text
-    assert text == ("grpo (3 of 24 runs failed): no boundary: its fit crosses 0.5 only beyond the data (an "
-                    "extrapolation); held up to dose 0.3 per token (1.8 per response): failure rate ≤ 39.3% at that "
-                    "level (Clopper-Pearson 95%, 0 of 6 runs); no level where most runs failed: 1 of 6 failed at "
-                    "dose 1 and 2 of 6 at 3.")
+    assert "3.45" not in text and "fails at" not in text
+    assert text == ("grpo (7 of 48 runs failed): no boundary (crosses 0.5 beyond the data); held up to dose 0.3 per "
+                    "token (1.8 per response; 0 of 12 failed, ≤ 22.1%); no level mostly failed.")
     (row,) = stability_rows(StabilityMap(classes, [b]))
-    assert row["result"].startswith("P(failure) = 0.5 at level dose 4.41 per token (outside the doses measured: "
-                                    "not a boundary)")
+    assert row["result"].startswith("P(failure) = 0.5 at level dose 3.45 per token (outside the doses measured: "
+                                    "not a boundary), 95% Fieller interval [1.95, 59.7]")
+    (levels,) = [r for r in placement_rows(found) if "failed run" in r["what"]]
+    assert levels["value"] == "2 of 12 at dose 1; 5 of 12 at 3"
+
+
+def test_a_fit_whose_slope_is_not_told_from_0_is_never_placed_as_a_boundary():
+    """0, 2, 2 and 3 of 6 failed: the fit crosses 0.5 inside the doses measured, but its slope is not
+    distinguishable from 0 at 5% (Fieller's interval unbounded): no boundary, in the item, the table and the
+    map's sentence alike. 3 of 6 at the top level is half, not most: no level mostly failed."""
+    classes = arm_rows("grpo", [0, 2, 2, 3])
+    (b,) = boundaries(classes)
+    center, low, high = b.fit.crossing()
+    assert 0.1 < 10 ** center < 3.0 and (low, high) == (-math.inf, math.inf)
+    (found,) = placed(classes)
+    assert found.kind != BOUNDARY and found.boundary is None and found.fit_note == UNBOUNDED
+    assert found.interval() == (0.1, math.inf)  # from the last level held up: no Fieller interval
+    assert found.failed_at is None and math.isnan(b.smallest_majority)  # 3 of 6 is not most
+    assert item(found) == ("grpo (7 of 24 runs failed): no boundary (slope not distinguishable from 0); held up to dose "
+                           "0.1 per token (0.5 per response; 0 of 6 failed, ≤ 39.3%); no level mostly failed.")
+    (row,) = stability_rows(StabilityMap(classes, [b]))
+    assert row["result"].startswith("no boundary: the fit's slope") and "Fieller interval unbounded" in row["result"]
+    assert "**grpo: no stability boundary placed**" in boundary_sentence(b, ()).text
+
+
+@pytest.mark.parametrize("failures", [[1, 1, 1, 1], [0, 1, 1, 0]])
+def test_the_same_failure_rate_at_every_level_is_no_boundary_in_words(failures):
+    """1 of 6 failed at each of four doses (or at the middle two): the fitted slope is rounding (~1e-32), its
+    crossing at a dose of ~10^(1e32), past a float's range, where `10 ** center` raised OverflowError in the
+    placement and the numbers table. Every reading of the fit says no boundary, in words."""
+    classes = arm_rows("grpo", failures)
+    (b,) = boundaries(classes)
+    assert b.fit is not None and abs(b.fit.slope) < 1e-12 and abs(b.fit.crossing()[0]) > 1e15
+    (found,) = placed(classes)
+    assert found.kind != BOUNDARY and found.fit_note == UNBOUNDED
+    assert item(found).startswith(f"grpo ({sum(failures)} of 24 runs failed): no boundary (slope not distinguishable "
+                                  "from 0);")
+    (row,) = stability_rows(StabilityMap(classes, [b]))
+    assert row["result"].startswith("no boundary: the fit's slope") and "not distinguishable from 0" in row["result"]
+    text = boundary_sentence(b, ()).text
+    assert "**grpo: no stability boundary placed**" in text and "slope is not distinguishable from 0" in text
+
+
+def test_no_fittable_pattern_of_failures_at_four_levels_raises():
+    """Every pattern of k of 6 runs failed at each of four levels that has a logistic fit (2,353 of 7^4): the
+    fit's readings (the placement's boundary, the numbers table's row, the map's sentence) give an answer,
+    and a boundary only inside the doses measured with a bounded interval. 16 of them raised OverflowError."""
+    x = np.log10(np.repeat(DOSES, 6))
+    bounds = []
+    for failures in itertools.product(range(7), repeat=4):
+        y = np.concatenate([np.arange(6) < k for k in failures])
+        if no_fit_reason(x, y) is None:
+            bounds.append(Boundary("".join(map(str, failures)), 24, int(y.sum()), 0, 0, DOSES[0], DOSES[-1],
+                                   fit_logistic(x, y), "", math.nan, math.nan, 4, 6))
+    assert len(bounds) == 2353
+    rows = stability_rows(StabilityMap(pd.DataFrame(), bounds))
+    for b, row in zip(bounds, rows, strict=True):
+        found, note = fit_boundary(b)
+        assert boundary_sentence(b, ()).text
+        if found is None:
+            assert note in (BEYOND, UNBOUNDED) and row["result"].startswith(("no boundary", "P(failure) = 0.5"))
+        else:
+            assert DOSES[0] <= found[0] <= DOSES[-1] and 0 <= found[1] <= found[0] <= found[2] < math.inf, b.arm
 
 
 def test_interval_ends_outside_the_data_are_said_as_such():
@@ -156,9 +229,28 @@ def test_an_arm_that_meets_no_mismatch_holds_by_construction():
     by construction, said first; grpo, measuring its level's dose, does not."""
     r3, grpo = placed(arm_rows("grpo_r3", [0] * 4, kl=5e-14), arm_rows("grpo", [0, 1, 4, 6]))
     assert r3.by_construction and not grpo.by_construction
-    assert item(r3).startswith("grpo_r3 (0 of 24 runs failed): holds by construction, not by robustness: its own "
-                               "measured mismatch is float rounding (at most 1e-08)")
+    assert item(r3) == ("grpo_r3 (0 of 24 runs failed): faces no mismatch by construction; held up to dose 3 per token "
+                        "(24 per response; 0 of 6 failed, ≤ 39.3%).")
+    assert placement_rows(r3)[0]["what"] == "grpo_r3: faces no mismatch by construction"
     assert "by construction" not in item(grpo)
+
+
+SHAPES = [[0, 1, 4, 6], [0, 0, 6, 6], [0, 2, 2, 3], [1, 1, 1, 1], [4, 0, 0, 0], [0, 0, 0, 0], [6, 6, 6, 5],
+          [1, 2, 1, 2], [0, 3, 0, 3], [4, 0, 1, 0], [0, 6, 0, 6], [0, 1, 2, 4], [2, 0, 4, 0]]
+
+
+def test_every_arm_item_keeps_the_word_limit():
+    """Each item's words (plain text, the arm named in one word), on a shape of every kind (a boundary, a
+    bracket, held up to or at a level, most failed below a level held, failures at no majority, nothing
+    held), each as an arm that meets its dose and as one that faces no mismatch by construction: at most
+    MAX_ITEM_WORDS (stage 3's items ran to ~60)."""
+    frames = [arm_rows(f"a{i}", shape) for i, shape in enumerate(SHAPES)]
+    frames += [arm_rows(f"r{i}", shape, kl=5e-14) for i, shape in enumerate(SHAPES)]
+    found = placed(*frames)
+    assert {p.kind for p in found} >= {BOUNDARY, BRACKET, HELD} and any(p.by_construction for p in found)
+    counts = {p.arm: words(arm_item(p, ()).text) for p in found}
+    assert max(counts.values()) <= MAX_ITEM_WORDS, counts
+    assert max(counts.values()) >= MAX_ITEM_WORDS - 6  # the limit is near what the longest item needs
 
 
 def test_the_items_render_nested_under_their_sentence_in_markdown_and_html():

@@ -147,7 +147,7 @@ def test_a_swept_suite_answers_per_arm_before_any_sweep_point(swept):
     assert "grpo learned on every seed at 1 of 2 sweep points; gspo learned on every seed at 2 of 2" in texts[1]
     assert texts[2] == LEAD.replace("**", "")
     items = [plain_text(i.text) for i in found.sentences[2].items]
-    assert items[0].startswith("grpo (2 of 4 runs failed): no boundary fitted; it lies between dose 0.0022 per token")
+    assert items[0].startswith("grpo (2 of 4 runs failed): no boundary fitted; between dose 0.0022 per token")
     assert items[1].startswith("gspo (0 of 4 runs failed): never failed; held up to dose 0.22 per token")
     assert items[2].startswith("The suite cannot tell these 2 arms apart")
     assert all(i.links == (("numbers", NUMBERS),) for i in found.sentences[2].items)

@@ -68,7 +68,9 @@ def test_a_slope_near_0_gives_a_crossing_beyond_a_floats_range_in_words():
     center = found.fit.crossing()[0]
     assert abs(center) > 308  # 10 ** center is not a float
     text = boundary_sentence(found, ()).text
-    assert f"crosses 0.5 at level dose 10^{center:.4g} per token**" in text and "an extrapolation" in text
+    assert "**grpo: no stability boundary placed**: the fit's slope is not distinguishable from 0 at 5%" in text
+    assert f"the fitted curve crosses 0.5 at level dose 10^{center:.4g} per token, outside" in text
+    assert "an extrapolation" in text
 
 
 @pytest.mark.parametrize("kl", [np.nan, 0.0, 4.07e-14])
@@ -97,10 +99,18 @@ def test_the_fits_crossing_and_its_interval_are_printed_as_kls_in_order():
 
 
 def test_a_crossing_past_the_largest_kl_is_an_extrapolation():
+    """1 of 4 failed at the two largest of four doses: the slope is not told from 0 and the crossing lies past
+    the largest dose; 0, 0, 2 and 5 of 12: the slope is told from 0, the crossing still past it. Neither
+    is a boundary; each says the crossing is an extrapolation."""
     cells = [(0.001, [FLAT] * 4), (0.01, [FLAT] * 4), (0.1, [DEGRADED] + [FLAT] * 3), (1.0, [FLAT] * 3 + [DEGRADED])]
     found = boundaries(outcomes(cells))[0]
     assert found.fit.crossing()[0] > 0  # above log10 of the largest KL, 1
-    assert "the crossing lies outside the level doses measured (an extrapolation)" in boundary_sentence(found, ()).text
+    text = boundary_sentence(found, ()).text
+    assert "no stability boundary placed" in text and "outside the level doses measured (an extrapolation)" in text
+    steep = [(dose, [DEGRADED] * k + [FLAT] * (12 - k)) for dose, k in ((0.1, 0), (0.3, 0), (1.0, 2), (3.0, 5))]
+    text = boundary_sentence(boundaries(outcomes(steep))[0], ()).text
+    assert text.startswith("**grpo: no stability boundary placed**: the fit crosses 0.5 at level dose 3.45 per token, "
+                           "outside the level doses measured (an extrapolation) (95% Fieller interval [1.95, 59.7];")
 
 
 def test_degraded_runs_without_a_collapse_are_a_boundary_reached():

@@ -21,6 +21,7 @@ interpolated between their doses (log-log), and a dose outside the levels measur
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -32,7 +33,8 @@ from analysis.evidence.dose import DOSE, DOSE_RESPONSE, level_bounds
 from analysis.evidence.stability import RUN_MEDIAN, Boundary, StabilityMap, failed, on_kl_axis
 
 BOUNDARY, BRACKET, HELD, FAILED_ONLY, UNPLACED = "boundary", "bracket", "held", "failed only", "unplaced"
-BEYOND, UNBOUNDED = "beyond", "unbounded"  # why a fit gives no boundary: its crossing is outside the data, its interval infinite
+BEYOND, UNBOUNDED = "beyond", "unbounded"  # why a fit gives no boundary: its crossing is outside the data, its slope not told from 0
+LOG10_MAX = math.log10(sys.float_info.max)  # 308.25: 10 ** x is past a float's range above it
 
 
 @dataclass(frozen=True)
@@ -106,17 +108,36 @@ def arm_levels(classes: pd.DataFrame) -> list[Level]:
             for _, r in (rows.sort_values(DOSE, kind="stable").iterrows() if len(rows) else iter(()))]
 
 
-def fit_boundary(found: Boundary) -> tuple[tuple[float, float, float] | None, str]:
-    """The fit's crossing and Fieller interval per token where they place a boundary, else (None, why:
-    BEYOND, UNBOUNDED, or "" without a fit)."""
+def power_of_ten(log: float) -> float:
+    """10 ** `log` as a float: inf above a float's range (a crossing extrapolated by a slope near 0, where
+    `10 ** log` raises OverflowError), 0 below it."""
+    return math.inf if log > LOG10_MAX else 10.0 ** log
+
+
+def why_no_boundary(found: Boundary) -> str:
+    """The one guard on reading a boundary off an arm's fit, for every place that reads one: UNBOUNDED
+    where the fit's slope is not distinguishable from 0 at 5% (Fieller's interval unbounded; a slope of
+    exactly 0, the same failure rate at every dose, among them); else BEYOND where it crosses 0.5 outside
+    the doses measured (compared in log10: a crossing past a float's range is beyond the data, never an
+    overflow); "" where the crossing places a boundary, or there is no fit."""
     if found.fit is None:
-        return None, ""
+        return ""
     center, low, high = found.fit.crossing()
-    if not (math.isfinite(center) and found.kl_low <= 10 ** center <= found.kl_high):
-        return None, BEYOND
     if not (math.isfinite(low) and math.isfinite(high)):
-        return None, UNBOUNDED
-    return (10 ** center, 10 ** low, 10 ** high), ""
+        return UNBOUNDED
+    if not (math.isfinite(center) and math.log10(found.kl_low) <= center <= math.log10(found.kl_high)):
+        return BEYOND
+    return ""
+
+
+def fit_boundary(found: Boundary) -> tuple[tuple[float, float, float] | None, str]:
+    """The fit's crossing and Fieller interval per token where they place a boundary (why_no_boundary), else
+    (None, why: UNBOUNDED, BEYOND, or "" without a fit)."""
+    note = why_no_boundary(found)
+    if found.fit is None or note:
+        return None, note
+    center, low, high = found.fit.crossing()
+    return (power_of_ten(center), power_of_ten(low), power_of_ten(high)), ""
 
 
 def fallback_kind(held: Level | None, failed_at: Level | None) -> str:

@@ -30,7 +30,9 @@ from analysis.report.verdict import Sentence
 
 CLOPPER_PEARSON = "Clopper-Pearson 95%"
 LEAD = (f"Stability per arm on the level dose (a level's mismatch over the first {DOSE_STEPS} steps of its runs, "
-        "per token and per response); failure is degraded or collapsed:")
+        f"per token and per response); failure is degraded or collapsed; rate bounds are {CLOPPER_PEARSON}:")
+MAX_ITEM_WORDS = 40  # an arm's item, at most: the sentences' limit (analysis.report.plain_answer.MAX_WORDS)
+CONSTRUCTION = "faces no mismatch by construction"  # said instead of why no boundary; why: a row of the numbers
 
 
 def dose_text(value: float, measured: tuple[float, float]) -> str:
@@ -49,23 +51,24 @@ def response_text(value: float, token: float, measured: tuple[float, float]) -> 
     return inside if not inside[0].isdigit() else f"{value:.3g}" if math.isfinite(value) else "-"
 
 
-def level_text(level: Level) -> str:
-    """"dose 0.814 per token (4.67 per response)"."""
-    response = f" ({level.dose_response:.3g} per response)" if math.isfinite(level.dose_response) else ""
-    return f"dose {level.dose:.3g} per token{response}"
+def level_text(level: Level, said: str = "") -> str:
+    """"dose 0.814 per token (4.67 per response)", with `said` in the brackets after it ("(4.67 per
+    response; 0 of 6 failed)")."""
+    inside = [f"{level.dose_response:.3g} per response"] if math.isfinite(level.dose_response) else []
+    inside += [said] if said else []
+    return f"dose {level.dose:.3g} per token" + (f" ({'; '.join(inside)})" if inside else "")
 
 
 def held_text(level: Level, below: tuple[Level, ...] = ()) -> str:
-    """"held up to dose 5.13 per token (46.5 per response): failure rate ≤ 39.3% at that level
-    (Clopper-Pearson 95%, 0 of 6 runs)": the bound of that level's runs only; "held at" where a level
-    of `below` (those with a failed run) lies under it."""
+    """"held up to dose 5.13 per token (46.5 per response; 0 of 6 failed, ≤ 39.3%)": the bound of that
+    level's runs only; "held at" where a level of `below` (those with a failed run) lies under it."""
     upto = "at" if any(failed.dose < level.dose for failed in below) else "up to"
-    return (f"held {upto} {level_text(level)}: failure rate ≤ {100 * level.bound:.3g}% at that level "
-            f"({CLOPPER_PEARSON}, 0 of {count(level.runs, 'run')})")
+    return f"held {upto} {level_text(level, f'0 of {level.runs} failed, ≤ {100 * level.bound:.3g}%')}"
 
 
 def failed_text(level: Level) -> str:
-    return f"{level_text(level)}, the first level where most runs failed ({level.failures} of {level.runs})"
+    """"most failed at dose 3.86 per token (4 of 6)": the first level where most runs failed."""
+    return f"most failed at dose {level.dose:.3g} per token ({level.failures} of {level.runs})"
 
 
 def boundary_text(found: Placement) -> str:
@@ -79,53 +82,49 @@ def boundary_text(found: Placement) -> str:
     return f"fails at dose {token}, {response}"
 
 
-NO_BOUNDARY = {BEYOND: "no boundary: its fit crosses 0.5 only beyond the data (an extrapolation)",
-               UNBOUNDED: "no boundary: its fit's interval is unbounded", "": "no boundary fitted"}
+NO_BOUNDARY = {BEYOND: "no boundary (crosses 0.5 beyond the data)",
+               UNBOUNDED: "no boundary (slope not distinguishable from 0)", "": "no boundary fitted"}
 
 
 def unplaced_text(found: Placement) -> str:
     """Without a boundary: the bracket, or up to which dose it held (and the first level most failed,
-    where there is one), or that every level had a failure."""
-    parts = [NO_BOUNDARY[found.fit_note] if found.failures else "never failed"]
+    where there is one), or that every level had a failure; the levels with a failed run are counted, each
+    given in the numbers table (placement_rows)."""
+    parts = [CONSTRUCTION if found.by_construction else NO_BOUNDARY[found.fit_note] if found.failures else "never failed"]
     if found.kind == BRACKET and found.held and found.failed_at:
-        held = found.held
-        parts.append(f"it lies between {level_text(held)}, the last level held (failure rate ≤ {100 * held.bound:.3g}% "
-                     f"there, {CLOPPER_PEARSON}, 0 of {count(held.runs, 'run')}), and {failed_text(found.failed_at)}")
+        held, most = found.held, found.failed_at
+        response = f" ({most.dose_response:.3g} per response; " if math.isfinite(most.dose_response) else " ("
+        parts.append(f"between {level_text(held, f'0 of {held.runs} failed, ≤ {100 * held.bound:.3g}%')} and "
+                     f"{most.dose:.3g}{response}{most.failures} of {most.runs} failed)")
         return "; ".join(parts)
     if found.held is not None:
         parts.append(held_text(found.held, found.failed_levels))
     elif not (found.failed_levels or found.failed_at):  # no level on the axis: nothing to read a place off
         parts.append(f"no level has a dose above {KL_FLOOR:g}")
     else:
-        parts.append("no level without a failed run")
+        parts.append("no level held")
     if found.failed_at is not None:
         parts.append(failed_text(found.failed_at))
     elif found.failed_levels:  # failed runs on the axis (those at no dose above the floor are on none)
-        parts.append(f"no level where most runs failed: {failures_text(found.failed_levels)}")
+        parts.append("no level mostly failed")
     return "; ".join(parts)
 
 
-def failures_text(levels: tuple[Level, ...], most: int = 3) -> str:
-    """"1 of 3 failed at dose 0.528 and 1 of 3 at 0.552": the levels with a failed run, the first `most` named."""
-    named = [f"{level.failures} of {level.runs}" + (" failed at dose " if i == 0 else " at ") + f"{level.dose:.3g}"
-             for i, level in enumerate(levels[:most])]
-    more = f" and {count(len(levels) - most, 'more level')}" if len(levels) > most else ""
-    return (named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]) + more
-
-
-def construction_text(found: Placement) -> str:
-    return ("holds by construction, not by robustness: its own measured mismatch is float rounding (at most "
-            f"{KL_FLOOR:g}) at every level the others meet a dose at, so no dose reached it; ")
+def failures_text(levels: tuple[Level, ...]) -> str:
+    """"1 of 3 at dose 0.528; 1 of 3 at 0.552": every level with a failed run, for the numbers table."""
+    return "; ".join(f"{level.failures} of {level.runs} at " + ("dose " if i == 0 else "") + f"{level.dose:.4g}"
+                     for i, level in enumerate(levels))
 
 
 def arm_item(found: Placement, links: tuple) -> Sentence:
-    """One arm's place in one sentence: by construction first where it is, then its boundary, bracket or
-    the dose it held up to, and its failed runs."""
-    place = boundary_text(found) if found.kind == BOUNDARY else unplaced_text(found)
-    construction = construction_text(found) if found.by_construction else ""
-    failures = f" ({found.failures} of {count(found.runs, 'run')} failed)" if found.failures else \
-        f" (0 of {count(found.runs, 'run')} failed)"
-    return Sentence(f"**{escape(found.arm)}**{failures}: {construction}{place}.", links)
+    """One arm's place in one sentence of at most MAX_ITEM_WORDS words (an arm named in one word): where
+    it faces no mismatch by construction, that first (for a boundary) or instead of why it has none; then
+    its boundary, bracket or the dose it held up to. Each level's numbers are rows of the answer's table."""
+    if found.kind == BOUNDARY:
+        place = (f"{CONSTRUCTION}; " if found.by_construction else "") + boundary_text(found)
+    else:
+        place = unplaced_text(found)
+    return Sentence(f"**{escape(found.arm)}** ({found.failures} of {count(found.runs, 'run')} failed): {place}.", links)
 
 
 def pair_names(pairs: list[tuple[str, str]], joiner: str) -> str:
@@ -219,10 +218,17 @@ def placement_rows(found: Placement) -> list[dict]:
                          "(log-log)", f"{' and '.join(outside)} end outside the doses measured "
                          f"({found.measured[0]:.4g} to {found.measured[1]:.4g} per token)" if outside else "inside the "
                          "doses measured"))
+    if found.by_construction:
+        rows.append(_row(f"{arm}: faces no mismatch by construction", "its own run-median mismatch/k3_kl is float "
+                         f"rounding (at most {KL_FLOOR:g}) in every run at a level with a dose above it",
+                         "analysis.evidence.placement.faces_no_mismatch", "not robustness: no dose reached it"))
     if found.held is not None:
         rows.append(_row(f"{arm}: the last level held (no run failed)", level_value(found.held),
                          "exact one-sided Clopper-Pearson at 95%, this level's runs only",
                          f"failure rate ≤ {100 * found.held.bound:.3g}% (1 - 0.05^(1/{found.held.runs}))"))
+    if found.failed_at is None and found.failed_levels:
+        rows.append(_row(f"{arm}: the levels with a failed run (none where most failed)",
+                         failures_text(found.failed_levels), "", ""))
     if found.failed_at is not None:
         level = found.failed_at
         rows.append(_row(f"{arm}: the first level where most runs failed", level_value(level),

@@ -31,13 +31,14 @@ from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.paper import CLIP, DEPTH, DRIFT_ONE, arms, paper_tests
-from analysis.evidence.placement import BOUNDARY, placements
+from analysis.evidence.placement import BEYOND, BOUNDARY, UNBOUNDED, placements, why_no_boundary
 from analysis.evidence.primary import declarations
 from analysis.evidence.stability import (
     AXIS,
     AXIS_NAMES,
     KL_FLOOR,
     PER_RESPONSE,
+    Boundary,
     StabilityMap,
     stability_map,
 )
@@ -46,7 +47,7 @@ from analysis.report.construction_text import HOLDS, decided_item, row_note
 from analysis.report.escape import SPECIAL, escape
 from analysis.report.map_answer import map_items, map_lead, placement_rows
 from analysis.report.paper_checks import paper_checks
-from analysis.report.stability_text import FIGURE_LETTERS, span_text
+from analysis.report.stability_text import FIGURE_LETTERS, kl_text, span_text
 from analysis.report.texts import count, difference_text, p_text
 from analysis.report.verdict import (
     COMPARISONS,
@@ -313,6 +314,21 @@ def primary_text(evidence: Evidence) -> tuple[str, list[dict], tuple[Sentence, .
             primary_rows(evidence, statuses), items)
 
 
+def fit_result(found: Boundary) -> str:
+    """An arm's fit in the numbers table, by the guard every reading of a fit goes through
+    (analysis.evidence.placement.why_no_boundary): a slope not distinguishable from 0 or a crossing outside
+    the doses measured is no boundary, said so; values past a float's range in words (kl_text)."""
+    assert found.fit is not None
+    name, unit = AXIS_NAMES[found.axis], " per token" if found.axis in PER_RESPONSE else ""
+    center, low, high = found.fit.crossing()
+    note = why_no_boundary(found)
+    if note == UNBOUNDED:
+        return (f"no boundary: the fit's slope, {found.fit.slope:.3g} per log10 {name}, is not distinguishable from 0 "
+                "at 5% (95% Fieller interval unbounded)")
+    beyond = " (outside the doses measured: not a boundary)" if note == BEYOND else ""
+    return f"P(failure) = 0.5 at {name} {kl_text(center)}{unit}{beyond}, 95% Fieller interval [{kl_text(low)}, {kl_text(high)}]"
+
+
 def stability_rows(found: StabilityMap) -> list[dict]:
     rows = []
     for b in found.bounds:
@@ -321,10 +337,7 @@ def stability_rows(found: StabilityMap) -> list[dict]:
             where = f" in each of its {b.cells} cells" if b.cells > 1 else ""
             result = f"failure rate at most {100 * b.bound:.3g}%{where} at 95% (exact one-sided Clopper-Pearson)"
         elif b.fit is not None:
-            center, low, high = b.fit.crossing()
-            beyond = "" if b.kl_low <= 10 ** center <= b.kl_high else " (outside the doses measured: not a boundary)"
-            result = (f"P(failure) = 0.5 at {name} {10 ** center:.3g}{unit}{beyond}, 95% Fieller interval "
-                      f"[{10 ** low:.3g}, {10 ** high:.3g}]")
+            result = fit_result(b)
         else:
             result = f"no fit: {b.why_no_fit}"
         kls = span_text(b) if np.isfinite(b.kl_high) else f"no {name} above {KL_FLOOR:g}"  # none on the axis: no range

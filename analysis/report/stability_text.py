@@ -11,6 +11,7 @@ import pandas as pd
 
 from analysis.evidence.dose import DOSE_STEPS
 from analysis.evidence.outcome_rules import COLLAPSE_SHARE, V2, rules_sentence
+from analysis.evidence.placement import BEYOND, UNBOUNDED, why_no_boundary
 from analysis.evidence.resolution import suite_resolutions
 from analysis.evidence.stability import (
     AXIS_NAMES,
@@ -93,8 +94,10 @@ def span_text(found: Boundary) -> str:
 
 
 def fit_sentence(arm: str, found: Boundary, measured: str, off: str, links: tuple) -> Sentence:
-    """Where one arm's logistic fit crosses 0.5 (Fieller's interval, an extrapolation said as such), or
-    that it never does (a slope of 0: the same failure rate at every dose)."""
+    """Where one arm's logistic fit crosses 0.5, with Fieller's interval, or, by the guard every reading
+    of a fit goes through (analysis.evidence.placement.why_no_boundary), that it places no boundary: a
+    slope of 0 (the same failure rate at every dose) crosses nowhere; one not distinguishable from 0, or
+    a crossing outside the doses measured (an extrapolation), is said as such."""
     fit, name = found.fit, AXIS_NAMES[found.axis]
     assert fit is not None
     unit = " per token" if found.axis in PER_RESPONSE else ""
@@ -103,12 +106,18 @@ def fit_sentence(arm: str, found: Boundary, measured: str, off: str, links: tupl
     if math.isnan(center):
         return Sentence(f"**{arm}: P(degraded or collapsed) does not change with the {name}**: the fit is flat "
                         f"at {fit.curve(np.array([0.0]))[0][0]:.2g} and crosses 0.5 nowhere ({over}){off}.", links)
-    interval = (f"95% Fieller interval [{kl_text(low)}, {kl_text(high)}]" if np.isfinite(low) and np.isfinite(high)
-                else "its 95% interval is unbounded: the slope is not different from 0 at 5%")
-    outside = (f"; the crossing lies outside the {name}s measured (an extrapolation)"
+    note = why_no_boundary(found)
+    outside = (f", outside the {name}s measured (an extrapolation)"
                if not math.log10(found.kl_low) <= center <= math.log10(found.kl_high) else "")
-    return Sentence(f"**{arm}: P(degraded or collapsed) crosses 0.5 at {name} {kl_text(center)}{unit}** ({interval}; "
-                    f"{over}){outside}{off}.", links)
+    crossing = f"crosses 0.5 at {name} {kl_text(center)}{unit}"
+    if note == UNBOUNDED:
+        return Sentence(f"**{arm}: no stability boundary placed**: the fit's slope is not distinguishable from 0 at 5% "
+                        f"(its 95% interval is unbounded; the fitted curve {crossing}{outside}; {over}){off}.", links)
+    interval = f"95% Fieller interval [{kl_text(low)}, {kl_text(high)}]"
+    if note == BEYOND:
+        return Sentence(f"**{arm}: no stability boundary placed**: the fit {crossing}{outside} ({interval}; {over}){off}.",
+                        links)
+    return Sentence(f"**{arm}: P(degraded or collapsed) {crossing}** ({interval}; {over}){off}.", links)
 
 
 def cells_text(found: Boundary) -> str:
