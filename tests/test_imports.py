@@ -383,3 +383,78 @@ def test_compute_that_is_infinite_negative_or_falling_is_refused(tmp_path):
     refused(plan, tmp_path / "out", ImportError_, "compute reaches inf FLOPs at step 2 (1.02e+308 in that step)")
     plan = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["m.jsonl"]}], compute={"flops_per_token": 1e306})
     refused(plan, tmp_path / "out", ImportError_, "compute reaches inf FLOPs at step 1 (inf in that step)")
+
+
+def test_an_import_killed_outright_breaks_neither_report_nor_the_next_import(tmp_path):
+    """kill -9 while the second run is written leaves the stage folder (OUT/.NAME.import-*) with the first
+    run in it: the report never reads it as results and names it; the next import into OUT removes it,
+    unless a live import holds it (its lock: a stage being written is not removed)."""
+    import fcntl
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from analysis.data.load import NotResultsError, load_results
+
+    write_verl_events(tmp_path / "tb")
+    plan = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["tb"]}, {"arm": "b", "seed": 0, "files": ["tb"]}])
+    out = tmp_path / "out"
+    code = ("import os, signal\nfrom gspo_bench.imports import write\nreal = write.write_run\n"
+            "def dying(folder, *args):\n    if folder.name == 'b-s0':\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    real(folder, *args)\n"
+            f"write.write_run = dying\nwrite.import_plan({str(plan)!r}, {str(out)!r})\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    [stage] = list(out.iterdir())
+    assert stage.name.startswith(".imported.import-") and (stage / "a-s0" / "metrics.parquet").is_file()
+    with pytest.raises(NotResultsError, match=r"runs in hidden folders are never read \(.*/\.imported\.import-\w+/a-s0\)"):
+        load_results(out)
+    live = os.open(stage, os.O_RDONLY)  # as the import writing it would hold it
+    fcntl.flock(live, fcntl.LOCK_EX)
+    try:
+        suite, _ = import_plan(plan, out)
+    finally:
+        os.close(live)
+    assert stage.is_dir() and sorted(p.name for p in out.iterdir()) == sorted([stage.name, "imported"])
+    results = load_results(out)  # the suite's two runs, the stage's run named and left out
+    assert sorted(results.runs["label"]) == ["a", "b"] and set(results.runs["suite"]) == {"imported"}
+    assert [u.split(": ")[0] for u in results.unreadable] == [str(stage / "a-s0")]
+    assert "in a hidden folder, never read as results" in results.unreadable[0]
+    import_plan(write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["tb"]}], name="again"), out)
+    assert sorted(p.name for p in out.iterdir()) == ["again", "imported"]  # the stale stage removed
+
+
+def test_two_imports_into_one_folder_at_once_both_finish(tmp_path):
+    """An import's stage folder is locked while it is written: a second import into the same OUT, which
+    removes stale stages, leaves it alone, and both suites arrive whole."""
+    import subprocess
+    import sys
+    import time
+
+    write_verl_events(tmp_path / "tb")
+    first = write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["tb"]}])
+    out, ready, go = tmp_path / "out", tmp_path / "ready", tmp_path / "go"
+    code = ("import pathlib, time\nfrom gspo_bench.imports import write\nreal = write.write_run\n"
+            "def paused(folder, *args):\n"
+            f"    pathlib.Path({str(ready)!r}).touch()\n"
+            f"    while not pathlib.Path({str(go)!r}).exists():\n        time.sleep(0.05)\n"
+            "    real(folder, *args)\n"
+            f"write.write_run = paused\nwrite.import_plan({str(first)!r}, {str(out)!r})\n")
+    slow = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and slow.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), slow.communicate()
+        [stage] = list(out.iterdir())
+        import_plan(write_plan(tmp_path, [{"arm": "b", "seed": 0, "files": ["tb"]}], name="second"), out)
+        assert stage.is_dir()
+    finally:
+        go.touch()
+        _, err = slow.communicate(timeout=120)
+    assert slow.returncode == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["imported", "second"]
+    assert (out / "imported" / "a-s0" / "metrics.parquet").is_file()

@@ -96,13 +96,29 @@ def is_run_dir(path: Path) -> bool:
     return (path / "status.json").is_file() and (path / "metrics.parquet").exists()
 
 
-def find_run_dirs(path: Path) -> list[Path]:
-    """Run directories at `path`, one level below (a suite) or two levels below (a root of suites)."""
-    if is_run_dir(path):
-        return [path]
+def _run_dirs_below(path: Path) -> list[Path]:
     found = sorted(p for p in path.glob("*") if p.is_dir() and is_run_dir(p))
     found += sorted(p for p in path.glob("*/*") if p.is_dir() and is_run_dir(p) and not is_trial_dir(p))
     return found
+
+
+def _hidden(run_dir: Path, path: Path) -> bool:
+    return any(part.startswith(".") for part in run_dir.relative_to(path).parts)
+
+
+def find_run_dirs(path: Path) -> list[Path]:
+    """Run directories at `path`, one level below (a suite) or two levels below (a root of suites); none in
+    a hidden folder below `path` (`hidden_run_dirs`)."""
+    if is_run_dir(path):
+        return [path]
+    return [p for p in _run_dirs_below(path) if not _hidden(p, path)]
+
+
+def hidden_run_dirs(path: Path) -> list[Path]:
+    """Run directories below `path` in a hidden folder (a name starting with "."), never read as results:
+    `gspo-bench import` killed before it renamed its stage folder (OUT/.<name>.import-*) into place
+    leaves one (the next import into OUT removes it)."""
+    return [] if is_run_dir(path) else [p for p in _run_dirs_below(path) if _hidden(p, path)]
 
 
 def is_trial_dir(path: Path) -> bool:
@@ -254,12 +270,15 @@ def load_results(*paths: str | Path) -> Results:
         path = Path(raw)
         if not path.exists():
             raise NotResultsError(f"{path}: no such directory")
-        run_dirs = find_run_dirs(path)
+        run_dirs, hidden = find_run_dirs(path), hidden_run_dirs(path)
         if not run_dirs:
             raise NotResultsError(
                 f"{path} holds no gspo-bench results: expected run directories with status.json and "
                 "metrics.parquet (a run dir, a suite dir OUT/<suite>, or a root OUT)"
+                + (f"; runs in hidden folders are never read ({', '.join(map(str, hidden))})" if hidden else "")
             )
+        unreadable += [f"{p}: in a hidden folder, never read as results (an import killed before it finished "
+                       "leaves one: the next import into that folder removes it)" for p in hidden]
         for run_dir in run_dirs:
             try:
                 meta, metrics, layers, evals = _read_run(run_dir)

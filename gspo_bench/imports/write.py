@@ -1,8 +1,9 @@
 """An import plan -> OUT/<name>/, a suite of run folders the analysis reads like the harness's own.
 
 Every run's files are read and checked before anything is written; the suite is written into a hidden
-folder beside OUT/<name> and renamed into place whole, so a refused or failed import leaves nothing
-behind. Each run folder holds metrics.parquet (every column of a run folder: the mapped ones as logged,
+stage folder beside OUT/<name> (OUT/.<name>.import-*, locked while the import lives) and renamed into
+place whole, so a refused or failed import leaves nothing behind; one killed outright leaves its stage,
+which the next import into OUT removes (the report never reads hidden folders). Each run folder holds metrics.parquet (every column of a run folder: the mapped ones as logged,
 the rest NaN, i.e. not measured), config.yaml (arm, seed, objective; the suite with its `steps` budget
 and declared family), status.json (`done`) and provenance.json (`imported`: the library, the mapping
 file and its sha256, every source file with its sha256, which column each key filled, the columns not
@@ -10,7 +11,9 @@ measured, the keys the mapping did not know, the compute rule)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import platform
 import shutil
 import tempfile
@@ -154,7 +157,7 @@ def import_plan(plan_file: Path, out: Path) -> tuple[Path, list[ReadRun]]:
     reads = [read_run(run, mapping, plan.compute, plan_file.parent) for run in plan.runs]
     suite = suite_section(plan, mapping, max(len(r.metrics) for r in reads))
     target.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{plan.name}.import-", dir=target.parent))
+    stage, held = new_stage(target.parent, plan.name)
     described = {"name": plan.name, "objectives": [{"name": arm} for arm in plan.arms()], "imported": suite["imported"]}
     if plan.analysis is not None:
         described["analysis"] = suite["analysis"]
@@ -170,4 +173,42 @@ def import_plan(plan_file: Path, out: Path) -> tuple[Path, list[ReadRun]]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    finally:
+        os.close(held)  # the lock of the stage (now the suite folder) is released with it
     return target, reads
+
+
+STAGE = ".import-"  # in the name of a stage folder: OUT/.<name>.import-XXXXXXXX
+
+
+def _lock(folder: Path, wait: bool = False) -> int | None:
+    """An open descriptor of `folder` holding its exclusive flock (the OS releases it when the process dies,
+    kill -9 included), or None where another process holds it and `wait` is False."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def new_stage(root: Path, name: str) -> tuple[Path, int]:
+    """A new stage folder under `root` and the descriptor holding its lock, after removing every stage folder
+    there that no live import holds (an import killed before its rename leaves its stage behind). `root`
+    itself is locked meanwhile, so no import can see another's stage before that one holds it."""
+    guard = _lock(root, wait=True)
+    assert guard is not None
+    try:
+        for old in sorted(root.glob(f".*{STAGE}*")):
+            if old.is_dir() and not old.is_symlink() and (fd := _lock(old)) is not None:
+                try:
+                    shutil.rmtree(old)
+                finally:
+                    os.close(fd)
+        stage = Path(tempfile.mkdtemp(prefix=f".{name}{STAGE}", dir=root))
+        held = _lock(stage)
+        assert held is not None  # nobody else knows it yet
+        return stage, held
+    finally:
+        os.close(guard)

@@ -31,7 +31,8 @@ def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
     every run's devices, optimizer and engine work (`_check_runs`). SuiteError naming the file and the
     field."""
     problems = [p for check in (_check_task, _check_model_path, _check_objectives, _check_plugin_objectives,
-                                _check_eval_tasks, _check_tracking, _check_cache, _check_runs) for p in check(suite)]
+                                _check_tuning_spaces, _check_eval_tasks, _check_tracking, _check_cache, _check_runs)
+                for p in check(suite)]
     if problems:
         raise SuiteError(problems_text(source, problems))
 
@@ -220,9 +221,38 @@ def _check_model_path(suite: SuiteConfig) -> list[str]:
     return []
 
 
-def _check_objectives(suite: SuiteConfig) -> list[str]:
+def suite_entries(suite: SuiteConfig) -> list[tuple[str, ObjectiveEntry]]:
+    """(where, entry) of each of the suite's objective entries, `where` as a problem names it."""
+    return [(f"objectives.{i} ({entry.run_label})", entry) for i, entry in enumerate(suite.objectives)]
+
+
+def _check_tuning_spaces(suite: SuiteConfig) -> list[str]:
+    """Each value a tuning space can give (`gspo_bench.config.tuning.space_entries`: a list's values, a
+    range's two ends) on its arm's entry, checked as the suite's own entries are: the objective and its
+    correction on a tiny batch (a plugin's: the conformance kit) and, for a `rollout.`/`train.` path, its
+    arm's suite. A value every trial drawing it would fail with is refused before any trial, named by
+    the space's key, its path and the value (a trial that failed so failed again on every --resume)."""
+    if suite.tuning is None:
+        return []
+    from gspo_bench.config import arm_suite
+    from gspo_bench.config.tuning import space_entries
+
+    entries = space_entries(suite)
+    problems = _check_objectives(suite, entries) + _check_plugin_objectives(suite, entries)
+    for where, entry in entries:
+        if entry.set:
+            try:
+                arm_suite(suite, entry)
+            except SuiteError as err:
+                problems.append(f"{where}: {err}")
+    return problems
+
+
+def _check_objectives(suite: SuiteConfig, entries: list[tuple[str, ObjectiveEntry]] | None = None) -> list[str]:
     """Each objective once on a tiny batch with its resolved clip range and kwargs (a plugin's: the
-    conformance kit, `_check_plugin_objectives`), and its correction."""
+    conformance kit, `_check_plugin_objectives`), and its correction: those of `entries` ((where,
+    entry) pairs; default: the suite's own, `suite_entries`). A value the tiny batch cannot take (a clip
+    range beyond float range: torch's RuntimeError) is refused as the run would fail on it."""
     import torch
 
     from gspo_bench.config.plugins import loaded_plugins
@@ -233,7 +263,7 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
     neutral = {"sampling_logp": logp, "router_shift": logp, "generator": torch.Generator().manual_seed(0)}
     advantages, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3, dtype=torch.bool)
     problems = []
-    for i, entry in enumerate(suite.objectives):
+    for where, entry in suite_entries(suite) if entries is None else entries:
         try:
             correction = entry.correction_fn()
             if correction is not None:
@@ -242,12 +272,12 @@ def _check_objectives(suite: SuiteConfig) -> list[str]:
                 continue
             inputs = {name: neutral[name] for name in objective_spec(entry.objective).inputs}
             get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=advantages, mask=mask, **inputs, **entry.clip_range(), **entry.params)
-        except (TypeError, ValueError) as err:
-            problems.append(f"objectives.{i} ({entry.run_label}): {err}")
+        except (TypeError, ValueError, RuntimeError, ArithmeticError) as err:
+            problems.append(f"{where}: {err}")
     return problems
 
 
-def _check_plugin_objectives(suite: SuiteConfig) -> list[str]:
+def _check_plugin_objectives(suite: SuiteConfig, entries: list[tuple[str, ObjectiveEntry]] | None = None) -> list[str]:
     """The conformance kit on every objective a plugin registered, with the entry's clip range and
     kwargs (the built-in ones pass it in the package's tests): a loss that is not finite at extreme
     ratios, leaks padding, points the wrong way or raises is refused before compute."""
@@ -257,10 +287,9 @@ def _check_plugin_objectives(suite: SuiteConfig) -> list[str]:
     from_plugins = {entry.split(":", 1)[1]: plugin.path for plugin in loaded_plugins() for entry in plugin.registered
                     if entry.startswith("objective:")}
     problems = []
-    for i, entry in enumerate(suite.objectives):
+    for where, entry in suite_entries(suite) if entries is None else entries:
         if entry.objective not in from_plugins:
             continue
-        where = f"objectives.{i} ({entry.run_label})"
         try:
             findings = check_objective(entry.objective, settings={**entry.clip_range(), **entry.params})
         except Exception as err:  # the user's code: whatever it raises is its problem, named
