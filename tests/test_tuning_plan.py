@@ -236,3 +236,91 @@ def test_the_selection_metric_must_be_the_suites_task_even_where_another_eval_ta
     with pytest.raises(SuiteError, match=r"tuning.select.metric 'sort': not a score the trials evaluate on the "
                                          r"validation split; the only one is 'countdown'"):
         parse_suite(data)
+
+
+def write_trial_runs(suite, root, status: str = "done", score=lambda trial, seed: 0.5) -> None:
+    """Every trial run of `suite` under `root` as a finished run would leave it, without training: its
+    config.yaml as the run records it, its status, and its validation evaluations (`score` at steps 0 and 2)."""
+    import pandas as pd
+
+    from gspo_bench.train.evaluation import lm_eval_name
+    from gspo_bench.train.setup import resolved_config
+
+    for run in trial_runs(suite, root):
+        run.run_dir.mkdir(parents=True)
+        (run.run_dir / "config.yaml").write_text(resolved_config(run, lr=run.entry.lr or run.suite.train.lr))
+        (run.run_dir / "status.json").write_text(json.dumps(
+            {"schema_version": 1, "status": status, "step": 2, "message": "" if status == "done" else "it broke"}))
+        value = score(run.entry.run_label, run.seed)
+        pd.DataFrame({"task": lm_eval_name("countdown"), "step": [0, 2], "score": [0.0, value]}).to_parquet(
+            run.run_dir / "eval.parquet")
+
+
+def test_chosen_json_holds_the_settings_each_trial_ran_and_an_edited_space_is_refused_before_any_run(tmp_path, cli):
+    """The trials ran under one space, the space is then edited: choosing again must not score the trials'
+    old runs as the new space's settings (chosen.json paired each trial's new settings with its old run's
+    score: the comparison trained at a value no trial tried), and `run --resume --allow-changed` (what
+    the refusal of an edited suite advises) must not start the comparison beside trials of another
+    space. Both are refused naming the trial run, the setting and both values, before any run."""
+    old = parse_suite(tuned_suite())
+    write_trial_runs(old, tmp_path, score=lambda trial, seed: {"gspo.t04": 0.9, "grpo.t02": 0.8}.get(trial, 0.1))
+    record = write_chosen(old, tmp_path)
+    ran = {t.label: t for t in plan_trials(old)}
+    assert record["chosen"]["gspo"]["settings"] == ran["gspo.t04"].settings
+    assert record["chosen"]["grpo"]["settings"] == ran["grpo.t02"].settings
+    assert [r["settings"] for r in record["trials"]] == [t.settings for t in plan_trials(old)]
+    chosen = (tmp_path / "tq" / "tuning" / "chosen.json").read_text()
+
+    edited = tuned_suite(spaces={"all": {"lr": {"log_uniform": [1e-4, 1e-3]}},
+                                 "gspo": {"clip_low": {"log_uniform": [3e-4, 3e-2]}, "clip_high": [5e-4, 5e-3, 5e-2]}})
+    was, now = ran["gspo.t00"].settings["clip_high"], plan_trials(parse_suite(edited))[6].settings["clip_high"]
+    assert was != now
+    refusal = (rf"{tmp_path / 'tq' / 'tuning' / 'gspo.t00-s10'}: trial gspo.t00 ran other settings than the suite plans "
+               rf"for it now \(clip_high: {was!r} ran, {now!r} planned now\): the tuning space, its seed or the arm "
+               r"changed since the trials ran")
+    with pytest.raises(ValueError, match=refusal):
+        write_chosen(parse_suite(edited), tmp_path)
+    path = tmp_path / "tq.yaml"
+    path.write_text(yaml.safe_dump(edited))
+    result = cli("run", path, "--out", tmp_path, "--resume", "--allow-changed")
+    assert result.exit_code == 2 and re.search(refusal, " ".join(result.output.split())), result.output
+    assert "another folder (--out) to tune it anew" in " ".join(result.output.split())
+    assert (tmp_path / "tq" / "tuning" / "chosen.json").read_text() == chosen
+    assert not (tmp_path / "tq" / "grpo-s0").exists()
+
+
+def test_a_space_value_no_trial_can_run_with_is_refused_naming_its_key_and_value(tmp_path, cli):
+    """`clip_high` up to 1e300 validated, and every trial drawing near it failed at its first update, on
+    every --resume alike: each value a space can give (a list's values, a range's ends) is checked as the
+    suite's own setting is, by the schema and on a tiny batch, before any trial."""
+    data = tuned_suite(spaces={"all": {"lr": {"log_uniform": [1e-4, 1e-3]}},
+                               "gspo": {"clip_high": {"log_uniform": [4e-4, 1e300]}}})
+    path = tmp_path / "tq.yaml"
+    path.write_text(yaml.safe_dump(data))
+    refused = cli("validate", path)
+    assert refused.exit_code == 2
+    assert " ".join(refused.output.split()) == (f"error: {path}: tuning.spaces.gspo.clip_high = 1e+300 (arm gspo): value "
+                                                "cannot be converted to type float without overflow")
+    with pytest.raises(SuiteError, match=r"tuning.spaces.all.lr = -1.0 \(arm grpo\): Input should be greater than 0"):
+        parse_suite(tuned_suite(trials=1, spaces={"all": {"lr": [1e-3, -1.0]}}))
+
+
+def test_an_arm_whose_every_trial_failed_ends_the_suite_saying_so_not_asking_for_a_resume(tmp_path):
+    """Every trial of gspo failed: nothing to choose from, and `--resume` (what the refusal advised) ran
+    them again to the same end, for ever. The refusal names the arm and the first failure; an arm with
+    some trial still unended is asked to resume, as before."""
+    suite = parse_suite(tuned_suite())
+    write_trial_runs(suite, tmp_path)
+    for seed in (10, 11):
+        for index in range(6):
+            status = tmp_path / "tq" / "tuning" / f"gspo.t{index:02d}-s{seed}" / "status.json"
+            status.write_text(json.dumps({"schema_version": 1, "status": "failed", "step": 0,
+                                          "message": f"RuntimeError: overflow ({index})"}))
+    with pytest.raises(ValueError, match=r"^every trial run of arm gspo failed \(12 of 12; the first, gspo.t00-s10: "
+                                         r"RuntimeError: overflow \(0\)\): no setting of its space trained") as err:
+        write_chosen(suite, tmp_path)
+    assert "fix what failed them first" in str(err.value) and "\n" not in str(err.value)
+    (tmp_path / "tq" / "tuning" / "gspo.t05-s11" / "status.json").write_text(json.dumps(
+        {"schema_version": 1, "status": "done", "step": 2}))
+    with pytest.raises(ValueError, match=r"^11 trial run\(s\) did not end .*`gspo-bench run SUITE --resume`"):
+        write_chosen(suite, tmp_path)

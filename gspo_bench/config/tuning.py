@@ -76,6 +76,14 @@ class Uniform(_Strict):
 Space = LogUniform | Uniform | Annotated[list[Any], Field(min_length=1)]
 
 
+def space_points(space: Space) -> list[Any]:
+    """The values of `space` a check tries: a list's every value, a range's two ends (every draw lies
+    between them)."""
+    if isinstance(space, list):
+        return list(space)
+    return list(space.log_uniform if isinstance(space, LogUniform) else space.uniform)
+
+
 def space_value(space: Space, u: float) -> Any:
     """The setting a draw `u` in [0, 1) gives: a point of the range, or a list's ceil(u * n)-th value."""
     if isinstance(space, list):
@@ -212,6 +220,23 @@ def with_settings(entry: Any, settings: dict[str, Any]) -> Any:
     return type(entry).model_validate(data)
 
 
+def entry_setting(data: dict[str, Any], path: str) -> Any:
+    """The value at `path` (as a space names it) of an entry as `model_dump(mode="json")` holds it: where
+    `with_settings` writes that setting; KeyError where the entry holds none."""
+    path = space_path(path)
+    head, _, rest = path.partition(".")
+    if path in ENTRY_FIELDS:
+        return data[path]
+    if head == "params" and rest:
+        return data["params"][rest]
+    name = correction_param(path)
+    if name:
+        return (data.get("correction") or {}).get("params", {})[name]
+    if head in ("rollout", "train") and rest:
+        return data["set"][path]
+    raise KeyError(path)
+
+
 @dataclass(frozen=True)
 class Trial:
     """One trial of one arm: its index among the arm's trials, its settings and the entry it runs."""
@@ -242,6 +267,26 @@ def plan_trials(suite: Any) -> list[Trial]:
             tuned = with_settings(entry, settings).model_copy(update={"label": trial_label(arm, index)})
             trials.append(Trial(arm=arm, index=index, settings=settings, entry=tuned))
     return trials
+
+
+def space_entries(suite: Any) -> list[tuple[str, Any]]:
+    """(where, entry) for each value a tuning space of `suite` can give (`space_points`): its arm's entry
+    with that one value set, `where` naming the space's key, the path and the value; ValueError (naming
+    them) for a value the entry refuses, as it would refuse the setting in the suite itself."""
+    tuning: TuningConfig = suite.tuning
+    found = []
+    for entry in suite.objectives:
+        arm = entry.run_label
+        for path, space in tuning.arm_space(arm).items():
+            key = arm if path in tuning.spaces.get(arm, {}) else ALL_ARMS
+            for value in space_points(space):
+                where = f"tuning.spaces.{key}.{path} = {value!r} (arm {arm})"
+                try:
+                    found.append((where, with_settings(entry, {path: value})))
+                except ValueError as err:
+                    problem = err.errors()[0]["msg"].removeprefix("Value error, ") if hasattr(err, "errors") else str(err)
+                    raise ValueError(f"{where}: {problem}") from None
+    return found
 
 
 def arms_ruleset(suite: Any) -> dict[str, str]:
@@ -280,9 +325,10 @@ def comparison_suite(suite: Any, chosen: dict[str, dict[str, Any]]) -> Any:
 
 def check_tuning(suite: Any) -> None:
     """ValueError (one line, naming the `tuning.` field) for a tuning section this suite cannot run:
-    a sweep, an arm that is not the suite's, a setting an arm's objective does not take, a trial budget
-    beyond the suite's, trial seeds shared with the comparison, a selection metric the trials do not
-    evaluate, unequal tuning budgets (without allow_unequal), a validation split overlapping the test split."""
+    a sweep, an arm that is not the suite's, a setting an arm's objective does not take, a space value
+    its arm's entry refuses, a trial budget beyond the suite's, trial seeds shared with the comparison,
+    a selection metric the trials do not evaluate, unequal tuning budgets (without allow_unequal), a
+    validation split overlapping the test split."""
     tuning: TuningConfig = suite.tuning
     if suite.sweep:
         raise ValueError("tuning: a suite with a sweep cannot be tuned (each sweep point would need its own "
@@ -304,7 +350,8 @@ def check_tuning(suite: Any) -> None:
     check_equal_budgets(tuning, arms)
     for entry in suite.objectives:
         check_space(suite, entry, tuning.arm_space(entry.run_label))
-    plan_trials(suite)  # every drawn setting validates as its arm's entry
+    space_entries(suite)  # every value a space can give validates as its arm's entry (preflight runs them)
+    plan_trials(suite)  # and so does every drawn setting
     check_validation_split(suite)
 
 

@@ -52,23 +52,30 @@ def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = N
     """The suite (its `--set` overrides applied and recorded with each run), the results root (`out`,
     else the suite's output_dir) and the runs to do. Raises SuiteError, ValueError (an unknown --only
     label, a changed suite on resume, another suite of the same name in the results root, --seeds that
-    are trial seeds), FileExistsError (results already there without resume) or
-    RunBusyError (a run folder held by a live process)."""
+    are trial seeds, a trial run that ran other settings than planned now), FileExistsError (results
+    already there without resume) or RunBusyError (a run folder held by a live process)."""
     from gspo_bench.suite.runner import check_outputs, check_suite_folder
-    from gspo_bench.suite.tuning_runs import compared_suite, trial_runs
+    from gspo_bench.suite.tuning_runs import check_trials_as_planned, compared_suite, trial_runs
 
     suite, overrides = load_runnable(suite_path, items)
     root = out if out is not None else Path(suite.output_dir)
     check_suite_folder(suite, root, allow_changed=resume and allow_changed)
-    if suite.tuning is not None and set(seeds or []) & set(suite.tuning.seeds):
-        raise ValueError(f"--seeds {seeds}: {sorted(set(seeds or []) & set(suite.tuning.seeds))} are trial seeds "
-                         "(tuning.seeds); the comparison runs on other seeds")
+    check_seeds(suite, seeds)
+    if suite.tuning is not None:
+        check_trials_as_planned(suite, root)  # --allow-changed or not: a trial is scored on what it ran
     trials = check_outputs(trial_runs(suite, root), resume, allow_changed) if suite.tuning is not None else []
     compared = compared_suite(suite, root)
     todo = [] if compared is None else comparison_todo(compared, root, only, seeds, overrides, resume, allow_changed)
     if resume and allow_changed:
         check_unstarted_keep_settings(suite, root, todo)
     return Session(suite=suite, root=root, todo=todo, trials=trials, awaiting_choice=compared is None)
+
+
+def check_seeds(suite: SuiteConfig, seeds: list[int] | None) -> None:
+    """ValueError for --seeds that are a tuned suite's trial seeds (the comparison runs on other seeds)."""
+    if suite.tuning is not None and set(seeds or []) & set(suite.tuning.seeds):
+        raise ValueError(f"--seeds {seeds}: {sorted(set(seeds or []) & set(suite.tuning.seeds))} are trial seeds "
+                         "(tuning.seeds); the comparison runs on other seeds")
 
 
 def comparison_todo(compared: SuiteConfig, root: Path, only: list[str] | None, seeds: list[int] | None,

@@ -2,7 +2,13 @@
 their validation scores, the choice written to OUT/<suite>/tuning/chosen.json, and the comparison
 suite built from it. `gspo-bench run` runs the trials first, then chooses, then the comparison;
 `--resume` continues either phase, and a comparison never starts on settings other than those in
-chosen.json (the file is written once, from finished trials, and read back on resume)."""
+chosen.json (the file is written once, from finished trials, and read back on resume).
+
+A trial's settings are what its runs ran: chosen.json takes them from each trial run's recorded
+config.yaml, never from the plan, and a trial run whose recorded entry is not the one the suite plans
+for it now (the tuning space, its seed or the arm edited since) is refused (`check_trials_as_planned`),
+--allow-changed or not: its score belongs to the settings it ran, and pairing it with others would
+compare the arms at values no trial tried."""
 
 from __future__ import annotations
 
@@ -15,8 +21,17 @@ from typing import Any
 import pandas as pd
 
 from gspo_bench.config import SuiteConfig
-from gspo_bench.config.tuning import TRIALS_FOLDER, arms_ruleset, comparison_suite, plan_trials, trial_suite
+from gspo_bench.config.tuning import (
+    TRIALS_FOLDER,
+    Trial,
+    arms_ruleset,
+    comparison_suite,
+    entry_setting,
+    plan_trials,
+    trial_suite,
+)
 from gspo_bench.rundir.folder import RunDir, atomic_write_text
+from gspo_bench.rundir.records import StatusRecord
 from gspo_bench.suite.runner import PlannedRun, plan_runs
 from gspo_bench.suite.selection import choose, trial_scores
 
@@ -64,12 +79,78 @@ def trial_runs_dir(suite: SuiteConfig, root: Path, label: str, seed: int) -> Pat
     return trials_dir(suite, root) / run_folder_name(label, seed)
 
 
-def chosen_record(suite: SuiteConfig, table: pd.DataFrame) -> dict[str, Any]:
+def recorded_entry(run_dir: Path, label: str) -> dict[str, Any] | None:
+    """The objective entry run `label` ran, as its run folder's config.yaml records it (its entry among
+    the recorded suite's objectives); None for a run that recorded no config (not started)."""
+    from gspo_bench.train.setup import read_run_config
+
+    config = read_run_config(run_dir)
+    if config is None:
+        return None
+    objectives = (config.get("suite") or {}).get("objectives") or []
+    found = [o for o in objectives if isinstance(o, dict) and (o.get("label") or o.get("name")) == label]
+    if not found:
+        raise ValueError(f"{run_dir / 'config.yaml'} records no objective entry {label!r}: move the run folder away "
+                         "and run it again")
+    return found[0]
+
+
+def entry_differences(ran: dict[str, Any], planned: dict[str, Any]) -> list[str]:
+    """"field: ran -> planned now" for each field of two dumped objective entries that differs."""
+    from gspo_bench.config.changes import flatten
+
+    before, now = flatten(ran), flatten(planned)
+    return [f"{key}: {before.get(key)!r} ran, {now.get(key)!r} planned now" for key in dict.fromkeys([*before, *now])
+            if before.get(key) != now.get(key)]
+
+
+def ran_settings(suite: SuiteConfig, root: Path, trial: Trial) -> dict[str, Any] | None:
+    """The settings (the paths the plan tunes) trial `trial` ran with, read from its runs' recorded
+    config.yaml (None where none of them started); ValueError naming a trial run whose recorded entry is
+    not the one planned for it now (`check_trials_as_planned`)."""
+    assert suite.tuning is not None
+    planned = trial.entry.model_dump(mode="json")
+    ran = None
+    for seed in suite.tuning.seeds:
+        run_dir = trial_runs_dir(suite, root, trial.label, seed)
+        entry = recorded_entry(run_dir, trial.label)
+        if entry is None:
+            continue
+        differences = entry_differences(entry, planned)
+        if differences:
+            raise ValueError(f"{run_dir}: trial {trial.label} ran other settings than the suite plans for it now "
+                             f"({'; '.join(differences[:3])}{'; ...' if len(differences) > 3 else ''}): the tuning "
+                             "space, its seed or the arm changed since the trials ran, and a trial's score belongs to "
+                             "the settings it ran; put them back as they were, or run the edited suite into another "
+                             "folder (--out) to tune it anew")
+        ran = {path: entry_setting(entry, path) for path in trial.settings}
+    return ran
+
+
+def trial_ran(suite: SuiteConfig, root: Path, trial: Trial) -> dict[str, Any]:
+    """`ran_settings` of a trial whose runs ended; ValueError where none of them recorded its config."""
+    ran = ran_settings(suite, root, trial)
+    if ran is None:
+        raise ValueError(f"{trials_dir(suite, root)}: no run of trial {trial.label} records its config.yaml, so what it "
+                         "ran is unknown: move its run folders away and `gspo-bench run SUITE --resume` runs it again")
+    return ran
+
+
+def check_trials_as_planned(suite: SuiteConfig, root: Path) -> None:
+    """ValueError naming the first started trial run whose recorded entry differs from its planned one
+    (`ran_settings`), before any run starts: --resume --allow-changed continues runs with new settings,
+    but never scores a trial under settings it did not run."""
+    for trial in plan_trials(suite):
+        ran_settings(suite, root, trial)
+
+
+def chosen_record(suite: SuiteConfig, table: pd.DataFrame, root: Path) -> dict[str, Any]:
     """What chosen.json holds: the rule, each tuned arm's chosen trial and settings, and every trial's
-    settings and score (NaN where its runs did not finish: written as null)."""
+    settings and score (NaN where its runs did not finish: written as null); the settings are those the
+    trial's runs recorded (`ran_settings`), never the plan's."""
     assert suite.tuning is not None
     select = suite.tuning.select
-    trials = plan_trials(suite)
+    trials = [dataclasses.replace(t, settings=trial_ran(suite, root, t)) for t in plan_trials(suite)]
     scores = trial_scores(table, select.rule) if not table.empty else pd.DataFrame(columns=["arm", "trial", "score", "runs"])
     by_trial = {(str(r["arm"]), int(r["trial"])): (float(r["score"]), int(r["runs"])) for r in scores.to_dict("records")}
     expected = {t.arm for t in trials}
@@ -103,15 +184,38 @@ def unended_trials(suite: SuiteConfig, root: Path) -> list[str]:
     return names
 
 
+def check_some_trial_ran(suite: SuiteConfig, root: Path) -> None:
+    """ValueError naming an arm every trial run of which failed, and the first failure: nothing to choose
+    from, and a --resume would run the same trials to the same end (a suite that could never finish)."""
+    assert suite.tuning is not None
+    runs: dict[str, list[tuple[str, StatusRecord | None]]] = {}
+    for trial in plan_trials(suite):
+        for seed in suite.tuning.seeds:
+            status = RunDir(trial_runs_dir(suite, root, trial.label, seed)).read_status()
+            runs.setdefault(trial.arm, []).append((f"{trial.label}-s{seed}", status))
+    for arm, statuses in runs.items():
+        if all(status is not None and status["status"] == "failed" for _, status in statuses):
+            name, first = statuses[0]
+            assert first is not None
+            raise ValueError(f"every trial run of arm {arm} failed ({len(statuses)} of {len(statuses)}; the first, "
+                             f"{name}: {first.get('message') or 'no message'}): no setting of its space trained, so "
+                             "there is nothing to choose from, and a --resume runs them again to the same end; fix "
+                             f"what failed them first (their error.log under {trials_dir(suite, root)}; `gspo-bench "
+                             "validate SUITE` checks every value of a space), or give the arm a space it can train in "
+                             "and run the suite into another folder (--out)")
+
+
 def write_chosen(suite: SuiteConfig, root: Path) -> dict[str, Any]:
-    """Choose from the trials and write chosen.json; ValueError where a trial run has not ended (`run
-    --resume` continues it) or an arm has no scored trial."""
+    """Choose from the trials and write chosen.json; ValueError where every trial run of an arm failed
+    (`check_some_trial_ran`), a trial run has not ended (`run --resume` continues it) or an arm has no
+    scored trial."""
+    check_some_trial_ran(suite, root)
     unended = unended_trials(suite, root)
     if unended:
         raise ValueError(f"{len(unended)} trial run(s) did not end ({', '.join(unended[:4])}"
                          f"{', ...' if len(unended) > 4 else ''}): every arm is chosen from all its trials; "
                          "`gspo-bench run SUITE --resume` continues them, then chooses")
-    record = chosen_record(suite, trials_table(suite, root))
+    record = chosen_record(suite, trials_table(suite, root), root)
     atomic_write_text(trials_dir(suite, root) / CHOSEN, json.dumps(record, indent=1) + "\n")
     return record
 
