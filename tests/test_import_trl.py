@@ -106,3 +106,20 @@ def test_the_report_reads_an_imported_trl_run(trl_run, tmp_path):
     assert "Suite(s) **trl**: 1 objectives x 1 seed(s)" in text
     assert (tmp_path / "report" / "figures" / "fig2_clip_fraction.png").is_file()
     assert not math.isnan(results.metrics["clip/frac"].iloc[0])
+
+
+def test_a_trl_log_without_its_reward_names_the_missing_key(trl_run, tmp_path):
+    """TRL's rows are the steps that logged `reward`: a log without it (every other key there) is refused
+    naming that key and the keys that were logged, not as a log of none of the mapping's keys."""
+    from gspo_bench.imports.write import ImportError_
+
+    state = json.loads((trl_run / "trainer_state.json").read_text())
+    state["log_history"] = [{k: v for k, v in entry.items() if k != "reward"} for entry in state["log_history"]]
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    with pytest.raises(ImportError_) as caught:
+        imported(tmp_path, tmp_path / "import", ["trainer_state.json"])
+    message = str(caught.value)
+    assert message.startswith("run 'grpo' seed 0: reward was never logged, though clip_ratio/high_mean, "), message
+    assert "grad_norm, " in message and "loss, " in message and "reward_std" in message and "\n" not in message
+    assert "a row is a step that logs it (the mapping's `rows: reward/mean`)" in message
+    assert "none of the mapping's keys" not in message and not (tmp_path / "import" / "out" / "trl").exists()

@@ -458,3 +458,18 @@ def test_two_imports_into_one_folder_at_once_both_finish(tmp_path):
     assert slow.returncode == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["imported", "second"]
     assert (out / "imported" / "a-s0" / "metrics.parquet").is_file()
+
+
+def test_a_step_beyond_64_bits_is_refused(tmp_path):
+    """A run folder's steps are 64-bit integers (TensorBoard's too): a larger step in JSON lines or a
+    trainer_state.json is refused naming the file, the line or entry and the step; the largest one imports."""
+    largest = 2**63 - 1
+    write_verl_jsonl(tmp_path / "m.jsonl", [(1, verl_values(1)), (10**20, verl_values(2))])
+    refused(plan_of(tmp_path, ["m.jsonl"]), tmp_path / "out", ImportError_,
+            "m.jsonl line 2: step 100000000000000000000 is out of the range of a 64-bit integer")
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 2**63, "reward": 0.5}]}))
+    refused(write_plan(tmp_path, [{"arm": "a", "seed": 0, "files": ["trainer_state.json"]}], mapping="trl"),
+            tmp_path / "out", ImportError_, f"log_history[0]: step {2**63} is out of the range of a 64-bit integer")
+    write_verl_jsonl(tmp_path / "m.jsonl", [(1, verl_values(1)), (largest, verl_values(2))])
+    suite, _ = import_plan(plan_of(tmp_path, ["m.jsonl"]), tmp_path / "out")
+    assert pd.read_parquet(suite / "grpo-s0" / "metrics.parquet")["step"].tolist() == [1, largest]

@@ -65,6 +65,13 @@ def build_series(records: list[Record], mapping: Mapping, resumed: bool = False)
     columns = {column: pd.Series(values.get(key, {}), dtype=float) for column, key in mapping.columns.items()}
     if mapping.rows is not None:
         steps = sorted(columns[mapping.rows].index)
+        logged = sorted(key for key in set(mapping.columns.values()) if values.get(key))
+        if not steps and logged:
+            raise SeriesError(f"{mapping.columns[mapping.rows]} was never logged, though {', '.join(logged)} "
+                              f"{'was' if len(logged) == 1 else 'were'}: a row "
+                              f"is a step that logs it (the mapping's `rows: {mapping.rows}`), so there is none to "
+                              "import; where the library logs it under another name, a mapping file of your own can "
+                              "name that key (docs/import.md, Mappings)")
         columns = {column: by_row(logged, steps) for column, logged in columns.items()}
     else:
         steps = sorted(set().union(*(set(s.index) for s in columns.values())))

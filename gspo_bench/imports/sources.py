@@ -87,9 +87,15 @@ def _flat(step: int, data: dict[str, Any], where: str) -> list[Record]:
     return [Record(step, str(key), v, where) for key, raw in data.items() if (v := number(raw)) is not None]
 
 
+STEP_RANGE = (-(2**63), 2**63 - 1)  # a run folder's steps are 64-bit integers, as TensorBoard's are
+
+
 def _step(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SourceError(f"{where}: step {value!r} is not an integer")
+    if not STEP_RANGE[0] <= value <= STEP_RANGE[1]:
+        raise SourceError(f"{where}: step {value} is out of the range of a 64-bit integer (a run folder's steps are; "
+                          "TensorBoard's too): not a step count")
     return value
 
 
