@@ -200,21 +200,28 @@ def suite_world(suite):
     return world
 
 
-def print_plan(suite_path: Path, overrides: list[str] | None = None) -> None:
+def print_plan(suite_path: Path, overrides: list[str] | None = None, only: list[str] | None = None,
+               seeds: list[int] | None = None) -> None:
+    """The dry run's table: the plan of the runs `run` would do with these options (`--only` labels,
+    `--seeds`: the runs, their count and the suite's FLOPs are theirs alone)."""
+    import dataclasses
+
     from gspo_bench.config import SuiteError
     from gspo_bench.suite.plan import PlanError, plan_rows, plan_suite, plans_by_suite
     from gspo_bench.suite.runner import plan_runs
-    from gspo_bench.suite.session import load_with_overrides
+    from gspo_bench.suite.session import check_seeds, load_with_overrides
     from gspo_bench.suite.tuning_runs import tuning_rows
 
     try:
         suite, _ = load_with_overrides(suite_path, overrides)
-        plan = plan_suite(suite)
-        runs = plan_runs(suite, Path(suite.output_dir))
+        check_seeds(suite, seeds)
+        runs = plan_runs(suite, Path(suite.output_dir), only=only, seeds=seeds)
+        plan = dataclasses.replace(plan_suite(suite), runs=len(runs))
         groups = plans_by_suite([(run.name, run.suite) for run in runs], known=(suite, plan))  # arms' set:, sweep points
-    except (SuiteError, PlanError) as err:
+    except (SuiteError, PlanError, ValueError) as err:
         raise fail(str(err)) from None
-    given = "".join(f" --set {item}" for item in overrides or [])
+    given = "".join(f" --set {item}" for item in overrides or []) + "".join(f" --only {label}" for label in only or [])
+    given += f" --seeds {','.join(map(str, seeds))}" if seeds is not None else ""
     table = Table(title=escape(f"dry run: suite {suite.name!r} ({suite_path}{given})"), show_header=False)
     for key, value in plan_rows(suite, plan, [run.name for run in runs], groups) + tuning_rows(suite, plan):
         table.add_row(key, escape(value))
@@ -248,7 +255,7 @@ def run(
     from gspo_bench.suite.session import exit_code
 
     if dry_run:
-        return print_plan(suite_path, overrides)
+        return print_plan(suite_path, overrides, only, parse_seeds(seeds))
     if parallel > 1 and not (ray or ray_address):  # the workers' imports overlap ours from here on
         start_process_server()
     if ray or ray_address:

@@ -237,3 +237,32 @@ def test_the_dry_run_plans_each_arm_whose_set_changes_its_runs_shapes(tmp_path):
     assert len(groups) == 2 and not runs_differ(groups)
     assert dict(plan_rows(swept, plan_suite(swept), [], groups))["FLOPs, whole suite"] == \
         f"{plan_suite(swept).flops_total:.3g}"
+
+
+def dry_run_rows(output: str) -> dict[str, str]:
+    """The dry run's table as {what: how much} (a row's first line)."""
+    cells = [line.split("│") for line in output.splitlines()]
+    return {row[1].strip(): row[2].strip() for row in cells if len(row) == 4 and row[1].strip()}
+
+
+def test_the_dry_run_plans_only_the_runs_only_and_seeds_select(tmp_path):
+    """`run --dry-run --only gspo --seeds 1` plans what `run` would do with them: the runs row lists gspo-s1
+    alone, and the suite's FLOPs are that one run's; a label the suite lacks is one error line, as in `run`."""
+    import yaml
+
+    data = tiny_suite(tmp_path / "cache", warm_start={"enabled": False}, budget={"kind": "steps", "value": 3},
+                      seeds=[0, 1])
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data))
+    per_run = plan_suite(parse_suite(data)).flops_per_step * 3
+    whole = CliRunner().invoke(app, ["run", str(path), "--dry-run"])
+    assert whole.exit_code == 0 and dry_run_rows(whole.output)["FLOPs, whole suite"] == f"{6 * per_run:.3g}"
+    chosen = CliRunner().invoke(app, ["run", str(path), "--dry-run", "--only", "gspo", "--seeds", "1"])
+    assert chosen.exit_code == 0, chosen.output
+    rows = dry_run_rows(chosen.output)
+    assert rows["runs"] == "1: gspo-s1" and rows["FLOPs, whole suite"] == f"{per_run:.3g}"
+    assert "--only gspo --seeds 1" in chosen.output
+    two = CliRunner().invoke(app, ["run", str(path), "--dry-run", "--only", "grpo", "--only", "gspo"])
+    assert dry_run_rows(two.output)["runs"] == "4: grpo-s0, gspo-s0, grpo-s1, gspo-s1"
+    unknown = CliRunner().invoke(app, ["run", str(path), "--dry-run", "--only", "sapo"])
+    assert unknown.exit_code == 2 and "error: --only sapo: no such label in the suite" in unknown.output
