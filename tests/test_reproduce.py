@@ -55,3 +55,33 @@ def test_the_command_exits_1_on_a_difference_and_0_on_none(tmp_path, cli):
     assert result.exit_code == 1 and "1 of 1 runs differ" in result.output
     result = cli("reproduce", tmp_path / "nothing", tmp_path / "new")
     assert result.exit_code == 2 and "no run folders" in result.output
+
+
+def test_a_changed_chosen_json_is_a_difference_named_by_its_key(tmp_path, cli):
+    """A tuned suite's choice is part of its results: the same trials must choose the same settings. A
+    fresh chosen.json with another chosen value (or another trial score), or one that only one side has,
+    is a difference, named by its key and both values, and the command exits 1."""
+    import json
+
+    chosen = {"metric": "countdown", "rule": "final", "chosen": {"gspo": {"trial": 1, "settings": {"lr": 3e-4}}},
+              "trials": [{"label": "gspo.t00", "score": 0.25}, {"label": "gspo.t01", "score": 0.5}]}
+    for side in ("ref", "new"):
+        write_run(tmp_path / side, "gspo-s0", [0.5], [1.0])
+        (tmp_path / side / "tuning").mkdir()
+        (tmp_path / side / "tuning" / "chosen.json").write_text(json.dumps(chosen))
+    run, choice = compare_results(tmp_path / "ref", tmp_path / "new")
+    assert run.identical and choice.run == "tuning/chosen.json" and choice.identical
+    changed = {**chosen, "chosen": {"gspo": {"trial": 1, "settings": {"lr": 5e-4}}}}
+    (tmp_path / "new" / "tuning" / "chosen.json").write_text(json.dumps(changed))
+    _, choice = compare_results(tmp_path / "ref", tmp_path / "new")
+    assert not choice.identical
+    assert choice.difference == "tuning/chosen.json: chosen.gspo.settings.lr: 0.0005, the reference 0.0003"
+    result = cli("reproduce", tmp_path / "ref", tmp_path / "new")
+    assert result.exit_code == 1 and "1 of 2 runs differ" in result.output
+    rescored = {**chosen, "trials": [{"label": "gspo.t00", "score": 0.25}, {"label": "gspo.t01", "score": 0.75}]}
+    (tmp_path / "new" / "tuning" / "chosen.json").write_text(json.dumps(rescored))
+    assert compare_results(tmp_path / "ref", tmp_path / "new")[1].difference == \
+        "tuning/chosen.json: trials.1.score: 0.75, the reference 0.5"
+    (tmp_path / "ref" / "tuning" / "chosen.json").unlink()
+    only_fresh = compare_results(tmp_path / "ref", tmp_path / "new")[1]
+    assert not only_fresh.identical and only_fresh.difference == f"no tuning/chosen.json in {tmp_path / 'ref'}"

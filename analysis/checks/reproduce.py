@@ -141,13 +141,30 @@ def trial_runs(suite_dir: Path) -> dict[str, Path]:
 
 
 def compare_choice(reference: Path, fresh: Path) -> list[RunReproduction]:
-    """chosen.json of a tuned suite's reference against the fresh one's (the same trials chose the same settings)."""
+    """chosen.json of a tuned suite's reference against the fresh one's (the same trials chose the same
+    settings), its first difference named by key and both values; a chosen.json in one of them alone
+    is a difference too."""
     from gspo_bench.config.tuning import TRIALS_FOLDER
 
     name = f"{TRIALS_FOLDER}/chosen.json"
-    if not (reference / name).is_file():
+    have = (reference / name).is_file(), (fresh / name).is_file()
+    if have == (False, False):
         return []
-    if not (fresh / name).is_file():
-        return [RunReproduction(name, False, f"no {name} in {fresh}", (None, None))]
-    same = json.loads((reference / name).read_text()) == json.loads((fresh / name).read_text())
-    return [RunReproduction(name, same, "" if same else "the chosen settings or trial scores differ", (None, None))]
+    if have != (True, True):
+        where = fresh if have[0] else reference
+        return [RunReproduction(name, False, f"no {name} in {where}", (None, None))]
+    difference = json_difference(read_file(reference / name, _json, dict), read_file(fresh / name, _json, dict))
+    return [RunReproduction(name, not difference, f"{name}: {difference}" if difference else "", (None, None))]
+
+
+def json_difference(reference: dict, fresh: dict) -> str:
+    """The first key (dotted: `chosen.gspo.settings.lr`, `trials.3.score`) whose value differs between two
+    JSON records, with both values; "" where they are equal."""
+    from gspo_bench.config.changes import flatten
+
+    ref, new = flatten(reference), flatten(fresh)
+    for key in dict.fromkeys([*ref, *new]):
+        if key not in ref or key not in new or ref[key] != new[key]:
+            shown = {side: repr(values[key]) if key in values else "absent" for side, values in (("ref", ref), ("new", new))}
+            return f"{key}: {shown['new']}, the reference {shown['ref']}"
+    return ""
