@@ -473,3 +473,35 @@ def test_a_step_beyond_64_bits_is_refused(tmp_path):
     write_verl_jsonl(tmp_path / "m.jsonl", [(1, verl_values(1)), (largest, verl_values(2))])
     suite, _ = import_plan(plan_of(tmp_path, ["m.jsonl"]), tmp_path / "out")
     assert pd.read_parquet(suite / "grpo-s0" / "metrics.parquet")["step"].tolist() == [1, largest]
+
+
+def test_event_file_checksums_are_verified(tmp_path):
+    """Each record of an event file carries TensorBoard's masked CRC-32C of its length and of its data: a
+    value changed after writing (one bit of a logged float), a changed length or a changed checksum is
+    refused naming the file, the record and its byte; the checksum is TensorBoard's own to the bit."""
+    import struct
+
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tensorboards
+
+    from gspo_bench.imports.sources import crc32c, masked_crc32c
+
+    rng = np.random.default_rng(0)
+    chunks = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in [*range(300), 4095, 4096, 4097, 20_000]]
+    assert int(crc32c([b"123456789"])[0]) == 0xE3069283  # CRC-32C's check value
+    assert masked_crc32c(chunks).tolist() == [tensorboards(c) for c in chunks]
+    write_verl_events(tmp_path / "tb", override={5: {"critic/score/mean": 0.8125}})
+    [events] = (tmp_path / "tb").iterdir()
+    raw = bytes(events.read_bytes())
+    suite, _ = import_plan(plan_of(tmp_path, ["tb"]), tmp_path / "ok")
+    assert pd.read_parquet(suite / "grpo-s0" / "metrics.parquet")["reward/mean"].iloc[4] == 0.8125
+    value = struct.pack("<f", 0.8125)
+    assert raw.count(value) == 1
+    for at, words in ((raw.index(value), "its data fails its checksum"),  # 0.8125 -> 0.81250006
+                      (0, "record 0 at byte 0: its length fails its checksum"),  # the first record's length
+                      (8, "record 0 at byte 0: its length fails its checksum"),  # that length's checksum
+                      (len(raw) - 1, "its data fails its checksum")):  # the last record's data checksum
+        changed = bytearray(raw)
+        changed[at] ^= 1
+        events.write_bytes(bytes(changed))
+        message = refused(plan_of(tmp_path, ["tb"]), tmp_path / "out", ImportError_, words)
+        assert f"{events}: record " in message and "changed or damaged after it was written" in message

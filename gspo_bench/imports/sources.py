@@ -2,11 +2,12 @@
 were written: transformers' `trainer_state.json` (`log_history`), TensorBoard event files (one file, or
 a folder of them: read in name order, which is their creation order), and JSON lines of
 `{"step": N, "data": {key: value}}` (verl's file logger). A file that is missing, cut short or holds
-no values is refused in one line naming it; a value logged as null (orjson writes NaN and inf so; a
+no values, and an event file whose records fail their checksums, are refused in one line naming it; a value logged as null (orjson writes NaN and inf so; a
 transformers metric with no valid value is None) is NaN; NaN and inf are kept as logged."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -14,6 +15,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 EVENTS = "tfevents"  # in every TensorBoard event file's name: events.out.tfevents.TIME.HOST...
 
@@ -141,20 +144,114 @@ def _load_json(where: Path, raw: bytes) -> Any:
                           f"column {err.colno}") from None
 
 
+def _crc_table() -> np.ndarray:
+    """CRC-32C's (Castagnoli, reflected polynomial 0x82F63B78) byte table."""
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1).astype(np.uint32)
+    return table
+
+
+CRC_TABLE = _crc_table()
+PIECE = 64  # bytes: a chunk is split into pieces of this length (longer ones for long chunks), checksummed side by side
+
+
+@functools.lru_cache(maxsize=32)
+def _after_zeros(count: int) -> np.ndarray:
+    """[4, 256] tables of the CRC register after `count` zero bytes, by each byte of the register before
+    (the step is linear over bits: the register after is the XOR of the four tables' entries)."""
+    register = np.uint32(1) << np.arange(32, dtype=np.uint32)  # each bit alone
+    for _ in range(count):
+        register = CRC_TABLE[register & 0xFF] ^ (register >> 8)
+    bits = (np.arange(256, dtype=np.uint32)[:, None] >> np.arange(8, dtype=np.uint32)) & 1  # [value, bit]
+    return np.stack([np.bitwise_xor.reduce(np.where(bits == 1, register[8 * i:8 * i + 8], np.uint32(0)), axis=1)
+                     for i in range(4)]).astype(np.uint32)
+
+
+def _register(data: np.ndarray, piece: int) -> np.ndarray:
+    """The CRC register after each row of `data` ([rows, width], width a multiple of `piece`) from a zero
+    register: every piece at once, then the pieces folded in order, CRC(a + b) = CRC(a) after len(b) zero
+    bytes XOR CRC(b)."""
+    split = data.reshape(data.shape[0], data.shape[1] // piece, piece)
+    register = np.zeros(split.shape[:2], dtype=np.uint32)
+    for j in range(piece):
+        register = CRC_TABLE[(register ^ split[:, :, j]) & 0xFF] ^ (register >> 8)
+    after, folded = _after_zeros(piece), register[:, 0]
+    for k in range(1, split.shape[1]):
+        folded = (after[0][folded & 0xFF] ^ after[1][(folded >> 8) & 0xFF] ^ after[2][(folded >> 16) & 0xFF]
+                  ^ after[3][folded >> 24] ^ register[:, k])
+    return folded
+
+
+def crc32c(chunks: list[bytes]) -> np.ndarray:
+    """The CRC-32C of each chunk (TFRecord files hold it masked: `masked_crc32c`), vectorized over chunks
+    of a like length: a chunk's first four bytes complemented (the same as starting the register at all
+    ones) and zeros put in front up to whole pieces (no change to a register at zero), then `_register`."""
+    out = np.zeros(len(chunks), dtype=np.uint32)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, chunk in enumerate(chunks):
+        if len(chunk) >= 4:  # shorter ones: byte by byte, below
+            piece = PIECE * max(1, -(-math.isqrt(len(chunk)) // PIECE))  # long chunks: ~sqrt(length) per piece
+            groups.setdefault((piece, -(-len(chunk) // piece)), []).append(i)
+    for (piece, pieces), members in groups.items():
+        width = piece * pieces
+        padded = b"".join(bytes(width - len(chunks[i])) + chunks[i] for i in members)
+        data = np.frombuffer(padded, dtype=np.uint8).reshape(len(members), width).copy()
+        starts = width - np.array([len(chunks[i]) for i in members])
+        for k in range(4):
+            data[np.arange(len(members)), starts + k] ^= np.uint8(0xFF)
+        out[members] = _register(data, piece) ^ np.uint32(0xFFFFFFFF)
+    for i in (i for i, chunk in enumerate(chunks) if len(chunk) < 4):  # fewer bytes than the register
+        value = 0xFFFFFFFF
+        for byte in chunks[i]:
+            value = int(CRC_TABLE[(value ^ byte) & 0xFF]) ^ (value >> 8)
+        out[i] = value ^ 0xFFFFFFFF
+    return out
+
+
+def masked_crc32c(chunks: list[bytes]) -> np.ndarray:
+    """TFRecord's checksum of each chunk: its CRC-32C rotated right by 15 bits plus 0xA282EAD8 (mod 2^32)."""
+    crc = crc32c(chunks)
+    return ((crc >> 15) | (crc << 17)) + np.uint32(0xA282EAD8)
+
+
 def tf_records(path: Path) -> list[bytes]:
-    """The records of a TFRecord file (length, its CRC, data, its CRC); SourceError where the file ends
-    inside one (TensorBoard's own reader stops there without a word)."""
-    raw, at, found = path.read_bytes(), 0, []
+    """The records of a TFRecord file (length, its masked CRC-32C, data, its masked CRC-32C); SourceError
+    where the file ends inside one (TensorBoard's own reader stops there without a word) or a checksum does
+    not match (a byte changed since the file was written: a changed value would otherwise import silently)."""
+    raw, at = path.read_bytes(), 0
+    headers: list[bytes] = []
+    found: list[bytes] = []
+    sums: list[int] = []  # each header's checksum, then its data's
+    starts: list[int] = []
+
+    def failing(kind: str, i: int, count: int = 1) -> SourceError:
+        return SourceError(f"{path}: record {i} at byte {starts[i]}: its {kind} fails its checksum (the file was "
+                           "changed or damaged after it was written" + (f"; {count} records in all)" if count > 1 else ")"))
+
     while at < len(raw):
         if at + 12 > len(raw):
             raise SourceError(f"{path}: cut short (a record header ends at byte {len(raw)})")
         (length,) = struct.unpack("<Q", raw[at:at + 8])
+        starts.append(at)
         end = at + 12 + length + 4
-        if end > len(raw):
+        if end > len(raw):  # a file cut short, or a length that changed (and the records after it misread)
+            checked = [*headers, raw[at:at + 8]]
+            stored = np.array([*sums[::2], *struct.unpack("<I", raw[at + 8:at + 12])], dtype=np.uint32)
+            bad = np.flatnonzero(masked_crc32c(checked) != stored)
+            if len(bad):
+                raise failing("length", int(bad[0]))
             raise SourceError(f"{path}: cut short (a record of {length} bytes at byte {at} ends past the file's "
                               f"{len(raw)} bytes)")
+        headers.append(raw[at:at + 8])
         found.append(raw[at + 12:at + 12 + length])
+        sums += struct.unpack("<I", raw[at + 8:at + 12]) + struct.unpack("<I", raw[end - 4:end])
         at = end
+    expected = np.array(sums, dtype=np.uint32).reshape(-1, 2)
+    for column, (kind, chunks) in enumerate((("length", headers), ("data", found))):
+        bad = np.flatnonzero(masked_crc32c(chunks) != expected[:, column])
+        if len(bad):
+            raise failing(kind, int(bad[0]), len(bad))
     return found
 
 
