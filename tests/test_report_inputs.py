@@ -15,6 +15,7 @@ import pytest
 from analysis.data.load import finished, load_results
 from analysis.data.suites import MixedSuitesError
 from analysis.evidence.gather import gather
+from analysis.report.escape import escape, to_html
 from analysis.report.writer import write_report
 from gspo_bench.rundir.folder import RunDir
 from tests.helpers.reports import synth
@@ -247,6 +248,33 @@ def test_bidi_and_other_format_characters_of_a_label_are_escaped_in_the_report()
     md = escape(label)
     assert all(c not in md for c in "\u202e\u2066\x1b") and "\\\\u202e" in md and "\\\\x1b" in md
     assert to_html(md) == "grpo\\u202egnp.exe\\u2066x\\x1b\\[2J".replace("\\[", "[")
+
+
+HIDDEN_CHARACTERS = ("\u2066\u2067\u2068\u2069\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u200b\u00ad\ufeff"
+                     "\u2028\u2029\x1b\x85\ue03c\U000e0001")  # bidi isolates, marks, overrides; others hidden
+
+
+def test_every_hidden_character_of_a_label_suite_and_message_is_escaped_in_both_reports(tmp_path):
+    """A label, a suite name and a failed run's message each holding every bidi isolate, mark and override,
+    zero-width and format characters, line separators, an escape, a private-use character (the code point
+    to_html uses for an escaped `<`) and a tag character: none reaches report.md or report.html raw, in
+    text, headings, figure captions, tables (report.html's tables once showed them raw) or the page title;
+    each is there as its escape."""
+    suite, label = f"s{HIDDEN_CHARACTERS}", f"g{HIDDEN_CHARACTERS}"
+    for seed in range(2):
+        make_run(tmp_path, label, seed, kind=("grpo", False), suite=suite)
+        make_run(tmp_path, "gspo", seed, suite=suite)
+    make_run(tmp_path, "gspo", 2, steps=3, status="failed", message=f"m{HIDDEN_CHARACTERS}", suite=suite)
+    paths = write_report(load_results(tmp_path / suite), tmp_path / "r")
+    md, page = paths["md"].read_text(), paths["html"].read_text()
+    page = re.sub(r"<script type='text/javascript'>.*?</script>", "", page, count=1, flags=re.DOTALL)  # plotly.js
+    for text in (md, page):
+        assert [c for c in HIDDEN_CHARACTERS if c in text] == []
+    assert "g\\\\u2066\\\\u2067" in md and "g\\u2066\\u2067" in page  # the label as escapes (md: its \\ escaped)
+    tables = re.findall(r"<table.*?</table>", page, flags=re.DOTALL)
+    assert any("m\\u2066" in t for t in tables) and any("g\\u2066" in t for t in tables)
+    assert re.search(r"<title>gspo-bench report: s\\u2066", page)
+    assert escape("\ue03c") == "\\\\ue03c" and to_html(escape("\ue03c")) == "\\ue03c"  # not read back as "<"
 
 
 def test_infinite_values_are_reported_as_such_without_a_screen_of_warnings(tmp_path):

@@ -10,7 +10,7 @@ import pandas as pd
 from plotly.offline import get_plotlyjs
 
 from analysis.report import anchors
-from analysis.report.escape import to_html, visible
+from analysis.report.escape import shown, to_html
 from analysis.report.markdown import fmt
 from analysis.report.plotly_text import plain_figure
 from analysis.report.sections import FiguresHere, Section
@@ -39,13 +39,15 @@ def body_html(body: pd.DataFrame | str | list[Sentence] | FiguresHere, figures: 
         return "".join(f"<p>{to_html(line)}</p>" for line in body.splitlines())
     if isinstance(body, list):
         return "<ul>" + "".join(sentence_html(s) for s in body) + "</ul>"
-    return fmt(body).to_html(index=False, border=0, escape=True)
+    cells = fmt(body).map(shown)  # the one rule for user text (analysis.report.escape.shown), then HTML-escaped
+    cells.columns = [shown(c) for c in body.columns]
+    return cells.to_html(index=False, border=0, escape=True)
 
 
 def section_html(section: Section, figures: list[tuple[str, str, list]] | None = None) -> str:
     """A section: its heading (the anchor the verdict links to) and body; a folded one in a closed
     <details> whose summary is the heading."""
-    heading = f"<h2 id='{html.escape(section.anchor)}'>{html.escape(visible(section.title))}</h2>"
+    heading = f"<h2 id='{html.escape(section.anchor)}'>{html.escape(shown(section.title))}</h2>"
     body = body_html(section.body, figures or [])
     if section.folded:
         return f"<details><summary>{heading}</summary>{body}</details>"
@@ -54,17 +56,17 @@ def section_html(section: Section, figures: list[tuple[str, str, list]] | None =
 
 def figure_html(name: str, title: str, plots: list) -> str:
     """One figure: its caption and its plotly divs (the JavaScript is in the head, not here). Every
-    figure's text goes through plain_figure and the caption through `visible`: a label shows as what
+    figure's text goes through plain_figure and the caption through `shown`: a label shows as what
     it holds, never as a link, styling or reversed text."""
     divs = "".join(plain_figure(plot).to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{name}-{i}",
                                               config=PLOTLY_CONFIG) for i, plot in enumerate(plots))
-    return (f"<figure id='{html.escape(anchors.figure(name))}'><figcaption>{html.escape(visible(title))}</figcaption>"
+    return (f"<figure id='{html.escape(anchors.figure(name))}'><figcaption>{html.escape(shown(title))}</figcaption>"
             f"{divs}</figure>")
 
 
 def render_html(sections: list[Section], figures: list[tuple[str, str, list]], title: str) -> str:
     """`figures`: (name, title, plotly figures) in order, put where a section's body is FiguresHere."""
-    head = (f"<!doctype html><html><head><meta charset='utf-8'><title>gspo-bench report: {html.escape(title)}</title>"
+    head = (f"<!doctype html><html><head><meta charset='utf-8'><title>gspo-bench report: {html.escape(shown(title))}</title>"
             f"<style>{CSS}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>")
     parts = [head, "<body><h1>gspo-bench report</h1>", *(section_html(s, figures) for s in sections), "</body></html>"]
     return "\n".join(parts)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.report.escape import visible
+from analysis.report.escape import shown
 
 OUR_TAGS = ("<br>", "<extra>", "</extra>")  # the only markup the figure code writes into a string
 _OURS = re.compile("(" + "|".join(re.escape(tag) for tag in OUR_TAGS) + ")")
@@ -21,9 +21,9 @@ _OURS = re.compile("(" + "|".join(re.escape(tag) for tag in OUR_TAGS) + ")")
 
 def plain_text(text: str) -> str:
     """`text` as plotly shows it: every `<`, `>` and `&` an entity (plotly's rich text turns them back
-    into the characters, never into markup), control and format characters (bidi overrides) as
-    escapes; OUR_TAGS kept."""
-    return "".join(part if part in OUR_TAGS else html.escape(visible(part), quote=False)
+    into the characters, never into markup), on one line with hidden characters (bidi controls) as
+    escapes (analysis.report.escape.shown); OUR_TAGS kept."""
+    return "".join(part if part in OUR_TAGS else html.escape(shown(part), quote=False)
                    for part in _OURS.split(text))
 
 

@@ -14,16 +14,36 @@ import io
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.category import StrCategoryFormatter
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+from matplotlib.ticker import FixedFormatter, FuncFormatter
 
 from analysis.data.load import NotResultsError, Results
 from analysis.data.matching import UnmatchedComputeError, check_matched
 from analysis.evidence.primary import DeclarationError
+from analysis.report.escape import shown_lines
 from analysis.report.html import render_html
 from analysis.report.markdown import render_markdown
 from analysis.report.sections import Context, FigureSpec, build_sections, report_figures
 from gspo_bench.rundir.folder import atomic_write_bytes, atomic_write_text, remove_entry
 
 __all__ = ["DeclarationError", "UnmatchedComputeError", "write_figures", "write_report"]
+
+
+def plain_static(fig: Figure) -> None:
+    """Every text of a static figure by the report's one rule for user text (analysis.report.escape:
+    shown_lines): titles, legends and annotations now, and the tick labels that carry labels (categorical
+    axes, fixed tick labels) as they are drawn; numeric tick labels are left to their formatters.
+    matplotlib's PDF writer fails on U+FEFF in a label."""
+    for text in fig.findobj(Text):
+        text.set_text(shown_lines(text.get_text()))
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for formatter, put in ((axis.get_major_formatter(), axis.set_major_formatter),
+                                   (axis.get_minor_formatter(), axis.set_minor_formatter)):
+                if isinstance(formatter, StrCategoryFormatter | FixedFormatter):
+                    put(FuncFormatter(lambda x, pos, inner=formatter: shown_lines(inner(x, pos))))
 
 
 def save_figures(results: Results, specs: list[FigureSpec], out: Path, dpi: int = 110) -> list[Path]:
@@ -34,6 +54,7 @@ def save_figures(results: Results, specs: list[FigureSpec], out: Path, dpi: int 
     for spec in specs:
         fig = spec.static(results)
         try:
+            plain_static(fig)
             for ext in ("png", "pdf"):
                 path = out / f"{spec.name}.{ext}"  # spec.name: at most ~140 characters (analysis.report.anchors)
                 data = io.BytesIO()
