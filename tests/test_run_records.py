@@ -73,3 +73,32 @@ def test_the_committed_results_hold_only_declared_fields(folder):
         body = json.loads(path.read_text())
         assert undeclared(body, StatusRecord) == set() and StatusRecord.__required_keys__ <= set(body), path
         assert provenance_problems(json.loads((path.parent / "provenance.json").read_text())) == [], path
+
+
+def test_a_run_whose_task_fails_to_build_ends_failed_with_its_error_and_frees_its_folder(tmp_path, monkeypatch):
+    """The task is built as the run opens (a file gone since `validate`, a plugin's task raising): the run
+    stayed `running` for good, its folder locked by the suite's process, with no error.log. It must end
+    `failed`, the error in status.json and its traceback in error.log, the lock released."""
+    from gspo_bench.config import parse_suite
+    from gspo_bench.config.schema import TaskConfig
+    from gspo_bench.rundir.lock import RunLock
+    from gspo_bench.suite.launch import run_one
+    from gspo_bench.suite.runner import plan_runs, starting_weights
+    from gspo_bench.train.loop import RunSpec
+    from tests.helpers.runs import tiny_suite
+
+    def broken(self):
+        raise RuntimeError("the task's data went missing")
+
+    suite = parse_suite(tiny_suite(tmp_path / "cache", warm_start={"enabled": False}, objectives=[{"name": "grpo"}]))
+    planned = plan_runs(suite, tmp_path / "out")[0]
+    spec = RunSpec(suite=planned.suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
+                   init_weights=starting_weights(planned.suite, planned.seed, log=lambda m: None))
+    monkeypatch.setattr(TaskConfig, "instance", broken)
+    outcome = run_one(spec, {"resume": False, "allow_changed": False})
+    assert outcome["status"] == "failed" and "RuntimeError: the task's data went missing" in outcome["message"]
+    status = RunDir(spec.run_dir).read_status()
+    assert status is not None and status["status"] == "failed"
+    assert status["message"].startswith("RuntimeError: the task's data went missing")
+    assert "RuntimeError: the task's data went missing" in (spec.run_dir / "error.log").read_text()
+    RunLock(spec.run_dir).acquire().release()  # RunBusyError while the failed run's process still held it

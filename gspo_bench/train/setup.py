@@ -118,14 +118,15 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         out.write_text("config.yaml", config)
         out.write_provenance(prov)
         out.write_status("running", step=state.step)
+        task = suite.task.instance()  # a task that fails to build here ends the run failed, its folder freed
+        objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.params)
         tracker = open_tracker(suite.tracking, out.path, suite.name, yaml.safe_load(config), state.step, world.is_main)
     except BaseException as err:
         if lock is not None:
             end_unresumed(out, err, resume)
             lock.release()
         raise
-    objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.params)
-    return Run(spec, out, policy, tokenizer, engine, suite.task.instance(), objective, n_active, prov, evaluator,
+    return Run(spec, out, policy, tokenizer, engine, task, objective, n_active, prov, evaluator,
                lock, prompt_format, tracker), state
 
 
@@ -158,9 +159,13 @@ def warm_start_record(spec: RunSpec) -> WarmStartRecord:
 
 
 def end_unresumed(out: RunDir, err: BaseException, resume: bool) -> None:
-    """A run left `running` (its process was killed), or `failed` (stopped, or failed before) whose
-    `--resume` failed, is `failed` with why: status.json never says `running` once no process runs it,
-    nor keeps a stop's advice that `--resume` continues it once a resume did not."""
+    """A run that failed as it opened after saying `running` (this process's, or one left by a killed
+    process), or `failed` (stopped, or failed before) whose `--resume` failed, is `failed` with why, its
+    traceback in error.log as the loop leaves one: status.json never says `running` once no process runs
+    it, nor keeps a stop's advice that `--resume` continues it once a resume did not."""
+    import contextlib
+    import traceback
+
     from gspo_bench.rundir.failure import failure_message
 
     try:
@@ -168,7 +173,10 @@ def end_unresumed(out: RunDir, err: BaseException, resume: bool) -> None:
     except ValueError:  # status.json is damaged: the error on its way up names it (or one before it)
         return
     if status is not None and (status["status"] == "running" or resume and status["status"] == "failed"):
-        out.write_status("failed", f"not resumed: {failure_message(err, out.path)}", step=status.get("step", 0))
+        with contextlib.suppress(OSError):  # a full disk may refuse it: status.json still says why
+            out.write_text("error.log", "".join(traceback.format_exception(err)))
+        why = failure_message(err, out.path)
+        out.write_status("failed", f"not resumed: {why}" if resume else why, step=status.get("step", 0))
 
 
 def run_prompt_format(suite: SuiteConfig, tokenizer: PreTrainedTokenizerBase) -> PromptFormat:
