@@ -8,7 +8,9 @@ declared inputs) before they `add`.
 
 The mapping face (`registry[name] = entry`, `del registry[name]`) replaces an entry without the
 collision check: tests and experiments swap an implementation in and out with it; registration goes
-through `add`.
+through `add`. A plugin only adds: `gspo_bench.config.plugins` compares every registry's `snapshot`
+before and after loading one and refuses a plugin that replaced or removed an entry (through the
+mapping face or the tables themselves), restoring them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ class NameTakenError(ValueError):
 
 
 KINDS: dict[str, Registry[Any]] = {}  # kind -> the package's registry of it (a plugin's additions are found here)
+
+
+def origin_of(kind: str, name: str, fn: object) -> str:
+    """The module that defines `fn`, about to be registered as the `kind` `name`; TypeError naming both
+    where `fn` is not callable (a register decorator put on a value: nothing could ever call it)."""
+    if not callable(fn):
+        raise TypeError(f"{kind} {name!r}: the register decorator is put on {repr(fn)[:40]} ({type(fn).__name__}), "
+                        "which is not callable: put it on a function (or a class)")
+    return str(getattr(fn, "__module__", None) or "")
 
 
 class Registry(MutableMapping[str, T]):
@@ -65,6 +76,19 @@ class Registry(MutableMapping[str, T]):
         """The module that registered `name` (the lookup's error for an unknown one)."""
         self.lookup(name)
         return self._origins[name]
+
+    def by_package(self, name: str) -> bool:
+        """Whether `name` is registered by the package itself (not by a plugin, a test or an experiment)."""
+        return name in self._entries and self._origins.get(name, "").split(".")[0] == "gspo_bench"
+
+    def snapshot(self) -> dict[str, tuple[T, str]]:
+        """name -> (entry, origin) as the registry holds them now (see `restore`)."""
+        return {name: (entry, self._origins.get(name, "")) for name, entry in self._entries.items()}
+
+    def restore(self, snapshot: dict[str, tuple[T, str]]) -> None:
+        """The entries and origins of `snapshot`, and no others (a plugin that failed or tampered is undone)."""
+        self._entries = {name: entry for name, (entry, _) in snapshot.items()}
+        self._origins = {name: origin for name, (_, origin) in snapshot.items()}
 
     def copy(self) -> Registry[T]:
         """An independent registry with the same entries (a test registers into it, then drops it)."""

@@ -86,3 +86,15 @@ def test_the_registry_alone():
     assert twin.lookup("a") == 3 and twin.origin("a") == "here"
     del twin["a"]
     assert twin.names() == ["b"]
+
+
+def test_a_value_that_is_not_callable_is_refused_naming_it(kind):
+    """A register decorator put on a value (nothing could ever call it) is refused at registration, naming
+    the kind, the name and the value, not later where the loop calls it."""
+    name, table, register, _, listed, _, _ = kind
+    before = listed()
+    with pytest.raises(TypeError) as err:
+        register("zz_value")(3)
+    assert str(err.value) == (f"{name} 'zz_value': the register decorator is put on 3 (int), which is not callable: "
+                              "put it on a function (or a class)")
+    assert listed() == before

@@ -35,7 +35,7 @@ import torch
 
 from gspo_bench.objectives.inputs import ieee_sqrt, safe_exp
 from gspo_bench.objectives.surrogate import check_ratio_band
-from gspo_bench.registry import Registry
+from gspo_bench.registry import Registry, origin_of
 
 Level = Literal["token", "sequence", "geometric"]
 CorrectionFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -59,7 +59,8 @@ _CORRECTIONS: Registry[CorrectionSpec] = Registry("correction")
 
 def register_correction(name: str, *, description: str, reference: str) -> Callable[[CorrectionFn], CorrectionFn]:
     def decorate(fn: CorrectionFn) -> CorrectionFn:
-        _CORRECTIONS.add(name, CorrectionSpec(name, fn, description, reference), fn.__module__)
+        origin = origin_of("correction", name, fn)
+        _CORRECTIONS.add(name, CorrectionSpec(name, fn, description, reference), origin)
         return fn
 
     return decorate

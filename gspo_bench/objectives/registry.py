@@ -32,7 +32,7 @@ from typing import Literal
 
 import torch
 
-from gspo_bench.registry import Registry
+from gspo_bench.registry import Registry, origin_of
 
 Metrics = dict[str, torch.Tensor | float]
 ObjectiveFn = Callable[..., tuple[torch.Tensor, Metrics]]
@@ -90,6 +90,7 @@ def register_objective(
     registration of the same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
 
     def decorate(fn: ObjectiveFn) -> ObjectiveFn:
+        origin = origin_of("objective", name, fn)
         params = inspect.signature(fn).parameters
         missing = {"logp", "old_logp", "advantages", "mask", "weights"} - set(params)
         if missing:
@@ -113,7 +114,7 @@ def register_objective(
             coupled=coupled,
             reduction=reduction,
             exempt=tuple(sorted((exempt or {}).items())),
-        ), fn.__module__)
+        ), origin)
         return fn
 
     return decorate

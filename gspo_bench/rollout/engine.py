@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
-from gspo_bench.registry import Registry
+from gspo_bench.registry import Registry, origin_of
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ _ENGINES: Registry[EngineFactory] = Registry("rollout engine", "engines")
 
 def register_engine(name: str) -> Callable[[EngineFactory], EngineFactory]:
     def decorate(factory: EngineFactory) -> EngineFactory:
-        _ENGINES.add(name, factory, factory.__module__)
+        _ENGINES.add(name, factory, origin_of("rollout engine", name, factory))
         return factory
 
     return decorate
