@@ -239,3 +239,281 @@ def test_a_plugin_task_and_correction_are_named_like_built_in_ones(tmp_path):
     suite.write_text(yaml.safe_dump(data))
     code, output = invoke("validate", str(suite))
     assert code == 0 and "grpo-s0: grpo" in output, output
+
+
+def payload(marker: Path, registers: str = "grpo_plugin") -> str:
+    """A plugin that writes `marker` when it runs (a payload slipped into a results folder)."""
+    return f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n" + SAME_GRPO.replace(
+        "grpo_plugin", registers)
+
+
+def fake_installed(monkeypatch, *points: tuple[str, str]) -> None:
+    """Installed packages offering the entry points (name, value) of group gspo_bench.plugins."""
+    import importlib.metadata
+
+    found = [importlib.metadata.EntryPoint(name, value, "gspo_bench.plugins") for name, value in points]
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group=None: found if group == "gspo_bench.plugins" else [])
+    unload_plugins()  # the entry points are read once per process
+
+
+def test_the_commands_that_read_results_run_no_plugin_code(tmp_path, monkeypatch):
+    """report, figures, regress, reproduce and import load no plugin: not the ones a results folder's
+    suite.yaml names (by a path relative to the working folder, absolute, deleted, or two files that
+    register one name), nor an installed entry point (one that writes a marker, one that raises). What
+    the report needs of a plugin is in the run records. `ls` then shows the payloads do run when loaded."""
+    import sys
+
+    from tests.helpers.reports import synth
+
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran.txt"
+    (tmp_path / "payload.py").write_text(payload(marker))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "payload.py").write_text(payload(marker))  # the same name from another file
+    pkg = tmp_path / "site" / "evil_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "writes.py").write_text(payload(marker, "grpo_installed"))
+    (pkg / "raises.py").write_text("raise RuntimeError('a broken installed plugin')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    fake_installed(monkeypatch, ("writes", "evil_pkg.writes"), ("raises", "evil_pkg.raises:thing"))
+    suite = synth(tmp_path / "out", {"grpo": [0.0, 0.0, 0.0], "gspo": [0.1, 0.1, 0.1]})
+    (suite / "suite.yaml").write_text(yaml.safe_dump(
+        {"name": "synth", "plugins": ["payload.py", str(tmp_path / "other" / "payload.py"), "deleted.py"]}))
+    (tmp_path / "log.jsonl").write_text("".join(
+        json.dumps({"step": s, "data": {"critic/score/mean": 0.1 * s, "perf/total_num_tokens": 100.0}}) + "\n"
+        for s in (1, 2, 3)))
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump({
+        "name": "imported", "mapping": "verl", "compute": {"flops_per_token": 1.0e6},
+        "runs": [{"arm": "grpo", "seed": 0, "files": ["log.jsonl"]}]}))
+    for command in (["report", str(tmp_path / "out")], ["figures", str(suite)], ["reproduce", str(suite), str(suite)],
+                    ["regress", str(suite), "--baseline", str(suite)], ["import", "plan.yaml", "--out", "imported"]):
+        code, output = invoke(*command)
+        compared = command[0] == "regress" and code == 1 and "regression(s)" in output  # synthetic runs' kernels
+        assert code == 0 or compared, (command, output)
+        assert not marker.exists(), command
+        assert not [m for m in sys.modules if m.startswith("gspo_bench_plugin_") or m.startswith("evil_pkg")], command
+    assert (tmp_path / "out" / "report" / "report.md").is_file()
+    code, output = invoke("ls", "--plugin", "payload.py")  # a command that loads plugins runs the installed ones
+    assert code == 2 and "evil_pkg/raises.py:1: loading the plugin raised RuntimeError: a broken installed plugin; " \
+        "installed plugin raises = evil_pkg.raises:thing (entry point group gspo_bench.plugins)" in output, output
+    assert not marker.exists()  # the broken one comes first (by name: raises < writes) and stops the load
+    fake_installed(monkeypatch, ("writes", "evil_pkg.writes"))
+    code, output = invoke("ls", "--plugin", "payload.py", "--plugin", "other/payload.py")
+    assert code == 2 and "other/payload.py: objective 'grpo_plugin' is already registered" in " ".join(output.split())
+    assert marker.read_text() == "ran"
+
+
+CHAIN_PLUGIN = ("from gspo_bench.tasks import make_task\nfrom gspo_bench.tasks.registry import register_task\n"
+                "@register_task('my_chain', 'chain, from a plugin')\n"
+                "def my_chain(steps: int = 2):\n"
+                "    return make_task('chain', steps=steps)\n")
+
+
+def test_a_plugin_tasks_baseline_is_recorded_by_its_run_and_read_back_without_the_plugin(tmp_path):
+    """The run records its task's chance baseline (provenance.json's `task_baseline`); the analysis reads
+    it there, with no plugin loaded, and builds only the package's own tasks for runs from before."""
+    from analysis.evidence.learning import baseline
+    from gspo_bench.config import load_suite
+    from gspo_bench.tasks import task_baseline
+    from gspo_bench.train.setup import recorded_task_baseline
+    from tests.helpers.results import make_run
+
+    suite_path = write_suite(tmp_path / "suite", tmp_path / "cache", CHAIN_PLUGIN, ["grpo"])
+    data = yaml.safe_load(suite_path.read_text())
+    suite_path.write_text(yaml.safe_dump(data | {"task": {"name": "my_chain", "params": {"steps": 3}}}))
+    record = recorded_task_baseline(load_suite(suite_path))
+    chain = task_baseline("chain", {"steps": 3})
+    assert record == {"mean": chain.mean, "std": chain.std, "samples": 4000, "policy": chain.policy}
+    assert 0 < record["mean"] < 0.5
+    unload_plugins()
+    for seed in (0, 1):
+        run = make_run(tmp_path / "out", "grpo", seed)
+        config = yaml.safe_load((run.path / "config.yaml").read_text())
+        config["suite"]["task"] = {"name": "my_chain", "params": {"steps": 3}}
+        (run.path / "config.yaml").write_text(yaml.safe_dump(config))
+        prov = json.loads((run.path / "provenance.json").read_text())
+        (run.path / "provenance.json").write_text(json.dumps(prov | {"task_baseline": record}))
+    found = baseline(load_results(tmp_path / "out" / "synth"))
+    assert (found.mean, found.std, found.text) == (record["mean"], record["std"], chain.policy)
+    for seed in (0, 1):  # runs from before the record: a plugin's task is never built, the package's is
+        path = tmp_path / "out" / "synth" / f"grpo-s{seed}" / "provenance.json"
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "task_baseline"}))
+    assert baseline(load_results(tmp_path / "out" / "synth")) is None
+    for seed in (0, 1):
+        path = tmp_path / "out" / "synth" / f"grpo-s{seed}" / "config.yaml"
+        path.write_text(path.read_text().replace("my_chain", "chain"))
+    assert baseline(load_results(tmp_path / "out" / "synth")).mean == chain.mean
+
+
+def sha256_of(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_plugins_recorded_sha256_is_of_the_code_that_ran(tmp_path, monkeypatch):
+    """A file edited while it loads (here: by itself) or after (mid-suite) records the sha256 of the bytes
+    that were executed, in provenance and config.yaml's `run.plugins` alike; the same for a module plugin
+    and a reward file."""
+    from gspo_bench.config import load_suite
+    from gspo_bench.config.plugins import load_plugins
+    from gspo_bench.train.setup import code_hashes
+
+    edits_itself = SAME_GRPO + "from pathlib import Path\nPath(__file__).write_text('# edited while it loaded\\n')\n"
+    suite_path = write_suite(tmp_path / "suite", tmp_path / "cache", edits_itself, ["grpo_plugin"])
+    plugin = tmp_path / "suite" / "plugin.py"
+    suite = load_suite(suite_path)
+    assert plugin.read_text() == "# edited while it loaded\n"
+    [record] = [p.record() for p in load_plugins(suite.plugins)]
+    assert record["sha256"] == sha256_of(edits_itself)
+    assert code_hashes(suite) == {str(plugin.resolve()): sha256_of(edits_itself)}
+    plugin.write_text(SAME_GRPO)  # edited mid-suite: this process still runs the code it loaded
+    assert code_hashes(suite) == {str(plugin.resolve()): sha256_of(edits_itself)}
+    unload_plugins()
+    (tmp_path / "my_mod").mkdir()
+    (tmp_path / "my_mod" / "__init__.py").write_text("")
+    module_text = edits_itself.replace("grpo_plugin", "grpo_module")
+    (tmp_path / "my_mod" / "edits.py").write_text(module_text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    [module] = load_plugins(["my_mod.edits"])
+    assert (module.sha256, module.path) == (sha256_of(module_text), str(tmp_path / "my_mod" / "edits.py"))
+    import my_mod.edits  # noqa: F401  (importable as a module: the plugin is that module)
+
+    from gspo_bench.config.plugins import function_sha256, load_function
+
+    reward = "def score(response, fields):\n    return 1.0\nopen(__file__, 'w').write('# gone\\n')\n"
+    (tmp_path / "score.py").write_text(reward)
+    assert load_function(str(tmp_path / "score.py"), "score")("x", {}) == 1.0
+    assert function_sha256(str(tmp_path / "score.py"), "score") == sha256_of(reward)
+
+
+TAMPERING = {
+    "replaces an entry through the table": (
+        "from gspo_bench.objectives.registry import _REGISTRY\n"
+        "_REGISTRY._entries['grpo'] = _REGISTRY._entries['gspo']\n", "objective 'grpo'"),
+    "removes an entry through the mapping face": (
+        "from gspo_bench.tasks.registry import _TASKS\ndel _TASKS['sort']\n", "task 'sort'"),
+    "replaces a registry": (
+        "from gspo_bench.registry import KINDS, Registry\nRegistry('correction')\n", "the correction registry"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERING))
+def test_a_plugin_that_changes_what_was_registered_before_it_is_refused_and_undone(case, tmp_path):
+    """A plugin adds names; one that replaces or removes an entry registered before it (a built-in) or a
+    registry is refused naming its file and what it changed, and every registry is as it was before it."""
+    from gspo_bench.objectives import get_objective
+    from gspo_bench.registry import KINDS
+    from gspo_bench.tasks import list_tasks
+
+    text, changed = TAMPERING[case]
+    grpo, tasks, registries = get_objective("grpo"), list_tasks(), dict(KINDS)
+    (tmp_path / "plugin.py").write_text(SAME_GRPO + text)
+    code, output = invoke("ls", "--plugin", str(tmp_path / "plugin.py"))
+    assert code == 2 and len(output.strip().splitlines()) == 1, output
+    assert f"{tmp_path / 'plugin.py'}: replaces or removes {changed}, registered before it: a plugin adds names of " \
+        "its own" in " ".join(output.split()), output
+    assert get_objective("grpo") is grpo and list_tasks() == tasks and KINDS == registries
+    assert "grpo_plugin" not in list_objectives()
+
+
+def test_the_installed_plugins_load_for_a_suite_without_plugins(tmp_path, monkeypatch):
+    """Every command that loads plugins loads the installed packages' ones, whether or not the suite has a
+    `plugins:` key: reading a suite file and validating a suite's data alike; a run records them."""
+    from gspo_bench.config import SuiteConfig
+    from gspo_bench.config.plugins import load_plugins
+
+    (tmp_path / "inst_pkg").mkdir()
+    (tmp_path / "inst_pkg" / "__init__.py").write_text("")
+    (tmp_path / "inst_pkg" / "losses.py").write_text(SAME_GRPO.replace("grpo_plugin", "grpo_installed"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fake_installed(monkeypatch, ("mine", "inst_pkg.losses"))
+    suite = write_suite(tmp_path / "suite", tmp_path / "cache", None, ["grpo_installed"])
+    assert "plugins" not in yaml.safe_load(suite.read_text())
+    code, output = invoke("validate", str(suite))
+    assert code == 0 and "grpo_installed-s0: grpo_installed" in output, output
+    unload_plugins()
+    SuiteConfig.model_validate(tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo_installed"}]))
+    assert [(p.name, p.registered) for p in load_plugins([])] == [("inst_pkg.losses", ("objective:grpo_installed",))]
+    (tmp_path / "inst_pkg" / "broken.py").write_text("import no_such_package_xyz\n")
+    fake_installed(monkeypatch, ("mine", "inst_pkg.losses"), ("zz", "inst_pkg.broken"))
+    code, output = invoke("validate", str(suite))  # one line naming the suite file, the plugin and the entry point
+    assert code == 2 and len(output.strip().splitlines()) == 1, output
+    assert f"{suite}: plugins: {tmp_path / 'inst_pkg' / 'broken.py'}:1: loading the plugin raised ModuleNotFoundError: " \
+        "No module named 'no_such_package_xyz'; installed plugin zz = inst_pkg.broken (entry point group " \
+        "gspo_bench.plugins)" in " ".join(output.split()), output
+
+
+def test_an_entry_point_of_a_module_and_attribute(tmp_path, monkeypatch):
+    """`my_pkg.losses:attr` imports the module (its import registers) and requires the attribute, as Python
+    resolves an entry point; a missing one is one line naming the entry point."""
+    (tmp_path / "ep_pkg").mkdir()
+    (tmp_path / "ep_pkg" / "__init__.py").write_text("")
+    (tmp_path / "ep_pkg" / "losses.py").write_text(SAME_GRPO.replace("grpo_plugin", "grpo_ep") + "class Box:\n    x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fake_installed(monkeypatch, ("mine", "ep_pkg.losses:Box.x"))
+    code, output = invoke("ls")
+    assert code == 0 and "grpo_ep" in output, output
+    fake_installed(monkeypatch, ("mine", "ep_pkg.losses:Box.y"))
+    code, output = invoke("ls")
+    assert code == 2 and f"{tmp_path / 'ep_pkg' / 'losses.py'}: no attribute 'Box.y'; installed plugin mine = " \
+        "ep_pkg.losses:Box.y (entry point group gspo_bench.plugins): name an attribute the module defines, or the " \
+        "module alone" in " ".join(output.split()), output
+
+
+def test_two_plugin_files_of_one_name_are_two_modules(tmp_path):
+    """a/xpo.py and b/xpo.py load side by side: neither shadows the other's module (their functions pickle
+    back to themselves, as a --parallel worker needs)."""
+    import pickle
+    import sys
+
+    from gspo_bench.config.plugins import load_plugins
+    from gspo_bench.objectives import get_objective
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "xpo.py").write_text(
+            "from gspo_bench.objectives import get_objective, register_objective\n"
+            f"@register_objective('xpo_{folder}', description='d', reference='r')\n"
+            f"def xpo_{folder}(logp, old_logp, advantages, mask, weights=None):\n"
+            "    return get_objective('grpo')(logp, old_logp, advantages, mask, weights=weights)\n")
+    a, b = load_plugins(["a/xpo.py", "b/xpo.py"], base=tmp_path)
+    assert (a.registered, b.registered) == (("objective:xpo_a",), ("objective:xpo_b",))
+    for name in ("xpo_a", "xpo_b"):
+        fn = get_objective(name)
+        assert sys.modules[fn.__module__].__file__ == str(tmp_path / name[-1] / "xpo.py")
+        assert pickle.loads(pickle.dumps(fn)) is fn
+
+
+def test_a_reward_name_that_is_not_callable_is_refused(tmp_path):
+    from gspo_bench.config.plugins import PluginError, load_function
+
+    (tmp_path / "score.py").write_text("compute_score = 0.5\n")
+    with pytest.raises(PluginError) as err:
+        load_function(str(tmp_path / "score.py"), "compute_score")
+    assert str(err.value) == f"{tmp_path / 'score.py'}: defines no function 'compute_score' (not callable)"
+    with pytest.raises(PluginError, match=r"score.py: defines no function 'other'$"):
+        load_function(str(tmp_path / "score.py"), "other")
+
+
+def test_a_plugin_of_a_correction_alone_is_recorded_and_taken_back(tmp_path):
+    """In a fresh process too (a command's), where nothing imported the corrections' registry before."""
+    import subprocess
+    import sys
+
+    from gspo_bench.config.plugins import load_plugins
+    from gspo_bench.objectives.corrections import list_corrections
+
+    (tmp_path / "tis.py").write_text(
+        "from gspo_bench.objectives.corrections import get_correction, register_correction\n"
+        "register_correction('my_tis', description='d', reference='r')(get_correction('tis'))\n")
+    fresh = subprocess.run([sys.executable, "-c", "from gspo_bench.config.plugins import load_plugins; "
+                            "print(load_plugins(['tis.py'])[0].registered)"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+    assert fresh.stdout == "('correction:my_tis',)\n", fresh.stderr[-2000:]
+    [plugin] = load_plugins(["tis.py"], base=tmp_path)
+    assert plugin.registered == ("correction:my_tis",) and "my_tis" in list_corrections()
+    unload_plugins()
+    assert "my_tis" not in list_corrections()

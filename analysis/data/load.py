@@ -215,6 +215,7 @@ def _meta(run_dir: Path, status: StatusRecord, config: dict, prov: ProvenanceRec
         "plugin": plugin_of(run_cfg.get("objective"), prov),  # the plugin file of the objective ("" built in)
         "task": task.get("name"),
         "task_params": task.get("params") or {},
+        "task_baseline": prov.get("task_baseline"),  # as the run computed it (None: none, or an older run)
         "replay": bool(run_cfg.get("replay", False)),
         "replay_from": run_cfg.get("replay_from") or ("old_pass" if run_cfg.get("replay") else None),
         "seed": int(run_cfg.get("seed", 0)),

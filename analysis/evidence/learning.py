@@ -16,7 +16,9 @@ An objective learned when every one of its finished seeds did. Which objective l
 in groups where some objective learned; elsewhere the answer says that nothing learned.
 
 **The chance baseline** of the task (`gspo_bench.tasks.task_baseline`: the reward of well-formed
-responses with random choices), or the runs' own `reward/baseline` column where they wrote one.
+responses with random choices) as the runs recorded it (provenance.json's `task_baseline`), or the
+runs' own `reward/baseline` column where they wrote one. Runs from before that record use the
+package's own task's; a plugin's task is never built here (the report runs no plugin code).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from analysis.data.load import Results
 from analysis.stats.library import ALPHA
 from analysis.stats.metrics import FINAL_FRACTION
 from gspo_bench.tasks import task_baseline
+from gspo_bench.tasks.registry import is_package_task
 
 START_STEPS = 10  # steps a training-reward start is the mean of
 EVAL_PREFIX = "gspo_"  # lm-eval name of a suite's own task: gspo_bench.train.evaluation.lm_eval_name
@@ -135,12 +138,18 @@ def learning_rows(results: Results) -> tuple[pd.DataFrame, Source]:
 
 
 def baseline(results: Results) -> Baseline | None:
-    """The group's chance baseline: the runs' `reward/baseline` column where written, else the task's."""
+    """The group's chance baseline: the runs' `reward/baseline` column where written, else the task's as
+    the runs recorded it, else (runs from before that record) the package's own task's."""
     written = results.metrics["reward/baseline"].dropna() if "reward/baseline" in results.metrics else pd.Series()
     if len(written):
         return Baseline(float(written.mean()), float("nan"), "reward/baseline, as the runs wrote it")
-    tasks = results.runs[["task", "task_params"]].dropna(subset=["task"])
+    tasks = results.runs.dropna(subset=["task"])
     if tasks.empty or tasks["task"].nunique() > 1:
+        return None
+    recorded = [r for r in tasks.get("task_baseline", pd.Series(dtype=object)) if isinstance(r, dict)]
+    if recorded:
+        return Baseline(float(recorded[0]["mean"]), float(recorded[0]["std"]), str(recorded[0]["policy"]))
+    if not is_package_task(tasks["task"].iloc[0]):
         return None
     found = task_baseline(tasks["task"].iloc[0], tasks["task_params"].iloc[0])
     return None if found is None else Baseline(found.mean, found.std, found.policy)

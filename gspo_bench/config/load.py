@@ -252,22 +252,22 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> Sui
 
 
 def with_plugins(data: Any, path: Path) -> Any:
-    """The suite data of file `path` with its plugins loaded and their files named by absolute path (the
-    suite written beside the results, the workers and the report find them from anywhere); SuiteError
-    naming the suite file and the plugin's one line for a plugin that cannot be loaded."""
+    """The suite data of file `path` with the installed plugins and its own loaded and its plugin files
+    named by absolute path (the suite written beside the results and the workers find them from
+    anywhere); SuiteError naming the suite file and the plugin's one line for a plugin that cannot be
+    loaded. A suite without `plugins:` still sees the installed packages' plugins."""
     from gspo_bench.config.plugins import PluginError, load_plugins, resolve
 
     if not isinstance(data, dict):
         return data
     data = with_reward_file(data, path)
-    if not isinstance(data.get("plugins"), list):
-        return data
-    names = [resolve(str(name), path.resolve().parent) for name in data["plugins"]]
+    given = isinstance(data.get("plugins"), list)
+    names = [resolve(str(name), path.resolve().parent) for name in data["plugins"]] if given else []
     try:
         load_plugins(names)
     except PluginError as err:
         raise SuiteError(f"{path}: plugins: {err}") from None
-    return data | {"plugins": names}
+    return data | {"plugins": names} if given else data
 
 
 def dump_config(config: BaseModel) -> str:

@@ -1,14 +1,19 @@
 """Plugins: a user's own objectives, corrections, tasks and rollout engines, registered by the same
 decorators the package uses, in a Python file or an importable module a suite names
 (`plugins: [xpo.py, my_pkg.losses]`, files relative to the suite file) or that an installed package
-offers through the entry-point group `gspo_bench.plugins`.
+offers through the entry-point group `gspo_bench.plugins`. Every command that loads a suite's or the
+command line's plugins (`load_plugins`) loads the installed ones first; the commands that read results
+(`report`, `figures`, `regress`, `reproduce`, `import`) load none: what they need of a plugin is in the
+run records (provenance.json's `plugins`, `task_baseline`).
 
 Loading one is all or nothing: a missing file, a syntax error, an import that fails, a name that
-collides with a registered one, or a plugin that registers nothing is a `PluginError` of one line
-naming the file (and line) and the problem, and whatever the plugin had registered before it failed
-is taken back out. A loaded plugin is remembered by its path: the sweep points, the workers and the
-report that read the suite again find it loaded. Each record keeps the file's sha256 (a run's
-provenance) and the names it registered (the report tells plugin arms apart by them).
+collides with a registered one, a plugin that registers nothing, or one that replaced or removed an
+entry registered before it (the registries are added to, never changed) is a `PluginError` of one
+line naming the file (and line) and the problem, and the registries are put back as they were before
+it. A loaded plugin is remembered by its path: the sweep points, the workers and the commands that
+read the suite again find it loaded. Each record keeps the sha256 of the bytes that were executed
+(read once, hashed and compiled from the same bytes: an edit after loading is not what ran) and the
+names it registered (the report tells plugin arms apart by them).
 Importing this module loads no torch; loading a plugin imports the registries (and so torch).
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import sys
@@ -37,7 +43,7 @@ class PluginError(ValueError):
 class Plugin:
     name: str  # as the suite or entry point names it: a file path or a module
     path: str  # the file that was executed (a module's __file__)
-    sha256: str  # of that file
+    sha256: str  # of the bytes of that file that were executed when it loaded
     registered: tuple[str, ...]  # "objective:xpo", "task:my_task", ... what loading it added
 
     def record(self) -> PluginRecord:
@@ -68,6 +74,7 @@ def file_sha256(path: str | Path) -> str:
 def _registries() -> dict[str, Any]:
     """kind -> its Registry, the package's own registrations made first (they are not the plugin's)."""
     import gspo_bench.objectives
+    import gspo_bench.objectives.corrections
     import gspo_bench.rollout
     import gspo_bench.tasks  # noqa: F401
     from gspo_bench.registry import KINDS
@@ -79,31 +86,75 @@ def load_plugin(name: str) -> Plugin:
     """Load the plugin `name` (an absolute file path, see `resolve`, or a module name) once per process."""
     if name in _LOADED:
         return _LOADED[name]
-    registries = _registries()
-    before = {kind: set(table) for kind, table in registries.items()}
+    from gspo_bench.registry import KINDS
+
+    registries, kinds = _registries(), dict(KINDS)
+    before = {kind: table.snapshot() for kind, table in registries.items()}
+    made: list[str] = []  # the modules this load put in sys.modules
     try:
         if is_file_plugin(name):
-            _execute_file(name)
+            module, sha256 = _execute_file(name)
+            made.append(module)
             path = Path(name)
         else:
-            path = _import_module(name)
-        added = tuple(f"{kind}:{n}" for kind, table in registries.items() for n in sorted(set(table) - before[kind]))
+            made += [] if name in sys.modules else [name]
+            path, sha256 = _import_module(name)
+        _check_untouched(path, registries, before)
+        added = tuple(f"{kind}:{n}" for kind, table in registries.items() for n in sorted(set(table) - set(before[kind])))
         if not added:
             raise PluginError(f"{path}: registers nothing (no objective, correction, task or rollout engine): "
                               "decorate its functions with register_objective, register_correction, register_task "
                               "or register_engine")
-    except BaseException:
-        for kind, table in registries.items():  # all or nothing: take back what it registered before it failed
-            for added_name in set(table) - before[kind]:
-                del table[added_name]
+    except BaseException:  # all or nothing: the registries as they were before it
+        KINDS.clear()
+        KINDS.update(kinds)
+        for kind, table in registries.items():
+            table.restore(before[kind])
+        for module in made:  # a later load runs it again
+            sys.modules.pop(module, None)
         raise
-    _LOADED[name] = Plugin(name, str(path), file_sha256(path), added)
+    _LOADED[name] = Plugin(name, str(path), sha256, added)
     return _LOADED[name]
 
 
-def _execute_file(name: str, module_prefix: str = "gspo_bench_plugin_") -> str:
-    """Run the Python file `name` as a module of its own (in sys.modules: its dataclasses and pickles
-    work); the module's name."""
+def _check_untouched(path: Path, registries: dict[str, Any], before: dict[str, dict[str, tuple[Any, str]]]) -> None:
+    """PluginError naming the plugin at `path` and what it changed where loading it replaced or removed an
+    entry registered before it (through a registry's mapping face or its tables) or a registry itself."""
+    from gspo_bench.registry import KINDS
+
+    changed = [f"the {kind} registry" for kind, table in registries.items() if KINDS.get(kind) is not table]
+    for kind, table in registries.items():
+        now = table.snapshot()
+        changed += [f"{kind} {name!r}" for name, (entry, origin) in before[kind].items()
+                    if name not in now or now[name][0] is not entry or now[name][1] != origin]
+    if changed:
+        shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+        raise PluginError(f"{path}: replaces or removes {shown}, registered before it: a plugin adds names of its own "
+                          "(register_objective, register_task, ...) and leaves the registries' entries as they are")
+
+
+def _run_source(module_name: str, spec: importlib.machinery.ModuleSpec, path: Path) -> str:
+    """Execute the file `path` as the module `module_name` of `spec` (put in sys.modules: its dataclasses
+    and pickles work) from bytes read once; the sha256 of those bytes. PluginError naming the file (and
+    line) where it cannot be read or raises."""
+    try:
+        source = path.read_bytes()
+    except OSError as err:
+        raise PluginError(f"{path}: cannot be read ({err.strerror or err})") from None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 (the user's plugin)
+    except BaseException as err:
+        sys.modules.pop(module_name, None)
+        raise PluginError(_failure_line(path, err)) from None
+    return hashlib.sha256(source).hexdigest()
+
+
+def _execute_file(name: str, module_prefix: str = "gspo_bench_plugin_") -> tuple[str, str]:
+    """Run the Python file `name` as a module of its own, named by its stem and a hash of its whole path
+    (two files of one stem in two folders are two modules); the module's name and the sha256 of the
+    bytes that ran."""
     path = Path(name)
     if not path.is_file():
         raise PluginError(f"{path}: no such {'plugin ' if module_prefix == 'gspo_bench_plugin_' else ''}file")
@@ -111,26 +162,37 @@ def _execute_file(name: str, module_prefix: str = "gspo_bench_plugin_") -> str:
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise PluginError(f"{path}: not a Python file Python can load")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException as err:
-        sys.modules.pop(module_name, None)
-        raise PluginError(_failure_line(path, err)) from None
-    return module_name
+    return module_name, _run_source(module_name, spec, path)
 
 
-def _import_module(name: str) -> Path:
-    """Import the plugin module `name`; its file."""
+def _import_module(name: str) -> tuple[Path, str]:
+    """Import the plugin module `name` (from its source, read once); its file and the sha256 of the bytes
+    that ran. A module that is not Python source (compiled, a namespace package) is imported as Python
+    imports it and its file hashed."""
+    if name in sys.modules:  # imported before this load (by the package or another plugin): nothing runs now
+        module = sys.modules[name]
+        path = Path(getattr(module, "__file__", None) or name)
+        return path, file_sha256(path) if path.is_file() else ""
+    missing = PluginError(f"{name}: no module named {name!r} (a plugin module must be importable: installed, or on "
+                          "PYTHONPATH; a file is named by its path, ending in .py)")
     try:
-        module = importlib.import_module(name)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and not (isinstance(spec.loader, importlib.machinery.SourceFileLoader) and spec.origin):
+            module = importlib.import_module(name)
+            path = Path(getattr(module, "__file__", None) or name)
+            return path, file_sha256(path) if path.is_file() else ""
     except ModuleNotFoundError as err:
-        raise PluginError(f"{name}: no module named {err.name!r} (a plugin module must be importable: installed, "
-                          "or on PYTHONPATH; a file is named by its path, ending in .py)") from None
-    except BaseException as err:
+        raise PluginError(str(missing).replace(repr(name), repr(err.name or name), 1)) from None
+    except BaseException as err:  # a parent package that raises, a name Python cannot import
         raise PluginError(_failure_line(Path(name), err)) from None
-    return Path(module.__file__ or name)
+    if spec is None:
+        raise missing
+    path = Path(str(spec.origin))
+    sha256 = _run_source(name, spec, path)
+    parent, _, child = name.rpartition(".")
+    if parent in sys.modules:  # `import my_pkg.losses` finds it as an attribute of my_pkg, as an import would
+        setattr(sys.modules[parent], child, sys.modules[name])
+    return path, sha256
 
 
 def _failure_line(path: Path, err: BaseException) -> str:
@@ -147,7 +209,7 @@ def _failure_line(path: Path, err: BaseException) -> str:
     return f"{where}: loading the plugin raised {type(err).__name__}: {what}"
 
 
-_FUNCTIONS: dict[tuple[str, str], Any] = {}
+_FUNCTIONS: dict[tuple[str, str], tuple[Any, str]] = {}  # (path, name) -> (the function, sha256 of its file as run)
 
 
 def load_function(path: str, name: str) -> Any:
@@ -155,52 +217,69 @@ def load_function(path: str, name: str) -> Any:
     PluginError naming the file and the problem (no such file, a syntax or import error, no such name,
     not callable). Loaded once per process."""
     if (path, name) not in _FUNCTIONS:
-        module_name = _execute_file(path, module_prefix="gspo_bench_function_")
+        module_name, sha256 = _execute_file(path, module_prefix="gspo_bench_function_")
         fn = getattr(sys.modules[module_name], name, None)
         if not callable(fn):
             raise PluginError(f"{path}: defines no function {name!r}" + ("" if fn is None else " (not callable)"))
-        _FUNCTIONS[(path, name)] = fn
-    return _FUNCTIONS[(path, name)]
+        _FUNCTIONS[(path, name)] = (fn, sha256)
+    return _FUNCTIONS[(path, name)][0]
 
 
-_INSTALLED: dict[str, list[str]] = {}  # "modules": the entry points' modules, read once per process
+def function_sha256(path: str, name: str) -> str:
+    """The sha256 of the bytes of file `path` that were executed when its function `name` was loaded
+    (loading it now where it was not): what a run records of its reward file."""
+    load_function(path, name)
+    return _FUNCTIONS[(path, name)][1]
 
 
-def installed_plugins() -> list[str]:
-    """Modules that installed packages offer as plugins (entry-point group `gspo_bench.plugins`), read
-    once per process (every suite validation asks: a sweep validates each of its points)."""
-    if "modules" not in _INSTALLED:
-        _INSTALLED["modules"] = sorted({ep.value.split(":")[0].strip()
-                                        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
-    return list(_INSTALLED["modules"])
+_INSTALLED: dict[str, list[importlib.metadata.EntryPoint]] = {}  # "points": the group's entry points, read once
+
+
+def installed_entry_points() -> list[importlib.metadata.EntryPoint]:
+    """The entry points installed packages offer as plugins (group `gspo_bench.plugins`), read once per
+    process (every suite validation asks: a sweep validates each of its points)."""
+    if "points" not in _INSTALLED:
+        _INSTALLED["points"] = sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP),
+                                      key=lambda point: (point.name, point.value))
+    return list(_INSTALLED["points"])
+
+
+def load_entry_point(point: importlib.metadata.EntryPoint) -> Plugin:
+    """Load the installed plugin of entry point `point`: its value names a module (`my_pkg.losses`),
+    whose import registers, or `module:attribute`, the module imported the same way and the attribute
+    then required to exist (as Python resolves an entry point). PluginError naming the entry point and
+    its distribution."""
+    dist = getattr(getattr(point, "dist", None), "name", None)
+    where = f"installed plugin {point.name} = {point.value} (entry point group {ENTRY_POINT_GROUP}" + (
+        f" of {dist})" if dist else ")")
+    try:
+        plugin = load_plugin(point.module)
+    except PluginError as err:
+        raise PluginError(f"{err}; {where}") from None
+    found: Any = sys.modules[point.module]
+    for part in (point.attr or "").split(".") if point.attr else []:
+        if not hasattr(found, part):
+            raise PluginError(f"{plugin.path}: no attribute {point.attr!r}; {where}: name an attribute the module "
+                              "defines, or the module alone")
+        found = getattr(found, part)
+    return plugin
 
 
 def load_plugins(names: list[str] | tuple[str, ...] = (), base: Path | None = None) -> list[Plugin]:
-    """The installed packages' plugins, then `names` (files resolved from `base`, default the working
-    folder); the named ones' records, in order."""
-    for module in installed_plugins():
-        load_plugin(module)
-    return [load_plugin(resolve(name, base or Path.cwd())) for name in names]
+    """The one way plugins load: the installed packages' plugins (every entry point of the group), then
+    `names` (files resolved from `base`, default the working folder); the records of all of them, the
+    installed ones first, each once. Every command that loads a suite's or the command line's plugins
+    calls it; the commands that read results never do."""
+    found: list[Plugin] = []
+    for plugin in [*map(load_entry_point, installed_entry_points()),
+                   *(load_plugin(resolve(name, base or Path.cwd())) for name in names)]:
+        found += [] if plugin in found else [plugin]
+    return found
 
 
 def loaded_plugins() -> list[Plugin]:
     """Every plugin loaded in this process, in loading order."""
     return list(_LOADED.values())
-
-
-def recorded_plugins(results: list[Path]) -> list[str]:
-    """The plugins that the suites under `results` (their OUT/<suite>/suite.yaml files, two levels deep
-    at most) were run with: the report loads them to build what their runs registered (a plugin task's
-    baseline)."""
-    from gspo_bench.config.yamlread import read_yaml
-
-    found: list[str] = []
-    for root in results:
-        for path in [root / "suite.yaml", *root.glob("*/suite.yaml")]:
-            if path.is_file():
-                data = read_yaml(path.read_text(encoding="utf-8"))
-                found += [str(n) for n in (data.get("plugins") or []) if str(n) not in found] if isinstance(data, dict) else []
-    return found
 
 
 def unload_plugins() -> None:

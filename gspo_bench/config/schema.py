@@ -665,12 +665,13 @@ class SuiteConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _plugins_first(cls, data: Any) -> Any:
-        """The plugins register their names before the objectives, tasks and engines are checked against
-        the registries (once per process: a sweep point or a worker's copy finds them loaded)."""
-        if isinstance(data, dict) and isinstance(data.get("plugins"), list):
+        """The plugins (the installed packages' and the suite's) register their names before the
+        objectives, tasks and engines are checked against the registries (once per process: a sweep
+        point or a worker's copy finds them loaded)."""
+        if isinstance(data, dict):
             from gspo_bench.config.plugins import load_plugins
 
-            load_plugins([str(name) for name in data["plugins"]])
+            load_plugins([str(name) for name in data["plugins"]] if isinstance(data.get("plugins"), list) else [])
         return data
 
     @model_validator(mode="before")

@@ -68,6 +68,16 @@ class PluginRecord(TypedDict):
     registered: list[str]
 
 
+class TaskBaselineRecord(TypedDict):
+    """The chance baseline of a run's task (gspo_bench.tasks.task_baseline) as the run computed it: the
+    mean and per-response standard deviation of the reward of `policy` over `samples` problems."""
+
+    mean: float
+    std: float
+    samples: int
+    policy: str
+
+
 class ProvenanceRecord(TypedDict, total=False):
     """provenance.json: what the run was computed with and where; written at its start (the first
     nine fields by `gspo_bench.rundir.folder.provenance`), at each resume and at its end. Older
@@ -87,7 +97,8 @@ class ProvenanceRecord(TypedDict, total=False):
     suite_sha256: str | None  # of the suite file the run started with
     warm_start: WarmStartRecord
     resumed: list[ResumeRecord]
-    plugins: list[PluginRecord]  # the suite's plugins (none before plugins existed)
+    plugins: list[PluginRecord]  # the installed and the suite's plugins (none before plugins existed)
+    task_baseline: TaskBaselineRecord | None  # of the run's task (None: it declares none; absent: older runs)
 
 
 def status_problem(body: Mapping[str, object]) -> str | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from gspo_bench.registry import Registry
+from gspo_bench.registry import Registry, origin_of
 from gspo_bench.tasks.base import Baseline, Task
 
 
@@ -28,7 +28,8 @@ def register_task(
     name: str, description: str, needs_params: bool = False
 ) -> Callable[[Callable[..., Task]], Callable[..., Task]]:
     def decorate(factory: Callable[..., Task]) -> Callable[..., Task]:
-        _TASKS.add(name, TaskSpec(name, factory, description, needs_params), factory.__module__)
+        origin = origin_of("task", name, factory)
+        _TASKS.add(name, TaskSpec(name, factory, description, needs_params), origin)
         return factory
 
     return decorate
@@ -41,6 +42,11 @@ def list_tasks() -> list[str]:
 def generated_tasks() -> list[str]:
     """Tasks that build with their default params (not from the user's data)."""
     return [name for name in list_tasks() if not _TASKS[name].needs_params]
+
+
+def is_package_task(name: str) -> bool:
+    """Whether `name` is one of the package's own tasks (not a plugin's, nor unknown)."""
+    return _TASKS.by_package(name)
 
 
 def task_spec(name: str) -> TaskSpec:

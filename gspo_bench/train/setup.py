@@ -20,7 +20,7 @@ from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import RolloutEngine, make_engine
 from gspo_bench.rundir.folder import RunDir, config_problem, now, provenance
 from gspo_bench.rundir.lock import RunBusyError, RunLock
-from gspo_bench.rundir.records import ProvenanceRecord, WarmStartRecord
+from gspo_bench.rundir.records import ProvenanceRecord, TaskBaselineRecord, WarmStartRecord
 from gspo_bench.rundir.renames import current_run_keys
 from gspo_bench.runtime.distributed import World, device_for, shard, world_from_env
 from gspo_bench.runtime.hardware import require_device
@@ -110,6 +110,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
         prov["warm_start"] = warm_start_record(spec)
         prov["plugins"] = [plugin.record() for plugin in load_plugins(suite.plugins)]
+        prov["task_baseline"] = recorded_task_baseline(suite)
         prompt_format = run_prompt_format(suite, tokenizer)
         engine = make_run_engine(suite, tokenizer, weights, device)
         check_replay_engine(spec.entry, engine, suite)
@@ -296,15 +297,26 @@ def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planne
 
 
 def code_hashes(suite: SuiteConfig) -> dict[str, str]:
-    """{plugin or reward file: sha256 of the file as it is now}: a plugin or reward function edited since
+    """{plugin (installed or the suite's) or reward file: sha256 of the bytes this process executed}: the
+    code the run ran (a file edited after it loaded is not), and a plugin or reward function edited since
     a run started is a change of the run's settings (config.yaml's `run.plugins`), refused on resume as an
     edited suite is."""
-    from gspo_bench.config.plugins import file_sha256
+    from gspo_bench.config.plugins import function_sha256
 
-    found = {plugin.name: file_sha256(plugin.path) for plugin in load_plugins(suite.plugins)}
+    found = {plugin.name: plugin.sha256 for plugin in load_plugins(suite.plugins)}
     if suite.task.reward is not None:
-        found[suite.task.reward.file] = file_sha256(suite.task.reward.file)
+        found[suite.task.reward.file] = function_sha256(suite.task.reward.file, suite.task.reward.name)
     return found
+
+
+def recorded_task_baseline(suite: SuiteConfig) -> TaskBaselineRecord | None:
+    """The chance baseline of the suite's task as its run records it (provenance.json's `task_baseline`;
+    None for a task that declares none): the report reads it there and never builds a plugin's task."""
+    from gspo_bench.tasks import task_baseline
+
+    found = task_baseline(suite.task.name, suite.task.params)
+    return None if found is None else {"mean": found.mean, "std": found.std, "samples": found.samples,
+                                       "policy": found.policy}
 
 
 def config_changes(run_dir: Path, spec: Any) -> list[str]:  # spec: as resolved_config's
