@@ -186,3 +186,31 @@ def test_the_runs_are_told_to_stop_as_the_signal_arrives_not_at_the_next_wait(st
                                   lambda signum: (told.append(signum), launch._stop_workers(stop, reason, signum)))
     assert queue.told_inside == [signal.SIGINT]
     assert stop.is_set() and reason.value == signal.SIGINT
+
+
+def test_a_stop_deferred_under_the_default_handlers_is_delivered_to_them():
+    """Outside the command line (a library user's process, a worker before its handlers) SIGINT has
+    Python's own handler and SIGTERM the system's: a stop deferred inside must reach them as the block
+    ends, a KeyboardInterrupt and the process's end by SIGTERM, never be dropped."""
+    import subprocess
+    import sys
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        reached = []
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            with stops_deferred() as stops:
+                signal.raise_signal(signal.SIGINT)
+                reached.append("after SIGINT")
+            reached.append("after the block")
+        assert reached == ["after SIGINT"] and stops == [signal.SIGINT]
+        assert not isinstance(stopped.value, Stopped)  # Python's own, as the handler of before raises it
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+    code = ("import signal\nfrom gspo_bench.runtime.stopping import stops_deferred\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+            "with stops_deferred():\n    signal.raise_signal(signal.SIGTERM)\n    print('deferred', flush=True)\n"
+            "print('dropped', flush=True)\n")
+    ended = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert ended.returncode == -signal.SIGTERM and ended.stdout == "deferred\n", (ended.returncode, ended.stdout, ended.stderr)
