@@ -196,6 +196,25 @@ def test_bad_tolerance_files_name_the_file_and_the_field(tmp_path):
         load_tolerances(bad)
 
 
+def test_the_old_min_reward_gain_key_is_refused_naming_its_new_name(tmp_path):
+    """`min_reward_gain` (an absolute gain) became `min_reward_rise` (a share of the room to reward 1): a
+    file still giving the old key would be checked with no reward rule at all, silently. It is refused,
+    naming the new key, even beside a valid `min_reward_rise`; so is any other key that is no rule."""
+    good = yaml.safe_load(TOLERANCES.read_text())
+    bad = tmp_path / "t.yaml"
+    for old in ({"min_reward_gain": 0.05}, {"min_reward_gain": 0.05, "min_reward_rise": 0.1}):
+        bad.write_text(yaml.safe_dump(good | old))
+        with pytest.raises(ValueError, match=re.escape(f"{bad}: min_reward_gain is now min_reward_rise, a share of the "
+                                                       "room to reward 1")):
+            load_tolerances(bad)
+    bad.write_text(yaml.safe_dump(good | {"min_reward_rise": 0.1}))
+    assert load_tolerances(bad)["min_reward_rise"] == 0.1
+    bad.write_text(yaml.safe_dump(good | {"min_reward_rse": 0.1}))  # any other unknown key: no rule, silently
+    with pytest.raises(ValueError, match=re.escape(f"{bad}: unknown keys ['min_reward_rse'] (the rules are first_step, "
+                                                   "trajectory, min_reward_rise)")):
+        load_tolerances(bad)
+
+
 def test_a_tolerance_file_with_a_repeated_metric_is_refused(tmp_path):
     """YAML lets the last of two equal keys win silently: a metric's band given twice is refused, naming
     the file, the key and both lines (issue #40 item 5, cause 12)."""

@@ -43,6 +43,7 @@ from gspo_bench.config.yamlread import read_yaml
 DEFAULT_TOLERANCES = Path(__file__).with_name("regress_tolerances.yaml")
 RUN_FILES = ("metrics.parquet", "layers.parquet", "eval.parquet", "config.yaml", "provenance.json", "status.json")
 FIRST_STEP = "first step"
+TOLERANCE_KEYS = ("first_step", "trajectory", "min_reward_rise")  # a tolerance file's top-level keys
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,9 @@ def load_tolerances(path: Path) -> dict:
     if "min_reward_gain" in data:  # an absolute gain: refused a run that started close to the top
         raise ValueError(f"{path}: min_reward_gain is now min_reward_rise, a share of the room to reward 1 "
                          "(final - first >= share x (1 - first))")
+    extra = sorted(set(map(str, data)) - set(TOLERANCE_KEYS))
+    if extra:  # a misspelt rule would be no rule at all, silently
+        raise ValueError(f"{path}: unknown keys {extra} (the rules are {', '.join(TOLERANCE_KEYS)})")
     if "min_reward_rise" in data:
         _number(path, "min_reward_rise", data["min_reward_rise"])
     return data
