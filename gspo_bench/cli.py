@@ -461,19 +461,29 @@ def check(
     params: list[str] | None = typer.Option(None, "--param", metavar="KEY=VALUE", help="one of the objective's "
                                             "keywords (a suite entry's params, clip_low, clip_high), the value read "
                                             "as YAML; repeatable. Default: the function's defaults"),
+    timeout: float = typer.Option(60.0, min=0.001, metavar="SECONDS", help="time limit of each property (a loss "
+                                  "that loops or waits fails it; POSIX)"),
 ) -> None:
     """The conformance kit: measure the properties every objective must have (finite at extreme ratios,
     padding and order invariance, zero advantages, the on-policy gradient of its reduction, ascent,
-    micro-batch exactness, declared inputs, measurements) on small batches; exit 1 on a failure."""
+    micro-batch exactness, declared inputs, measurements) on small batches; exit 1 on a failure, or
+    where the objective breaks its contract (what it returns, its inputs unchanged), raises or runs
+    past --timeout (one line naming it)."""
     from gspo_bench.objectives import UnknownObjectiveError, objective_spec
-    from gspo_bench.objectives.conformance import check_objective
+    from gspo_bench.objectives.conformance import ContractError, check_objective
 
     load_plugins_or_fail(plugins)
     try:
         objective_spec(name)
     except UnknownObjectiveError as err:
         raise fail(str(err)) from None
-    findings = check_objective(name, seed, settings=kit_settings(name, params or []))
+    settings = kit_settings(name, params or [])
+    try:
+        findings = check_objective(name, seed, settings=settings, timeout=timeout)
+    except ContractError as err:
+        if debug_on():
+            raise
+        raise fail(str(err), 1) from None
     for f in findings:
         verdict = "n/a" if f.passed is None else "pass" if f.passed else "FAIL"
         number = "-" if f.passed is None else f"{f.measured:.3g}"
@@ -506,10 +516,41 @@ def kit_settings(name: str, items: list[str]) -> dict[str, Any]:
         if key not in takes:
             raise fail(f"--param {key}: objective {name} takes no keyword {key!r}; it takes: {', '.join(takes) or 'none'}")
         try:
-            settings[key] = read_yaml(text)
+            settings[key] = param_value(spec.fn, key, read_yaml(text))
         except ValueError as err:
             raise fail(f"--param {key}: {err}") from None
     return settings
+
+
+def param_value(function: Any, key: str, value: Any) -> Any:
+    """`value` (read as YAML) as `function`'s keyword `key` takes it: of the type its hint names, or its
+    default's type where it has no hint (an int is taken for a float, a boolean for no number), and
+    finite; ValueError naming the type expected and the value given."""
+    import typing
+
+    from pydantic import PydanticSchemaGenerationError, TypeAdapter, ValidationError
+
+    from gspo_bench.config.schema import nonfinite_numbers
+
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # a hint naming what its module does not define: go by the default
+        hints = {}
+    default = inspect.signature(function).parameters[key].default
+    expected = hints.get(key, type(default) if isinstance(default, bool | int | float | str) else Any)
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(expected)
+    except PydanticSchemaGenerationError:  # a type pydantic cannot check (a tensor): the objective's to check
+        adapter = TypeAdapter(Any)
+    try:
+        value = adapter.validate_python(value, strict=True)
+    except ValidationError as err:
+        kind = getattr(expected, "__name__", str(expected))
+        raise ValueError(f"expected {kind} (the objective's type for it), got {value!r} ({type(value).__name__}): "
+                         f"{err.errors()[0]['msg'][:1].lower()}{err.errors()[0]['msg'][1:]}") from None
+    if nonfinite_numbers({key: value}):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return value
 
 
 def probe_cell(row: dict, column: str) -> str:

@@ -17,6 +17,13 @@ reports the reason instead of a pass. The properties:
 - `inputs_used`: each declared extra input changes the loss or its gradient;
 - `metrics`: the measurements every objective returns are present, scalars, finite and in range.
 
+Before any property, every call checks the objective's contract: it returns the pair (loss, metrics),
+the loss a 0-d floating tensor through which the gradient flows to `logp`, the metrics a dict of names
+to numbers (or one-element tensors), and it leaves its inputs as it got them. A break of it, an
+exception the objective raises, or a property that runs past its time limit (`CHECK_SECONDS`; a loss
+that loops or waits) is a `ContractError` of one line naming the objective, the check and what it
+returned or did.
+
 Pure tensors, no printing: the command line prints the findings.
 """
 
@@ -25,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,11 +40,18 @@ from typing import Any
 import torch
 
 from gspo_bench.objectives.registry import CONFORMANCE_PROPERTIES, ObjectiveSpec, objective_spec
+from gspo_bench.runtime.time_limit import TimeLimitExceeded, time_limit
 
 TOLERANCE = 1e-5  # relative: max |difference| / (1 + max |reference|)
 REQUIRED_METRICS = ("clip/frac", "clip/frac_low", "clip/frac_high", "ratio/token_mean", "ratio/token_var",
                     "ratio/token_min", "ratio/token_max", "ratio/seq_mean", "ratio/seq_var", "logratio/token_var",
                     "kl/old_new")
+CHECK_SECONDS = 60.0  # default time limit of one property (the built-in objectives take milliseconds)
+
+
+class ContractError(ValueError):
+    """The objective broke its contract on the kit's batch (what it returned, its inputs changed), raised,
+    or ran past the time limit; one line naming the objective, the check and what happened."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +84,67 @@ def random_batch(seed: int, b: int = 6, t: int = 7, scale: float = 0.1) -> Batch
 
 def call(spec: ObjectiveSpec, batch: Batch, logp: torch.Tensor | None = None, **extra: Any) -> tuple[torch.Tensor, dict[str, Any]]:
     """The objective on `batch` (with `logp` in place of its own), its declared inputs at neutral values
-    unless given: mu = pi_old, no router shift, a generator seeded 0."""
+    unless given: mu = pi_old, no router shift, a generator seeded 0. ContractError where it raises,
+    returns anything but (loss, metrics) as the module docstring says, or changes an input in place."""
     neutral = {"sampling_logp": batch.old_logp, "router_shift": torch.zeros(batch.logp.shape),
                "generator": torch.Generator().manual_seed(0)}
     kw = {k: v for k, v in neutral.items() if k in spec.inputs} | extra
-    return spec.fn(logp=batch.logp if logp is None else logp, old_logp=batch.old_logp, advantages=batch.advantages,
-                   mask=batch.mask, **kw)
+    logp = batch.logp if logp is None else logp
+    inputs: dict[str, Any] = {"logp": logp, "old_logp": batch.old_logp, "advantages": batch.advantages,
+                              "mask": batch.mask} | kw
+    before = {k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    try:
+        result = spec.fn(**inputs)
+    except (ContractError, TimeLimitExceeded):
+        raise
+    except Exception as err:
+        what = str(err).splitlines()[0] if str(err) else ""
+        raise ContractError(f"raised {type(err).__name__}: {what}") from err
+    changed = [k for k, v in before.items() if not same(inputs[k].detach(), v)]
+    if changed:
+        raise ContractError(f"changed its input {changed[0]!r} in place; an objective leaves its inputs as it got "
+                            f"them (the training loop reads them again): work on a copy ({changed[0]} = "
+                            f"{changed[0]}.clone())")
+    return check_result(result, needs_grad=logp.requires_grad)
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shape, dtype and values, NaN equal to NaN."""
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all()
+                                                               if a.is_floating_point() else torch.equal(a, b))
+
+
+def shown(value: Any) -> str:
+    """A returned value in a few words: a tensor by its shape and dtype, a tuple by its length."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)} ({str(value.dtype).removeprefix('torch.')})"
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of {len(value)} items"
+    text = repr(value)
+    return f"{text[:60] + '...' if len(text) > 60 else text} ({type(value).__name__})"
+
+
+def check_result(result: Any, needs_grad: bool) -> tuple[torch.Tensor, dict[str, Any]]:
+    """`result` as (loss, metrics), or ContractError saying which part of the contract it breaks."""
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        raise ContractError(f"returned {shown(result)}; an objective returns the pair (loss, metrics)")
+    loss, metrics = result
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
+        raise ContractError(f"returned as its loss {shown(loss)}; the loss is a 0-d floating tensor (the token "
+                            "terms reduced to one number: gspo_bench.objectives.reduce)")
+    if needs_grad and not loss.requires_grad:
+        raise ContractError("returned a loss that does not depend on logp (detached, or computed from .item() or "
+                            "numpy values): no gradient flows; compute the loss from logp with torch operations")
+    if not isinstance(metrics, dict):
+        raise ContractError(f"returned as its metrics {shown(metrics)}; the metrics are a dict of names to numbers")
+    for key, value in metrics.items():
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        scalar = isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype != torch.bool and not (
+            value.is_complex())
+        if not isinstance(key, str) or not (number or scalar):
+            raise ContractError(f"returned the metric {key!r} as {shown(value)}; a metric is a number or a "
+                                "one-element tensor, under a string name")
+    return loss, metrics
 
 
 def loss_grad(spec: ObjectiveSpec, batch: Batch, **extra: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
@@ -83,7 +153,7 @@ def loss_grad(spec: ObjectiveSpec, batch: Batch, **extra: Any) -> tuple[torch.Te
     loss, metrics = call(spec, batch, logp, **extra)
     (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
     grad = torch.zeros_like(logp) if grad is None else grad
-    return loss.detach().float(), grad.float(), {k: float(torch.as_tensor(v)) for k, v in metrics.items()}
+    return loss.detach().float(), grad.float(), {k: float(v) for k, v in metrics.items()}
 
 
 def relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -246,8 +316,9 @@ def metrics(spec: ObjectiveSpec, seed: int) -> Finding:
     variances >= 0, token ratio min <= mean <= max)."""
     batch = random_batch(seed, scale=0.3)
     _, raw = call(spec, batch)
-    problems = [k for k in REQUIRED_METRICS if k not in raw or torch.as_tensor(raw[k]).dim() != 0]
-    values = {k: float(torch.as_tensor(v)) for k, v in raw.items() if torch.as_tensor(v).dim() == 0}
+    scalar = {k: not isinstance(v, torch.Tensor) or v.dim() == 0 for k, v in raw.items()}  # the contract's numbers
+    problems = [k for k in REQUIRED_METRICS if k not in raw or not scalar[k]]
+    values = {k: float(v) for k, v in raw.items() if scalar[k]}
     problems += [k for k, v in values.items() if not math.isfinite(v)]
     ranges = {k: (0.0, 1.0) for k in ("clip/frac", "clip/frac_low", "clip/frac_high")} | {
         k: (0.0, math.inf) for k in ("ratio/token_var", "ratio/seq_var", "logratio/token_var", "ratio/token_min")}
@@ -275,15 +346,28 @@ def not_applicable(spec: ObjectiveSpec, prop: str) -> str | None:
     return dict(spec.exempt).get(prop)
 
 
-def check_objective(name: str, seed: int = 0, settings: dict[str, Any] | None = None) -> list[Finding]:
+def check_objective(name: str, seed: int = 0, settings: dict[str, Any] | None = None,
+                    timeout: float | None = CHECK_SECONDS) -> list[Finding]:
     """Every property of the kit measured on objective `name` (a registered one) with keyword `settings`
     (a suite entry's clip range and kwargs; default: the function's), in PROPERTIES' order; an exempted
-    property is a Finding with `passed` None and the declared reason."""
+    property is a Finding with `passed` None and the declared reason. Each property has `timeout`
+    seconds (None: no limit; POSIX main thread only, see gspo_bench.runtime.time_limit). ContractError,
+    naming the objective and the property, where the objective breaks its contract, raises or runs over."""
     spec = objective_spec(name)
     if settings:
         spec = dataclasses.replace(spec, fn=functools.partial(spec.fn, **settings))
     findings = []
     for prop, measure in PROPERTIES.items():
         reason = not_applicable(spec, prop)
-        findings.append(Finding(prop, None, math.nan, "-", reason) if reason else measure(spec, seed))
+        if reason:
+            findings.append(Finding(prop, None, math.nan, "-", reason))
+            continue
+        try:
+            with time_limit(timeout, f"the {prop!r} check"):
+                findings.append(measure(spec, seed))
+        except ContractError as err:
+            raise ContractError(f"objective {name} (the {prop!r} check) {err}") from err.__cause__
+        except TimeLimitExceeded as err:
+            raise ContractError(f"objective {name}: {err} on batches of a few tokens (a loss that loops or "
+                                "waits?)") from None
     return findings

@@ -282,7 +282,7 @@ def _check_plugin_objectives(suite: SuiteConfig, entries: list[tuple[str, Object
     kwargs (the built-in ones pass it in the package's tests): a loss that is not finite at extreme
     ratios, leaks padding, points the wrong way or raises is refused before compute."""
     from gspo_bench.config.plugins import loaded_plugins
-    from gspo_bench.objectives.conformance import check_objective
+    from gspo_bench.objectives.conformance import ContractError, check_objective
 
     from_plugins = {entry.split(":", 1)[1]: plugin.path for plugin in loaded_plugins() for entry in plugin.registered
                     if entry.startswith("objective:")}
@@ -292,6 +292,9 @@ def _check_plugin_objectives(suite: SuiteConfig, entries: list[tuple[str, Object
             continue
         try:
             findings = check_objective(entry.objective, settings={**entry.clip_range(), **entry.params})
+        except ContractError as err:  # a broken contract, a raise or a time limit passed: named, with the check
+            problems.append(f"{where}: {err} ({from_plugins[entry.objective]})")
+            continue
         except Exception as err:  # the user's code: whatever it raises is its problem, named
             problems.append(f"{where}: the loss raised {type(err).__name__}: {err} ({from_plugins[entry.objective]})")
             continue
