@@ -26,7 +26,7 @@ from analysis.report.plain_answer import (
     words,
 )
 from analysis.stats.library import seeds_needed
-from tests.helpers.primary import SIX_ARMS, evidence_of, suite_folder
+from tests.helpers.primary import GAIN, SIX_ARMS, evidence_of, suite_folder
 from tests.helpers.results import make_run
 from tests.helpers.stability import FALLING, swept_run
 
@@ -102,6 +102,32 @@ def test_the_paper_sentence_counts_decisions_and_names_what_every_seed_shows(tmp
                              "paper reports.")
 
 
+def test_a_finding_the_seeds_disagree_on_is_not_said_on_every_seed(tmp_path):
+    """As above, but GSPO's seed 1 clips fewer tokens than GRPO's (0.0005 against 0.0013): the clip finding is
+    no longer named among what every seed shows; the layers' drift still is."""
+    for seed in range(2):
+        make_run(tmp_path, "grpo", seed)
+        make_run(tmp_path, "gspo", seed, columns={"reward/mean": [r + 0.01 * seed for r in UP_BUT_NOT_PASSED],
+                                                  **({"clip/frac": 0.0005} if seed == 1 else {})})
+    texts = check_form(answer_of(tmp_path / "synth"))
+    assert "GSPO clips more tokens than GRPO" not in texts[3], texts[3]
+    assert texts[3].endswith("on every seed, deeper layers drift more, as the paper reports."), texts[3]
+
+
+def test_a_declared_comparison_an_arm_wins_without_learning_on_every_seed_names_no_winner(tmp_path):
+    """gspo ends above grpo on all 8 seeds (decided: sign-flip p = 2/256), but gspo's seed 0 is flat (it
+    starts where it ends, above grpo's end): an arm that did not learn on every seed is never said to "end
+    above", its lead is where it started."""
+    folder = suite_folder(tmp_path, {"grpo": [0.0] * 8, "gspo": GAIN}, {"primary": {"each_vs": "grpo"}})
+    make_run(tmp_path, "gspo", 0, slope=0.0, bonus=0.25)
+    evidence, results = evidence_of(folder)
+    assert "gspo" not in next(iter(evidence.learnings.values())).learned
+    texts = check_form(plain_answer(evidence, unfinished(results), stability_map(results)))
+    assert "ends above" not in texts[2], texts[2]
+    assert texts[2] == ("Of the 1 comparison declared in the suite file, 0 are decided, 1 is not named (the arm above "
+                        "did not learn on every seed)."), texts[2]
+
+
 def test_a_decided_leader_is_named_and_the_decision_says_it_stands(tmp_path):
     """grpo_rr gains 0.05 on each of 6 seeds over grpo, one comparison: p = 2/64 < 0.05, Holm's factor 1."""
     for seed in range(6):
@@ -156,6 +182,27 @@ def test_a_swept_suite_answers_per_arm_before_any_sweep_point(swept):
     assert texts[4].startswith("For a decision on where a boundary lies, sweep gspo past the largest level dose")
     assert found.numbers[found.numbers["sentence"] == 3]["what"].str.split(":").str[0].tolist() == [
         "grpo", "grpo", "grpo", "gspo", "gspo"]  # per arm: its runs and fit, its last level held, its first most failed
+
+
+def test_runs_the_harness_stopped_as_collapsed_are_said_to_be_judged_by_the_map(swept):
+    """A swept suite with a run the harness stopped as collapsed and one that failed: the map judges the
+    collapsed run (stage 3's 25 such runs read "did not finish and are left out" though the map placed them);
+    the failed one is left out. Without a map, a collapsed run is left out like any other."""
+    root = swept.parent
+    swept_run(root, "gspo", 2, {"router_noise": 1.0}, {"mismatch/k3_kl": 0.2}, steps=8, status="collapsed",
+              message="reward fell to the floor")
+    swept_run(root, "grpo", 2, {"router_noise": 1.0}, {"mismatch/k3_kl": 0.2}, steps=5, status="failed")
+    found = answer_of(swept)
+    assert "gspo@router_noise=1.0" in set(stability_map(load_results(swept)).classes["label"])
+    first = check_form(found)[0]
+    assert first.endswith("compared on the training reward; the map also judges 1 run stopped as collapsed; 1 unfinished "
+                          "run is left out."), first
+    rows = found.numbers.set_index("what")["value"]
+    assert rows["runs finished / not finished"] == "8 / 2"
+    assert rows["runs stopped as collapsed, judged by the stability map only"] == "1"
+    results = load_results(swept)
+    unmapped = plain_answer(gather(finished(results)), unfinished(results), None)
+    assert plain_text(unmapped.sentences[0].text).endswith("; 2 more runs did not finish and are left out.")
 
 
 def test_the_report_opens_with_the_sentences_and_the_console_prints_them(tmp_path):

@@ -36,6 +36,7 @@ from analysis.evidence.primary import declarations
 from analysis.evidence.stability import (
     AXIS,
     AXIS_NAMES,
+    COLLAPSED,
     KL_FLOOR,
     PER_RESPONSE,
     Boundary,
@@ -118,7 +119,22 @@ def seeds_per_arm(runs: pd.DataFrame) -> tuple[str, list[dict]]:
     return f"{fewest} to {most} seeds", [_row(1, f"arms finished on fewer than {count(most, 'seed')}", short)]
 
 
-def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str) -> tuple[Sentence, list[dict]]:
+def left_words(unfinished: pd.DataFrame, mapped: bool) -> tuple[str, int]:
+    """The runs that did not finish, in words: those the harness stopped as collapsed (with a step) are
+    judged by the stability map where there is one (analysis.evidence.stability.judged), the others are
+    left out; and how many the map judges."""
+    stopped = int(((unfinished["status"] == COLLAPSED) & (unfinished["steps"] > 0)).sum()) if mapped and len(unfinished) else 0
+    rest = len(unfinished) - stopped
+    parts = [f"the map also judges {count(stopped, 'run')} stopped as collapsed"] if stopped else []
+    be = "is" if rest == 1 else "are"
+    parts += ([f"{count(rest, 'unfinished run')} {be} left out"] if stopped else
+              [f"{count(rest, 'more run')} did not finish and {be} left out"]) if rest else []
+    return "".join(f"; {part}" for part in parts), stopped
+
+
+def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str,
+                 mapped: bool = False) -> tuple[Sentence, list[dict]]:
+    """What ran; `mapped`: whether a stability map judges the runs the harness stopped as collapsed."""
     runs = evidence.results.runs
     objectives, seeds = list(dict.fromkeys(runs["arm"])), sorted(set(runs["seed"]))
     listed = names(objectives) if len(objectives) <= 8 else f"{len(objectives)} objectives"
@@ -126,11 +142,11 @@ def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str) -> 
     kinds = {found.source.kind for found in evidence.learnings.values()}
     basis = ("the **held-out reward**" if kinds == {HELD_OUT} else "the **training reward**" if len(kinds) == 1
              else "the held-out reward where evaluated, else the training reward")
-    left = (f"; {count(len(unfinished), 'more run')} did not finish and {'is' if len(unfinished) == 1 else 'are'} "
-            "left out" if len(unfinished) else "")
+    left, stopped = left_words(unfinished, mapped)
     on_seeds, short = seeds_per_arm(runs)
     text = f"{count(len(runs), 'run')} finished: {listed} on {on_seeds}{points}, {compute}, compared on {basis}{left}."
     rows = [_row(1, "runs finished / not finished", f"{len(runs)} / {len(unfinished)}"),
+            *([_row(1, "runs stopped as collapsed, judged by the stability map only", str(stopped))] if stopped else []),
             _row(1, "seeds", ", ".join(map(str, seeds))), *short]
     return Sentence(text, (("summary", SUMMARY), ("numbers", NUMBERS))), rows
 
@@ -517,7 +533,7 @@ def plain_answer(evidence: Evidence, unfinished: pd.DataFrame, stability: Stabil
         return PlainAnswer([Sentence(f"No run finished ({why}): nothing is compared.", ())],
                            pd.DataFrame([_row(1, "runs finished / not finished", f"0 / {len(unfinished)}")]))
     shown = set(figures)
-    built = [ran_sentence(evidence, unfinished, compute_words(spread, allow_unmatched)),
+    built = [ran_sentence(evidence, unfinished, compute_words(spread, allow_unmatched), stability is not None),
              learned_sentence(evidence, shown), differs_sentence(evidence, stability, shown),
              paper_sentence(evidence, shown), decision_sentence(evidence, stability)]
     return PlainAnswer([sentence for sentence, _ in built], pd.DataFrame([r for _, rows in built for r in rows]))
