@@ -113,6 +113,9 @@ def load_plugin(name: str) -> Plugin:
         for module in made:  # a later load runs it again
             sys.modules.pop(module, None)
         raise
+    for kind, table in registries.items():  # what it registered is the plugin's, whatever module defined it
+        table.restore({n: (entry, origin if n in before[kind] else str(path))
+                       for n, (entry, origin) in table.snapshot().items()})
     _LOADED[name] = Plugin(name, str(path), sha256, added)
     return _LOADED[name]
 
