@@ -264,6 +264,11 @@ def test_chosen_json_holds_the_settings_each_trial_ran_and_an_edited_space_is_re
     space. Both are refused naming the trial run, the setting and both values, before any run."""
     old = parse_suite(tuned_suite())
     write_trial_runs(old, tmp_path, score=lambda trial, seed: {"gspo.t04": 0.9, "grpo.t02": 0.8}.get(trial, 0.1))
+    recorded = tmp_path / "tq" / "tuning" / "gspo.t04-s10" / "config.yaml"  # as written before `credit` existed
+    config = yaml.safe_load(recorded.read_text())
+    for entry in config["suite"]["objectives"]:
+        del entry["credit"], entry["step_penalty"]
+    recorded.write_text(yaml.safe_dump(config))
     record = write_chosen(old, tmp_path)
     ran = {t.label: t for t in plan_trials(old)}
     assert record["chosen"]["gspo"]["settings"] == ran["gspo.t04"].settings

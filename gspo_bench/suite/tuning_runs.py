@@ -81,7 +81,15 @@ def trial_runs_dir(suite: SuiteConfig, root: Path, label: str, seed: int) -> Pat
 
 def recorded_entry(run_dir: Path, label: str) -> dict[str, Any] | None:
     """The objective entry run `label` ran, as its run folder's config.yaml records it (its entry among
-    the recorded suite's objectives); None for a run that recorded no config (not started)."""
+    the recorded suite's objectives), read through the schema as the plan's entries are (a field added
+    since reads as its default, an old spelling as the one spelling); None for a run that recorded no
+    config (not started). ValueError naming the file where the entry is missing or no longer validates."""
+    import warnings
+
+    from pydantic import ValidationError
+
+    from gspo_bench.config import ObjectiveEntry
+    from gspo_bench.config.spelling import SpellingNote
     from gspo_bench.train.setup import read_run_config
 
     config = read_run_config(run_dir)
@@ -92,7 +100,13 @@ def recorded_entry(run_dir: Path, label: str) -> dict[str, Any] | None:
     if not found:
         raise ValueError(f"{run_dir / 'config.yaml'} records no objective entry {label!r}: move the run folder away "
                          "and run it again")
-    return found[0]
+    try:
+        with warnings.catch_warnings():  # the record's spelling is not the user's to change
+            warnings.simplefilter("ignore", SpellingNote)
+            return ObjectiveEntry.model_validate(found[0]).model_dump(mode="json")
+    except ValidationError as err:
+        raise ValueError(f"{run_dir / 'config.yaml'}: its entry {label!r} no longer validates "
+                         f"({err.errors()[0]['msg']}): move the run folder away and run it again") from None
 
 
 def entry_differences(ran: dict[str, Any], planned: dict[str, Any]) -> list[str]:
