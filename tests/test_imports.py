@@ -505,3 +505,52 @@ def test_event_file_checksums_are_verified(tmp_path):
         events.write_bytes(bytes(changed))
         message = refused(plan_of(tmp_path, ["tb"]), tmp_path / "out", ImportError_, words)
         assert f"{events}: record " in message and "changed or damaged after it was written" in message
+
+
+def test_the_report_of_a_reward_only_import_leaves_out_what_was_never_logged(tmp_path):
+    """A mapping of the reward alone: the report is written, its figures of columns no run logged (clip
+    fraction, ratio variances, drift, KL and entropy) left out and named with the column; where one arm
+    logged the clip fraction and the other did not, Figure 2 draws the one and names the other."""
+    import matplotlib.pyplot as plt
+
+    from analysis.data.load import load_results
+    from analysis.figures.curves import clip_fraction
+    from analysis.figures.curves_interactive import clip_fraction as clip_fraction_html
+    from analysis.report.writer import write_report
+
+    (tmp_path / "mine.yaml").write_text("library: mine\ncolumns: {reward/mean: critic/score/mean}\nignore: ['*']\n")
+    for arm in ("grpo", "gspo"):
+        write_verl_events(tmp_path / arm, arm)
+    plan = write_plan(tmp_path, [{"arm": arm, "seed": 0, "files": [arm]} for arm in ("grpo", "gspo")],
+                      mapping="mine.yaml", compute={"flops_per_step": 1.0e9})
+    suite, _ = import_plan(plan, tmp_path / "out")
+    paths = write_report(load_results(suite), tmp_path / "report")
+    text = paths["md"].read_text()
+    left_out = text.split("## Figures left out (nothing to draw)\n\n")[1].split("\n\n")[0].splitlines()
+    assert left_out == ["- Figure 2: clipped token fraction: no run logged clip/frac",
+                        "- Importance-ratio variance (medians over seeds of rolling medians, log scale): no run logged "
+                        "ratio/token_var or ratio/seq_var",
+                        "- Expert-activation drift: no run logged moe/drift",
+                        "- KL and entropy: no run logged kl/old_new or entropy/mean"], left_out
+    assert sorted(p.name for p in paths["figures"].glob("*.png")) == [
+        "clip_by_length.png", "fig1_reward_vs_compute.png", "fig3_routing_replay.png"]
+    assert "fig2_clip_fraction" not in text and "no run logged clip/frac" in paths["html"].read_text()
+
+    lines = [(s, verl_values(s)) for s in range(1, 4)]
+    write_verl_jsonl(tmp_path / "with.jsonl", lines)
+    write_verl_jsonl(tmp_path / "without.jsonl", [(s, {k: v for k, v in d.items() if k != "actor/pg_clipfrac"})
+                                                  for s, d in lines])
+    plan = write_plan(tmp_path, [{"arm": "grpo", "seed": 0, "files": ["with.jsonl"]},
+                                 {"arm": "gspo", "seed": 0, "files": ["without.jsonl"]}], name="half")
+    suite, _ = import_plan(plan, tmp_path / "out")
+    results = load_results(suite)
+    ax = clip_fraction(results.metrics)
+    try:
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["grpo"] and ax.get_title().endswith("not logged by gspo")
+        [bar] = ax.patches
+        assert bar.get_height() == pytest.approx(np.mean([verl_values(s)["actor/pg_clipfrac"] for s in (1, 2, 3)]))
+    finally:
+        plt.close(ax.figure)
+    [figure] = clip_fraction_html(results)
+    assert [trace.x[0] for trace in figure.data if trace.type == "bar"] == ["grpo"]
+    assert figure.layout.title.text.endswith("; not logged by gspo")

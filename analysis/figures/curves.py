@@ -138,32 +138,60 @@ def reward_by_point(metrics: pd.DataFrame, axes: list[plt.Axes] | None = None) -
     return axes
 
 
+def logged(metrics: pd.DataFrame, columns: Sequence[str]) -> bool:
+    """Whether any row of `metrics` holds a value of any of `columns` (a figure of none would be empty:
+    the report leaves it out and says so, analysis.report.sections)."""
+    present = [c for c in columns if c in metrics.columns]
+    return bool(present) and bool(metrics[present].notna().to_numpy().any())
+
+
+def seed_means(metrics: pd.DataFrame, column: str) -> dict[str, np.ndarray]:
+    """Per label (in order), each seed's mean over steps of `column`, the seeds that logged it only; a label
+    none of whose seeds logged it is left out."""
+    found = {}
+    for label in labels_of(metrics):
+        per_seed = metrics[metrics["label"] == label].groupby("seed")[column].mean().dropna().to_numpy()
+        if len(per_seed):
+            found[label] = per_seed
+    return found
+
+
+def no_data(ax: plt.Axes, column: str) -> plt.Axes:
+    """`ax` saying that no run logged `column` (no axis drawn)."""
+    ax.text(0.5, 0.5, f"no run logged {column}", ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+    return ax
+
+
 def clip_fraction(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Figure 2: fraction of clipped tokens per objective: the mean over seeds of each seed's mean over
-    steps (bar), every seed (dots) and the band (`band`), log scale."""
+    steps (bar), every seed (dots) and the band (`band`), log scale. Objectives that never logged it are
+    named in the title, not drawn; with none that did, the axes say so."""
     ax = axes(ax)
-    labels = labels_of(metrics)
-    colors = palette(labels)
+    colors = palette(labels_of(metrics))
+    found = seed_means(metrics, "clip/frac")
+    if not found:
+        return no_data(ax, "clip/frac")
+    labels, seeds = list(found), list(found.values())
     rng = np.random.default_rng(0)
-    values, errs, seeds = [], [], []
-    for label in labels:
-        per_seed = metrics[metrics["label"] == label].groupby("seed")["clip/frac"].mean().to_numpy()
+    values, errs = [], []
+    for per_seed in seeds:
         low, high = band(per_seed[:, None], rng)
         values.append(per_seed.mean())
         errs.append((per_seed.mean() - low[0], high[0] - per_seed.mean()))
-        seeds.append(per_seed)
     floor = min([v for v in values if v > 0], default=1e-6) / 10
     shown = [max(v, floor) for v in values]
-    ax.bar(labels, shown, color=[colors[lbl] for lbl in labels], yerr=np.array(errs).T if len(errs) else None,
-           capsize=3)
+    ax.bar(labels, shown, color=[colors[lbl] for lbl in labels], yerr=np.array(errs).T, capsize=3)
     for i, (v, per_seed) in enumerate(zip(values, seeds)):
         ax.scatter([i] * len(per_seed), np.maximum(per_seed, floor), color="#222", s=10, zorder=3)
         ax.annotate(f"{v:.2g}", (i, shown[i]), ha="center", va="bottom", fontsize=8,
                     xytext=(0, 3), textcoords="offset points")
     ax.set_yscale("log")
-    ax.set_ylim(top=max(shown, default=1.0) * 4)  # room for the value labels under the title
+    ax.set_ylim(top=max(shown) * 4)  # room for the value labels under the title
     ax.set_ylabel("clipped token fraction")
-    ax.set_title(f"Clipping fraction (dots: seeds; {band_words(metrics)})", fontsize=9)
+    missing = [label for label in labels_of(metrics) if label not in found]
+    ax.set_title(f"Clipping fraction (dots: seeds; {band_words(metrics)})"
+                 + (f"\nnot logged by {', '.join(missing)}" if missing else ""), fontsize=9)
     ax.tick_params(axis="x", rotation=20)
     return ax
 

@@ -11,7 +11,14 @@ import plotly.graph_objects as go
 
 from analysis.data.load import Results
 from analysis.data.robust import robust_curves
-from analysis.figures.curves import COMPUTE, band, band_words, clip_by_length_table, curve_with_band
+from analysis.figures.curves import (
+    COMPUTE,
+    band,
+    band_words,
+    clip_by_length_table,
+    curve_with_band,
+    seed_means,
+)
 from analysis.figures.style import fill, hex_colors, labels_of, layout, log_switch
 from analysis.stats.metrics import ema
 
@@ -99,8 +106,11 @@ def clip_fraction(results: Results) -> list[go.Figure]:
     analysis.figures.curves.band) and each seed."""
     m, fig, rng = results.metrics, go.Figure(), np.random.default_rng(0)
     colors = hex_colors(labels_of(m))
+    missing = [label for label in labels_of(m) if label not in seed_means(m, "clip/frac")]
     for label, frame in m.groupby("label", sort=False):
-        per_seed = frame.groupby("seed")["clip/frac"].mean()
+        per_seed = frame.groupby("seed")["clip/frac"].mean().dropna()
+        if per_seed.empty:  # named in the title
+            continue
         (low,), (high,) = band(per_seed.to_numpy()[:, None], rng)
         value = per_seed.mean()
         fig.add_trace(go.Bar(x=[label], y=[value], name=f"{label} mean", legendgroup=label, legendgrouptitle_text=label,
@@ -111,8 +121,10 @@ def clip_fraction(results: Results) -> list[go.Figure]:
             fig.add_trace(go.Scatter(x=[label], y=[v], mode="markers", name=f"{label} s{seed}", legendgroup=label,
                                      marker=dict(color="#222", size=6, symbol="circle-open"),
                                      hovertemplate=f"{label} seed {seed}: %{{y:.4g}}<extra></extra>"))
-    return [log_switch(layout(fig, f"Clipped token fraction (Figure 2; {band_words(m)})", "objective",
-                               "clipped token fraction"), True)]
+    title = f"Clipped token fraction (Figure 2; {band_words(m)})" + (
+        ": no run logged clip/frac" if len(missing) == len(labels_of(m)) else
+        f"; not logged by {', '.join(missing)}" if missing else "")
+    return [log_switch(layout(fig, title, "objective", "clipped token fraction"), True)]
 
 
 def replay(results: Results) -> list[go.Figure]:

@@ -146,6 +146,12 @@ def _divergence(c: Context) -> list[Section]:
             Section("late-divergence-thresholds", "How a spike is defined", D.thresholds_text())]
 
 
+def _left_out(c: Context) -> list[Section]:
+    lines = left_out_figures(c.shown)
+    return [Section("figures-left-out", "Figures left out (nothing to draw)", "\n".join(
+        f"- {escape(line)}" for line in lines))] if lines else []
+
+
 def _unreadable(c: Context) -> list[Section]:
     lines = "\n".join(f"unreadable: {escape(u)}" for u in c.results.unreadable)
     return [Section("unreadable", "Unreadable runs (left out)", lines)] if lines else []
@@ -209,6 +215,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("answer-numbers", _folded(NUMBERS, "The answer's numbers (mean [95% t-interval] (per seed), the "
                                           "test, its result)", lambda c: c.plain.numbers)),
     SectionSpec("figures", _one(anchors.FIGURES, "Figures", lambda c: FiguresHere())),
+    SectionSpec("figures-left-out", _left_out, when="with declared figures no run logged the data of"),
     SectionSpec("answer-detail", _one(DETAIL, "Every claim, with its numbers", _detail)),
     SectionSpec("suite-summary", _one("suite-summary", "Suite summary",
                                       lambda c: T.suite_summary(c.results, c.spread, c.allow_unmatched, c.evidence))),
@@ -270,6 +277,7 @@ class FigureSpec:
     static: Callable[[Results], plt.Figure]
     interactive: Callable[[Results], list]  # plotly figures
     shown: Callable[[Results], bool] = lambda results: True
+    needs: tuple[str, ...] = ()  # columns it draws: left out (`left_out_figures` says why) where no run logged any
 
 
 def _figure_of(ax: plt.Axes) -> plt.Figure:
@@ -286,20 +294,24 @@ def _has_sweep(results: Results) -> bool:
 
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("fig1_reward_vs_compute", "Figure 1: training reward (and held-out scores) vs compute",
-               lambda r: _figure_of(F.reward_vs_compute(r.metrics, evals=r.evals)), plotly_figures.reward_vs_compute),
+               lambda r: _figure_of(F.reward_vs_compute(r.metrics, evals=r.evals)), plotly_figures.reward_vs_compute,
+               needs=("reward/mean",)),
     FigureSpec("reward_by_sweep_point", "Training reward vs compute at each sweep point",
-               lambda r: _figure_of(F.reward_by_point(r.metrics)[0]), plotly_figures.reward_by_point, shown=_has_sweep),
+               lambda r: _figure_of(F.reward_by_point(r.metrics)[0]), plotly_figures.reward_by_point, shown=_has_sweep,
+               needs=("reward/mean",)),
     FigureSpec("fig2_clip_fraction", "Figure 2: clipped token fraction", lambda r: _figure_of(F.clip_fraction(r.metrics)),
-               plotly_figures.clip_fraction),
+               plotly_figures.clip_fraction, needs=("clip/frac",)),
     FigureSpec("fig3_routing_replay", "Figure 3: GRPO with / without Routing Replay",
-               lambda r: _figure_of(F.replay(r.metrics)), plotly_figures.replay),
+               lambda r: _figure_of(F.replay(r.metrics)), plotly_figures.replay, needs=("reward/mean",)),
     FigureSpec("ratio_variance", "Importance-ratio variance (medians over seeds of rolling medians, log scale)",
                lambda r: _figure_of(F.ratio_variance(r.metrics)),
-               plotly_figures.ratio_variance),
-    FigureSpec("drift", "Expert-activation drift", lambda r: _figure_of(F.drift(r.metrics)), plotly_figures.drift),
+               plotly_figures.ratio_variance, needs=("ratio/token_var", "ratio/seq_var")),
+    FigureSpec("drift", "Expert-activation drift", lambda r: _figure_of(F.drift(r.metrics)), plotly_figures.drift,
+               needs=("moe/drift",)),
     FigureSpec("clip_by_length", "Clipping by response length", lambda r: _figure_of(F.clip_by_length(r.metrics)),
                plotly_figures.clip_by_length),
-    FigureSpec("kl_entropy", "KL and entropy", lambda r: _figure_of(F.kl_entropy(r.metrics)[0]), plotly_figures.kl_entropy),
+    FigureSpec("kl_entropy", "KL and entropy", lambda r: _figure_of(F.kl_entropy(r.metrics)[0]), plotly_figures.kl_entropy,
+               needs=("kl/old_new", "entropy/mean")),
     FigureSpec("margins_by_layer", "Drift per layer and by updates: measured vs the independence flip rate",
                lambda r: MF.predicted_vs_measured(r.layers), lambda r: MFI.predicted_vs_measured(r.layers),
                shown=lambda r: M.has_margins(r.layers)),
@@ -373,10 +385,24 @@ def stability_specs(results: Results) -> list[FigureSpec]:
 
 
 def figure_specs(results: Results) -> list[FigureSpec]:
-    """The declared figures that apply to `results` (the finished runs), then a per-layer drift heatmap
-    per objective; none without a metric row."""
+    """The declared figures that apply to `results` (the finished runs) and have data to draw (a column of
+    `needs` that some run logged: `left_out_figures` names the others), then a per-layer drift heatmap per
+    objective; none without a metric row."""
     if results.metrics.empty:
         return []
     layered = set(results.layers["label"]) if not results.layers.empty else set()
-    return [spec for spec in FIGURES if spec.shown(results)] + [
+    return [spec for spec in FIGURES if spec.shown(results) and _drawable(spec, results)] + [
         _drift_layers(label) for label in results.objectives if label in layered]
+
+
+def _drawable(spec: FigureSpec, results: Results) -> bool:
+    return not spec.needs or F.logged(results.metrics, spec.needs)
+
+
+def left_out_figures(results: Results) -> list[str]:
+    """The declared figures that apply to `results` but are left out because no run logged what they draw,
+    each as "TITLE: no run logged COLUMN (or COLUMN)" (an imported run measures what its library logged)."""
+    if results.metrics.empty:
+        return []
+    return [f"{spec.title}: no run logged {' or '.join(spec.needs)}" for spec in FIGURES
+            if spec.shown(results) and not _drawable(spec, results)]
