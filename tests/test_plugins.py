@@ -5,6 +5,8 @@ nothing written; an edited plugin refuses a resume; provenance records each plug
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -519,3 +521,25 @@ def test_a_plugin_of_a_correction_alone_is_recorded_and_taken_back(tmp_path):
     unload_plugins()
     assert "my_tis" not in list_corrections()
 
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="the time limit is SIGALRM's (POSIX)")
+def test_a_plugin_that_never_finishes_importing_is_stopped_at_its_time_limit(tmp_path, monkeypatch):
+    """A plugin that registers, then loops at import: `validate` stops it at GSPO_BENCH_IMPORT_TIMEOUT with
+    one line naming the file and the line it was at, and takes back what it registered; a limit that
+    is not a positive number is refused naming the variable."""
+    text = SAME_GRPO + "n = 0\nwhile True:\n    n += 1\n"
+    suite = write_suite(tmp_path / "suite", tmp_path / "cache", text, ["grpo"])
+    monkeypatch.setenv("GSPO_BENCH_IMPORT_TIMEOUT", "0.3")
+    start = time.monotonic()
+    code, output = invoke("validate", str(suite))
+    assert time.monotonic() - start < 60
+    assert code == 2 and len(output.strip().splitlines()) == 1, output
+    line = " ".join(output.split())
+    assert f"plugins: {tmp_path / 'suite' / 'plugin.py'}:" in line and "importing it ran over 0.3 s (a loop or a wait " \
+        "at import? a plugin's import defines and registers; GSPO_BENCH_IMPORT_TIMEOUT=SECONDS raises the limit)" in line
+    assert int(line.split("plugin.py:")[1].split(":")[0]) in (4, 5)  # in the loop
+    assert "grpo_plugin" not in list_objectives() and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    monkeypatch.setenv("GSPO_BENCH_IMPORT_TIMEOUT", "-1")
+    code, output = invoke("validate", str(suite))
+    assert code == 2 and "GSPO_BENCH_IMPORT_TIMEOUT='-1': expected a positive number of seconds" in output, output

@@ -7,8 +7,9 @@ command line's plugins (`load_plugins`) loads the installed ones first; the comm
 run records (provenance.json's `plugins`, `task_baseline`).
 
 Loading one is all or nothing: a missing file, a syntax error, an import that fails, a name that
-collides with a registered one, a plugin that registers nothing, or one that replaced or removed an
-entry registered before it (the registries are added to, never changed) is a `PluginError` of one
+collides with a registered one, a plugin that registers nothing, one whose import runs past its time
+limit (`import_seconds`: a loop or a wait at import; POSIX, `gspo_bench.runtime.time_limit`), or one
+that replaced or removed an entry registered before it (the registries are added to, never changed) is a `PluginError` of one
 line naming the file (and line) and the problem, and the registries are put back as they were before
 it. A loaded plugin is remembered by its path: the sweep points, the workers and the commands that
 read the suite again find it loaded. Each record keeps the sha256 of the bytes that were executed
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gspo_bench.rundir.records import PluginRecord
+from gspo_bench.runtime.time_limit import TimeLimitExceeded, time_limit
 
 ENTRY_POINT_GROUP = "gspo_bench.plugins"
 
@@ -144,10 +146,12 @@ def _run_source(module_name: str, spec: importlib.machinery.ModuleSpec, path: Pa
         source = path.read_bytes()
     except OSError as err:
         raise PluginError(f"{path}: cannot be read ({err.strerror or err})") from None
+    seconds = import_seconds()
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:
-        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 (the user's plugin)
+        with time_limit(seconds, "importing it"):
+            exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 (the user's plugin)
     except BaseException as err:
         sys.modules.pop(module_name, None)
         raise PluginError(_failure_line(path, err)) from None
@@ -206,10 +210,36 @@ def _failure_line(path: Path, err: BaseException) -> str:
         return f"{err.filename or path}:{err.lineno}: syntax error: {err.msg}"
     if isinstance(err, NameTakenError):
         return f"{path}: {err}"
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path]
+    chain = [err, *([err.__context__] if err.__context__ is not None else [])]  # a time limit: where it stopped
+    frames = [f for e in chain for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == path]
     where = f"{path}:{frames[-1].lineno}" if frames else str(path)
+    if isinstance(err, TimeLimitExceeded):
+        return (f"{where}: {err} (a loop or a wait at import? a plugin's import defines and registers; "
+                f"{IMPORT_SECONDS_VARIABLE}=SECONDS raises the limit)")
     what = str(err).splitlines()[0] if str(err) else ""
     return f"{where}: loading the plugin raised {type(err).__name__}: {what}"
+
+
+IMPORT_SECONDS_VARIABLE = "GSPO_BENCH_IMPORT_TIMEOUT"
+IMPORT_SECONDS = 300.0  # the time limit of a plugin's (or reward file's) import: a loop or a wait there hangs
+
+
+def import_seconds() -> float:
+    """The time limit of a plugin's import: GSPO_BENCH_IMPORT_TIMEOUT (seconds) or IMPORT_SECONDS;
+    PluginError for a value that is not a positive number."""
+    import math
+    import os
+
+    text = os.environ.get(IMPORT_SECONDS_VARIABLE)
+    if text is None:
+        return IMPORT_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise PluginError(f"{IMPORT_SECONDS_VARIABLE}={text!r}: expected a positive number of seconds")
+    return seconds
 
 
 _FUNCTIONS: dict[tuple[str, str], tuple[Any, str]] = {}  # (path, name) -> (the function, sha256 of its file as run)
