@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -50,9 +51,9 @@ def test_the_function_gets_the_response_and_the_records_fields():
     assert seen == [("3", {"prompt": "2+1=", "answer": "3", "level": 2})]
 
 
-@pytest.mark.parametrize("value", [2, "1", float("nan"), True, None, -0.1])
+@pytest.mark.parametrize("value", [2, "1", float("nan"), True, None, -0.1, np.bool_(True), np.float32("inf")])
 def test_a_reward_outside_0_1_or_not_a_number_names_the_example(value):
-    with pytest.raises(ValueError, match=r"s\.py:f returned .* for the example with prompt '2\+1=': a reward is a "
+    with pytest.raises(ValueError, match=r"s\.py:f returned .* for the example with prompt '2\+1=': .*a reward is a "
                                          r"number in \[0, 1\]"):
         checked_reward(lambda r, f: value, "s.py:f", "3", Example("2+1=", "3"))
 
@@ -67,7 +68,7 @@ def test_a_suite_reads_the_file_relative_to_itself_and_rewards_with_it(tmp_path)
 
 BAD = {
     "returns 2": ("def compute_score(response, fields):\n    return 2\n", "score.py:compute_score returned 2 (int) "
-                  "for the example with prompt "),
+                  "for the example at "),
     "returns a string": ("def compute_score(response, fields):\n    return 'yes'\n", "returned 'yes' (str)"),
     "no such function": ("def score(response, fields):\n    return 1.0\n", "score.py: defines no function 'compute_score'"),
     "syntax error": ("def compute_score(response, fields)\n    return 1.0\n", "score.py:1: syntax error: "),
@@ -105,3 +106,65 @@ def test_an_edited_reward_file_or_plugin_is_a_change_a_resume_refuses(tmp_path):
     changes = config_changes(planned.run_dir, planned)
     assert [c.split(":")[0] for c in changes] == [f"run.plugins.{tmp_path / 'plugin.py'}",
                                                   f"run.plugins.{tmp_path / 'score.py'}"]
+
+
+@pytest.mark.parametrize("value", [np.float32(0.5), np.float64(0.25), np.int64(1), np.int8(0), 0.75, 1])
+def test_a_real_number_of_numpy_or_python_is_a_reward(value):
+    assert checked_reward(lambda r, f: value, "s.py:f", "3", Example("2+1=", "3")) == float(value)
+
+
+@pytest.mark.parametrize("value, problem", [
+    (float("nan"), "returned nan (float) for the example with prompt '2+1=': not a finite number"),
+    (np.float64("-inf"), "returned np.float64(-inf) (float64) for the example with prompt '2+1=': not a finite number"),
+    (np.bool_(False), "(bool) for the example with prompt '2+1=': a reward is a number in [0, 1], not a boolean"),
+    (1.5, "returned 1.5 (float) for the example with prompt '2+1=': outside [0, 1]"),
+])
+def test_a_value_that_is_no_reward_is_named_with_why(value, problem):
+    with pytest.raises(ValueError) as err:
+        checked_reward(lambda r, f: value, "s.py:f", "3", Example("2+1=", "3"))
+    assert problem in str(err.value)
+
+
+RAISES = {
+    "a KeyError": ("def compute_score(response, fields):\n    return fields['nope']\n", "raised KeyError: 'nope'"),
+    "sys.exit": ("import sys\ndef compute_score(response, fields):\n    sys.exit(3)\n", "called sys.exit(3)"),
+    "a bare SystemExit": ("def compute_score(response, fields):\n    raise SystemExit\n", "called sys.exit(None)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RAISES))
+def test_a_reward_that_raises_or_exits_is_named_with_its_file_and_example(case, tmp_path):
+    """An exception or sys.exit in the reward: one line naming the file and function, what it raised,
+    the example's line in the data file and its prompt; validate exits 2, as for any bad suite."""
+    text, what = RAISES[case]
+    result = CliRunner().invoke(app, ["validate", str(write_suite(tmp_path, text))])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    line = " ".join(result.output.split())
+    assert f"{tmp_path / 'score.py'}:compute_score {what} for the example at {tmp_path / 'data.jsonl'}:" in line, line
+    assert "with prompt '" in line and "(response '" in line, line
+
+
+def test_a_reward_that_changes_its_fields_changes_no_data(tmp_path):
+    """The function gets a copy of the record: what it appends to a list field is gone at the next call
+    and from the example."""
+    folder = tmp_path / "data"
+    path = write_suite(folder, "def compute_score(response, fields):\n    fields['tags'].append('seen')\n"
+                               "    fields['nested']['n'] += 1\n    return float(len(fields['tags']) == 1 and "
+                               "fields['nested']['n'] == 1)\n")
+    with (folder / "data.jsonl").open("w") as f:
+        for i in range(30):
+            f.write(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1), "tags": [], "nested": {"n": 0}}) + "\n")
+    task = load_suite(path).task.instance()  # validate's calls: 32 of them on these records
+    example = task.test_examples(1)[0]
+    assert [task.reward("x", example) for _ in range(3)] == [1.0, 1.0, 1.0]
+    assert example.meta["tags"] == [] and example.meta["nested"] == {"n": 0}
+
+
+def test_validate_calls_the_reward_with_an_empty_response(tmp_path):
+    """A reward that breaks on an empty response alone (a model's first outputs often are) is refused
+    by validate, before any compute."""
+    text = "def compute_score(response, fields):\n    return float(response[0] == fields['answer'][0])\n"
+    result = CliRunner().invoke(app, ["validate", str(write_suite(tmp_path, text))])
+    assert result.exit_code == 2, result.output
+    assert "compute_score raised IndexError: string index out of range for the example at " in \
+        " ".join(result.output.split()) and "(response '')" in result.output, result.output

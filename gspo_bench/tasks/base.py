@@ -34,6 +34,7 @@ class Example:
     prompt: str
     answer: str  # the reference solution text (warm-start target and reward reference)
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    origin: str = field(default="", compare=False)  # where a record came from ("data.jsonl:12"), for messages
 
 
 class Task(Protocol):

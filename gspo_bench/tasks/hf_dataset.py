@@ -147,7 +147,8 @@ def read_examples(rows: Dataset, what: str, prompt_field: str, answer_field: str
                 raise ValueError(f"{what}, record {index}: answer_pattern {answer_pattern!r} does not match "
                                  f"field {answer_field!r} ({answer[:60]!r})")
             answer = match.group(1) if pattern.groups else match.group(0)
-        examples.append(Example(prompt=str(prompt), answer=answer.strip(), meta=dict(record)))
+        examples.append(Example(prompt=str(prompt), answer=answer.strip(), meta=dict(record),
+                                origin=f"{what}, record {index}"))
     if not examples:
         raise ValueError(f"{what} has no records")
     return examples

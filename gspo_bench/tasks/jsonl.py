@@ -29,7 +29,8 @@ def read_jsonl(path: Path, prompt_field: str, answer_field: str) -> list[Example
             for key in (prompt_field, answer_field):
                 if not isinstance(record.get(key), str | int | float) or isinstance(record.get(key), bool):
                     raise ValueError(f"{path}:{lineno}: field {key!r} missing or not a string/number")
-            examples.append(Example(prompt=str(record[prompt_field]), answer=str(record[answer_field]), meta=record))
+            examples.append(Example(prompt=str(record[prompt_field]), answer=str(record[answer_field]), meta=record,
+                                    origin=f"{path}:{lineno}"))
     if not examples:
         raise ValueError(f"{path}: no records")
     return examples
