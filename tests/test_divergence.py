@@ -56,3 +56,15 @@ def test_the_thresholds_are_stated():
     text = thresholds_text()
     for column, signal in SIGNALS.items():
         assert column in text and signal.name in text and f"{signal.factor:g} x" in text
+
+
+def test_the_runs_are_listed_in_the_order_they_were_loaded():
+    """Thirty runs of 40 steps, one after another in the metrics (the load order: folders sorted): the table
+    lists them in that order. An unstable sort by step put runs of equal steps in an order of its own, which
+    moved with the data's layout (the committed reports' rows came out shuffled)."""
+    runs = [(f"arm{i % 3}@lr={i}", i % 2) for i in range(30)]
+    metrics = pd.DataFrame([{"label": label, "seed": seed, "step": step, **{c: 0.01 for c in SIGNALS}}
+                            for label, seed in runs for step in range(1, 41)])
+    table = divergence_table(metrics)
+    assert isinstance(table, pd.DataFrame)
+    assert list(zip(table["objective"], table["seed"], strict=True)) == runs

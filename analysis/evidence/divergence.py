@@ -45,12 +45,13 @@ def first_spike(steps: np.ndarray, values: np.ndarray, signal: Signal, window: i
 
 
 def divergence_table(metrics: pd.DataFrame, window: int = WINDOW) -> pd.DataFrame | str:
-    """Per run (label, seed): the first step of each signal ("-": none) and the earliest of them."""
+    """Per run (label, seed), in the order the runs were loaded: the first step of each signal ("-": none) and
+    the earliest of them."""
     present = [column for column in SIGNALS if column in metrics.columns]
     if not present or metrics.empty:
         return "These results carry no clip, KL or gradient-norm columns."
     rows = []
-    for (label, seed), run in metrics.sort_values("step").groupby(["label", "seed"], sort=False):
+    for (label, seed), run in metrics.sort_values("step", kind="stable").groupby(["label", "seed"], sort=False):
         found = {SIGNALS[c].name: first_spike(run["step"].to_numpy(), run[c].to_numpy(dtype=float), SIGNALS[c], window)
                  for c in present}
         dated = [step for step in found.values() if step is not None]
