@@ -168,3 +168,29 @@ def test_validate_calls_the_reward_with_an_empty_response(tmp_path):
     assert result.exit_code == 2, result.output
     assert "compute_score raised IndexError: string index out of range for the example at " in \
         " ".join(result.output.split()) and "(response '')" in result.output, result.output
+
+
+def test_the_data_path_and_the_reward_file_are_read_from_the_suite_files_folder(tmp_path, monkeypatch):
+    """`task.params.path` and `reward.from` relative to the suite file's folder, from any working folder;
+    a path that is only in the working folder is refused saying how to write it."""
+    suites, work = tmp_path / "suites", tmp_path / "work"
+    write_suite(suites, SCORE)
+    work.mkdir()
+    data = yaml.safe_load((suites / "suite.yaml").read_text())
+    data["task"]["params"]["path"] = "data.jsonl"
+    (suites / "suite.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(work)
+    suite = load_suite(suites / "suite.yaml")
+    assert suite.task.params["path"] == str(suites / "data.jsonl") and suite.task.reward is not None
+    assert suite.task.reward.file == str(suites / "score.py")
+    example = suite.task.instance().test_examples(1)[0]
+    assert example.origin.startswith(f"{suites / 'data.jsonl'}:")
+    (suites / "data.jsonl").rename(work / "data.jsonl")  # now in the working folder alone
+    result = CliRunner().invoke(app, ["validate", str(suites / "suite.yaml")])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert (f"task.params.path: 'data.jsonl' is in the working folder, not in the suite file's folder {suites}, which "
+            "paths in a suite file are read from (as plugins: and reward.from:): write '../work/data.jsonl' or an "
+            "absolute path") in " ".join(result.output.split()), result.output
+    (work / "data.jsonl").unlink()  # nowhere: left as given, and the task names it
+    result = CliRunner().invoke(app, ["validate", str(suites / "suite.yaml")])
+    assert result.exit_code == 2 and "jsonl task: no file data.jsonl" in result.output, result.output

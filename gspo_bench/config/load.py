@@ -267,7 +267,35 @@ def with_plugins(data: Any, path: Path) -> Any:
         load_plugins(names)
     except PluginError as err:
         raise SuiteError(f"{path}: plugins: {err}") from None
-    return data | {"plugins": names} if given else data
+    return with_task_paths(data | {"plugins": names} if given else data, path)
+
+
+def with_task_paths(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The suite data with the task's path params (a registered task's `paths`: the jsonl task's file, the
+    hf_dataset task's local data) read from the folder of the suite file `path`, as `plugins:` and
+    `reward.from:` are: a relative one that names a file or folder there as an absolute path; one found
+    in the working folder alone is a SuiteError saying how to write it; any other left as given (a hub
+    id, or a missing file the task names)."""
+    import os
+
+    from gspo_bench.tasks.registry import list_tasks, task_spec
+
+    task = data.get("task")
+    if not isinstance(task, dict) or task.get("name") not in list_tasks() or not isinstance(task.get("params"), dict):
+        return data
+    folder, params = path.resolve().parent, dict(task["params"])
+    for key in task_spec(str(task["name"])).paths:
+        value = params.get(key)
+        if not isinstance(value, str) or not value or Path(value).expanduser().is_absolute():
+            continue
+        here, cwd = folder / value, Path.cwd() / value
+        if here.exists():
+            params[key] = str(here.resolve())
+        elif cwd.exists() and cwd.resolve() != here.resolve():
+            raise SuiteError(f"{path}: task.params.{key}: {value!r} is in the working folder, not in the suite file's "
+                             f"folder {folder}, which paths in a suite file are read from (as plugins: and "
+                             f"reward.from:): write {os.path.relpath(cwd.resolve(), folder)!r} or an absolute path")
+    return data | {"task": task | {"params": params}}
 
 
 def dump_config(config: BaseModel) -> str:

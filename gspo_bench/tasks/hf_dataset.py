@@ -192,7 +192,7 @@ class HFDatasetTask(HeldOutMathRecords):
 
 
 @register_task("hf_dataset", "a Hugging Face dataset (hub id, local directory or data file) of question/answer "
-               "records; reward via math-verify", needs_params=True)
+               "records; reward via math-verify", needs_params=True, paths=("path",))
 def make_hf_dataset(path: str = "", name: str | None = None, split: str = "train", test_split: str | None = "test",
                     prompt_field: str = "question", answer_field: str = "answer", answer_pattern: str | None = None,
                     test_share: float = 0.1) -> HFDatasetTask:

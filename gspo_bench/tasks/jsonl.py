@@ -83,7 +83,8 @@ def math_reward(response: str, example: Example) -> float:
         return 0.0
 
 
-@register_task("jsonl", "a JSONL file of prompt/answer records; reward via math-verify", needs_params=True)
+@register_task("jsonl", "a JSONL file of prompt/answer records; reward via math-verify", needs_params=True,
+               paths=("path",))
 def make_jsonl(path: str = "", prompt_field: str = "prompt", answer_field: str = "answer",
                test_share: float = 0.1) -> JsonlTask:
     if not path:

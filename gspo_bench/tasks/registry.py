@@ -19,17 +19,21 @@ class TaskSpec:
     factory: Callable[..., Task]
     description: str
     needs_params: bool = False  # built from the user's data (a file, a dataset): no default instance
+    paths: tuple[str, ...] = ()  # params naming a local file or folder: a suite file's are read from its folder
 
 
 _TASKS: Registry[TaskSpec] = Registry("task")
 
 
 def register_task(
-    name: str, description: str, needs_params: bool = False
+    name: str, description: str, needs_params: bool = False, paths: tuple[str, ...] = ()
 ) -> Callable[[Callable[..., Task]], Callable[..., Task]]:
+    """Decorator registering the task factory `name`; `paths`: its params that name a local file or
+    folder, which a suite file's relative values are read from its folder for (`config.load`)."""
+
     def decorate(factory: Callable[..., Task]) -> Callable[..., Task]:
         origin = origin_of("task", name, factory)
-        _TASKS.add(name, TaskSpec(name, factory, description, needs_params), origin)
+        _TASKS.add(name, TaskSpec(name, factory, description, needs_params, tuple(paths)), origin)
         return factory
 
     return decorate
