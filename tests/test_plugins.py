@@ -522,7 +522,6 @@ def test_a_plugin_of_a_correction_alone_is_recorded_and_taken_back(tmp_path):
     assert "my_tis" not in list_corrections()
 
 
-
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="the time limit is SIGALRM's (POSIX)")
 def test_a_plugin_that_never_finishes_importing_is_stopped_at_its_time_limit(tmp_path, monkeypatch):
     """A plugin that registers, then loops at import: `validate` stops it at GSPO_BENCH_IMPORT_TIMEOUT with
