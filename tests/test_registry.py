@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
+
 import pytest
 import torch
 
@@ -11,6 +15,11 @@ from gspo_bench.objectives import (
     register_objective,
     registry,
 )
+from gspo_bench.objectives.conformance import call, random_batch
+from gspo_bench.objectives.inputs import prepare
+from gspo_bench.objectives.reduce import REDUCTIONS, aggregate, recording_terms
+
+PACKAGE_OBJECTIVES = [name for name in list_objectives() if registry._REGISTRY.by_package(name)]
 
 
 def test_all_objectives_registered():
@@ -79,3 +88,54 @@ def test_declared_inputs_must_match_the_signature(monkeypatch):
 def test_the_registered_objectives_declare_their_extra_inputs():
     declared = {name: set(objective_spec(name).inputs) for name in list_objectives() if objective_spec(name).inputs}
     assert declared == {"dppo_binary_tv": {"sampling_logp"}, "rspo": {"router_shift"}, "clip_cov": {"generator"}}
+
+
+def token_weights(batch, reduction: str) -> torch.Tensor:
+    """[B, T] what `aggregate` weighs each token of `batch` by under `reduction` (its contributions for terms of 1)."""
+    with recording_terms() as recorded:
+        aggregate(torch.ones(batch.mask.shape), batch, reduction)
+    return recorded[0]
+
+
+@pytest.mark.parametrize("name", PACKAGE_OBJECTIVES)
+def test_each_objective_reduces_its_terms_by_its_declared_reduction(name):
+    """An objective states its reduction once, at registration; its body takes `reduction` and hands it to
+    `aggregate`. Called with each reduction in turn, the body's per-token contributions are the same terms
+    weighed by that reduction's token weights (a body naming a reduction of its own weighs them by that
+    one, whatever it is handed), and the registered function is the body handed the declared reduction."""
+    spec = objective_spec(name)
+    body = spec.fn.__wrapped__
+    assert inspect.signature(body).parameters["reduction"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert "reduction" not in inspect.signature(spec.fn).parameters and "reduction" not in spec.params()
+    batch = random_batch(0)
+    weights = {r: token_weights(prepare(batch.logp, batch.old_logp, batch.advantages, batch.mask), r) for r in REDUCTIONS}
+
+    def contributions(fn) -> list[torch.Tensor]:
+        with recording_terms() as recorded:
+            call(dataclasses.replace(spec, fn=fn), batch)
+        return recorded
+
+    by = {r: contributions(functools.partial(body, reduction=r)) for r in REDUCTIONS}
+    declared = contributions(spec.fn)
+    assert len(declared) == len(by[spec.reduction]) >= 1
+    assert all(torch.equal(a, b) for a, b in zip(declared, by[spec.reduction]))
+    assert any(bool(c.ne(0).any()) for c in declared)
+    for r in REDUCTIONS:
+        assert len(by[r]) == len(declared)
+        for mine, theirs in zip(by[r], by[spec.reduction]):  # mine / w_r == theirs / w_declared, cross-multiplied
+            torch.testing.assert_close(mine * weights[spec.reduction], theirs * weights[r], rtol=1e-5, atol=1e-9)
+
+
+def test_a_reduction_stated_twice_is_refused(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
+
+    def defaulted(logp, old_logp, advantages, mask, weights=None, *, reduction="token_mean"):
+        return torch.zeros(()), {}
+
+    def positional(logp, old_logp, advantages, mask, reduction, weights=None):
+        return torch.zeros(()), {}
+
+    for fn in (defaulted, positional):
+        with pytest.raises(TypeError, match="`reduction` argument must be keyword-only and without a default"):
+            register_objective("twice", description="x", reference="y", reduction="token_mean")(fn)
+    assert "twice" not in list_objectives()

@@ -7,7 +7,7 @@ import torch
 
 from gspo_bench.objectives.inputs import prepare, safe_exp
 from gspo_bench.objectives.metrics import clip_metrics, ratio_metrics
-from gspo_bench.objectives.reduce import aggregate
+from gspo_bench.objectives.reduce import Reduction, aggregate
 from gspo_bench.objectives.registry import Metrics, register_objective
 from gspo_bench.objectives.surrogate import check_clip_range
 
@@ -26,6 +26,8 @@ def cispo_loss(
     clip_low: float = 1.0,
     clip_high: float = 0.28,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """CISPO: J = sum_i sum_t sg[clip(w_it, 1-eps_low, 1+eps_high)] A_it log pi_theta(y_it) / sum_i |y_i|.
 
@@ -38,5 +40,5 @@ def cispo_loss(
     w = safe_exp(batch.log_ratio).detach()  # [B, T]
     weight = w.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B, T] sg[clip(w)]
     terms = weight * batch.advantages * batch.logp  # [B, T]
-    loss = -aggregate(terms, batch, "token_mean")
+    loss = -aggregate(terms, batch, reduction)
     return loss, {**clip_metrics(w < 1.0 - clip_low, w > 1.0 + clip_high, batch), **ratio_metrics(batch)}

@@ -12,7 +12,7 @@ import torch
 
 from gspo_bench.objectives.inputs import PolicyBatch, prepare, safe_exp
 from gspo_bench.objectives.metrics import clip_metrics, masked_mean, ratio_metrics
-from gspo_bench.objectives.reduce import aggregate
+from gspo_bench.objectives.reduce import Reduction, aggregate
 from gspo_bench.objectives.registry import Metrics, register_objective
 from gspo_bench.objectives.surrogate import check_clip_range, check_dual_clip, clipped_surrogate, dual_clipped
 
@@ -59,6 +59,8 @@ def kl_cov_loss(
     kl_coef: float = 1.0,
     noise_floor: float = 1e-4,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """KL-Cov: J = sum_t [r_t A_t - kl_coef |log r_t|_floor 1(t in top-k by Cov_t)] / sum_i |y_i|, with
     k = max(1, floor(ratio_k * N)) of the N valid tokens; no clip. `clip/frac*` stays 0 (nothing is
@@ -83,7 +85,7 @@ def kl_cov_loss(
     moved = batch.log_ratio.abs()
     moved = torch.where(moved > noise_floor, moved, 0.0)
     terms = safe_exp(batch.log_ratio) * batch.advantages - kl_coef * moved * penalised
-    loss = -aggregate(terms, batch, "token_mean")
+    loss = -aggregate(terms, batch, reduction)
     none = torch.zeros_like(batch.mask)
     measured = {"cov/frac": masked_mean(penalised.float(), batch.mask), "cov/mean": masked_mean(cov, batch.mask)}
     return loss, {**clip_metrics(none, none, batch), **ratio_metrics(batch), **measured}
@@ -114,6 +116,7 @@ def clip_cov_loss(
     weights: torch.Tensor | None = None,
     *,
     generator: torch.Generator,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """Clip-Cov: J = sum_t min(r_t A_t, clip(r_t) A_t) (1 - 1(t in C)) / sum_i |y_i|, C a uniformly
     random draw of k = max(1, floor(ratio_k * N)) tokens among those the clip left alone whose
@@ -138,7 +141,7 @@ def clip_cov_loss(
     pool = torch.rand(batch.mask.numel(), generator=generator).to(batch.mask.device)
     draw = pool[(batch.mask.flatten().cumsum(0) - 1).clamp(min=0)].reshape(batch.mask.shape)
     dropped = _pick(draw, eligible, _budget(ratio_k, batch))  # [B, T]
-    loss = -aggregate(torch.where(dropped, 0.0, terms), batch, "token_mean")
+    loss = -aggregate(torch.where(dropped, 0.0, terms), batch, reduction)
     measured = {"cov/frac": masked_mean(dropped.float(), batch.mask), "cov/mean": masked_mean(cov, batch.mask)}
     return loss, {**clip_metrics(cut_low | (dropped & (batch.advantages < 0)), cut_high | (dropped & (batch.advantages >= 0)), batch,
                                  cut_dual=cut_dual), **ratio_metrics(batch), **measured}

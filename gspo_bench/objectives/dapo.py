@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from gspo_bench.objectives.grpo import token_clip_objective
+from gspo_bench.objectives.reduce import Reduction
 from gspo_bench.objectives.registry import Metrics, register_objective
 
 
@@ -23,6 +24,8 @@ def dapo_loss(
     clip_high: float = 0.28,
     dual_clip: float | None = None,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """DAPO: J = sum_i sum_t min(w_it A_it, clip(w_it, 1-eps_low, 1+eps_high) A_it) / sum_i |y_i|.
 
@@ -30,5 +33,5 @@ def dapo_loss(
     loss); eps_high > eps_low ("clip-higher"). Dynamic sampling is a rollout choice, not part of the loss.
     `dual_clip` c > 1 (default off) bounds a term with A < 0 below by c A, as in `grpo`.
     """
-    return token_clip_objective("dapo", logp, old_logp, advantages, mask, clip_low, clip_high, "token_mean",
+    return token_clip_objective("dapo", logp, old_logp, advantages, mask, clip_low, clip_high, reduction,
                                 weights=weights, dual_clip=dual_clip)

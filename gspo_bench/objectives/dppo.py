@@ -8,6 +8,7 @@ import torch
 
 from gspo_bench.objectives.inputs import prepare
 from gspo_bench.objectives.metrics import masked_mean
+from gspo_bench.objectives.reduce import Reduction
 from gspo_bench.objectives.registry import Metrics, register_objective
 from gspo_bench.objectives.surrogate import masked_surrogate
 
@@ -27,6 +28,8 @@ def dppo_binary_tv_loss(
     sampling_logp: torch.Tensor,
     delta: float = 0.15,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """J = sum_it M_it r_it A_it / sum_i |y_i| with r_it = pi_theta(y_it) / mu(y_it) and
 
@@ -47,5 +50,5 @@ def dppo_binary_tv_loss(
     shift = pi.clamp(max=0.0).exp() - mu.clamp(max=0.0).exp()  # [B, T] pi - mu (log-probs are <= 0)
     masked = anchored.mask & (((adv > 0) & (shift > delta)) | ((adv < 0) & (shift < -delta)))
     measured = prepare(logp.detach(), old_logp, advantages, mask, objective="dppo_binary_tv")
-    loss, metrics = masked_surrogate(anchored, masked, measured)
+    loss, metrics = masked_surrogate(anchored, masked, reduction, measured)
     return loss, {**metrics, "dppo/tv_mean": masked_mean(shift.abs(), anchored.mask)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from gspo_bench.objectives.grpo import token_clip_objective
+from gspo_bench.objectives.reduce import Reduction
 from gspo_bench.objectives.registry import Metrics, register_objective
 
 
@@ -26,6 +27,7 @@ def dr_grpo_loss(
     max_tokens: int | None = None,
     dual_clip: float | None = None,
     weights: torch.Tensor | None = None,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """Dr. GRPO: J = 1/(B T_max) sum_i sum_t min(w_it A_i, clip(w_it) A_i).
 
@@ -36,5 +38,5 @@ def dr_grpo_loss(
     """
     return token_clip_objective(
         "dr_grpo", logp, old_logp, advantages, mask, clip_low, clip_high,
-        "seq_mean_token_sum_norm", max_tokens=max_tokens, weights=weights, dual_clip=dual_clip,
+        reduction, max_tokens=max_tokens, weights=weights, dual_clip=dual_clip,
     )

@@ -54,6 +54,8 @@ def grpo_loss(
     clip_high: float = 0.27,
     dual_clip: float | None = None,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """GRPO (eq. 2): J = 1/B sum_i 1/|y_i| sum_t min(w_it A_i, clip(w_it, 1-eps_low, 1+eps_high) A_i).
 
@@ -62,6 +64,6 @@ def grpo_loss(
     one token with a huge ratio cannot dominate the loss (dual-clip PPO; verl's `clip_ratio_c`).
     """
     return token_clip_objective(
-        "grpo", logp, old_logp, advantages, mask, clip_low, clip_high, "seq_mean_token_mean", weights=weights,
+        "grpo", logp, old_logp, advantages, mask, clip_low, clip_high, reduction, weights=weights,
         dual_clip=dual_clip,
     )

@@ -6,7 +6,7 @@ import torch
 
 from gspo_bench.objectives.inputs import prepare, safe_exp
 from gspo_bench.objectives.metrics import clip_metrics, ratio_metrics
-from gspo_bench.objectives.reduce import aggregate
+from gspo_bench.objectives.reduce import Reduction, aggregate
 from gspo_bench.objectives.registry import Metrics, register_objective
 from gspo_bench.objectives.surrogate import check_clip_range, clipped_surrogate
 
@@ -25,6 +25,8 @@ def gspo_loss(
     clip_low: float = 3e-4,
     clip_high: float = 4e-4,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """GSPO (eq. 5): J = 1/B sum_i min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i),
     s_i = exp(1/|y_i| sum_t log w_it) (eq. 7), computed in log space in fp32.
@@ -38,7 +40,7 @@ def gspo_loss(
     seq_terms, cut_low, cut_high = clipped_surrogate(s, batch.response_advantages(), clip_low, clip_high)  # [B]
     # A per-response term repeated over its tokens: the token mean of response i is the term itself.
     terms = seq_terms[:, None].expand_as(batch.log_ratio)  # [B, T]
-    loss = -aggregate(terms, batch, "seq_mean_token_mean")
+    loss = -aggregate(terms, batch, reduction)
     cuts = (cut_low[:, None].expand_as(batch.mask), cut_high[:, None].expand_as(batch.mask))  # [B, T] each
     return loss, {**clip_metrics(*cuts, batch), **ratio_metrics(batch)}
 
@@ -56,6 +58,8 @@ def gspo_token_loss(
     clip_low: float = 3e-4,
     clip_high: float = 4e-4,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """GSPO-token (eq. 13): J = 1/B sum_i 1/|y_i| sum_t min(s_it A_it, clip(s_it) A_it) with
     s_it = sg[s_i] * pi_theta(y_it) / sg[pi_theta(y_it)] (eq. 14): numerically s_i, and
@@ -67,5 +71,5 @@ def gspo_token_loss(
     log_s_token = log_s[:, None] + (batch.logp - batch.logp.detach())  # [B, T], value log s_i
     s_token = safe_exp(log_s_token)  # [B, T] s_it
     terms, cut_low, cut_high = clipped_surrogate(s_token, batch.advantages, clip_low, clip_high)  # [B, T]
-    loss = -aggregate(terms, batch, "seq_mean_token_mean")
+    loss = -aggregate(terms, batch, reduction)
     return loss, {**clip_metrics(cut_low, cut_high, batch), **ratio_metrics(batch)}

@@ -6,7 +6,7 @@ import torch
 
 from gspo_bench.objectives.inputs import prepare, safe_exp
 from gspo_bench.objectives.metrics import clip_metrics, ratio_metrics
-from gspo_bench.objectives.reduce import aggregate
+from gspo_bench.objectives.reduce import Reduction, aggregate
 from gspo_bench.objectives.registry import Metrics, register_objective
 from gspo_bench.objectives.surrogate import check_clip_range, clipped_surrogate
 
@@ -27,6 +27,8 @@ def luspo_loss(
     clip_low: float = 2e-3,
     clip_high: float = 2.5e-3,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """LUSPO: J = 1/B sum_i |y_i| min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i), s_i GSPO's
     length-normalised sequence ratio (eq. 7).
@@ -43,6 +45,6 @@ def luspo_loss(
     seq_terms, cut_low, cut_high = clipped_surrogate(s, batch.response_advantages(), clip_low, clip_high)  # [B]
     # |y_i| x the term, spread over its tokens: the token mean of response i is |y_i| x its term
     terms = (seq_terms * batch.lengths)[:, None].expand_as(batch.log_ratio)  # [B, T]
-    loss = -aggregate(terms, batch, "seq_mean_token_mean")
+    loss = -aggregate(terms, batch, reduction)
     cuts = (cut_low[:, None].expand_as(batch.mask), cut_high[:, None].expand_as(batch.mask))
     return loss, {**clip_metrics(*cuts, batch), **ratio_metrics(batch)}

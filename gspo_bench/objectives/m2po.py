@@ -7,6 +7,7 @@ import torch
 
 from gspo_bench.objectives.inputs import PolicyBatch, prepare
 from gspo_bench.objectives.metrics import masked_mean
+from gspo_bench.objectives.reduce import Reduction
 from gspo_bench.objectives.registry import Metrics, register_objective
 from gspo_bench.objectives.surrogate import masked_surrogate
 
@@ -45,6 +46,8 @@ def m2po_loss(
     mask: torch.Tensor,
     tau: float = 0.04,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """M2PO (eq. 5): J = 1/sum_i |y_i| sum_i sum_t M_it r_it A_it, M from `second_moment_mask`.
 
@@ -56,7 +59,7 @@ def m2po_loss(
         raise ValueError(f"m2po: tau must be >= 0, got {tau}")
     batch = prepare(logp, old_logp, advantages, mask, weights=weights, objective="m2po")
     masked, trust = second_moment_mask(batch, tau)
-    loss, metrics = masked_surrogate(batch, masked)
+    loss, metrics = masked_surrogate(batch, masked, reduction)
     measured = {"m2po/m2_trust": masked_mean(batch.log_ratio.detach() ** 2, trust),
                 "m2po/trust_frac": masked_mean(trust.float(), batch.mask)}
     return loss, {**metrics, **measured}

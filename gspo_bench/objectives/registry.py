@@ -15,6 +15,11 @@ declaration that disagrees with the signature, and the training loop passes what
 `router_shift` (RSPO's per-token gate-score change) and `generator` (the draw of an objective that
 samples, Clip-Cov; the loop makes one per seed and step, so runs repeat).
 
+An objective states its reduction once, at registration (`reduction=`, one of REDUCTIONS); a loss
+that takes a keyword-only `reduction` argument (every built-in one) is handed the declared one, which
+its body passes to `reduce.aggregate`: the registered function is the body with that argument bound
+(its signature lacks `reduction`, its `__wrapped__` is the body).
+
 An objective whose loss couples rows through their log-probs (a statistic or a top-k selection
 over the whole batch: M2PO's second-moment mask, KL-Cov's and Clip-Cov's covariance selections)
 declares `coupled=True`: a micro-batched update (`train.micro_batch_tokens`) then first computes
@@ -25,6 +30,7 @@ minibatch's mask-based counts alone.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,17 +92,19 @@ def register_objective(
     """Decorator registering `fn` under `name` with its extra `inputs` (names from EXTRA_INPUTS) and
     whether its loss couples rows (`coupled`, see the module docstring), the reduction its token terms
     go through (`reduction`, one of REDUCTIONS: the conformance kit checks its on-policy gradient against
-    it) and the conformance properties that do not apply to it with why (`exempt`); a second
-    registration of the same name, or a declaration that disagrees with `fn`'s arguments, is refused."""
+    it; a loss taking a keyword-only `reduction` argument is handed it) and the conformance properties
+    that do not apply to it with why (`exempt`); a second registration of the same name, or a
+    declaration that disagrees with `fn`'s arguments, is refused. Returns the registered function."""
 
-    def decorate(fn: ObjectiveFn) -> ObjectiveFn:
-        origin = origin_of("objective", name, fn)
+    def decorate(body: ObjectiveFn) -> ObjectiveFn:
+        origin = origin_of("objective", name, body)
+        _check_declarations(name, reduction, exempt or {})
+        fn = _with_reduction(name, body, reduction)
         params = inspect.signature(fn).parameters
         missing = {"logp", "old_logp", "advantages", "mask", "weights"} - set(params)
         if missing:
             raise TypeError(f"objective {name!r} lacks the arguments {sorted(missing)}")
         _check_inputs(name, set(inputs), set(params))
-        _check_declarations(name, reduction, exempt or {})
 
         def default(arg: str) -> float | None:
             p = params.get(arg)
@@ -118,6 +126,28 @@ def register_objective(
         return fn
 
     return decorate
+
+
+def _with_reduction(name: str, body: ObjectiveFn, reduction: str) -> ObjectiveFn:
+    """`body` with its keyword-only `reduction` argument bound to the declared `reduction`, or `body`
+    itself where it takes none (it then names its reduction in its own `aggregate` call, as a plugin may).
+    A default on that argument would be a second statement of the reduction: refused."""
+    signature = inspect.signature(body)
+    taken = signature.parameters.get("reduction")
+    if taken is None:
+        return body
+    if taken.kind is not inspect.Parameter.KEYWORD_ONLY or taken.default is not inspect.Parameter.empty:
+        raise TypeError(f"objective {name!r}: its `reduction` argument must be keyword-only and without a default "
+                        f"(the registration hands it the declared reduction, {reduction!r}): state it once, "
+                        f"as register_objective(..., reduction=...)")
+
+    @functools.wraps(body)
+    def declared(*args: object, **kwargs: object) -> tuple[torch.Tensor, Metrics]:
+        return body(*args, **kwargs, reduction=reduction)
+
+    declared.__signature__ = signature.replace(  # type: ignore[attr-defined]  # read by inspect.signature
+        parameters=[p for p in signature.parameters.values() if p.name != "reduction"])
+    return declared
 
 
 def _check_inputs(name: str, declared: set[str], params: set[str]) -> None:

@@ -27,6 +27,7 @@ import torch
 from gspo_bench.objectives.gmpo import geometric_mean_loss
 from gspo_bench.objectives.inputs import prepare
 from gspo_bench.objectives.metrics import clip_metrics, masked_mean, ratio_metrics
+from gspo_bench.objectives.reduce import Reduction
 from gspo_bench.objectives.registry import Metrics, register_objective
 from gspo_bench.objectives.surrogate import check_clip_range
 
@@ -62,6 +63,8 @@ def rspo_loss(
     clip_high: float = 0.4,
     gamma_min: float = 0.7,
     weights: torch.Tensor | None = None,
+    *,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """RSPO: J = 1/B sum_i A_i exp(1/|y_i| sum_t c_it) with GMPO's sign-aware log-space clip c_it of
     the rescaled token log-ratio log w_it + log gamma_it, gamma_it = max(exp(-d_it), gamma_min) (sg).
@@ -77,7 +80,7 @@ def rspo_loss(
         raise ValueError(f"rspo: router_shift must be [B, T] = {tuple(batch.mask.shape)}, got {tuple(router_shift.shape)}")
     shift = torch.where(batch.mask, router_shift.detach().float().to(batch.mask.device), 0.0)  # [B, T]
     gamma = torch.exp(-shift).clamp(min=gamma_min)  # [B, T], 1 at padding
-    loss, cut_low, cut_high = geometric_mean_loss(batch.log_ratio + gamma.log(), batch, clip_low, clip_high)
+    loss, cut_low, cut_high = geometric_mean_loss(batch.log_ratio + gamma.log(), batch, clip_low, clip_high, reduction)
     measured = {"rspo/gamma_mean": masked_mean(gamma, batch.mask), "rspo/shift_mean": masked_mean(shift, batch.mask),
                 "rspo/gamma_floor_frac": masked_mean((torch.exp(-shift) <= gamma_min).float(), batch.mask)}
     return loss, {**clip_metrics(cut_low, cut_high, batch), **ratio_metrics(batch), **measured}

@@ -7,7 +7,7 @@ import torch
 
 from gspo_bench.objectives.inputs import prepare, safe_exp
 from gspo_bench.objectives.metrics import clip_metrics, ratio_metrics
-from gspo_bench.objectives.reduce import aggregate
+from gspo_bench.objectives.reduce import Reduction, aggregate
 from gspo_bench.objectives.registry import Metrics, register_objective
 
 # A token counts as (softly) clipped when the gate passes less than half the unclipped gradient.
@@ -30,6 +30,7 @@ def sapo_loss(
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
     weights: torch.Tensor | None = None,
+    reduction: Reduction,
 ) -> tuple[torch.Tensor, Metrics]:
     """SAPO: J = 1/B sum_i 1/|y_i| sum_t f(w_it) A_it, f(w) = (4/tau) sigmoid(tau (w - 1)),
     tau = tau_pos where A > 0 else tau_neg.
@@ -47,7 +48,7 @@ def sapo_loss(
     tau = torch.where(batch.advantages > 0, tau_pos, tau_neg)  # [B, T]
     gate_arg = torch.sigmoid(tau * (w - 1.0))  # [B, T]
     terms = (4.0 / tau) * gate_arg * batch.advantages  # [B, T]
-    loss = -aggregate(terms, batch, "seq_mean_token_mean")
+    loss = -aggregate(terms, batch, reduction)
     with torch.no_grad():
         soft_cut = 4.0 * gate_arg * (1.0 - gate_arg) < SOFT_CLIP_GRAD_WEIGHT  # [B, T]
     return loss, {**clip_metrics(soft_cut & (w < 1.0), soft_cut & (w > 1.0), batch), **ratio_metrics(batch)}

@@ -8,7 +8,7 @@ import torch
 
 from gspo_bench.objectives.inputs import PolicyBatch, safe_exp
 from gspo_bench.objectives.metrics import clip_metrics, ratio_metrics
-from gspo_bench.objectives.reduce import aggregate
+from gspo_bench.objectives.reduce import Reduction, aggregate
 
 
 def check_ratio_band(owner: str, low: float, high: float, names: str = "low, high") -> None:
@@ -66,7 +66,7 @@ def dual_clipped(terms: torch.Tensor, ratio: torch.Tensor, adv: torch.Tensor,
     return torch.where(cut_dual, dual_clip * adv, terms), cut_dual
 
 
-def masked_surrogate(batch: PolicyBatch, masked: torch.Tensor,
+def masked_surrogate(batch: PolicyBatch, masked: torch.Tensor, reduction: Reduction,
                      measured: PolicyBatch | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """J = sum_it (1 - M_it) r_it A_it / sum_i |y_i|: the masked tokens' terms count 0, the denominator
     counts every token. Returns the loss -J and the clip and ratio measurements, a masked token reported
@@ -74,6 +74,6 @@ def masked_surrogate(batch: PolicyBatch, masked: torch.Tensor,
     of `measured` (another anchor's, DPPO) or of `batch`."""
     adv = batch.advantages
     terms = torch.where(masked, 0.0, safe_exp(batch.log_ratio) * adv)  # [B, T]
-    loss = -aggregate(terms, batch, "token_mean")
+    loss = -aggregate(terms, batch, reduction)
     measured = batch if measured is None else measured
     return loss, {**clip_metrics(masked & (adv < 0), masked & (adv > 0), measured), **ratio_metrics(measured)}
