@@ -18,8 +18,7 @@ from gspo_bench.objectives import (
 from gspo_bench.objectives.conformance import call, random_batch
 from gspo_bench.objectives.inputs import prepare
 from gspo_bench.objectives.reduce import REDUCTIONS, aggregate, recording_terms
-
-PACKAGE_OBJECTIVES = [name for name in list_objectives() if registry._REGISTRY.by_package(name)]
+from tests.helpers.contracts import package_objectives, parametrized
 
 
 def test_all_objectives_registered():
@@ -97,7 +96,7 @@ def token_weights(batch, reduction: str) -> torch.Tensor:
     return recorded[0]
 
 
-@pytest.mark.parametrize("name", PACKAGE_OBJECTIVES)
+@pytest.mark.parametrize("name", package_objectives())
 def test_each_objective_reduces_its_terms_by_its_declared_reduction(name):
     """An objective states its reduction once, at registration; its body takes `reduction` and hands it to
     `aggregate`. Called with each reduction in turn, the body's per-token contributions are the same terms
@@ -139,3 +138,8 @@ def test_a_reduction_stated_twice_is_refused(monkeypatch):
         with pytest.raises(TypeError, match="`reduction` argument must be keyword-only and without a default"):
             register_objective("twice", description="x", reference="y", reduction="token_mean")(fn)
     assert "twice" not in list_objectives()
+
+
+def test_the_reduction_check_runs_on_every_registered_objective():
+    assert parametrized(globals()) == {"test_each_objective_reduces_its_terms_by_its_declared_reduction":
+                                       package_objectives()}
