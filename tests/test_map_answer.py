@@ -17,6 +17,7 @@ from analysis.evidence.placement import (
     BEYOND,
     BOUNDARY,
     BRACKET,
+    FALLING,
     HELD,
     UNBOUNDED,
     Placement,
@@ -174,6 +175,31 @@ def test_the_same_failure_rate_at_every_level_is_no_boundary_in_words(failures):
     assert "**grpo: no stability boundary placed**" in text and "slope is not distinguishable from 0" in text
 
 
+def test_failures_that_fall_as_the_dose_grows_are_no_boundary_in_every_reading():
+    """4, 0, 1 and 0 of 6 failed at doses 0.1 to 3: the fit's slope is -3.22 per log10 dose, told from 0
+    (Fieller's interval bounded, [3.19e-11, 0.297]), its crossing at 0.119 inside the doses measured. A
+    boundary is where a rising failure rate crosses 0.5: falling failures have none, said so in the item,
+    the numbers table and the map's sentence (each read through placement.why_no_boundary)."""
+    classes = arm_rows("grpo", [4, 0, 1, 0])
+    (b,) = boundaries(classes)
+    assert b.fit is not None and b.fit.slope == pytest.approx(-3.22, abs=0.01)
+    center, low, high = (10 ** v for v in b.fit.crossing())
+    assert (round(center, 3), round(high, 3)) == (0.119, 0.297) and 0 < low < center
+    (found,) = placed(classes)
+    assert found.kind != BOUNDARY and found.boundary is None and found.fit_note == FALLING
+    assert fit_boundary(b) == (None, FALLING)
+    text = item(found)
+    assert "fails at" not in text
+    assert text == ("grpo (5 of 24 runs failed): no boundary (failures do not rise with the dose); held at dose 3 per "
+                    "token (24 per response; 0 of 6 failed, ≤ 39.3%); most failed at dose 0.1 per token (4 of 6).")
+    (row,) = stability_rows(StabilityMap(classes, [b]))
+    assert row["result"].startswith("no boundary: failures do not rise with the dose (the fit's slope, -3.22 per log10 "
+                                    "level dose, is negative")
+    sentence = boundary_sentence(b, ()).text
+    assert sentence.startswith("**grpo: no stability boundary placed**: failures do not rise with the level dose")
+    assert "P(degraded or collapsed) crosses" not in sentence
+
+
 def test_no_fittable_pattern_of_failures_at_four_levels_raises():
     """Every pattern of k of 6 runs failed at each of four levels that has a logistic fit (2,353 of 7^4): the
     fit's readings (the placement's boundary, the numbers table's row, the map's sentence) give an answer,
@@ -191,9 +217,10 @@ def test_no_fittable_pattern_of_failures_at_four_levels_raises():
         found, note = fit_boundary(b)
         assert boundary_sentence(b, ()).text
         if found is None:
-            assert note in (BEYOND, UNBOUNDED) and row["result"].startswith(("no boundary", "P(failure) = 0.5"))
+            assert note in (BEYOND, UNBOUNDED, FALLING) and row["result"].startswith(("no boundary", "P(failure) = 0.5"))
         else:
             assert DOSES[0] <= found[0] <= DOSES[-1] and 0 <= found[1] <= found[0] <= found[2] < math.inf, b.arm
+            assert b.fit is not None and b.fit.slope > 0, b.arm  # a boundary only where failures rise
 
 
 def test_interval_ends_outside_the_data_are_said_as_such():

@@ -1,7 +1,7 @@
 """Where each arm of a swept suite stands on the dose axis, in the order of the estimand declared before
 stage 3 (results/stability_cpu/README.md): its **boundary** with an interval where the map's logistic fit
-(analysis.evidence.stability) crosses 0.5 inside the level doses measured with a bounded Fieller
-interval; else the **bracket** of cells, the last level held (no run failed) below the first level where
+(analysis.evidence.stability) rises (failures grow with the dose) and crosses 0.5 inside the level doses
+measured with a bounded Fieller interval; else the **bracket** of cells, the last level held (no run failed) below the first level where
 most runs failed; else **up to which dose it held**, with the exact one-sided Clopper-Pearson bound that
 puts on its failure rate at that level (analysis.evidence.dose.level_bounds: per level, never pooled
 across levels). A crossing outside the doses measured is an extrapolation, never a boundary.
@@ -33,7 +33,8 @@ from analysis.evidence.dose import DOSE, DOSE_RESPONSE, level_bounds
 from analysis.evidence.stability import RUN_MEDIAN, Boundary, StabilityMap, failed, on_kl_axis
 
 BOUNDARY, BRACKET, HELD, FAILED_ONLY, UNPLACED = "boundary", "bracket", "held", "failed only", "unplaced"
-BEYOND, UNBOUNDED = "beyond", "unbounded"  # why a fit gives no boundary: its crossing is outside the data, its slope not told from 0
+# why a fit gives no boundary: its crossing is outside the data, its slope not told from 0, its failures falling
+BEYOND, UNBOUNDED, FALLING = "beyond", "unbounded", "falling"
 LOG10_MAX = math.log10(sys.float_info.max)  # 308.25: 10 ** x is past a float's range above it
 
 
@@ -56,7 +57,7 @@ class Placement:
     """One arm's place (see the module). `boundary`: (center, low, high) per token where kind is
     BOUNDARY, `boundary_response` the same per response (NaN outside the doses measured); `held`: the
     largest level with no failed run, `failed_at`: the smallest where most runs failed; `fit_note`: why
-    the fit gives no boundary (BEYOND, UNBOUNDED; "" where it does or there is no fit); `measured`: the
+    the fit gives no boundary (BEYOND, UNBOUNDED, FALLING; "" where it does or there is no fit); `measured`: the
     smallest and largest level dose per token."""
 
     arm: str
@@ -117,14 +118,18 @@ def power_of_ten(log: float) -> float:
 def why_no_boundary(found: Boundary) -> str:
     """The one guard on reading a boundary off an arm's fit, for every place that reads one: UNBOUNDED
     where the fit's slope is not distinguishable from 0 at 5% (Fieller's interval unbounded; a slope of
-    exactly 0, the same failure rate at every dose, among them); else BEYOND where it crosses 0.5 outside
-    the doses measured (compared in log10: a crossing past a float's range is beyond the data, never an
-    overflow); "" where the crossing places a boundary, or there is no fit."""
+    exactly 0, the same failure rate at every dose, among them); else FALLING where the slope is negative
+    (failures fall as the dose grows: a boundary is where a rising failure rate crosses 0.5, and there is
+    none); else BEYOND where it crosses 0.5 outside the doses measured (compared in log10: a crossing past
+    a float's range is beyond the data, never an overflow); "" where the crossing places a boundary, or
+    there is no fit."""
     if found.fit is None:
         return ""
     center, low, high = found.fit.crossing()
     if not (math.isfinite(low) and math.isfinite(high)):
         return UNBOUNDED
+    if not found.fit.slope > 0:
+        return FALLING
     if not (math.isfinite(center) and math.log10(found.kl_low) <= center <= math.log10(found.kl_high)):
         return BEYOND
     return ""
@@ -132,7 +137,7 @@ def why_no_boundary(found: Boundary) -> str:
 
 def fit_boundary(found: Boundary) -> tuple[tuple[float, float, float] | None, str]:
     """The fit's crossing and Fieller interval per token where they place a boundary (why_no_boundary), else
-    (None, why: UNBOUNDED, BEYOND, or "" without a fit)."""
+    (None, why: UNBOUNDED, FALLING, BEYOND, or "" without a fit)."""
     note = why_no_boundary(found)
     if found.fit is None or note:
         return None, note

@@ -17,6 +17,7 @@ from analysis.evidence.placement import (
     BEYOND,
     BOUNDARY,
     BRACKET,
+    FALLING,
     UNBOUNDED,
     UNPLACED,
     Level,
@@ -83,7 +84,8 @@ def boundary_text(found: Placement) -> str:
 
 
 NO_BOUNDARY = {BEYOND: "no boundary (crosses 0.5 beyond the data)",
-               UNBOUNDED: "no boundary (slope not distinguishable from 0)", "": "no boundary fitted"}
+               UNBOUNDED: "no boundary (slope not distinguishable from 0)",
+               FALLING: "no boundary (failures do not rise with the dose)", "": "no boundary fitted"}
 
 
 def unplaced_text(found: Placement) -> str:

@@ -31,7 +31,7 @@ from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.paper import CLIP, DEPTH, DRIFT_ONE, arms, paper_tests
-from analysis.evidence.placement import BEYOND, BOUNDARY, UNBOUNDED, placements, why_no_boundary
+from analysis.evidence.placement import BEYOND, BOUNDARY, FALLING, UNBOUNDED, placements, why_no_boundary
 from analysis.evidence.primary import declarations
 from analysis.evidence.stability import (
     AXIS,
@@ -332,8 +332,8 @@ def primary_text(evidence: Evidence) -> tuple[str, list[dict], tuple[Sentence, .
 
 def fit_result(found: Boundary) -> str:
     """An arm's fit in the numbers table, by the guard every reading of a fit goes through
-    (analysis.evidence.placement.why_no_boundary): a slope not distinguishable from 0 or a crossing outside
-    the doses measured is no boundary, said so; values past a float's range in words (kl_text)."""
+    (analysis.evidence.placement.why_no_boundary): a slope not distinguishable from 0, a falling one or a
+    crossing outside the doses measured is no boundary, said so; values past a float's range in words (kl_text)."""
     assert found.fit is not None
     name, unit = AXIS_NAMES[found.axis], " per token" if found.axis in PER_RESPONSE else ""
     center, low, high = found.fit.crossing()
@@ -341,6 +341,9 @@ def fit_result(found: Boundary) -> str:
     if note == UNBOUNDED:
         return (f"no boundary: the fit's slope, {found.fit.slope:.3g} per log10 {name}, is not distinguishable from 0 "
                 "at 5% (95% Fieller interval unbounded)")
+    if note == FALLING:
+        return (f"no boundary: failures do not rise with the dose (the fit's slope, {found.fit.slope:.3g} per log10 "
+                f"{name}, is negative; it crosses P(failure) = 0.5 at {kl_text(center)}{unit}, falling)")
     beyond = " (outside the doses measured: not a boundary)" if note == BEYOND else ""
     return f"P(failure) = 0.5 at {name} {kl_text(center)}{unit}{beyond}, 95% Fieller interval [{kl_text(low)}, {kl_text(high)}]"
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.evidence.dose import DOSE_STEPS
 from analysis.evidence.outcome_rules import COLLAPSE_SHARE, V2, rules_sentence
-from analysis.evidence.placement import BEYOND, UNBOUNDED, why_no_boundary
+from analysis.evidence.placement import BEYOND, FALLING, UNBOUNDED, why_no_boundary
 from analysis.evidence.resolution import suite_resolutions
 from analysis.evidence.stability import (
     AXIS_NAMES,
@@ -96,8 +96,9 @@ def span_text(found: Boundary) -> str:
 def fit_sentence(arm: str, found: Boundary, measured: str, off: str, links: tuple) -> Sentence:
     """Where one arm's logistic fit crosses 0.5, with Fieller's interval, or, by the guard every reading
     of a fit goes through (analysis.evidence.placement.why_no_boundary), that it places no boundary: a
-    slope of 0 (the same failure rate at every dose) crosses nowhere; one not distinguishable from 0, or
-    a crossing outside the doses measured (an extrapolation), is said as such."""
+    slope of 0 (the same failure rate at every dose) crosses nowhere; one not distinguishable from 0, a
+    falling one (failures do not rise with the dose), or a crossing outside the doses measured (an
+    extrapolation), is said as such."""
     fit, name = found.fit, AXIS_NAMES[found.axis]
     assert fit is not None
     unit = " per token" if found.axis in PER_RESPONSE else ""
@@ -114,6 +115,10 @@ def fit_sentence(arm: str, found: Boundary, measured: str, off: str, links: tupl
         return Sentence(f"**{arm}: no stability boundary placed**: the fit's slope is not distinguishable from 0 at 5% "
                         f"(its 95% interval is unbounded; the fitted curve {crossing}{outside}; {over}){off}.", links)
     interval = f"95% Fieller interval [{kl_text(low)}, {kl_text(high)}]"
+    if note == FALLING:
+        return Sentence(f"**{arm}: no stability boundary placed**: failures do not rise with the {name} (the fit's "
+                        f"slope, {fit.slope:.3g} per log10 {name}, is negative; the falling curve {crossing}{outside}, "
+                        f"{interval}; {over}){off}.", links)
     if note == BEYOND:
         return Sentence(f"**{arm}: no stability boundary placed**: the fit {crossing}{outside} ({interval}; {over}){off}.",
                         links)
