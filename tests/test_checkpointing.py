@@ -21,7 +21,7 @@ from gspo_bench.moe import RoutingCapture, find_routers
 from gspo_bench.moe.recompute import recomputing
 from gspo_bench.moe.sites import attach
 from gspo_bench.train.policy import checkpoint_activations
-from tests.helpers.moe import batch, perturb_routers, tiny
+from tests.helpers.moe import batch, captured, perturb_routers, tiny
 
 
 def pair(family: str) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -39,15 +39,13 @@ def grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def loss_of(model, ids, am, replay=None):
     """The forward under a capture (replaying `replay`), closed before the backward, as an update does."""
     model.zero_grad(set_to_none=True)
-    with RoutingCapture(model, replay=replay) as capture:
-        logits = model(input_ids=ids, attention_mask=am).logits
+    capture, logits = captured(model, ids, am, replay=replay)
     return logits[am.bool()].pow(2).mean(), capture
 
 
 def other_routing(model, ids, am) -> torch.Tensor:
     """A valid routing other than the model's own for every token: each expert id shifted by one."""
-    with torch.no_grad(), RoutingCapture(model) as capture:
-        model(input_ids=ids, attention_mask=am)
+    capture, _ = captured(model, ids, am, no_grad=True)
     return (capture.routing + 1) % find_routers(model)[0].num_experts
 
 
@@ -127,8 +125,7 @@ def test_router_weights_moved_between_forward_and_backward_do_not_reroute_the_re
     for layer, ids_layer in enumerate(capture.routing):
         routed[layer, ids_layer.unique()] = True
     perturb_routers(model, scale=5.0, seed=3)
-    with torch.no_grad(), RoutingCapture(model) as moved:
-        model(input_ids=ids, attention_mask=am)
+    moved, _ = captured(model, ids, am, no_grad=True)
     assert not torch.equal(moved.routing, capture.routing)  # the live routers now choose otherwise
     loss.backward()
     assert torch.equal(expert_gradients(model), routed)

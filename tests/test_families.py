@@ -18,7 +18,7 @@ from gspo_bench.models.tiny import DENSE_FIRST, GROUPED, TinyMoESpec, tiny_confi
 from gspo_bench.moe import RoutingCapture, find_routers, routing_drift
 from gspo_bench.moe.routers import FAMILY_ROUTING, gate_rule
 from gspo_bench.train.compute import active_parameters
-from tests.helpers.moe import VOCAB, batch, perturb_routers
+from tests.helpers.moe import VOCAB, batch, captured, perturb_routers
 
 FAMILIES = list(SUPPORTED_FAMILIES)
 SOFTMAX_RENORMALISED_IF_CONFIGURED = {"qwen3_moe", "qwen2_moe", "olmoe", "flex_olmo", "qwen3_next"}
@@ -123,13 +123,11 @@ def test_replaying_the_recording_changes_nothing(family):
     assert type(model).__name__ == SUPPORTED_FAMILIES[family]
     routers = find_routers(model)
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        reference = model(input_ids=ids, attention_mask=am).logits
+    cap, reference = captured(model, ids, am)
     reference[am.bool()].pow(2).mean().backward()
     reference_grads = [r.weight.grad.clone() for r in routers]
     model.zero_grad()
-    with RoutingCapture(model, replay=cap.routing) as again:
-        replayed = model(input_ids=ids, attention_mask=am).logits
+    again, replayed = captured(model, ids, am, replay=cap.routing)
     replayed[am.bool()].pow(2).mean().backward()
     assert_close(replayed, reference)
     for router, expected in zip(routers, reference_grads):
@@ -144,8 +142,7 @@ def test_replaying_the_recording_changes_nothing(family):
 def test_replay_after_the_router_moved_forces_the_recorded_experts_and_trains_the_router(family):
     model = tiny(family)
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     recorded = cap.routing
     perturb_routers(model)
     with RoutingCapture(model, replay=recorded):
@@ -168,8 +165,7 @@ def test_a_replayed_expert_outside_the_live_top_k_gets_its_weight_and_gradient(f
     model = tiny(family)
     perturb_routers(model)
     ids = torch.tensor([[11]])  # one token: layer 0's router sees nothing else
-    with RoutingCapture(model) as live:
-        model(input_ids=ids)
+    live, _ = captured(model, ids)
     forced = live.routing.clone()
     chosen = forced[0, 0, 0]
     outside = next(e for e in range(8) if e not in chosen.tolist())
@@ -199,8 +195,7 @@ def test_routing_confidence_is_the_score_mass_on_the_chosen_experts(family):
     router, inputs = find_routers(model)[0], []
     handle = router.module.register_forward_pre_hook(lambda m, args: inputs.append(args[0]))
     try:
-        with torch.no_grad(), RoutingCapture(model, confidence=True) as cap:
-            model(input_ids=ids, attention_mask=am)
+        cap, _ = captured(model, ids, am, confidence=True, no_grad=True)
     finally:
         handle.remove()
     conf = cap.route_confidence  # [L, B, T]
@@ -228,8 +223,7 @@ def test_a_configurable_renormalisation_follows_the_config_both_ways(family):
 def check_gate_rule(family, model):
     """The weights transformers gives, the weights a replay gives and the gate scores, against the hand rule."""
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     with RoutingCapture(model, probe=cap.routing) as probed:  # unperturbed: probing the recording = its scores
         model(input_ids=ids, attention_mask=am)
     assert probed.probe_scores.dtype == torch.float32 and not probed.probe_scores.requires_grad
@@ -279,8 +273,7 @@ def test_group_limited_selection_matches_a_hand_implementation(family):
     ids, am = batch()
     inputs = []
     handle = router.module.register_forward_pre_hook(lambda m, args: inputs.append(args[0]))
-    with RoutingCapture(model) as cap:
-        reference = model(input_ids=ids, attention_mask=am).logits
+    cap, reference = captured(model, ids, am)
     handle.remove()
     bias = getattr(router.module, "e_score_correction_bias", torch.zeros(16))
     selected, choice = hand_group_limited_top_k(family, model.config, router_logits(router, inputs[0]), bias)
@@ -299,8 +292,7 @@ def test_dense_first_layers_are_not_routed_and_layers_stay_aligned(family):
     assert [r.layer for r in routers] == sorted(experts_by_layer) == [2, 3]
     assert [r.experts for r in routers] == [experts_by_layer[2], experts_by_layer[3]]
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        reference = model(input_ids=ids, attention_mask=am).logits
+    cap, reference = captured(model, ids, am)
     assert cap.routing.shape == cap.gate_scores.shape == (2, 3, 7, 2)  # L_moe = num_layers - first_k_dense
     forced = (cap.routing + torch.tensor([1, 3]).reshape(2, 1, 1, 1)) % 8  # a different shift per MoE layer
     with RoutingCapture(model, replay=forced):
@@ -333,8 +325,7 @@ def test_method_wrappers_nest_replay_in_recompute_and_are_removed(family):
     model = tiny(family).train()
     blocks = [r.block for r in find_routers(model)]
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     forced = torch.zeros_like(cap.routing)
     forced[..., 1] = 1
     with RoutingCapture(model, replay=forced), RoutingCapture(model) as inner:
@@ -360,8 +351,7 @@ def test_probe_shape_is_checked_and_probe_scores_need_a_probe():
     with pytest.raises(ValueError, match="probe must be"):
         RoutingCapture(model, probe=torch.zeros(2, 1, 4, 2, dtype=torch.long))
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     with pytest.raises(RuntimeError, match="needs RoutingCapture"):
         _ = cap.probe_scores
     with pytest.raises(ValueError, match="probe routing covers"), RoutingCapture(model, probe=cap.routing[:, :2]):

@@ -14,6 +14,7 @@ import torch
 from gspo_bench.models import build_tiny_moe
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.moe.margins import margin_stats, predicted_flip_rate, router_margins
+from tests.helpers.moe import captured
 from tests.helpers.runs import metrics, run_suite
 from tests.helpers.runs import signal_suite as suite
 
@@ -103,8 +104,7 @@ def model():
 
 def test_a_capture_records_margin_pairs_and_reads_them_back_after_an_update(model):
     ids = torch.randint(3, 40, (3, 7), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad(), RoutingCapture(model, margins=True) as before:
-        model(input_ids=ids)
+    before, _ = captured(model, ids, margins=True, no_grad=True)
     pair, pair_logits = before.margin_pairs, before.pair_logits  # [L, B, T, 2]
     chosen = before.routing
     assert (pair[..., :1] == chosen).any(-1).all() and not (pair[..., 1:] == chosen).any(-1).any()

@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 from gspo_bench.models import SUPPORTED_FAMILIES, UnsupportedModelError, family_of
 from gspo_bench.moe import RoutingCapture, find_routers, routing_drift
-from tests.helpers.moe import batch, perturb_routers, tiny
+from tests.helpers.moe import batch, captured, perturb_routers, tiny
 
 
 def experts_inputs(model):
@@ -32,13 +32,11 @@ def experts_inputs(model):
 def test_replay_sends_tokens_to_the_recorded_experts(family):
     model = tiny(family)
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     recorded = cap.routing  # [L, B, T, k]
     assert recorded.shape == (3, 3, 7, 2) and recorded.dtype == torch.long
     perturb_routers(model)
-    with RoutingCapture(model) as free:
-        model(input_ids=ids, attention_mask=am)
+    free, _ = captured(model, ids, am)
     assert routing_drift(recorded, free.routing, am)["moe/drift"] > 0.5  # the perturbation matters
     with RoutingCapture(model, replay=recorded) as cap2:
         seen, handles = experts_inputs(model)
@@ -55,8 +53,7 @@ def test_replay_sends_tokens_to_the_recorded_experts(family):
 def test_full_replay_reproduces_unperturbed_logits(family):
     model = tiny(family)
     ids, am = batch()
-    with RoutingCapture(model) as cap, torch.no_grad():
-        reference = model(input_ids=ids, attention_mask=am).logits
+    cap, reference = captured(model, ids, am, no_grad=True)
     perturb_routers(model)
     with torch.no_grad():
         perturbed = model(input_ids=ids, attention_mask=am).logits
@@ -71,8 +68,7 @@ def test_full_replay_reproduces_unperturbed_logits(family):
 def test_replay_keeps_router_gradient(family):
     model = tiny(family)
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     perturb_routers(model, scale=0.5)
     with RoutingCapture(model, replay=cap.routing):
         out = model(input_ids=ids, attention_mask=am).logits
@@ -88,8 +84,7 @@ def test_replay_hands_the_experts_the_live_softmax(family):
     # hand computation in test_families.py
     model = tiny(family)
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     perturb_routers(model, scale=0.5)
     router = find_routers(model)[0]
     grabbed = []
@@ -150,8 +145,7 @@ def test_routing_confidence_by_hand_and_its_rules():
 def test_drift_ignores_left_padding():
     model = tiny("qwen3_moe")
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     scrambled = cap.routing.clone()
     scrambled[:, 0, :3] = torch.tensor([6, 7])  # change only the padded positions of row 0
     assert routing_drift(cap.routing, scrambled, am)["moe/drift"] == 0.0
@@ -169,8 +163,7 @@ def test_capture_in_generate_equals_teacher_forced(family):
     generated = cap.routing  # prefill + one position per decode step; the last token is never routed
     assert generated.shape[2] == seqs.shape[1] - 1
     full_mask = torch.cat([am, torch.ones(3, seqs.shape[1] - 6, dtype=am.dtype)], dim=1)
-    with RoutingCapture(model) as forced, torch.no_grad():
-        model(input_ids=seqs, attention_mask=full_mask)
+    forced, _ = captured(model, seqs, full_mask, no_grad=True)
     teacher = forced.routing[:, :, :-1]
     valid = full_mask[:, :-1].bool()
     assert torch.equal(generated.sort(-1).values[:, valid], teacher.sort(-1).values[:, valid])
@@ -180,8 +173,7 @@ def test_hooks_removed_on_exit_and_on_exceptions():
     model = tiny("mixtral")
     pristine = copy.deepcopy(model)
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     with pytest.raises(ZeroDivisionError), RoutingCapture(model, replay=torch.zeros_like(cap.routing)):
         raise ZeroDivisionError("inside the block")
     with pytest.raises(ValueError, match="replay routing covers"), RoutingCapture(model, replay=cap.routing):
@@ -196,8 +188,7 @@ def test_hooks_removed_on_exit_and_on_exceptions():
 def test_nested_captures_record_the_model_choice():
     model = tiny("olmoe")
     ids, am = batch()
-    with RoutingCapture(model) as cap:
-        model(input_ids=ids, attention_mask=am)
+    cap, _ = captured(model, ids, am)
     forced = torch.full_like(cap.routing, 0)
     forced[..., 1] = 1  # replay experts {0, 1} everywhere
     with RoutingCapture(model, replay=forced), RoutingCapture(model) as inner:
@@ -213,8 +204,7 @@ def test_gradient_checkpointing_records_once_and_replays_in_recompute():
     plain = tiny("qwen3_moe").train()
     ckpt = copy.deepcopy(plain)
     ckpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    with RoutingCapture(plain) as cap:
-        plain(input_ids=ids, attention_mask=am)
+    cap, _ = captured(plain, ids, am)
     replay = cap.routing.roll(1, dims=-1).roll(1, dims=2)  # some other valid routing
     grads = []
     for model in (plain, ckpt):

@@ -18,6 +18,7 @@ from gspo_bench.rollout.logit_noise import logit_gaussian
 from gspo_bench.rollout.router_noise import NOISE_FAMILIES, RouterNoise, router_gaussian
 from gspo_bench.train.old_policy import engine_gap
 from gspo_bench.train.rollout import RolloutBatch, routing_for_training
+from tests.helpers.moe import captured
 
 DECODES = ("generate", "static")
 
@@ -38,8 +39,7 @@ def generate(model, prompts, sigma=None, decode="generate", logit_noise=None, **
 
 def training_routing(model, r):
     """The unperturbed training forward's routing [L, B, L_seq - 1, k] of the rollout's tokens."""
-    with torch.no_grad(), RoutingCapture(model) as cap:
-        model(input_ids=r.input_ids, attention_mask=r.attention_mask)
+    cap, _ = captured(model, r.input_ids, r.attention_mask, no_grad=True)
     return cap.routing[:, :, :-1]
 
 
@@ -194,8 +194,7 @@ def test_every_noise_family_routes_by_the_noisy_logits_at_its_site(family):
     model = tiny(family).eval()
     ids = torch.randint(4, 40, (3, 7), generator=torch.Generator().manual_seed(0))
     keys = torch.tensor([4, 8, 15])
-    with torch.no_grad(), RoutingCapture(model) as clean:
-        model(input_ids=ids)
+    clean, _ = captured(model, ids, no_grad=True)
     with torch.no_grad(), RouterNoise(model, 1e-6, 3, keys, 7), RoutingCapture(model) as small:
         model(input_ids=ids)
     assert torch.equal(small.routing.sort(-1).values, clean.routing.sort(-1).values)
@@ -222,8 +221,7 @@ def test_noise_under_a_replay_is_refused(setup):
     """A replay attached before the noise would silently override it."""
     _, model, prompts = setup
     ids = torch.tensor([prompts[0]])
-    with torch.no_grad(), RoutingCapture(model) as cap:
-        model(input_ids=ids)
+    cap, _ = captured(model, ids, no_grad=True)
     with torch.no_grad(), RoutingCapture(model, replay=cap.routing), RouterNoise(model, 1.0, 0, torch.tensor([0]), 5):
         with pytest.raises(RuntimeError, match="under a replay"):
             model(input_ids=ids)

@@ -1,11 +1,14 @@
-"""Tiny MoE models of each family, a token batch and a router perturbation: routing capture and replay."""
+"""Tiny MoE models of each family, a token batch, a router perturbation and one forward under a routing
+capture: routing capture and replay."""
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import torch
 
 from gspo_bench.models import build_tiny_moe
-from gspo_bench.moe import find_routers
+from gspo_bench.moe import RoutingCapture, find_routers
 
 VOCAB = 40
 
@@ -32,3 +35,12 @@ def perturb_routers(model, scale=1.0, seed=0):
             w = router.weight
             w.add_(scale * torch.randn(w.shape, generator=gen))
 
+
+
+def captured(model, ids, am=None, no_grad=False, **options):
+    """One forward of `model` on `ids` (`am`: their attention mask) under `RoutingCapture(model, **options)`
+    (a replay, a probe, margins...), with autograd off where `no_grad`: the capture (its routing, weights,
+    scores) and the logits."""
+    with torch.no_grad() if no_grad else nullcontext(), RoutingCapture(model, **options) as capture:
+        logits = model(input_ids=ids, attention_mask=am).logits
+    return capture, logits
