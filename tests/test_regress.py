@@ -21,7 +21,7 @@ from gspo_bench.cli import app
 from gspo_bench.objectives import registry
 from gspo_bench.objectives.inputs import PolicyBatch
 from gspo_bench.train import update as update_module
-from tests.helpers.runs import run_suite, signal_suite
+from tests.helpers.runs import baseline_suite, run_suite
 from tests.helpers.scripts import script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,8 +37,7 @@ def baseline(tmp_path_factory):
     """Seeds 0 and 1 of GRPO, GRPO + Routing Replay and GSPO, 6 steps each: a baseline with a spread."""
     cache = tmp_path_factory.mktemp("ws")
     out = tmp_path_factory.mktemp("baseline")
-    data = signal_suite(cache, steps=6, objectives=[{"name": "grpo"}, {"name": "grpo_rr"}, {"name": "gspo"}],
-                        seeds=[0, 1])
+    data = baseline_suite(cache)
     run_suite(data, out)
     return data | {"seeds": [0]}, out / "tiny"  # fresh runs: seed 0, as CI runs it
 

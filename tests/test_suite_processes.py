@@ -23,18 +23,17 @@ from gspo_bench.rundir.folder import RunDir
 from gspo_bench.rundir.lock import check_free
 from tests.helpers.interrupts import interrupted, quick_suite
 from tests.helpers.launch import TIME_COLUMNS
-from tests.helpers.runs import signal_suite
+from tests.helpers.runs import parallel_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ("grpo_rr-s0", "gspo-s0", "grpo_rr-s1", "gspo-s1")  # with --parallel 2: two run, two wait
-STEPS = 6
+STEPS = parallel_suite(Path("cache"))["budget"]["value"]  # each run's steps (6)
 
 
 @pytest.fixture(scope="module")
 def suite_file(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("process")
-    data = signal_suite(root / "cache", steps=STEPS, objectives=[{"name": "grpo_rr"}, {"name": "gspo"}], seeds=[0, 1],
-                        train={"checkpoint_every": 1})
+    data = parallel_suite(root / "cache")
     path = root / "suite.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

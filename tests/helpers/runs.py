@@ -1,4 +1,5 @@
-"""Tiny suites (tiny_suite, signal_suite) and their runs, one after another or interrupted, and their metrics."""
+"""Tiny suites (tiny_suite, signal_suite, baseline_suite, parallel_suite: experiments/tiny_suites.py, their
+one source, which the experiments run too) and their runs, one after another or interrupted, and their metrics."""
 
 from __future__ import annotations
 
@@ -7,50 +8,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gspo_bench.config import parse_suite
 from gspo_bench.rundir.folder import TIMING_COLUMNS
-from gspo_bench.suite.runner import plan_runs, starting_weights
-from gspo_bench.train.loop import RunSpec, train_run
+from tests.helpers.scripts import script
 
 TIME_COLUMNS = set(TIMING_COLUMNS)
-
-
-def tiny_suite(cache: Path, **changes) -> dict:
-    suite = {
-        "name": "tiny",
-        "model": {"num_layers": 2, "hidden_size": 32, "expert_hidden": 32, "num_experts": 4, "top_k": 2},
-        "task": {"name": "sort", "params": {"max_len": 3}},
-        # a short warm start so that rewards (and so gradients) are not all zero
-        "warm_start": {"cache_dir": str(cache), "band": [0.1, 1.0], "eval_every": 20, "eval_examples": 32},
-        "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8},
-        "train": {"lr": 1e-3, "minibatches": 2, "threads": 1},
-        "budget": {"kind": "steps", "value": 3},
-        "objectives": [{"name": "grpo"}, {"name": "grpo_rr"}, {"name": "gspo"}],
-    }
-    for key, value in changes.items():
-        suite[key] = {**suite[key], **value} if isinstance(value, dict) and key in suite else value
-    return suite
-
-
-def signal_suite(cache: Path, steps: int = 1, **changes) -> dict:
-    """`tiny_suite`, warm-started further and with 16 responses a step, so that every step has rewards
-    that differ within groups (non-zero advantages: every update is a real one)."""
-    base = tiny_suite(cache, warm_start={"band": [0.4, 0.9]}, rollout={"prompts_per_step": 4},
-                      budget={"kind": "steps", "value": steps})
-    for key, value in changes.items():
-        base[key] = {**base[key], **value} if isinstance(value, dict) and key in base else value
-    return base
-
-
-def run_suite(data: dict, out: Path, resume: bool = False, on_step=None) -> dict[str, dict]:
-    suite = parse_suite(data)
-    statuses = {}
-    for planned in plan_runs(suite, out):
-        weights = starting_weights(planned.suite, suite.seeds[0], log=lambda m: None)  # cached after the first
-        spec = RunSpec(suite=planned.suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
-                       init_weights=weights, sweep=planned.sweep, arm=planned.arm)
-        statuses[planned.name] = train_run(spec, resume=resume, on_step=on_step)
-    return statuses
+_SUITES = script("tiny_suites.py")
+tiny_suite, signal_suite, baseline_suite, parallel_suite = (
+    _SUITES.tiny_suite, _SUITES.signal_suite, _SUITES.baseline_suite, _SUITES.parallel_suite)
+run_suite = _SUITES.run_suite  # every run one after another, each from the first seed's starting weights
 
 
 def run_interrupted(data: dict, out: Path, at_step: int) -> None:
