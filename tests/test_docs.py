@@ -90,3 +90,37 @@ def test_the_link_check_sees_a_broken_link_and_a_missing_heading(tmp_path):
     assert broken(tmp_path / "a.md") == ["b.md#Nope (no heading 'Nope' in b.md)"]
     assert broken(tmp_path / "b.md") == ["gone.md (no such file)"]
     assert anchors(tmp_path / "b.md") == {"b"}
+
+
+def where_to_add_what() -> str:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    return text.split("## Where to add what")[1].split("\n## ")[0]
+
+
+def missing_paths(text: str) -> list[str]:
+    """The repository paths named in code spans of `text` (`tests/test_x.py::test_name` too) that are not
+    there; a path with a placeholder (`<name>`) is a pattern, not checked."""
+    gone = []
+    for span in re.findall(r"`([^`\s]+)`", text):
+        path, _, name = span.partition("::")
+        if "<" in path or not re.match(r"(gspo_bench|analysis|tests|docs|experiments)/", path):
+            continue
+        target = ROOT / path
+        if not target.exists():
+            gone.append(span)
+        elif name and not re.search(rf"^def {re.escape(name)}\(", target.read_text(), re.M):
+            gone.append(span)
+    return gone
+
+
+def test_the_where_to_add_what_table_names_paths_and_tests_that_exist():
+    """docs/architecture.md's table of what to touch to add an objective, a task, a reward, an engine, a
+    figure, a report section or a statistic: a file renamed or a test removed fails here."""
+    text = where_to_add_what()
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[1:] == ["a built-in objective", "a task", "a reward", "a rollout engine", "a figure",
+                        "a report section", "a statistic"]
+    assert len(re.findall(r"`(?:gspo_bench|analysis|tests)/[^`]+`", text)) > 40
+    assert missing_paths(text) == []
+    assert missing_paths("`tests/test_tasks.py::test_gone` `analysis/stats/gone.py` `gspo_bench/tasks/<name>.py`") == [
+        "tests/test_tasks.py::test_gone", "analysis/stats/gone.py"]

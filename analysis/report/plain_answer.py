@@ -46,7 +46,7 @@ from analysis.evidence.stability import (
 from analysis.report import anchors
 from analysis.report.construction_text import HOLDS, decided_item, row_note
 from analysis.report.escape import SPECIAL, escape
-from analysis.report.map_answer import map_items, map_lead, placement_rows
+from analysis.report.map_answer import dose_rows, map_items, map_lead, placement_rows
 from analysis.report.paper_checks import paper_checks
 from analysis.report.stability_text import FIGURE_LETTERS, kl_text, span_text
 from analysis.report.texts import count, difference_text, p_text
@@ -372,8 +372,9 @@ def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures
                                                  for link in map_link(name, figures)))
         placed = placements(stability)
         rows = [row for first, p in zip(stability_rows(stability), placed, strict=True)
-                for row in (first, *placement_rows(p))]
-        return Sentence(map_lead(placed), (*links, ("numbers", NUMBERS)), map_items(placed, (("numbers", NUMBERS),))), rows
+                for row in (first, *placement_rows(p))] + dose_rows(stability.classes)
+        return Sentence(map_lead(placed, stability.classes), (*links, ("numbers", NUMBERS)),
+                        map_items(placed, (("numbers", NUMBERS),))), rows
     items: tuple[Sentence, ...] = ()
     if evidence.declared:
         clause, rows, items = primary_text(evidence)
@@ -527,10 +528,27 @@ def compute_words(spread: float, allow_unmatched: bool) -> str:
     return "at unmatched compute (allowed by flag)" if allow_unmatched and is_unmatched(spread) else "at equal compute"
 
 
+def mapped_only_answer(evidence: Evidence, unfinished: pd.DataFrame, stability: StabilityMap,
+                       figures: set[str]) -> PlainAnswer:
+    """Where no run finished but the harness stopped runs as collapsed that the stability map judges: what
+    ran, the map's answer per arm and where more runs would place a boundary (nothing else is compared)."""
+    _, stopped = left_words(unfinished, True)
+    rest = len(unfinished) - stopped
+    left = f"; {count(rest, 'other unfinished run')} {'is' if rest == 1 else 'are'} left out" if rest else ""
+    ran = Sentence(f"No run finished: the stability map judges the {count(stopped, 'run')} the harness stopped as "
+                   f"collapsed, and nothing is compared on a reward{left}.", (("summary", SUMMARY), ("numbers", NUMBERS)))
+    rows = [_row(1, "runs finished / not finished", f"0 / {len(unfinished)}"),
+            _row(1, "runs stopped as collapsed, judged by the stability map only", str(stopped))]
+    (differs, map_rows), (decision, _) = differs_sentence(evidence, stability, figures), decision_sentence(evidence, stability)
+    return PlainAnswer([ran, differs, decision], pd.DataFrame(rows + map_rows))
+
+
 def plain_answer(evidence: Evidence, unfinished: pd.DataFrame, stability: StabilityMap | None, spread: float = 0.0,
                  allow_unmatched: bool = False, figures: frozenset[str] | set[str] = frozenset()) -> PlainAnswer:
     """At most five sentences (see the module) and the table of their numbers; `figures`: the names of the
     report's figures the sentences may link to."""
+    if not evidence.groups and stability is not None:  # every judged run stopped as collapsed: the map answers
+        return mapped_only_answer(evidence, unfinished, stability, set(figures))
     if not evidence.groups:
         why = f"{count(len(unfinished), 'run')} did not finish" if len(unfinished) else "no run was found"
         return PlainAnswer([Sentence(f"No run finished ({why}): nothing is compared.", ())],
