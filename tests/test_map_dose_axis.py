@@ -5,16 +5,20 @@ fitted. Every expected number is worked out by hand in its test."""
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection
 
-from analysis.data.load import load_results
+from analysis.data.load import finished, load_results, unfinished
+from analysis.evidence.gather import gather
 from analysis.evidence.stability import AXIS, RUN_MEDIAN, arm_fit, boundaries, kl_axis, stability_map
 from analysis.figures import stability as SF
 from analysis.figures import stability_interactive as SI
+from analysis.report.plain_answer import console_answer, plain_answer
 from analysis.report.stability_text import boundary_sentence, class_table
 from tests.helpers.stability import FALLING, swept_run
 
@@ -114,3 +118,73 @@ def test_the_figures_place_runs_at_their_levels_dose(maps):
         assert {round(float(x), 9) for t in points for x in t.x} == {0.2, 2.0}
         assert fig.layout.xaxis.title.text.startswith("level dose per token")
         assert any("run-median KL 1e+03 (not fitted)" in text for t in points for text in t.text)
+
+
+NAN = float("nan")
+
+
+def collapsing_map(root, first_k3: list[float]):
+    """grpo at noise 0 (3 seeds finished, k3 0: float rounding, no mismatch) and at noise 3 (3 seeds the
+    harness stopped as collapsed at step 3, their k3 `first_k3` over those 3 steps: inside the dose's
+    first-5-step window); mean response length 5."""
+    for seed in range(3):
+        swept_run(root, "grpo", seed, {"router_noise": 0.0}, {"mismatch/k3_kl": 0.0, "response/len_mean": LENGTH})
+        swept_run(root, "grpo", seed, {"router_noise": 3.0}, {"mismatch/k3_kl": first_k3, "response/len_mean": LENGTH},
+                  steps=3, status="collapsed", message="non-finite loss")
+    results = load_results(root / "synth")
+    return results, stability_map(results)
+
+
+def test_a_level_whose_runs_collapse_inside_the_window_is_dosed_on_the_finite_steps_they_ran(tmp_path):
+    """The noise-3 runs stopped at step 3 with k3 2.0 at step 1 and NaN after (their policy non-finite): the
+    level's dose is the median of the 3 finite values, 2.0 (10 per response), pooled from 3 of 3 runs; the
+    answer's lead says the dose there is from the steps they ran, and a row gives what was pooled."""
+    results, found = collapsing_map(tmp_path, [2.0, NAN, NAN])
+    assert found is not None
+    level = found.classes[found.classes["cell"] == "router_noise=3"].iloc[0]
+    assert (level["dose"], level["dose_response"]) == pytest.approx((2.0, 10.0))
+    assert (level["dose_steps"], level["dose_runs"], level["level_runs"]) == (3, 3, 3)
+    lines = console_answer(results)
+    (lead,) = [line for line in lines if line.startswith("Stability per arm")]
+    assert "the first 5 steps of its runs, or at 1 level the finite steps they ran, as runs stopped within them" in lead
+    assert "most failed at dose 2 per token (3 of 3)" in lead and "float rounding" not in lead
+    rows = plain_answer(gather(finished(results)), unfinished(results), found).numbers
+    (row,) = rows[rows["what"] == "level dose at router_noise=3: the first-step values pooled"].to_dict("records")
+    assert (row["value"], row["result"]) == ("3 finite of the first 5 steps of 3 runs (3 with one or more)", "2 per token")
+
+
+def test_a_level_whose_runs_never_measured_a_finite_mismatch_is_unmeasured_not_float_rounding(tmp_path):
+    """The noise-3 runs' k3 NaN at each of the 3 steps they ran: that level has no dose (NaN, 0 values
+    pooled), the noise-0 level's is float rounding; no level is on the axis, and the lead says the noise-3
+    level never measured a finite mismatch instead of calling every level's dose float rounding."""
+    results, found = collapsing_map(tmp_path, [NAN, NAN, NAN])
+    assert found is not None
+    level = found.classes[found.classes["cell"] == "router_noise=3"].iloc[0]
+    assert math.isnan(level["dose"]) and (level["dose_steps"], level["dose_runs"]) == (0, 0)
+    (lead,) = [line for line in console_answer(results) if line.startswith("No level of this sweep")]
+    assert lead.startswith("No level of this sweep has a dose on the axis: at 1 level no run measured a finite mismatch "
+                           "in the first 5 steps it ran")
+    assert "every level dose is float rounding" not in lead
+    rows = plain_answer(gather(finished(results)), unfinished(results), found).numbers
+    (row,) = rows[rows["what"] == "level dose at router_noise=3: the first-step values pooled"].to_dict("records")
+    assert row["result"] == "no dose: never finite (off the axis, not float rounding)"
+
+
+@pytest.mark.parametrize("first_k3", [[0.5, 0.5], [NAN, NAN]])
+def test_when_every_run_collapsed_the_map_still_answers_that_every_level_failed(tmp_path, first_k3):
+    """Every run stopped as collapsed at step 2, at noise 1 (k3 `first_k3`) and noise 3 (k3 3 x that): no
+    run finished, yet the map judges them all. The answer says so and that every level failed for every
+    arm, with the doses measured (0.5 to 1.5 per token, 2.5 to 7.5 per response), or that none was finite."""
+    for noise in (1.0, 3.0):
+        for seed in range(3):
+            swept_run(tmp_path, "grpo", seed, {"router_noise": noise},
+                      {"mismatch/k3_kl": [noise * k for k in first_k3], "response/len_mean": LENGTH},
+                      steps=2, status="collapsed", message="non-finite loss")
+    lines = console_answer(load_results(tmp_path / "synth"))
+    assert lines[0] == ("No run finished: the stability map judges the 6 runs the harness stopped as collapsed, and "
+                        "nothing is compared on a reward.")
+    doses = ("at level doses 0.5 to 1.5 per token (2.5 to 7.5 per response)" if first_k3[0] == 0.5 else
+             "where no run measured a finite mismatch in the first 5 steps it ran (no level has a dose)")
+    assert lines[1].startswith(f"Every run of every arm failed (degraded or collapsed) at every level, {doses}: no arm "
+                               "held at any dose measured")
+    assert "6 of 6 runs failed" in lines[1]

@@ -46,24 +46,37 @@ def first_steps(metrics: pd.DataFrame, n: int = DOSE_STEPS) -> pd.DataFrame:
 
 def level_doses(first: pd.DataFrame, levels: pd.DataFrame) -> pd.DataFrame:
     """Per level (suite, cell): `dose` and `dose_response`, the medians over the pooled finite first-step
-    values of every run `levels` (rows suite, label, seed, cell) places there, and `dose_steps`, how many
-    steps were pooled. `first`: first_steps' rows."""
-    pooled = first.merge(levels[[*RUN_KEY, "cell"]].drop_duplicates(RUN_KEY), on=RUN_KEY, how="inner")
+    values of every run `levels` (rows suite, label, seed, cell) places there: the steps that exist (a run
+    stopped within the window gives the steps it ran) and measured a finite KL (a step whose policy had
+    already collapsed to non-finite values measures none); `dose_steps`, how many values the per-token
+    dose pooled, `dose_runs`, how many runs gave one, and `level_runs`, the runs at the level. A level
+    where no run measured a finite first-step KL has no dose (NaN): it is unmeasured, not float rounding.
+    `first`: first_steps' rows."""
+    placed = levels[[*RUN_KEY, "cell"]].drop_duplicates(RUN_KEY)
+    pooled = first.merge(placed, on=RUN_KEY, how="inner")
 
     def finite_median(values: pd.Series) -> float:
         kept = values.to_numpy(dtype=float)
         kept = kept[np.isfinite(kept)]
         return float(np.median(kept)) if len(kept) else float("nan")
 
-    return pooled.groupby(LEVEL_KEY, sort=False).agg(
+    def finite(values: pd.Series) -> int:
+        return int(np.isfinite(values.to_numpy(dtype=float)).sum())
+
+    measured = pooled[np.isfinite(pooled["per_token"].to_numpy(dtype=float))]
+    doses = pooled.groupby(LEVEL_KEY, sort=False).agg(
         **{DOSE: ("per_token", finite_median), DOSE_RESPONSE: ("per_response", finite_median),
-           "dose_steps": ("per_token", "size")}).reset_index()
+           "dose_steps": ("per_token", finite)}).reset_index()
+    runs = measured.drop_duplicates(RUN_KEY).groupby(LEVEL_KEY, sort=False).size().rename("dose_runs").reset_index()
+    every = placed.groupby(LEVEL_KEY, sort=False).size().rename("level_runs").reset_index()
+    found = every.merge(doses, on=LEVEL_KEY, how="left").merge(runs, on=LEVEL_KEY, how="left")
+    return found.fillna({"dose_steps": 0, "dose_runs": 0}).astype({"dose_steps": int, "dose_runs": int})
 
 
 def with_doses(outcomes: pd.DataFrame, metrics: pd.DataFrame, n: int = DOSE_STEPS,
                pooled: pd.DataFrame | None = None) -> pd.DataFrame:
     """`outcomes` (rows of the map's outcome table: suite, label, seed, cell, ...) with its level's
-    `dose`, `dose_response` and `dose_steps` on every row. `pooled`: the rows whose runs' first steps
+    `dose`, `dose_response`, `dose_steps`, `dose_runs` and `level_runs` (level_doses) on every row. `pooled`: the rows whose runs' first steps
     make the doses (the runs the map judges: a run it leaves off must not move its level's dose);
     every row of `outcomes` where not given."""
     if not len(outcomes):

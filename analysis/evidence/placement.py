@@ -72,6 +72,7 @@ class Placement:
     fit_note: str = ""
     by_construction: bool = False
     failed_levels: tuple[Level, ...] = ()  # every level with a failed run, by dose
+    unmeasured: int = 0  # levels with no dose: no run there measured a finite first-step KL (not float rounding)
 
     def interval(self) -> tuple[float, float]:
         """Where the boundary may lie, per token: the Fieller interval; the bracket; from the lowest of the
@@ -159,14 +160,24 @@ def placement(found: Boundary, classes: pd.DataFrame) -> Placement:
     failed_at = next((level for level in levels if level.failures > level.runs / 2), None)
     span = (found.kl_low, found.kl_high)
     construction, with_failures = faces_no_mismatch(classes), tuple(level for level in levels if level.failures)
+    unmeasured = unmeasured_levels(classes)
     boundary, note = fit_boundary(found)
     if boundary is not None:
         response = per_response(classes, np.array(boundary))
         return Placement(found.arm, BOUNDARY, found.runs, found.failures, span, boundary,
                          (float(response[0]), float(response[1]), float(response[2])), held, failed_at,
-                         by_construction=construction, failed_levels=with_failures)
+                         by_construction=construction, failed_levels=with_failures, unmeasured=unmeasured)
     return Placement(found.arm, fallback_kind(held, failed_at), found.runs, found.failures, span, held=held,
-                     failed_at=failed_at, fit_note=note, by_construction=construction, failed_levels=with_failures)
+                     failed_at=failed_at, fit_note=note, by_construction=construction, failed_levels=with_failures,
+                     unmeasured=unmeasured)
+
+
+def unmeasured_levels(classes: pd.DataFrame) -> int:
+    """How many levels (cells) of `classes` have no dose: none of their runs measured a finite
+    `mismatch/k3_kl` in the steps of the dose's window that exist (analysis.evidence.dose.level_doses)."""
+    if DOSE not in classes:
+        return 0
+    return int(classes.loc[classes[DOSE].isna(), "cell"].nunique())
 
 
 def faces_no_mismatch(classes: pd.DataFrame) -> bool:

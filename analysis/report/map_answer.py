@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import math
 
-from analysis.evidence.dose import DOSE_STEPS
+import numpy as np
+import pandas as pd
+
+from analysis.evidence.dose import DOSE, DOSE_RESPONSE, DOSE_STEPS
 from analysis.evidence.placement import (
     BEYOND,
     BOUNDARY,
@@ -102,7 +105,8 @@ def unplaced_text(found: Placement) -> str:
     if found.held is not None:
         parts.append(held_text(found.held, found.failed_levels))
     elif not (found.failed_levels or found.failed_at):  # no level on the axis: nothing to read a place off
-        parts.append(f"no level has a dose above {KL_FLOOR:g}")
+        parts.append(f"no level has a dose above {KL_FLOOR:g}" + (
+            f" ({count(found.unmeasured, 'level')} never measured a finite mismatch)" if found.unmeasured else ""))
     else:
         parts.append("no level held")
     if found.failed_at is not None:
@@ -170,12 +174,69 @@ NO_AXIS_LEAD = (f"No level of this sweep meets a mismatch (every level dose is f
 
 
 def on_no_axis(found: list[Placement]) -> bool:
-    """Whether no arm has a level on the dose axis (a sweep of settings that meet no mismatch)."""
+    """Whether no arm has a level on the dose axis (a sweep of settings that meet no mismatch, or whose
+    runs never measured a finite one)."""
     return all(p.kind == UNPLACED and p.held is None and p.failed_at is None and not p.failed_levels for p in found)
 
 
-def map_lead(found: list[Placement]) -> str:
-    return NO_AXIS_LEAD if on_no_axis(found) else LEAD
+def unmeasured_lead(found: list[Placement]) -> str:
+    """The lead where no level is on the dose axis and some level has no dose at all: its runs measured no
+    finite mismatch in the first steps that exist (collapsed to non-finite values): not float rounding."""
+    levels = max(p.unmeasured for p in found)
+    return (f"No level of this sweep has a dose on the axis: at {count(levels, 'level')} no run measured a finite "
+            f"mismatch in the first {DOSE_STEPS} steps it ran (the reward and mismatch of a collapsed policy are "
+            f"not finite), at any other the dose is float rounding (at most {KL_FLOOR:g}); runs degraded or "
+            "collapsed per arm:")
+
+
+def every_level_failed(found: list[Placement]) -> bool:
+    """Whether every run of every arm failed (degraded or collapsed), at whatever levels it ran."""
+    return bool(found) and all(p.runs and p.failures == p.runs for p in found)
+
+
+def dose_range(classes: pd.DataFrame) -> str:
+    """"at level doses 0.1 to 0.3 per token (0.5 to 1.5 per response)": the level doses on the axis, or
+    that no level has one (no dose ever finite, or none above KL_FLOOR)."""
+    doses = classes[[DOSE, DOSE_RESPONSE]].drop_duplicates() if DOSE in classes else pd.DataFrame(columns=[DOSE])
+    token = doses[DOSE].to_numpy(dtype=float)
+    if not np.isfinite(token).any():
+        return f"where no run measured a finite mismatch in the first {DOSE_STEPS} steps it ran (no level has a dose)"
+    token = token[token > KL_FLOOR]
+    if not len(token):
+        return f"where no level has a dose above {KL_FLOOR:g}"
+    response = doses.loc[doses[DOSE] > KL_FLOOR, DOSE_RESPONSE].to_numpy(dtype=float)
+    response = response[response > 0]
+    per = f" ({response.min():.3g} to {response.max():.3g} per response)" if len(response) else ""
+    return f"at level doses {token.min():.3g} to {token.max():.3g} per token{per}"
+
+
+def short_levels(classes: pd.DataFrame) -> pd.DataFrame:
+    """The levels whose dose pooled fewer values than the first DOSE_STEPS steps of each of their runs (a
+    run stopped within them, or a step measured no finite mismatch): one row each, suite, cell, dose,
+    dose_steps, dose_runs and level_runs."""
+    needed = ["suite", "cell", DOSE, "dose_steps", "dose_runs", "level_runs"]
+    if any(c not in classes for c in needed):
+        return pd.DataFrame(columns=needed)
+    levels = classes[needed].drop_duplicates(["suite", "cell"])
+    return levels[levels["dose_steps"] < DOSE_STEPS * levels["level_runs"]]
+
+
+def map_lead(found: list[Placement], classes: pd.DataFrame | None = None) -> str:
+    """The lead sentence: the dose axis and what failure is; where no arm is on it, why (float rounding,
+    or a dose never measured finite); where every run failed, that, with the doses measured. `classes`:
+    the map's runs (analysis.evidence.stability.StabilityMap.classes)."""
+    classes = pd.DataFrame() if classes is None else classes
+    if every_level_failed(found):
+        return (f"Every run of every arm failed (degraded or collapsed) at every level, {dose_range(classes)}: no arm "
+                f"held at any dose measured; rate bounds are {CLOPPER_PEARSON}:")
+    if on_no_axis(found):
+        return unmeasured_lead(found) if any(p.unmeasured for p in found) else NO_AXIS_LEAD
+    short = short_levels(classes)
+    if not len(short):
+        return LEAD
+    return LEAD.replace(f"over the first {DOSE_STEPS} steps of its runs",
+                        f"over the first {DOSE_STEPS} steps of its runs, or at {count(len(short), 'level')} the finite "
+                        "steps they ran, as runs stopped within them")
 
 
 def map_items(found: list[Placement], links: tuple) -> tuple[Sentence, ...]:
@@ -193,6 +254,21 @@ def map_items(found: list[Placement], links: tuple) -> tuple[Sentence, ...]:
 
 def _row(what: str, value: str, test: str, result: str) -> dict:
     return {"sentence": 3, "what": what, "value": value, "test": test, "result": result}
+
+
+def dose_rows(classes: pd.DataFrame) -> list[dict]:
+    """A row per level whose dose pooled fewer values than the first DOSE_STEPS steps of each of its runs
+    (short_levels): the values it pooled, and the dose they gave, or that none was finite."""
+    rows = []
+    for r in short_levels(classes).to_dict("records"):
+        dose = float(r[DOSE])
+        rows.append(_row(f"level dose at {r['cell']}: the first-step values pooled",
+                         f"{r['dose_steps']} finite of the first {DOSE_STEPS} steps of {count(int(r['level_runs']), 'run')} "
+                         f"({r['dose_runs']} with one or more)",
+                         "median of the finite per-step mismatch/k3_kl over the steps that exist (analysis.evidence.dose)",
+                         f"{dose:.4g} per token" if math.isfinite(dose) else
+                         "no dose: never finite (off the axis, not float rounding)"))
+    return rows
 
 
 def _g(value: float) -> str:
