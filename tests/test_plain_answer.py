@@ -224,3 +224,43 @@ def test_the_report_opens_with_the_sentences_and_the_console_prints_them(tmp_pat
     html = paths["html"].read_text()
     assert html.index("<h2 id='answer'>") < html.index(f"<details><summary><h2 id='{NUMBERS}'>") < html.index(
         "<h2 id='figures'>")
+
+
+def test_two_unswept_suites_side_by_side_are_worded_as_suites_not_sweep_points(tmp_path):
+    """`gspo-bench report A B` of two suites without a sweep: their groups are suites ("in each of 2 suites"),
+    each arm (alpha/grpo) is in one of them, so it learned on every seed or did not ("at 1 of 1 sweep
+    points" once); a suite swept as well as another is told by both."""
+    from analysis.report.plain_answer import group_count, leader_text
+
+    for seed in range(3):
+        for suite in ("alpha", "beta"):
+            make_run(tmp_path, "grpo", seed, suite=suite)
+            make_run(tmp_path, "gspo", seed, suite=suite, slope=0.0 if suite == "beta" else 0.01)
+    results = load_results(tmp_path / "alpha", tmp_path / "beta")
+    evidence = gather(finished(results))
+    texts = check_form(plain_answer(evidence, unfinished(results), None))
+    assert texts[0].startswith("12 runs finished: alpha/grpo, alpha/gspo, beta/grpo and beta/gspo on 3 seeds in each "
+                               "of 2 suites, at equal compute"), texts[0]
+    assert texts[1].endswith("alpha/grpo, alpha/gspo and beta/grpo learned on every seed; beta/gspo did not learn on "
+                             "every seed."), texts[1]
+    assert leader_text(evidence)[0].startswith("no objective is ahead of every other in any of the 2 suites by ")
+    assert not any("sweep point" in t for t in texts), texts
+    assert group_count([("a", ""), ("b", "")]) == "2 suites"
+    assert group_count([("a", "lr=1"), ("a", "lr=2")]) == "2 sweep points"
+    assert group_count([("a", "lr=1"), ("a", "lr=2"), ("b", "")], 2) == "2 pairs of suite and sweep point"
+
+
+@pytest.mark.parametrize("learns", [True, False])
+def test_a_suite_of_one_objective_gets_no_seeds_advice(tmp_path, learns):
+    """One arm: Holm's family is empty, so no number of paired seeds decides anything ("then run 6 paired
+    seeds, as many as the exact sign-flip test, Holm-adjusted over 0 comparisons, needs" once); the advice
+    to get RL learning stays where it did not learn."""
+    for seed in range(2):
+        make_run(tmp_path, "grpo", seed, slope=0.01 if learns else 0.0)
+    found = answer_of(tmp_path / "synth")
+    texts = check_form(found)
+    assert texts[4] == (("" if learns else "For a decision, first get RL to pass the learnability test on every seed "
+                         "(a larger budget); n") + ("N" if learns else "") + "othing is compared here (one objective), "
+                        "so no number of paired seeds is advised: add an objective to compare it with.")
+    assert not any("0 comparisons" in t or "paired seeds (" in t for t in texts), texts
+    assert 5 not in set(found.numbers["sentence"])

@@ -107,9 +107,42 @@ def test_a_run_without_metric_rows_is_shown_as_unfinished(tmp_path, status):
     run.write_rows("metrics.parquet", [])
     run.write_status(status, step=0)
     md = write_report(load_results(root), tmp_path / "r")["md"].read_text()
-    assert f"grpo_rr s0 ({status} at step 0)" in answer_of(md)
+    assert f"grpo_rr s0 ({status} at step 0: no metrics written)" in answer_of(md)
     summary = md.split("## Summary per objective")[1].split("<a id=")[0]
     assert re.search(r"^\| grpo_rr +\| +0 \|", summary, flags=re.MULTILINE)  # a row, with no finished seed
+
+
+def test_an_arm_whose_runs_wrote_no_metrics_is_named_in_the_answer(tmp_path):
+    """A 3-arm suite whose grpo_rr runs ended before their first step: s0's task failed to build (config.yaml
+    and status.json alone, as such a run leaves its folder), s1 was killed (still `running`, no message).
+    The report reads 3 arms, not 2: its first sentence says grpo_rr has no finished run, its numbers and its
+    list of runs left out give each run's status and why (they were never found once)."""
+    from typer.testing import CliRunner
+
+    from gspo_bench.cli import app
+
+    root = synth(tmp_path, {"grpo": [0.0, 0.0], "gspo": [0.1, 0.1]})
+    make_run(tmp_path, "grpo_rr", 0, status="failed", message="RuntimeError: task arith failed to build", metrics=False)
+    make_run(tmp_path, "grpo_rr", 1, status="running", metrics=False)
+    assert sorted(p.name for p in (root / "grpo_rr-s0").iterdir()) == ["config.yaml", "status.json"]
+    runs = load_results(root).runs.set_index(["label", "seed"])
+    assert len(runs) == 6 and runs.loc[("grpo_rr", 0), "status"] == "failed" and runs.loc[("grpo_rr", 1), "steps"] == 0
+    done = CliRunner().invoke(app, ["report", str(root), "--out", str(tmp_path / "r")])
+    assert done.exit_code == 0, done.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    first = md.split("## The answer\n")[1].split("\n- ")[1]
+    assert first.startswith("4 runs finished: grpo and gspo on 2 seeds") and "2 more runs did not finish" in first
+    assert "; grpo_rr (1 failed, 1 running) has no finished run." in first
+    numbers = md.split("## The answer's numbers")[1].split("<a id=")[0]
+    assert re.search(r"\| runs finished / not finished +\| 4 / 2 ", numbers)
+    assert re.search(r"\| grpo_rr: no finished run +\| s0 failed: RuntimeError: task arith failed to build; "
+                     r"s1 running: no metrics written ", numbers)
+    answer = answer_of(md)
+    assert "**2 run(s) did not finish**" in answer
+    assert "grpo_rr s0 (failed at step 0: RuntimeError: task arith failed to build)" in answer
+    assert "grpo_rr s1 (running at step 0: no metrics written)" in answer
+    apart = md.split("## Unfinished runs")[1].split("<a id=")[0]
+    assert "RuntimeError: task arith failed to build" in apart and "no metrics written" in apart
 
 
 @pytest.mark.parametrize(("name", "content", "why"), [

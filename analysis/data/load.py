@@ -90,10 +90,18 @@ def unfinished(results: Results) -> pd.DataFrame:
     return results.runs[~is_finished(results.runs)]
 
 
+def why_unfinished(message: Any, steps: Any) -> str:
+    """Why a run did not finish, as its status.json says ("RuntimeError: ..."); "no metrics written" where
+    it says nothing and wrote no step; "" where it says nothing of a run that did take steps."""
+    return str(message) if message else "no metrics written" if steps == 0 else ""
+
+
 def is_run_dir(path: Path) -> bool:
-    """A run folder: status.json and metrics.parquet (found even where something not a file, a folder,
-    took metrics.parquet's place: `_read_run` names it)."""
-    return (path / "status.json").is_file() and (path / "metrics.parquet").exists()
+    """A run folder: status.json with config.yaml or metrics.parquet. A run that failed before its first
+    step (a task that fails to build) has config.yaml and status.json alone: it is found, and read as a
+    run of no steps, so the report names it. Found even where something not a file, a folder, took
+    metrics.parquet's place: `_read_run` names it."""
+    return (path / "status.json").is_file() and ((path / "config.yaml").exists() or (path / "metrics.parquet").exists())
 
 
 def _run_dirs_below(path: Path) -> list[Path]:
@@ -153,10 +161,12 @@ def _yaml(path: Path) -> Any:
 
 def _metrics(path: Path) -> pd.DataFrame:
     """The run's metrics table; RunFileError where a folder or another table (rows, but no reward/mean) is
-    in its place (a run silently left out of the report once). A table of no rows is a run stopped before
-    its first step: it is shown as unfinished."""
+    in its place (a run silently left out of the report once). A table of no rows, or none at all, is a run
+    stopped before its first step: it is shown as unfinished."""
     if path.is_dir():
         raise RunFileError(f"{path}: a folder, not a file")
+    if not path.exists():
+        return pd.DataFrame()
     metrics = read_file(path, pd.read_parquet)
     if len(metrics) and "reward/mean" not in metrics.columns:
         raise RunFileError(f"{path}: not a metrics table: no column reward/mean")
@@ -179,7 +189,7 @@ def _read_run(run_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, pd.DataF
         raise RunFileError(f"{run_dir / 'config.yaml'}: {problem}")
     config = current_run_keys(config or {})  # a folder of an older release: its old key names
     prov = as_provenance(read_file(run_dir / "provenance.json", _json, dict, optional=True) or {})
-    metrics = _metrics(run_dir / "metrics.parquet")
+    metrics = _metrics(run_dir / "metrics.parquet")  # none: a run that ended before its first step
     # columns a run did not measure (train.measure off, results of an older release) read as NaN
     metrics = metrics.reindex(columns=list(dict.fromkeys([*REQUIRED_COLUMNS, *metrics.columns])))
     layers = read_file(run_dir / "layers.parquet", pd.read_parquet, optional=True)
@@ -275,7 +285,7 @@ def load_results(*paths: str | Path) -> Results:
         if not run_dirs:
             raise NotResultsError(
                 f"{path} holds no gspo-bench results: expected run directories with status.json and "
-                "metrics.parquet (a run dir, a suite dir OUT/<suite>, or a root OUT)"
+                "config.yaml or metrics.parquet (a run dir, a suite dir OUT/<suite>, or a root OUT)"
                 + (f"; runs in hidden folders are never read ({', '.join(map(str, hidden))})" if hidden else "")
             )
         unreadable += [f"{p}: in a hidden folder, never read as results (an import killed before it finished "

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.data.groups import Group
-from analysis.data.load import Results, finished, unfinished
+from analysis.data.load import Results, finished, unfinished, why_unfinished
 from analysis.data.matching import check_matched, is_unmatched
 from analysis.evidence.construction import ByConstruction
 from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
@@ -132,22 +132,58 @@ def left_words(unfinished: pd.DataFrame, mapped: bool) -> tuple[str, int]:
     return "".join(f"; {part}" for part in parts), stopped
 
 
+def unfinished_arms(finished_arms: pd.Series, unfinished: pd.DataFrame) -> tuple[str, list[dict]]:
+    """The arms with no finished run, each with how its runs ended ("; grpo_rr has no finished run (3
+    failed)"), and a row each naming its runs, status and message ("s0 failed: RuntimeError: ...")."""
+    runs = unfinished[~unfinished["arm"].isin(set(finished_arms))] if len(unfinished) else unfinished
+    parts, rows = [], []
+    for arm, own in runs.groupby("arm", sort=False):
+        ended = ", ".join(f"{n} {escape(str(status))}" for status, n in own["status"].value_counts(sort=False).items())
+        parts.append(f"{escape(str(arm))} ({ended})")
+        rows.append(_row(1, f"{arm}: no finished run", "; ".join(
+            f"s{r.seed} {r.status}" + (f": {why}" if (why := why_unfinished(r.message, r.steps)) else "")
+            for r in own.itertuples())))
+    if not parts:
+        return "", []
+    have = "has" if len(parts) == 1 else "have"
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"; {listed} {have} no finished run", rows
+
+
+def group_count(every: list[Group], n: int | None = None) -> str:
+    """`n` (default: all) of the groups `every` in words, by what tells them apart: "3 sweep points" of one
+    suite, "2 suites" none of which is swept, "4 pairs of suite and sweep point" otherwise."""
+    n = len(every) if n is None else n
+    if len({suite for suite, _ in every}) == 1:
+        return count(n, "sweep point")
+    if not any(facet for _, facet in every):
+        return count(n, "suite")
+    return f"{count(n, 'pair')} of suite and sweep point"
+
+
+def group_in(every: list[Group]) -> str:
+    """The preposition before `group_count`: "in" 2 suites, "at" 3 sweep points."""
+    return "in" if len({suite for suite, _ in every}) > 1 and not any(facet for _, facet in every) else "at"
+
+
 def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str,
                  mapped: bool = False) -> tuple[Sentence, list[dict]]:
     """What ran; `mapped`: whether a stability map judges the runs the harness stopped as collapsed."""
     runs = evidence.results.runs
     objectives, seeds = list(dict.fromkeys(runs["arm"])), sorted(set(runs["seed"]))
     listed = names(objectives) if len(objectives) <= 8 else f"{len(objectives)} objectives"
-    points = (f" at each of {count(len(evidence.groups), 'sweep point')}" if len(evidence.groups) > 1 else "")
+    points = (f" {group_in(evidence.groups)} each of {group_count(evidence.groups)}" if len(evidence.groups) > 1 else "")
     kinds = {found.source.kind for found in evidence.learnings.values()}
     basis = ("the **held-out reward**" if kinds == {HELD_OUT} else "the **training reward**" if len(kinds) == 1
              else "the held-out reward where evaluated, else the training reward")
     left, stopped = left_words(unfinished, mapped)
+    missing, missing_rows = unfinished_arms(runs["arm"], unfinished)
     on_seeds, short = seeds_per_arm(runs)
-    text = f"{count(len(runs), 'run')} finished: {listed} on {on_seeds}{points}, {compute}, compared on {basis}{left}."
+    text = (f"{count(len(runs), 'run')} finished: {listed} on {on_seeds}{points}, {compute}, compared on {basis}"
+            f"{left}{missing}.")
     rows = [_row(1, "runs finished / not finished", f"{len(runs)} / {len(unfinished)}"),
             *([_row(1, "runs stopped as collapsed, judged by the stability map only", str(stopped))] if stopped else []),
-            _row(1, "seeds", ", ".join(map(str, seeds))), *short]
+            _row(1, "seeds", ", ".join(map(str, seeds))), *short, *missing_rows]
     return Sentence(text, (("summary", SUMMARY), ("numbers", NUMBERS))), rows
 
 
@@ -176,7 +212,8 @@ def learned_one_group(found: Learning) -> str:
 
 
 def learned_by_point(evidence: Evidence) -> str:
-    """Per arm, at how many sweep points it learned on every seed (naming the others where one or two)."""
+    """Per arm, at how many of its groups (sweep points, suites) it learned on every seed (naming the others
+    where one or two); an arm of one group (a suite's, among unswept suites) learned on every seed or not."""
     arms_ = list(dict.fromkeys(a for found in evidence.learnings.values() for a in found.arms.index))
     alike: dict[tuple[int, int], list[str]] = {}  # (points learned at, points present) -> its arms: one clause each
     missed: list[Group] = []
@@ -184,7 +221,10 @@ def learned_by_point(evidence: Evidence) -> str:
         present = [g for g, found in evidence.learnings.items() if arm in found.arms.index]
         missed = [g for g in present if arm not in evidence.learnings[g].learned]
         alike.setdefault((len(present) - len(missed), len(present)), []).append(arm)
-    parts = [f"{names(group)} learned on every seed at {hit} of {total} sweep points" for (hit, total), group in alike.items()]
+    at = group_in(evidence.groups)
+    parts = [f"{names(group)} " + (("learned on every seed" if hit else "did not learn on every seed") if total == 1 else
+                                   f"learned on every seed {at} {hit} of {group_count(evidence.groups, total)}")
+             for (hit, total), group in alike.items()]
     if missed and len(missed) <= 2 and len(arms_) == 1:
         parts[0] += f", not at {names([evidence.title(g) for g in missed])}"
     return "; ".join(parts)
@@ -255,7 +295,7 @@ def leader_items(evidence: Evidence) -> tuple[Sentence, ...]:
 
 
 def leader_text(evidence: Evidence) -> tuple[str, list[dict]]:
-    """One group: its leader clause. Several: at how many sweep points a leader is named, and which."""
+    """One group: its leader clause. Several: in how many groups (sweep points, suites) a leader is named, and which."""
     if len(evidence.groups) == 1:
         return leader_clause(next(iter(evidence.learnings.values())), evidence)
     named, rows = [], []
@@ -266,10 +306,11 @@ def leader_text(evidence: Evidence) -> tuple[str, list[dict]]:
         if best is not None and best.leader is not None:
             held = lead_by_construction(best, evidence, group) is not None
             named.append(f"{escape(best.leader)} at {escape(evidence.title(group))}" + (f", {HOLDS}" if held else ""))
+    at = group_in(evidence.groups)
     if not named:
-        return (f"no objective is ahead of every other at any of the {count(len(evidence.groups), 'sweep point')} by "
+        return (f"no objective is ahead of every other {at} any of the {group_count(evidence.groups)} by "
                 f"{_holm_words(evidence)}"), rows
-    return (f"a leader is named at {len(named)} of {count(len(evidence.groups), 'sweep point')} "
+    return (f"a leader is named {at} {len(named)} of {group_count(evidence.groups)} "
             f"({'; '.join(named)}) by {_holm_words(evidence)}"), rows
 
 
@@ -502,12 +543,20 @@ def decision_sentence(evidence: Evidence, stability: StabilityMap | None) -> tup
     if stability is not None:
         return stability_decision(stability), []
     m, needed = evidence.family.size, evidence.family.needed
+    learned = any(found.learned for found in evidence.learnings.values())
+    if m == 0:  # one objective (in each group): no comparison, so no number of seeds decides one
+        alone = "one objective" + (f" {group_in(evidence.groups)} each of the {group_count(evidence.groups)}"
+                                   if len(evidence.groups) > 1 else "")
+        start = ("Nothing is compared" if learned else "For a decision, first get RL to pass the learnability test "
+                 "on every seed (a larger budget); nothing is compared")
+        return Sentence(f"{start} here ({alone}), so no number of paired seeds is advised: add an objective to "
+                        "compare it with.", (("numbers", NUMBERS),)), []
     n = int(min(found.arms["seeds"].min() for found in evidence.learnings.values()))
     rows = [_row(5, "paired seeds: these runs / a decision needs", f"{n} / {needed}",
                  f"{SIGN_FLIP}, Holm over {count(m, 'comparison')}",
                  f"smallest p {n} paired seeds can give: {smallest_p(n):.2g}")]
     links = (("comparisons", COMPARISONS), ("numbers", NUMBERS))
-    if not any(found.learned for found in evidence.learnings.values()):
+    if not learned:
         return Sentence(f"For a decision, first get RL to pass the learnability test on every seed (a larger budget), "
                         f"then run {needed} paired seeds, as many as the {SIGN_FLIP}, Holm-adjusted over "
                         f"{count(m, 'comparison')}, needs.", links), rows
@@ -551,8 +600,9 @@ def plain_answer(evidence: Evidence, unfinished: pd.DataFrame, stability: Stabil
         return mapped_only_answer(evidence, unfinished, stability, set(figures))
     if not evidence.groups:
         why = f"{count(len(unfinished), 'run')} did not finish" if len(unfinished) else "no run was found"
+        _, missing_rows = unfinished_arms(pd.Series([], dtype=object), unfinished)
         return PlainAnswer([Sentence(f"No run finished ({why}): nothing is compared.", ())],
-                           pd.DataFrame([_row(1, "runs finished / not finished", f"0 / {len(unfinished)}")]))
+                           pd.DataFrame([_row(1, "runs finished / not finished", f"0 / {len(unfinished)}"), *missing_rows]))
     shown = set(figures)
     built = [ran_sentence(evidence, unfinished, compute_words(spread, allow_unmatched), stability is not None),
              learned_sentence(evidence, shown), differs_sentence(evidence, stability, shown),

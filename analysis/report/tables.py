@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.data.groups import Group
-from analysis.data.load import Results, finished, is_finished, unfinished
+from analysis.data.load import Results, finished, is_finished, unfinished, why_unfinished
 from analysis.data.matching import is_unmatched, spent
 from analysis.evidence.family import EXPLORATORY, FEW, NO, REWARD, TIE, YES, Test
 from analysis.evidence.gather import Evidence, gather
@@ -70,7 +70,8 @@ def summary_table(results: Results, evidence: Evidence) -> pd.DataFrame:
             "clip/frac": m["clip/frac"].mean(),
             "moe/drift": m["moe/drift"].mean(),
             "moe/drift_expert": m["moe/drift_expert"].mean(),
-            "unfinished runs": "; ".join(f"s{r.seed} {r.status} at step {r.steps}" + (f": {r.message!s}" if r.message else "")
+            "unfinished runs": "; ".join(f"s{r.seed} {r.status} at step {r.steps}"
+                                         + (f": {why}" if (why := why_unfinished(r.message, r.steps)) else "")
                                          for r in unfinished(results).query("label == @label").itertuples()) or "-",
         })
     return pd.DataFrame(rows)
@@ -225,7 +226,7 @@ def unfinished_table(results: Results) -> pd.DataFrame | str:
         return "Every run finished."
     return pd.DataFrame({"objective": runs["label"], "seed": runs["seed"], "status": runs["status"],
                          "steps": runs["steps"], "spent / budget": spent(runs) / runs["budget_value"],
-                         "message": runs["message"]})
+                         "message": [why_unfinished(m, n) for m, n in zip(runs["message"], runs["steps"], strict=True)]})
 
 
 def apart_from(metrics: pd.DataFrame, label: str, baseline: str, window: int = APART_WINDOW) -> tuple:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.data.groups import Group
+from analysis.data.load import why_unfinished
 from analysis.data.matching import MATCH_TOLERANCE
 from analysis.evidence.construction import ByConstruction
 from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
@@ -290,7 +291,8 @@ def unfinished_sentence(unfinished: pd.DataFrame) -> list[Sentence]:
     if unfinished.empty:
         return []
     named = "; ".join(f"{escape(r.label)} s{r.seed} ({escape(str(r.status))} at step {r.steps}"
-                      + (f": {escape(str(r.message))}" if r.message else "") + ")" for r in unfinished.itertuples())
+                      + (f": {escape(why)}" if (why := why_unfinished(r.message, r.steps)) else "")
+                      + ")" for r in unfinished.itertuples())
     return [Sentence(f"**{len(unfinished)} run(s) did not finish** and are left out of every comparison (a collapse "
                      f"is a result in itself: read them apart): {named}.", (("table", UNFINISHED),))]
 

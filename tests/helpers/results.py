@@ -18,12 +18,14 @@ SEED_OFFSET = 0.03  # every objective's reward on seed s is 0.03 s higher: seeds
 
 
 def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", message="", bonus=None, sweep=None,
-             slope=0.01, suite="synth", columns=None, kind=None, budget=2e10):
+             slope=0.01, suite="synth", columns=None, kind=None, budget=2e10, metrics=True):
     """A synthetic run: reward 0.2 + `slope` step + 0.03 seed + `bonus` (default 0.1 for GSPO, 0
     otherwise). The seed offset is shared by every objective, so a comparison paired by seed sees the
     bonuses only while an unpaired one sees the seeds' spread too. `sweep` ({field: value}) makes it
     a run of that sweep point; `columns` ({column: value or [per step]}) adds or overrides columns; `kind`
-    (objective, replay) for a label not in LABELS; `budget`: the suite's, the same for all its runs."""
+    (objective, replay) for a label not in LABELS; `budget`: the suite's, the same for all its runs;
+    `metrics=False`: config.yaml and status.json alone, as a run that failed before its first step (a task
+    that fails to build) leaves its folder."""
     objective, replay = kind or LABELS[label]
     rng = np.random.default_rng(seed + 10 * len(label))
     bonus = (0.1 if objective == "gspo" else 0.0) if bonus is None else bonus
@@ -46,14 +48,16 @@ def make_run(root, label, seed, steps=20, flops_per_step=1e9, status="done", mes
         rows.append(row)
         layers += [{"step": step, "label": label, "seed": seed, "layer": i, "moe/drift": 0.01 * (i + 1)}
                    for i in range(4)]
-    run.write_rows("metrics.parquet", rows)
-    run.write_rows("layers.parquet", layers)
+    if metrics:
+        run.write_rows("metrics.parquet", rows)
+        run.write_rows("layers.parquet", layers)
     config = {"run": {"label": label, "algorithm": algorithm, "objective": objective, "replay": replay, "seed": seed,
                       "sweep": sweep or {}},
               "suite": {"name": suite, "budget": {"kind": "flops", "value": budget}}}
     run.write_text("config.yaml", yaml.safe_dump(config))
-    run.write_json("provenance.json", {"git": {"commit": "abc", "dirty": False}, "packages": {"torch": "x"},
-                                       "device": "cpu", "start": "s", "end": "e"})
-    run.write_status(status, message, step=steps)
+    if metrics:
+        run.write_json("provenance.json", {"git": {"commit": "abc", "dirty": False}, "packages": {"torch": "x"},
+                                           "device": "cpu", "start": "s", "end": "e"})
+    run.write_status(status, message, step=steps if metrics else 0)
     return run
 
