@@ -554,3 +554,15 @@ def test_the_report_of_a_reward_only_import_leaves_out_what_was_never_logged(tmp
     [figure] = clip_fraction_html(results)
     assert [trace.x[0] for trace in figure.data if trace.type == "bar"] == ["grpo"]
     assert figure.layout.title.text.endswith("; not logged by gspo")
+
+
+def test_event_files_are_read_in_the_order_they_were_written(tmp_path):
+    """A writer numbers its files of one second .1, .2, ... .10: the tenth comes after the ninth (plain name
+    order put ".10" first, and a resumed run's later file was read before the one it continues)."""
+    from gspo_bench.imports.sources import source_files
+
+    names = [f"events.out.tfevents.1795896752.host.29606.{n}" for n in (2, 9, 10, 11)]
+    names += ["events.out.tfevents.1795896753.host.29606.1"]  # the next second
+    for name in reversed(names):
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in source_files(tmp_path)] == names

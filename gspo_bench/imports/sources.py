@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +38,20 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """`name`'s sort key with each run of digits read as a number: "a.9" before "a.10"."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
+
+
 def source_files(path: Path) -> list[Path]:
-    """The files `path` names: itself, or the event files under a folder (name order)."""
+    """The files `path` names: itself, or the event files under a folder, in the order they were written:
+    by name with its numbers read as numbers (events.out.tfevents.TIME.HOST.PID.N: a writer's tenth file of
+    one second, N = 10, comes after its ninth, not before it as in plain name order)."""
     if not path.exists():
         raise SourceError(f"{path}: no such file or folder")
     if path.is_file():
         return [path]
-    found = sorted((p for p in path.rglob(f"*{EVENTS}*") if p.is_file()), key=lambda p: (p.name, str(p)))
+    found = sorted((p for p in path.rglob(f"*{EVENTS}*") if p.is_file()), key=lambda p: (natural(p.name), str(p)))
     if not found:
         raise SourceError(f"{path}: a folder with no TensorBoard event files (events.out.tfevents.*)")
     return found
