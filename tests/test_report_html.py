@@ -212,7 +212,7 @@ def test_compute_is_matched_within_each_sweep_point_not_across_points(tmp_path):
         check_matched(load_results(tmp_path / "synth"))
 
 
-EXPECTED_SECTIONS = ["answer", "answer-numbers", "figures", "answer-detail", "suite-summary", "compute-matching", "unfinished", "learnability", "summary",
+EXPECTED_SECTIONS = ["answer", "answer-numbers", "figures", "figures-left-out", "answer-detail", "suite-summary", "compute-matching", "unfinished", "learnability", "summary",
                      "primary-comparisons", "paired-vs-grpo", "comparisons", "paper-vs-run", "by-sweep-point", "stability-map",
                      "tuning", "held-out-evaluation", "clip-by-length", "heavy-tailed", "extreme-ratios", "ratio-variance-by-routing",
                      "router-margins", "gpu-figures", "late-divergence", "compute-matching-runs", "learnability-runs",
