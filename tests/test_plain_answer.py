@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from analysis.data.load import finished, load_results, unfinished
@@ -264,3 +265,28 @@ def test_a_suite_of_one_objective_gets_no_seeds_advice(tmp_path, learns):
                         "so no number of paired seeds is advised: add an objective to compare it with.")
     assert not any("0 comparisons" in t or "paired seeds (" in t for t in texts), texts
     assert 5 not in set(found.numbers["sentence"])
+
+
+def test_a_reward_never_finite_is_not_data(tmp_path):
+    """Every training reward NaN (or inf, read as missing): the answer said "compared on the training
+    reward" and that the arms "ran too few steps to be tested". The first sentence says for which arms
+    the reward was never finite, the second that they cannot be tested, and nothing is compared."""
+    for label in ("grpo", "gspo"):
+        for seed in (0, 1):
+            rewards = [float("nan")] * 20 if label == "grpo" else None
+            make_run(tmp_path, label, seed, **({"columns": {"reward/mean": rewards}} if rewards else {}))
+    ran, gate, *_ = answer_of(tmp_path / "synth").sentences
+    assert "compared on the **training reward** (never finite for grpo)" in ran.text
+    assert "grpo never logged a finite training reward" in gate.text and "too few steps" not in gate.text
+    assert "RL learned on every seed for gspo" in gate.text and "gspo never" not in gate.text
+
+
+def test_the_learnability_test_reads_the_finite_rewards_alone():
+    """A reward missing at some steps (NaN, as a step whose rewards were not measured) leaves those steps
+    out of the test's windows: the same start, end and p as the finite steps alone."""
+    from analysis.evidence.learning import training_rise
+
+    finite = np.array(UP_BUT_NOT_PASSED) + np.linspace(0.0, 0.5, 20)
+    holes = np.insert(finite, [3, 11, 19], float("nan"))
+    assert training_rise(holes) == training_rise(finite) and np.isfinite(training_rise(finite)[2])
+    assert all(np.isnan(training_rise(np.full(12, float("nan")))))

@@ -98,8 +98,12 @@ def engine_text(evals: pd.DataFrame) -> str:
 
 
 def training_rise(rewards: np.ndarray) -> tuple[float, float, float]:
-    """(start, final, one-sided p of final > start) of one run's per-step rewards (see the module)."""
+    """(start, final, one-sided p of final > start) of one run's per-step rewards (see the module), over
+    the steps whose reward is finite (NaN or infinite: not measured, never a score); none finite: NaN."""
+    rewards = rewards[np.isfinite(rewards)]
     n = len(rewards)
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
     n_end = max(1, int(np.ceil(n * FINAL_FRACTION)))
     n_start = max(1, min(START_STEPS, n - n_end))
     start, end = rewards[:n_start], rewards[-n_end:]
@@ -120,20 +124,24 @@ def held_out_rise(evals: pd.DataFrame) -> tuple[float, float, float]:
 
 
 def learning_rows(results: Results) -> tuple[pd.DataFrame, Source]:
-    """One row per run of one group (finished runs): its start, outcome and rise test."""
+    """One row per run of one group (finished runs): its start, outcome and rise test, and how many of its
+    compared rewards were finite (`finite_rewards`: steps, or of the first and last evaluations)."""
     found = source(results)
     evals = own_evals(results) if found.kind == HELD_OUT else None
     rows = []
     for run in results.runs.itertuples():
         if evals is not None:
             start, final, p = held_out_rise(evals[(evals["label"] == run.label) & (evals["seed"] == run.seed)])
+            finite = int(np.isfinite(start) and np.isfinite(final))
         else:
             steps = results.metrics[(results.metrics["label"] == run.label) & (results.metrics["seed"] == run.seed)]
-            start, final, p = training_rise(steps.sort_values("step")["reward/mean"].to_numpy(dtype=float))
+            rewards = steps.sort_values("step")["reward/mean"].to_numpy(dtype=float)
+            start, final, p = training_rise(rewards)
+            finite = int(np.isfinite(rewards).sum())
         rows.append({"suite": run.suite, "facet": run.facet, "arm": run.arm, "label": run.label,
                      "objective": run.objective, "replay": run.replay, "replay_from": run.replay_from,
                      "seed": run.seed, "start": start, "final": final, "rise": final - start, "p_rise": p,
-                     "learned": bool(p < ALPHA) if np.isfinite(p) else None})
+                     "learned": bool(p < ALPHA) if np.isfinite(p) else None, "finite_rewards": finite})
     return pd.DataFrame(rows), found
 
 

@@ -247,7 +247,9 @@ def class_rows(results: Results) -> pd.DataFrame:
                 points = training_points(step_numbers, steps["reward/mean"].to_numpy(dtype=float))
             stopped = step_numbers[-1] if run.status == COLLAPSED else float("nan")
             p_rise = float(p_of.get((run.label, run.seed), float("nan")))
-            verdict = RunClass(TOO_SHORT, float("nan"), "too short for the gate's windows") \
+            short = "too short for the gate's windows" if np.isfinite(steps["reward/mean"].to_numpy(dtype=float)).any() \
+                else "no finite training reward to judge"
+            verdict = RunClass(TOO_SHORT, float("nan"), short) \
                 if evals is None and run.status != COLLAPSED and not np.isfinite(p_rise) else \
                 classify(points, stopped, str(run.message or ""),
                          grad_spike_step(step_numbers, steps["grad/norm"].to_numpy(dtype=float)), p_rise,

@@ -44,7 +44,7 @@ from analysis.evidence.stability import (
     stability_map,
 )
 from analysis.report import anchors
-from analysis.report.construction_text import HOLDS, decided_item, row_note
+from analysis.report.construction_text import HOLDS, decided_item, row_note, same_item, settings_text
 from analysis.report.escape import SPECIAL, escape
 from analysis.report.map_answer import dose_rows, map_items, map_lead, placement_rows
 from analysis.report.paper_checks import paper_checks
@@ -59,6 +59,7 @@ from analysis.report.verdict import (
     Sentence,
     lead,
     lead_by_construction,
+    standing,
 )
 from analysis.stats.library import ALPHA, smallest_p
 
@@ -179,8 +180,12 @@ def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str,
     left, stopped = left_words(unfinished, mapped)
     missing, missing_rows = unfinished_arms(runs["arm"], unfinished)
     on_seeds, short = seeds_per_arm(runs)
+    finite = pd.concat([found.per_run for found in evidence.learnings.values()]).groupby("arm", sort=False)[
+        "finite_rewards"].sum() if evidence.learnings else pd.Series(dtype=int)
+    never = [str(a) for a, n in finite.items() if not n]
+    unmeasured = f" (never finite for {names(never)})" if never else ""
     text = (f"{count(len(runs), 'run')} finished: {listed} on {on_seeds}{points}, {compute}, compared on {basis}"
-            f"{left}{missing}.")
+            f"{unmeasured}{left}{missing}.")
     rows = [_row(1, "runs finished / not finished", f"{len(runs)} / {len(unfinished)}"),
             *([_row(1, "runs stopped as collapsed, judged by the stability map only", str(stopped))] if stopped else []),
             _row(1, "seeds", ", ".join(map(str, seeds))), *short, *missing_rows]
@@ -200,7 +205,10 @@ def learned_one_group(found: Learning) -> str:
     every = [str(a) for a, r in arms_.iterrows() if r["learned"]]
     some = [str(a) for a, r in arms_.iterrows() if 0 < r["learned_seeds"] < r["seeds"]]
     none = [str(a) for a, r in arms_.iterrows() if r["learned_seeds"] == 0 and judged.get(a, 0)]
-    short = [str(a) for a in arms_.index if not judged.get(a, 0)]  # too few steps for the test's two windows
+    unjudged = [str(a) for a in arms_.index if not judged.get(a, 0)]
+    finite = found.per_run.groupby("arm", sort=False)["finite_rewards"].sum()
+    never = [a for a in unjudged if not finite.get(a, 0)]  # no finite reward on any seed: nothing to test
+    short = [a for a in unjudged if a not in never]  # too few steps for the test's two windows
     parts = [f"RL learned on every seed for {names(every)}" if every else "no objective learned on every seed"]
     if some:
         parts.append(f"{names(some)} passed it on some seeds only")
@@ -208,6 +216,9 @@ def learned_one_group(found: Learning) -> str:
         parts.append(f"{names(none)} did not pass it on any seed")
     if short:
         parts.append(f"{names(short)} ran too few steps to be tested")
+    if never:
+        parts.append(f"{names(never)} never logged a finite {found.source.kind} (NaN or infinite throughout) and "
+                     "cannot be tested")
     return "; ".join(parts) + ("" if every else ", so rewards are not compared")
 
 
@@ -406,6 +417,33 @@ def stability_rows(found: StabilityMap) -> list[dict]:
     return rows
 
 
+def same_gradient_items(evidence: Evidence) -> tuple[tuple[Sentence, ...], list[dict]]:
+    """Under the third sentence, each pair of arms that is one objective by construction
+    (analysis.evidence.construction.same_gradient), once, with the groups where it is where not every group;
+    and a numbers row per group with the recorded settings it rests on and the comparison that tests nothing."""
+    groups: dict[tuple[str, str], list[Group]] = {}
+    items, rows = [], []
+    for group in evidence.groups:
+        where = f"{evidence.title(group)}: " if len(evidence.groups) > 1 else ""
+        for same in evidence.same_gradients(group):
+            if (same.gspo, same.token) not in groups:
+                items.append(same)
+            groups.setdefault((same.gspo, same.token), []).append(group)
+            read = evidence.family.read(group, REWARD, same.gspo, same.token)
+            result = ("not compared: no objective learned" if read is None else
+                      f"final difference {difference_text(read[0])}, p = {p_text(read[0].p, read[0].n)}"
+                      + (" (exploratory)" if np.isnan(read[1]) else f", Holm-adjusted {p_text(read[1])}"))
+            rows.append(_row(3, f"{where}{same.gspo} and {same.token}: one objective by construction",
+                             settings_text(same), "the run records: GSPO-token with A_i,t = A_i is GSPO (eq. 13-15)",
+                             result))
+    sentences = []
+    for same in items:
+        at = groups[(same.gspo, same.token)]
+        where = "" if len(at) == len(evidence.groups) else f"At {names([evidence.title(g) for g in at])}: "
+        sentences.append(Sentence(where + same_item(same, standing(evidence, at[0], same)), (("numbers", NUMBERS),)))
+    return tuple(sentences), rows
+
+
 def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures: set[str]) -> tuple[Sentence, list[dict]]:
     """A swept suite with a stability map answers per arm; a declared family by its comparisons; else the leader."""
     if stability is not None:
@@ -414,8 +452,9 @@ def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures
         placed = placements(stability)
         rows = [row for first, p in zip(stability_rows(stability), placed, strict=True)
                 for row in (first, *placement_rows(p))] + dose_rows(stability.classes)
+        same, same_rows = same_gradient_items(evidence)
         return Sentence(map_lead(placed, stability.classes), (*links, ("numbers", NUMBERS)),
-                        map_items(placed, (("numbers", NUMBERS),))), rows
+                        map_items(placed, (("numbers", NUMBERS),)) + same), rows + same_rows
     items: tuple[Sentence, ...] = ()
     if evidence.declared:
         clause, rows, items = primary_text(evidence)
@@ -423,7 +462,8 @@ def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures
     else:
         (clause, rows), items = leader_text(evidence), leader_items(evidence)
         links = (("comparisons", COMPARISONS), *_figure_links(figures, "fig1_reward_vs_compute"))
-    return Sentence(clause[0].upper() + clause[1:] + ".", (*links, ("numbers", NUMBERS)), items), rows
+    same, same_rows = same_gradient_items(evidence)
+    return Sentence(clause[0].upper() + clause[1:] + ".", (*links, ("numbers", NUMBERS)), items + same), rows + same_rows
 
 
 # ------------------------------------------------------------------------------ 4: the paper, and whether this run agrees
