@@ -425,7 +425,7 @@ def test_a_plugin_that_changes_what_was_registered_before_it_is_refused_and_undo
 def test_the_installed_plugins_load_for_a_suite_without_plugins(tmp_path, monkeypatch):
     """Every command that loads plugins loads the installed packages' ones, whether or not the suite has a
     `plugins:` key: reading a suite file and validating a suite's data alike; a run records them."""
-    from gspo_bench.config import SuiteConfig
+    from gspo_bench.config import parse_suite
     from gspo_bench.config.plugins import load_plugins
 
     (tmp_path / "inst_pkg").mkdir()
@@ -438,7 +438,7 @@ def test_the_installed_plugins_load_for_a_suite_without_plugins(tmp_path, monkey
     code, output = invoke("validate", str(suite))
     assert code == 0 and "grpo_installed-s0: grpo_installed" in output, output
     unload_plugins()
-    SuiteConfig.model_validate(tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo_installed"}]))
+    parse_suite(tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo_installed"}]))
     assert [(p.name, p.registered) for p in load_plugins([])] == [("inst_pkg.losses", ("objective:grpo_installed",))]
     (tmp_path / "inst_pkg" / "broken.py").write_text("import no_such_package_xyz\n")
     fake_installed(monkeypatch, ("mine", "inst_pkg.losses"), ("zz", "inst_pkg.broken"))

@@ -102,8 +102,8 @@ def test_an_edited_reward_file_or_plugin_is_a_change_a_resume_refuses(tmp_path):
     (tmp_path / "score.py").write_text(SCORE.replace("1.0 if", "1 if"))
     (tmp_path / "plugin.py").write_text((tmp_path / "plugin.py").read_text() + "# edited\n")
     assert config_changes(planned.run_dir, planned) == []  # this process still runs the code it loaded
-    unload_plugins()  # a resume is a new process: it loads the files as they are now
-    changes = config_changes(planned.run_dir, planned)
+    unload_plugins()  # a resume is a new process: it reads the suite, loading the files as they are now
+    changes = config_changes(planned.run_dir, plan_runs(load_suite(path), tmp_path / "out")[0])
     assert [c.split(":")[0] for c in changes] == [f"run.plugins.{tmp_path / 'plugin.py'}",
                                                   f"run.plugins.{tmp_path / 'score.py'}"]
 

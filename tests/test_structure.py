@@ -399,3 +399,49 @@ def test_every_test_file_is_in_the_testing_docs_table():
     docs = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
     table = docs.split("## Which test guards what")[1].split("\n## ")[0]
     assert [p.name for p in sorted((ROOT / "tests").glob("test_*.py")) if f"`{p.name}`" not in table] == []
+
+
+LOADER = "load_plugins"  # gspo_bench.config.plugins: the one function that loads plugins
+VALIDATORS = {"model_validator", "field_validator"}
+
+
+def loader_calls(root: Path, name: str = LOADER) -> list[tuple[str, str | None]]:
+    """(`path:line`, the pydantic validator it sits in, or None) for each call of function `name` in
+    the package under `root` (`name(...)` or `module.name(...)`)."""
+    found = []
+    for path in sorted((root / "gspo_bench").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        validators = {id(node): node.name for node in ast.walk(tree)
+                      if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                      and any(decorator_name(d) in VALIDATORS for d in node.decorator_list)}
+        inside = {id(call): validators[id(fn)] for fn in ast.walk(tree) if id(fn) in validators
+                  for call in ast.walk(fn)}
+        found += [(f"{path.relative_to(root)}:{node.lineno}", inside.get(id(node))) for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and called_name(node.func) == name]
+    return sorted(found)
+
+
+def decorator_name(node: ast.expr) -> str:
+    """`model_validator` for @model_validator(mode=...), @pydantic.model_validator, @model_validator."""
+    return called_name(node.func if isinstance(node, ast.Call) else node)
+
+
+def called_name(node: ast.expr) -> str:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def test_plugins_load_from_at_most_two_places_and_never_inside_a_validator():
+    calls = loader_calls(ROOT)
+    assert calls, "no call of the plugin loader found: was it renamed? (LOADER)"
+    assert len(calls) <= 2, calls
+    assert [(where, validator) for where, validator in calls if validator is not None] == []
+
+
+def test_the_loader_count_sees_calls_and_validators(tmp_path):
+    (tmp_path / "gspo_bench").mkdir()
+    (tmp_path / "gspo_bench" / "a.py").write_text(
+        "from pydantic import model_validator\nfrom gspo_bench.config import plugins\n"
+        "class S:\n    @model_validator(mode='before')\n    @classmethod\n    def _first(cls, data):\n"
+        "        plugins.load_plugins([])\n        return data\n"
+        "def f():\n    load_plugins(['x.py'])\n    load_plugins_or_fail([])\n")
+    assert loader_calls(tmp_path) == [("gspo_bench/a.py:10", None), ("gspo_bench/a.py:7", "_first")]

@@ -8,7 +8,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -16,6 +16,9 @@ from pydantic import BaseModel, ValidationError
 from gspo_bench.config.schema import ObjectiveEntry, SuiteConfig
 from gspo_bench.config.shown import clip, shown
 from gspo_bench.config.yamlread import read_yaml
+
+if TYPE_CHECKING:
+    from gspo_bench.config.plugins import Plugin
 
 
 class SuiteError(ValueError):
@@ -47,17 +50,22 @@ def _format_errors(path: str, err: ValidationError) -> str:
     return problems_text(path, _problems(err))
 
 
-def parse_suite(data: Any, source: str = "<suite>") -> SuiteConfig:
-    """Validate suite data; with a sweep, every sweep point is validated as a suite too."""
+def parse_suite(data: Any, source: str = "<suite>", file: Path | None = None) -> SuiteConfig:
+    """Validate suite data, its plugins loaded first; with a sweep, every sweep point is validated as a
+    suite too. `file`: the suite file `data` was read from (its plugins, reward file and task paths are
+    read from its folder); data given without one names its plugin files from the working folder."""
     if not isinstance(data, dict):
         raise SuiteError(f"{source}: expected a mapping of suite fields at the top level")
-    return _checked(data, source, lambda err: _format_errors(source, err))
+    return _checked(data, source, lambda err: _format_errors(source, err), file)
 
 
-def _checked(data: dict[str, Any], source: str, describe: Callable[[ValidationError], str]) -> SuiteConfig:
-    """The suite of `data` with every check a suite gets, however it was made (a file, `--set`): the
-    schema, every sweep point and every entry's `set:` as a suite, and run labels unique across entries
-    and points. A schema problem is `describe`d; the others name `source`."""
+def _checked(data: dict[str, Any], source: str, describe: Callable[[ValidationError], str],
+             file: Path | None = None) -> SuiteConfig:
+    """The suite of `data` with every check a suite gets, however it was made (a file, data, `--set`):
+    its plugins loaded (`with_plugins`), the schema, every sweep point and every entry's `set:` as a
+    suite, and run labels unique across entries and points. A schema problem is `describe`d; the others
+    name `source`."""
+    data = with_plugins(data, file, source)
     try:
         suite = SuiteConfig.model_validate(data)
     except ValidationError as err:
@@ -248,26 +256,41 @@ def load_suite(path: str | Path, overrides: dict[str, Any] | None = None) -> Sui
         data = read_yaml(text)
     except ValueError as err:
         raise SuiteError(f"{path}: {err}") from None
-    return apply_overrides(parse_suite(with_plugins(data, path), str(path)), overrides or {}, str(path))
+    return apply_overrides(parse_suite(data, str(path), file=path), overrides or {}, str(path))
 
 
-def with_plugins(data: Any, path: Path) -> Any:
-    """The suite data of file `path` with the installed plugins and its own loaded and its plugin files
-    named by absolute path (the suite written beside the results and the workers find them from
-    anywhere); SuiteError naming the suite file and the plugin's one line for a plugin that cannot be
-    loaded. A suite without `plugins:` still sees the installed packages' plugins."""
-    from gspo_bench.config.plugins import PluginError, load_plugins, resolve
+def with_plugins(data: dict[str, Any], file: Path | None, source: str) -> dict[str, Any]:
+    """The suite data with the installed plugins and its own loaded, before the schema checks its
+    objectives, tasks and engines against the registries. From a suite `file`: its plugin files named by
+    absolute path (the suite written beside the results and the workers find them from anywhere), its
+    reward file and task paths read from its folder. A suite without `plugins:` still sees the installed
+    packages' plugins."""
+    from gspo_bench.config.plugins import resolve
 
-    if not isinstance(data, dict):
-        return data
-    data = with_reward_file(data, path)
+    if file is not None:
+        data = with_reward_file(data, file)
     given = isinstance(data.get("plugins"), list)
-    names = [resolve(str(name), path.resolve().parent) for name in data["plugins"]] if given else []
+    names = [str(name) for name in data["plugins"]] if given else []
+    if file is not None:
+        names = [resolve(name, file.resolve().parent) for name in names]
+    load_suite_plugins(names, source)
+    if file is None:
+        return data
+    return with_task_paths(data | {"plugins": names} if given else data, file)
+
+
+def load_suite_plugins(names: list[str], source: str) -> list[Plugin]:
+    """The records of the installed packages' plugins and the suite's `names` (files by absolute path or
+    from the working folder), loaded where they are not; SuiteError `source: plugins: ` and the plugin's
+    one line for one that cannot be loaded. The one door of a suite's plugins: a suite read
+    (`with_plugins`: a file, data, `--set`) and a run opened in a worker process, which read no suite
+    (gspo_bench.train.setup.open_run); a registry is never loaded from inside the schema."""
+    from gspo_bench.config.plugins import PluginError, load_plugins
+
     try:
-        load_plugins(names)
+        return load_plugins(names)
     except PluginError as err:
-        raise SuiteError(f"{path}: plugins: {err}") from None
-    return with_task_paths(data | {"plugins": names} if given else data, path)
+        raise SuiteError(f"{source}: plugins: {err}") from None
 
 
 def with_task_paths(data: dict[str, Any], path: Path) -> dict[str, Any]:

@@ -301,12 +301,27 @@ def load_entry_point(point: importlib.metadata.EntryPoint) -> Plugin:
 def load_plugins(names: list[str] | tuple[str, ...] = (), base: Path | None = None) -> list[Plugin]:
     """The one way plugins load: the installed packages' plugins (every entry point of the group), then
     `names` (files resolved from `base`, default the working folder); the records of all of them, the
-    installed ones first, each once. Every command that loads a suite's or the command line's plugins
-    calls it; the commands that read results never do."""
+    installed ones first, each once. Called from two places: a suite's plugins
+    (`gspo_bench.config.load.load_suite_plugins`: a suite read, a worker's run) and the command line's
+    `--plugin` (`gspo_bench.cli`); the commands that read results never load any, the schema's validators
+    neither (tests/test_structure.py)."""
     found: list[Plugin] = []
     for plugin in [*map(load_entry_point, installed_entry_points()),
                    *(load_plugin(resolve(name, base or Path.cwd())) for name in names)]:
         found += [] if plugin in found else [plugin]
+    return found
+
+
+def plugins_loaded(names: list[str] | tuple[str, ...] = (), base: Path | None = None) -> list[Plugin]:
+    """What `load_plugins(names, base)` returned, looked up: the records of the installed packages' plugins
+    and `names`, each once, loading nothing; PluginError naming one this process has not loaded (a suite's
+    plugins load when the suite is read or a worker opens its run: `gspo_bench.config.load`)."""
+    found: list[Plugin] = []
+    for name in [*(point.module for point in installed_entry_points()), *(resolve(n, base or Path.cwd()) for n in names)]:
+        if name not in _LOADED:
+            raise PluginError(f"{name}: not loaded in this process (a suite's plugins load when the suite is read: "
+                              "gspo_bench.config.load_suite or parse_suite)")
+        found += [] if _LOADED[name] in found else [_LOADED[name]]
     return found
 
 

@@ -664,18 +664,6 @@ class SuiteConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _plugins_first(cls, data: Any) -> Any:
-        """The plugins (the installed packages' and the suite's) register their names before the
-        objectives, tasks and engines are checked against the registries (once per process: a sweep
-        point or a worker's copy finds them loaded)."""
-        if isinstance(data, dict):
-            from gspo_bench.config.plugins import load_plugins
-
-            load_plugins([str(name) for name in data["plugins"]] if isinstance(data.get("plugins"), list) else [])
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
     def _one_spelling(cls, data: Any) -> Any:
         """The objectives' old spellings of their parameters as `params:`, each noted with its place
         (gspo_bench.config.spelling; ObjectiveEntry does the same for an entry built alone)."""

@@ -14,7 +14,8 @@ import yaml
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
 from gspo_bench.config.changes import settings_changes
-from gspo_bench.config.plugins import load_plugins
+from gspo_bench.config.load import load_suite_plugins
+from gspo_bench.config.plugins import plugins_loaded
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import RolloutEngine, make_engine
@@ -86,7 +87,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
     another process holds it) and writes the resolved config, provenance and a `running` status
     (rank 0 only under torchrun). The caller releases `run.lock` when the run ends."""
     suite, train = spec.suite, spec.suite.train
-    load_plugins(suite.plugins)  # a worker process (--parallel, Ray) registers them before it builds anything
+    plugins = load_suite_plugins(suite.plugins, suite.name)  # a worker process (--parallel, Ray) registers them first
     device = require_device(train.device, "train.device")
     world = world_from_env(device)
     device = device_for(world, device)
@@ -109,7 +110,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
         prov["warm_start"] = warm_start_record(spec)
-        prov["plugins"] = [plugin.record() for plugin in load_plugins(suite.plugins)]
+        prov["plugins"] = [plugin.record() for plugin in plugins]
         prov["task_baseline"] = recorded_task_baseline(suite)
         prompt_format = run_prompt_format(suite, tokenizer)
         engine = make_run_engine(suite, tokenizer, weights, device)
@@ -303,7 +304,7 @@ def code_hashes(suite: SuiteConfig) -> dict[str, str]:
     edited suite is."""
     from gspo_bench.config.plugins import function_sha256
 
-    found = {plugin.name: plugin.sha256 for plugin in load_plugins(suite.plugins)}
+    found = {plugin.name: plugin.sha256 for plugin in plugins_loaded(suite.plugins)}
     if suite.task.reward is not None:
         found[suite.task.reward.file] = function_sha256(suite.task.reward.file, suite.task.reward.name)
     return found
