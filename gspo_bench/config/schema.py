@@ -35,7 +35,10 @@ from gspo_bench.config.tuning import TuningConfig, check_tuning
 from gspo_bench.models.families import SUPPORTED_FAMILIES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gspo_bench.objectives.corrections import CorrectionFn
+    from gspo_bench.objectives.registry import ObjectiveSpec
     from gspo_bench.tasks.base import Task
 
 # Bounds on sizes, named in the message of a value beyond them: far above any model, batch or run this
@@ -518,16 +521,17 @@ class ObjectiveEntry(Strict):
 
     @model_validator(mode="after")
     def _known(self) -> ObjectiveEntry:
-        from gspo_bench.objectives import get_objective, list_objectives, objective_spec
+        from gspo_bench.objectives import list_objectives
 
         valid = list_objectives() + sorted(ALGORITHMS)
         if self.name not in valid:
             raise ValueError(f"unknown objective {shown(self.name)}; expected one of {', '.join(valid)}")
-        check_settings(get_objective(self.objective), self.params, "params")
-        self._check_kwargs_are_settings(objective_spec(self.objective).inputs)
+        spec = self.spec()
+        check_settings(spec.fn, self.params, "params")
+        self._check_kwargs_are_settings(spec.inputs)
         if self.replay is False and self.replay_from is not None:
             raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
-        if self.credit == "step" and objective_spec(self.objective).advantages != "token":
+        if self.credit == "step" and spec.advantages != "token":
             raise ValueError(f"credit: step gives per-token advantages; {self.objective} takes one per response")
         return self
 
@@ -545,6 +549,19 @@ class ObjectiveEntry(Strict):
     @property
     def objective(self) -> str:
         return str(ALGORITHMS.get(self.name, {}).get("objective", self.name))
+
+    def spec(self) -> ObjectiveSpec:
+        """The registered objective of this entry (its algorithm's), looked up by name: the one lookup the
+        schema, the preflight, the tuning spaces and the training loop share."""
+        from gspo_bench.objectives import objective_spec
+
+        return objective_spec(self.objective)
+
+    def loss(self) -> Callable[..., Any]:
+        """The entry's objective with its clip range and params bound: what an update calls."""
+        from functools import partial
+
+        return partial(self.spec().fn, **self.clip_range(), **self.params)
 
     @property
     def use_replay(self) -> bool:
@@ -574,9 +591,7 @@ class ObjectiveEntry(Strict):
         return partial(get_correction(self.correction["kind"]), **self.correction["params"])
 
     def clip_range(self) -> dict[str, float | None]:
-        from gspo_bench.objectives import objective_spec
-
-        spec = objective_spec(self.objective)
+        spec = self.spec()
         low = self.clip_low if self.clip_low is not None else spec.clip_low
         high = self.clip_high if self.clip_high is not None else spec.clip_high
         return {} if low is None and high is None else {"clip_low": low, "clip_high": high}

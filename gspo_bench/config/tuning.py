@@ -380,9 +380,7 @@ def check_space(suite: Any, entry: Any, space: dict[str, Space]) -> None:
     import inspect
 
     from gspo_bench.config import sweep
-    from gspo_bench.objectives import objective_spec
-
-    spec = objective_spec(entry.objective)
+    spec = entry.spec()
     takes = set(inspect.signature(spec.fn).parameters)
     for path in space:
         head, _, rest = path.partition(".")

@@ -256,7 +256,6 @@ def _check_objectives(suite: SuiteConfig, entries: list[tuple[str, ObjectiveEntr
     import torch
 
     from gspo_bench.config.plugins import loaded_plugins
-    from gspo_bench.objectives import get_objective, objective_spec
 
     kit_checked = {entry for plugin in loaded_plugins() for entry in plugin.registered}  # _check_plugin_objectives
     logp = torch.zeros(2, 3)
@@ -270,8 +269,8 @@ def _check_objectives(suite: SuiteConfig, entries: list[tuple[str, ObjectiveEntr
                 correction(old_logp=logp, sampling_logp=logp, logp=logp, advantages=advantages, mask=mask)
             if f"objective:{entry.objective}" in kit_checked:
                 continue
-            inputs = {name: neutral[name] for name in objective_spec(entry.objective).inputs}
-            get_objective(entry.objective)(logp=logp, old_logp=logp, advantages=advantages, mask=mask, **inputs, **entry.clip_range(), **entry.params)
+            inputs = {name: neutral[name] for name in entry.spec().inputs}
+            entry.loss()(logp=logp, old_logp=logp, advantages=advantages, mask=mask, **inputs)
         except (TypeError, ValueError, RuntimeError, ArithmeticError) as err:
             problems.append(f"{where}: {err}")
     return problems

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gspo_bench.objectives import objective_spec
 from gspo_bench.rollout import SamplingParams
 from gspo_bench.rundir.failure import failure_message
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, now
@@ -125,7 +124,8 @@ def run_step(run: Run, step: int) -> StepRow:
     """One RL step: rollout -> old-policy pass -> K minibatch updates -> the step's row."""
     suite, entry, seed, policy = run.suite, run.spec.entry, run.spec.seed, run.policy
     rollout_cfg, train = suite.rollout, suite.train
-    inputs = objective_spec(entry.objective).inputs  # the extra inputs the objective declares
+    objective = entry.spec()
+    inputs = objective.inputs  # the extra inputs the objective declares
     start = time.perf_counter()
     reset_peak_memory(policy.device)  # gpu/peak_mem_gib: this step's own peak
     # ------------------------------------------------------------------ rollout
@@ -149,7 +149,7 @@ def run_step(run: Run, step: int) -> StepRow:
                               measure=train.measure, correction=entry.correction_fn(), inputs=inputs,
                               # objectives that draw at random (clip_cov) repeat per run, on their own stream
                               generator=torch.Generator().manual_seed(step_seed(seed, step, 4)),
-                              coupled=objective_spec(entry.objective).coupled,
+                              coupled=objective.coupled,
                               micro_batch_tokens=train.micro_batch_tokens, head_chunk=train.logprob_chunk_tokens)
     update = update_policy(policy, run.objective, batch, old, order, train.minibatches, settings)
     after = {}

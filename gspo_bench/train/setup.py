@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -17,7 +16,6 @@ from gspo_bench.config.changes import settings_changes
 from gspo_bench.config.load import load_suite_plugins
 from gspo_bench.config.plugins import plugins_loaded
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
-from gspo_bench.objectives import get_objective
 from gspo_bench.rollout import RolloutEngine, make_engine
 from gspo_bench.rundir.folder import RunDir, config_problem, now, provenance
 from gspo_bench.rundir.lock import RunBusyError, RunLock
@@ -121,7 +119,7 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         out.write_provenance(prov)
         out.write_status("running", step=state.step)
         task = suite.task.instance()  # a task that fails to build here ends the run failed, its folder freed
-        objective = partial(get_objective(spec.entry.objective), **spec.entry.clip_range(), **spec.entry.params)
+        objective = spec.entry.loss()
         tracker = open_tracker(suite.tracking, out.path, suite.name, yaml.safe_load(config), state.step, world.is_main)
     except BaseException as err:
         if lock is not None:
