@@ -124,8 +124,7 @@ def run_step(run: Run, step: int) -> StepRow:
     """One RL step: rollout -> old-policy pass -> K minibatch updates -> the step's row."""
     suite, entry, seed, policy = run.suite, run.spec.entry, run.spec.seed, run.policy
     rollout_cfg, train = suite.rollout, suite.train
-    objective = entry.spec()
-    inputs = objective.inputs  # the extra inputs the objective declares
+    objective = entry.spec()  # its inputs: the extra inputs the objective declares
     start = time.perf_counter()
     reset_peak_memory(policy.device)  # gpu/peak_mem_gib: this step's own peak
     # ------------------------------------------------------------------ rollout
@@ -140,13 +139,13 @@ def run_step(run: Run, step: int) -> StepRow:
     # ------------------------------------------------------------------ old-policy pass (no grad)
     old = old_policy_pass(policy, batch, temperature=rollout_cfg.temperature, replay=replay,
                           record_routing=train.measure, logp_source=train.old_logp, measure=train.measure,
-                          gate_scores="router_shift" in inputs, head_chunk=train.logprob_chunk_tokens)
+                          gate_scores="router_shift" in objective.inputs, head_chunk=train.logprob_chunk_tokens)
     scores = step_replay_scores(policy, batch, train.replay_scoring, temperature=rollout_cfg.temperature,
                                 head_chunk=train.logprob_chunk_tokens)  # before any update: replay_scoring
     # ------------------------------------------------------------------ K minibatch updates
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(step_seed(seed, step, 2)))
     settings = UpdateSettings(temperature=rollout_cfg.temperature, grad_clip=train.grad_clip, kl_coef=train.kl_coef,
-                              measure=train.measure, correction=entry.correction_fn(), inputs=inputs,
+                              measure=train.measure, correction=entry.correction_fn(), inputs=objective.inputs,
                               # objectives that draw at random (clip_cov) repeat per run, on their own stream
                               generator=torch.Generator().manual_seed(step_seed(seed, step, 4)),
                               coupled=objective.coupled,
