@@ -8,6 +8,7 @@ Hand-made runs, no training."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +177,99 @@ def test_a_leader_per_sweep_point_says_where_it_holds_by_construction(tmp_path):
     text, _ = leader_text(evidence)
     assert "(grpo_r3 at noise=0; grpo_r3 at noise=3, which holds by construction)" in text, text
     assert [item.text.split(":")[0] for item in leader_items(evidence)] == ["At noise=3"]
+
+
+# ------------------------------------------------------------------------------ two arms that are one objective
+
+RECORDED = {"lr": 2e-4, "clip_low": 3e-4, "clip_high": 4e-4, "params": {}, "correction": None, "set": {}}
+TWINS = {"grpo": ("grpo", False), "gspo": ("gspo", False), "gspo_token": ("gspo_token", False)}
+ONE = "gspo and gspo_token are one objective by construction"
+
+
+def gspo_twins(root: Path, token_run: dict | None = None, token_entry: dict | None = None, plugin: bool = False,
+               declared: bool = False, seeds: int = 8) -> tuple[Evidence, PlainAnswer]:
+    """grpo, gspo and gspo_token on `seeds` seeds, gspo and gspo_token alike reward for reward (+0.1 over grpo),
+    each run's config.yaml recording RECORDED (gspo_token's updated by `token_run`) and the suite's `objectives:`
+    entries (gspo_token's updated by `token_entry`; per-response credit written out for gspo only, as an older
+    record of gspo_token's leaves it out); `plugin`: gspo_token's runs record a plugin that registered it;
+    `declared`: gspo against gspo_token the suite's one declared comparison."""
+    entries = [{"name": "grpo", "credit": "response"}, {"name": "gspo", "credit": "response"},
+               {"name": "gspo_token", **(token_entry or {})}]
+    for label, (objective, replay) in TWINS.items():
+        for seed in range(seeds):
+            run = make_run(root, label, seed, bonus=0.0 if label == "grpo" else 0.1, kind=(objective, replay))
+            config = yaml.safe_load((run.path / "config.yaml").read_text())
+            config["run"].update({**RECORDED, **(token_run or {} if label == "gspo_token" else {})})
+            config["suite"]["objectives"] = entries
+            (run.path / "config.yaml").write_text(yaml.safe_dump(config))
+            if plugin and label == "gspo_token":
+                prov = json.loads((run.path / "provenance.json").read_text())
+                prov["plugins"] = [{"name": "mine", "path": "mine.py", "sha256": "0" * 64,
+                                    "registered": ["objective:gspo_token"]}]
+                (run.path / "provenance.json").write_text(json.dumps(prov))
+    data = {"name": "synth", "objectives": entries,
+            **({"analysis": {"primary": {"pairs": [["gspo", "gspo_token"]]}}} if declared else {})}
+    (root / "synth" / "suite.yaml").write_text(yaml.safe_dump(data))
+    evidence, results = evidence_of(root / "synth")
+    return evidence, plain_answer(evidence, unfinished(results), None)
+
+
+def test_gspo_and_gspo_token_at_the_same_settings_are_one_objective(tmp_path):
+    """With per-response credit at the same settings the two are one gradient: the answer says so under its
+    third sentence, with the recorded settings in the numbers table, and the verdict alike; the comparison
+    stays in Holm's family (every pair is); and gspo leads, its twin not counted as an objective to beat."""
+    evidence, found = gspo_twins(tmp_path)
+    same = evidence.same_gradient(evidence.groups[0], "gspo_token", "gspo")
+    assert same is not None and (same.gspo, same.token) == ("gspo", "gspo_token")
+    differs = found.sentences[2]
+    assert differs.text.startswith("**gspo ends above every other objective**, decided"), differs.text
+    assert [item.text for item in differs.items] == [
+        f"{ONE}: with per-response advantages and the same settings, GSPO-token's ratio `sg[s_i]·π/sg[π]` takes "
+        "s_i's value and its gradient is GSPO's, so their comparison tests nothing (it stays counted in Holm's family)."]
+    row = found.numbers[found.numbers["what"] == "gspo and gspo_token: one objective by construction"]
+    assert row["value"].item() == ("built-in objectives, credit response, lr 0.0002, clip 0.0003 / 0.0004, no replay, "
+                                   "no correction, params {}, set {}, on every run"), row["value"].item()
+    assert row["result"].item().startswith("final difference +0 [+0, +0]"), row["result"].item()
+    assert evidence.family.find(evidence.groups[0], "final reward", "gspo", "gspo_token") is not None  # still counted
+    verdict = [s.text for s in answer(evidence, unfinished(evidence.results), 0.0, False, set())]
+    assert any(t.startswith("**gspo leads at equal compute**") for t in verdict), verdict
+    assert sum(t.startswith(ONE) and t.endswith("(it stays counted in Holm's family).") for t in verdict) == 1, verdict
+
+
+def test_declared_gspo_against_gspo_token_stays_declared_and_says_it_tests_nothing(tmp_path):
+    evidence, found = gspo_twins(tmp_path, declared=True)
+    assert evidence.family.size == 1 and [(t.first, t.second) for t in evidence.primary] == [("gspo", "gspo_token")]
+    line = next(s.text for s in answer(evidence, unfinished(evidence.results), 0.0, False, set()) if "(primary)" in s.text)
+    assert line.endswith(" By construction, gspo and gspo_token are one objective: with per-response advantages and the "
+                         "same settings, GSPO-token's ratio `sg[s_i]·π/sg[π]` takes s_i's value and its gradient is "
+                         "GSPO's, so their comparison tests nothing."), line
+    assert found.sentences[2].items[-1].text.startswith(ONE)
+
+
+@pytest.mark.parametrize("change", [
+    {"token_entry": {"credit": "step"}},  # per-token advantages: another gradient
+    {"token_run": {"clip_high": 1e-3}},
+    {"token_run": {"lr": 1e-4}},
+    {"token_run": {"params": {"x": 1}}},
+    {"token_run": {"set": {"train.kl_coef": 0.1}}},
+    {"token_run": {"correction": {"kind": "tis", "params": {}}}},
+    {"token_run": {"replay": True}},
+    {"token_entry": {"name": "gspo_token", "label": "other"}},  # no entry names the arm: its credit is unknown
+    {"plugin": True},  # a plugin registered gspo_token: not the built-in one
+])
+def test_gspo_and_gspo_token_that_may_differ_are_compared_as_two(tmp_path, change):
+    evidence, found = gspo_twins(tmp_path, **change)
+    assert evidence.same_gradient(evidence.groups[0], "gspo", "gspo_token") is None
+    assert "one objective" not in every_text(evidence, found)
+    assert found.sentences[2].text.startswith("**No objective is ahead of every other**") or \
+        found.sentences[2].text.startswith("No objective is ahead of every other"), found.sentences[2].text
+
+
+def test_runs_of_one_arm_that_recorded_different_settings_are_not_one_objective(tmp_path):
+    evidence, _ = gspo_twins(tmp_path)
+    run = tmp_path / "synth" / "gspo_token-s3" / "config.yaml"
+    config = yaml.safe_load(run.read_text())
+    config["run"]["clip_high"] = 1e-3
+    run.write_text(yaml.safe_dump(config))
+    evidence, _ = evidence_of(tmp_path / "synth")
+    assert evidence.same_gradient(evidence.groups[0], "gspo", "gspo_token") is None

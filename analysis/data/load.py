@@ -240,6 +240,7 @@ def _meta(run_dir: Path, status: StatusRecord, config: dict, prov: ProvenanceRec
         "clip_high": run_cfg.get("clip_high"),
         "lr": run_cfg.get("lr"),
         "router_lr_scale": float((suite_cfg.get("train") or {}).get("router_lr_scale", 1.0)),  # as the run trained
+        "arm_settings": arm_settings(run_cfg, suite_cfg),
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),
         "device": prov.get("device"),
@@ -253,6 +254,20 @@ def _meta(run_dir: Path, status: StatusRecord, config: dict, prov: ProvenanceRec
         "shared": shared_settings(suite_settings(suite_cfg), run_cfg),  # less the run's arm and sweep point
         "changed": any(r.get("changed") for r in prov.get("resumed") or [] if isinstance(r, dict)),  # --allow-changed
     }
+
+
+def arm_settings(run_cfg: dict, suite_cfg: dict) -> dict[str, Any]:
+    """What the run's arm trains with beyond the suite's shared settings: config.yaml's `run:` fields (its
+    objective, replay, lr, clip range, parameters, correction and `set:`) and its advantages' `credit`, which
+    `run:` does not hold: read from the suite's `objectives:` entry of the run's arm (`response` where that entry
+    predates the setting, None where no entry names the arm)."""
+    arm = run_cfg.get("arm") or run_cfg.get("label")
+    entry = next((e for e in suite_cfg.get("objectives") or [] if isinstance(e, dict)
+                  and (e.get("label") or e.get("name")) == arm), None)
+    keys = ("objective", "replay", "replay_from", "lr", "clip_low", "clip_high", "correction")
+    return {**{key: run_cfg.get(key) for key in keys},
+            "params": (run_cfg["params"] if "params" in run_cfg else run_cfg.get("kwargs")) or {},  # older: `kwargs`
+            "set": run_cfg.get("set") or {}, "credit": None if entry is None else entry.get("credit", "response")}
 
 
 def kernels_text(kernels: Any) -> str | None:

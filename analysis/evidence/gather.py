@@ -2,8 +2,9 @@
 learnability gate (analysis.evidence.learning), and the family of every comparison with its Holm-adjusted
 p-values (analysis.evidence.family: the reward pairs and the paper checks). The answer, the tables and the
 paper checks all read this one object, so a comparison is counted once and shown alike everywhere.
-Each group's runs' median engine/trainer mismatch per arm (analysis.evidence.construction) is kept with
-it, so the answer and the verdict say alike which comparison holds by construction.
+Each group's runs' median engine/trainer mismatch per arm and each arm's recorded settings
+(analysis.evidence.construction) are kept with it, so the answer and the verdict say alike which
+comparison holds by construction and which two arms train one gradient.
 
 Where the suite file declares a primary family (analysis.primary), the family is the declared
 comparisons (plus the paper checks where declared) and every other test is exploratory."""
@@ -16,7 +17,14 @@ import numpy as np
 
 from analysis.data.groups import Group, group_subset, group_title, groups
 from analysis.data.load import Results
-from analysis.evidence.construction import ByConstruction, arm_run_kls, by_construction
+from analysis.evidence.construction import (
+    ByConstruction,
+    SameGradient,
+    arm_run_kls,
+    arm_settings,
+    by_construction,
+    same_gradient,
+)
 from analysis.evidence.family import Family, Test, declared_family, make_family, reward_tests
 from analysis.evidence.learning import Learning, learning
 from analysis.evidence.paper import arms, paper_tests
@@ -31,6 +39,7 @@ class Evidence:
     declared: dict[str, Declaration] = field(default_factory=dict)  # by suite; {} without a declared family
     primary: tuple[Test, ...] = ()  # the declared comparisons, in order (each in `family`)
     run_kls: dict[Group, dict[str, np.ndarray]] = field(default_factory=dict)  # per group and arm ({}: none measured)
+    settings: dict[Group, dict[str, dict | None]] = field(default_factory=dict)  # per group and arm (construction.arm_settings)
 
     @property
     def groups(self) -> list[Group]:
@@ -48,6 +57,15 @@ class Evidence:
     def by_construction(self, group: Group, first: str, second: str) -> ByConstruction | None:
         """Whether the comparison of two arms of `group` holds by construction (analysis.evidence.construction)."""
         return by_construction(self.run_kls.get(group, {}), first, second)
+
+    def same_gradient(self, group: Group, first: str, second: str) -> SameGradient | None:
+        """Whether two arms of `group` train one gradient by construction (analysis.evidence.construction)."""
+        return same_gradient(self.settings.get(group, {}), first, second)
+
+    def same_gradients(self, group: Group) -> list[SameGradient]:
+        """Every pair of the group's arms that trains one gradient by construction, in suite order."""
+        arms = list(self.settings.get(group, {}))
+        return [found for i, a in enumerate(arms) for b in arms[i + 1:] if (found := self.same_gradient(group, a, b))]
 
 
 def paper_in_family(declared: dict[str, Declaration], group: Group) -> bool:
@@ -71,15 +89,17 @@ def gather(results: Results, declared: dict[str, Declaration] | None = None) -> 
     `declared`: the suites' declared families (analysis.evidence.primary.declarations), if any."""
     learnings = learning(results)
     run_kls = {group: arm_run_kls(group_subset(results, group)) for group in learnings}
+    settings = {group: arm_settings(group_subset(results, group).runs) for group in learnings}
     rewards = reward_tests(learnings)
     paper = {group: paper_tests(group_subset(results, group), group) for group in groups(results)}
     if not declared:
         return Evidence(results, learnings, make_family(rewards + [t for tests in paper.values() for t in tests]),
-                        run_kls=run_kls)
+                        run_kls=run_kls, settings=settings)
     primary = primary_tests(learnings, declared)
     chosen = list(primary)
     for group in paper:
         if paper_in_family(declared, group):
             chosen += paper[group] + paper_reward_tests(results, group, rewards)
     others = rewards + [t for tests in paper.values() for t in tests]
-    return Evidence(results, learnings, declared_family(chosen, others), declared, tuple(primary), run_kls)
+    return Evidence(results, learnings, declared_family(chosen, others), declared, tuple(primary), run_kls,
+                    settings)

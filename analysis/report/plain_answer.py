@@ -434,13 +434,15 @@ def same_gradient_items(evidence: Evidence) -> tuple[tuple[Sentence, ...], list[
                       f"final difference {difference_text(read[0])}, p = {p_text(read[0].p, read[0].n)}"
                       + (" (exploratory)" if np.isnan(read[1]) else f", Holm-adjusted {p_text(read[1])}"))
             rows.append(_row(3, f"{where}{same.gspo} and {same.token}: one objective by construction",
-                             settings_text(same), "the run records: GSPO-token with A_i,t = A_i is GSPO (eq. 13-15)",
+                             settings_text(same), "the run records: GSPO-token with A_i,t = A_i is GSPO (eq. 13-15); a "
+                             "difference between the runs is float rounding carried through training",
                              result))
     sentences = []
     for same in items:
         at = groups[(same.gspo, same.token)]
         where = "" if len(at) == len(evidence.groups) else f"At {names([evidence.title(g) for g in at])}: "
-        sentences.append(Sentence(where + same_item(same, standing(evidence, at[0], same)), (("numbers", NUMBERS),)))
+        stands = {standing(evidence, g, same) for g in at}  # said only where it is alike at every group
+        sentences.append(Sentence(where + same_item(same, stands.pop() if len(stands) == 1 else ""), (("numbers", NUMBERS),)))
     return tuple(sentences), rows
 
 

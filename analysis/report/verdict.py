@@ -17,6 +17,7 @@ Sentence text is markdown: user text (labels, messages) goes in through `analysi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,13 +26,19 @@ import pandas as pd
 from analysis.data.groups import Group
 from analysis.data.load import why_unfinished
 from analysis.data.matching import MATCH_TOLERANCE
-from analysis.evidence.construction import ByConstruction
+from analysis.evidence.construction import ByConstruction, SameGradient
 from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
 from analysis.evidence.gather import Evidence
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.primary import Declaration
 from analysis.report import anchors
-from analysis.report.construction_text import HOLDS, construction_clause, control_words
+from analysis.report.construction_text import (
+    HOLDS,
+    construction_clause,
+    control_words,
+    same_clause,
+    same_item,
+)
 from analysis.report.escape import escape
 from analysis.report.paper_checks import WITHHELD, Check, paper_checks
 from analysis.report.texts import count, difference_text, p_text
@@ -81,10 +88,19 @@ def _ahead(test: tuple[Paired, float] | None) -> bool:
     return test is not None and test[0].mean > RESOLUTION and test[1] < ALPHA
 
 
+def distinct_arms(found: Learning, evidence: Evidence) -> list[str]:
+    """The group's arms by outcome, highest first, less any arm that is one objective by construction with an
+    arm before it (analysis.evidence.construction.same_gradient): a comparison of the two tests nothing."""
+    ordered = [str(a) for a in found.arms.sort_values("final", ascending=False, kind="stable").index]
+    return [a for i, a in enumerate(ordered)
+            if not any(evidence.same_gradient(found.group, b, a) for b in ordered[:i])]
+
+
 def lead(found: Learning, evidence: Evidence) -> Lead | None:
-    """The comparison behind the leader sentence of one group (None with fewer than two objectives). Only
-    an objective that learned on every seed may lead: one that did not leads by where it started."""
-    arms = found.arms.sort_values("final", ascending=False, kind="stable")
+    """The comparison behind the leader sentence of one group (None with fewer than two objectives, arms that
+    are one objective by construction counted once: distinct_arms). Only an objective that learned on every
+    seed may lead: one that did not leads by where it started."""
+    arms = found.arms.loc[distinct_arms(found, evidence)]
     if len(arms) < 2:
         return None
     family, group = evidence.family, found.group
@@ -109,6 +125,15 @@ def lead_by_construction(found: Lead | None, evidence: Evidence, group: Group) -
         return None
     construction = evidence.by_construction(group, found.best, found.second)
     return construction if construction is not None and construction.free == found.leader else None
+
+
+def standing(evidence: Evidence, group: Group, same: SameGradient) -> str:
+    """Where the comparison of two arms that are one objective by construction stands, for same_item: kept in
+    Holm's family (every pair is, or the declared family holds it), exploratory, or not made (no objective learned)."""
+    read = evidence.family.read(group, REWARD, same.gspo, same.token)
+    if read is None:
+        return ""
+    return " (it stays among the exploratory comparisons)" if math.isnan(read[1]) else " (it stays counted in Holm's family)"
 
 
 def _compute_words(spread: float, allow_unmatched: bool) -> str:
@@ -205,6 +230,9 @@ def primary_sentence(test: Test, evidence: Evidence, where: str, links: tuple) -
     construction, said right after it; any other says which arm is the noise-free control."""
     found = evidence.by_construction(test.group, test.first, test.second)
     judged = judged_sentence(test, evidence, where, links, found)
+    same = evidence.same_gradient(test.group, test.first, test.second)
+    if same is not None:  # declared, and kept: said to test nothing
+        judged = replace(judged, text=f"{judged.text} {same_clause(same)}")
     if found is None or HOLDS in judged.text:
         return judged
     return replace(judged, text=f"{judged.text} {construction_clause(found, False)}.")
@@ -319,6 +347,9 @@ def group_sentences(group: Group, evidence: Evidence, compute: str, figures: set
     elif found.learned:
         best = lead(found, evidence)
         sentences.append(leader_sentence(best, evidence, compute, where, links, lead_by_construction(best, evidence, group)))
+    declared = {frozenset((t.first, t.second)) for t in evidence.primary if t.group == group}
+    sentences += [Sentence(f"{where}{same_item(same, standing(evidence, group, same))}", (("comparisons", COMPARISONS),))
+                  for same in evidence.same_gradients(group) if frozenset((same.gspo, same.token)) not in declared]
     checks = paper_checks(evidence.subset(group), found, evidence.family)
     if checks is None:
         return sentences + [Sentence(f"{where}The paper's phenomena are not checked: that needs GRPO and GSPO runs.", ())]
