@@ -19,12 +19,11 @@ from rich.table import Table
 
 from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.runtime.stopping import Stopped, stop_on_signals
-from gspo_bench.suite.console import PrintableConsole
+from gspo_bench.suite import PrintableConsole
 
 if TYPE_CHECKING:
     from gspo_bench.config import SuiteConfig
-    from gspo_bench.suite.runner import PlannedRun
-    from gspo_bench.suite.session import Session
+    from gspo_bench.suite import PlannedRun, Session
 
 app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
@@ -119,7 +118,7 @@ def load_plugins_or_fail(names: list[str] | None) -> None:
 @guarded
 def list_registered(plugins: list[str] | None = plugin_option()) -> None:
     """List the registered objectives, algorithms, tasks, corrections, MoE families and rollout engines."""
-    from gspo_bench.suite.catalog import registry_tables
+    from gspo_bench.suite import registry_tables
 
     load_plugins_or_fail(plugins)
     for table in registry_tables():
@@ -139,8 +138,7 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), ove
     """Check a suite file as `run` would before any compute (models, tasks, objectives, devices,
     engines, eval tasks, the sweep); print the planned runs."""
     from gspo_bench.config import SuiteError
-    from gspo_bench.suite.runner import plan_runs
-    from gspo_bench.suite.session import load_runnable
+    from gspo_bench.suite import load_runnable, plan_runs
 
     try:
         suite, values = load_runnable(suite_path, overrides)
@@ -154,7 +152,7 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), ove
         say(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}")
     if suite.tuning is not None:
         from gspo_bench.config.tuning import arms_ruleset, plan_trials
-        from gspo_bench.suite.tuning_runs import settings_text
+        from gspo_bench.suite import settings_text
 
         trials = plan_trials(suite)
         say(f"  tuning first: {len(trials)} trials x seeds {suite.tuning.seeds} on the validation split (the runs "
@@ -207,10 +205,16 @@ def print_plan(suite_path: Path, overrides: list[str] | None = None, only: list[
     import dataclasses
 
     from gspo_bench.config import SuiteError
-    from gspo_bench.suite.plan import PlanError, plan_rows, plan_suite, plans_by_suite
-    from gspo_bench.suite.runner import plan_runs
-    from gspo_bench.suite.session import check_seeds, load_with_overrides
-    from gspo_bench.suite.tuning_runs import tuning_rows
+    from gspo_bench.suite import (
+        PlanError,
+        check_seeds,
+        load_with_overrides,
+        plan_rows,
+        plan_runs,
+        plan_suite,
+        plans_by_suite,
+        tuning_rows,
+    )
 
     try:
         suite, _ = load_with_overrides(suite_path, overrides)
@@ -251,8 +255,7 @@ def run(
                                      "(as `gspo-bench report` does)"),
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
-    from gspo_bench.suite.launch import default_parallel, start_process_server
-    from gspo_bench.suite.session import exit_code
+    from gspo_bench.suite import default_parallel, exit_code, start_process_server
 
     if dry_run:
         return print_plan(suite_path, overrides, only, parse_seeds(seeds))
@@ -288,8 +291,7 @@ def run(
 def launch_runs(suite: SuiteConfig, todo: list[PlannedRun], root: Path, suite_path: Path, overrides: list[str] | None,
                 launch: dict[str, Any]) -> list[tuple[PlannedRun, dict]]:
     """Run `todo` (runs of `suite` under `root`) with the launch settings of `run`; every stop as one line."""
-    from gspo_bench.suite.progress import SuiteProgress
-    from gspo_bench.suite.runner import run_suite
+    from gspo_bench.suite import SuiteProgress, run_suite
 
     out_console = launch["out_console"]
     try:
@@ -323,7 +325,7 @@ def chosen_todo(session: Session, overrides: list[str] | None, only: list[str] |
                 resume: bool, allow_changed: bool) -> list[PlannedRun]:
     """Each arm's choice from its trials (written to chosen.json), then the comparison's runs to do."""
     from gspo_bench.rundir.lock import RunBusyError
-    from gspo_bench.suite.session import choose_and_plan
+    from gspo_bench.suite import choose_and_plan
 
     try:
         return choose_and_plan(session, overrides, only, seeds, resume, allow_changed)
@@ -337,7 +339,7 @@ def planned_todo(suite_path: Path, overrides: list[str] | None, out: Path | None
     trials); every problem as one error line."""
     from gspo_bench.config import SuiteError
     from gspo_bench.rundir.lock import RunBusyError
-    from gspo_bench.suite.session import plan_session
+    from gspo_bench.suite import plan_session
 
     try:
         return plan_session(suite_path, overrides, out, only, seeds, resume, allow_changed)
@@ -419,7 +421,7 @@ def probe(
 ) -> None:
     """One RL step (K minibatch updates) of each objective on a tiny MoE from identical weights."""
     from gspo_bench.objectives import UnknownObjectiveError, objective_spec
-    from gspo_bench.suite.probe import ProbeConfig, run_probe
+    from gspo_bench.suite import ProbeConfig, run_probe
 
     load_plugins_or_fail(plugins)
     names = [n.strip() for n in objectives.split(",") if n.strip()]
@@ -754,7 +756,7 @@ def eval_policy(
     from pydantic import ValidationError
 
     from gspo_bench.config import EvalConfig
-    from gspo_bench.train.evaluation import evaluate_saved
+    from gspo_bench.train import evaluate_saved
 
     try:
         cfg = EvalConfig(tasks=[t.strip() for t in tasks.split(",") if t.strip()], samples=samples, limit=limit,

@@ -445,3 +445,55 @@ def test_the_loader_count_sees_calls_and_validators(tmp_path):
         "        plugins.load_plugins([])\n        return data\n"
         "def f():\n    load_plugins(['x.py'])\n    load_plugins_or_fail([])\n")
     assert loader_calls(tmp_path) == [("gspo_bench/a.py:10", None), ("gspo_bench/a.py:7", "_first")]
+
+
+# A room's face: the names the rooms above use, in its __init__.py. A module outside the room imports
+# `room`, never `room.submodule` (inside a room, modules import each other directly).
+FACED_ROOMS = ["gspo_bench.train", "gspo_bench.suite", "analysis"]
+# the known exceptions: the command line still reaches these analysis modules past the analysis face
+# (moving them behind it belongs with a thinner command line); any other reach past a face fails
+DEEP_ANALYSIS = {("gspo_bench/cli.py", m) for m in ("analysis.data.load", "analysis.data.suites", "analysis.report.writer",
+                                                    "analysis.report.plain_answer", "analysis.checks.regress",
+                                                    "analysis.checks.reproduce")}
+
+
+def reaches_past_faces(root: Path) -> list[str]:
+    """`path:line imports module` for each import of a faced room's submodule from outside that room."""
+    bad = []
+    for folder in ("gspo_bench", "analysis"):
+        for path in sorted((root / folder).rglob("*.py")):
+            module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [
+                    node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+                for name in names:
+                    room = next((r for r in FACED_ROOMS if name.startswith(f"{r}.")), None)
+                    if room is not None and not (module == room or module.startswith(f"{room}.")) \
+                            and (path.relative_to(root).as_posix(), name) not in DEEP_ANALYSIS:
+                        bad.append(f"{path.relative_to(root)}:{node.lineno} imports {name}")
+    return bad
+
+
+def test_no_module_reaches_past_another_rooms_face():
+    assert reaches_past_faces(ROOT) == []
+
+
+def test_every_name_a_face_offers_is_there():
+    import importlib
+
+    for room in ("gspo_bench.train", "gspo_bench.suite"):
+        face = importlib.import_module(room)
+        assert face.__all__ and all(callable(getattr(face, name)) for name in face.__all__), room
+
+
+def test_the_face_check_sees_a_reach_past_the_face(tmp_path):
+    (tmp_path / "gspo_bench" / "suite").mkdir(parents=True)
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "gspo_bench" / "suite" / "a.py").write_text(
+        "from gspo_bench.train.loop import train_run\nfrom gspo_bench.suite.launch import run_one\n"
+        "from gspo_bench.train import RunSpec\n")
+    (tmp_path / "gspo_bench" / "cli.py").write_text("def f():\n    import gspo_bench.suite.session\n"
+                                                   "    from analysis.stats.library import x\n")
+    assert reaches_past_faces(tmp_path) == ["gspo_bench/cli.py:2 imports gspo_bench.suite.session",
+                                            "gspo_bench/cli.py:3 imports analysis.stats.library",
+                                            "gspo_bench/suite/a.py:1 imports gspo_bench.train.loop"]

@@ -38,7 +38,7 @@ from gspo_bench.suite.outcomes import broken_pool_statuses
 
 if TYPE_CHECKING:
     from gspo_bench.config.schema import WarmStartConfig
-    from gspo_bench.train.setup import RunSpec
+    from gspo_bench.train import RunSpec
 
 # the step columns a progress display needs: all that crosses a process boundary every step
 PROGRESS_COLUMNS = ("step", "label", "seed", "reward/mean", "clip/frac", "moe/drift", "compute/cum_flops",
@@ -67,7 +67,7 @@ def run_one(spec: RunSpec, mode: dict[str, Any], report: Callable[[str, str, dic
     meanwhile goes to the run's run.log (`gspo_bench.rundir.runlog`)."""
     from gspo_bench.rundir.lock import RunBusyError
     from gspo_bench.rundir.runlog import LOG_NAME, library_output
-    from gspo_bench.train.loop import train_run
+    from gspo_bench.train import train_run
 
     name = spec.run_dir.name
     on_step = None

@@ -26,7 +26,7 @@ from gspo_bench.config import SuiteConfig, sweep
 from gspo_bench.models.families import hf_model
 from gspo_bench.moe import find_routers
 from gspo_bench.rollout.chunks import kv_bytes_per_token, rows_per_chunk
-from gspo_bench.train.compute import StepCompute, active_parameters
+from gspo_bench.train import StepCompute, active_parameters
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -194,9 +194,7 @@ def expert_layers(model: torch.nn.Module) -> list[tuple[int, int]]:
 def first_prompts(suite: SuiteConfig) -> tuple[list[int], str] | None:
     """Token lengths of the first step's P prompts (the first seed's draw, as the run renders them),
     and where they come from; None where the task's data or the tokenizer is not on this machine."""
-    from gspo_bench.train.loop import step_seed
-    from gspo_bench.train.rollout import draw_examples
-    from gspo_bench.train.setup import run_prompt_format
+    from gspo_bench.train import draw_examples, run_prompt_format, step_seed
 
     try:
         task = suite.task.instance()

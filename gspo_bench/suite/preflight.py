@@ -135,7 +135,7 @@ def _meta_model(suite: SuiteConfig) -> tuple:
 def _optimizer(suite: SuiteConfig, entry: ObjectiveEntry, model: torch.nn.Module) -> list[tuple[str, str]]:
     """The entry's optimizer (`make_optimizer`, as the run builds it: betas, weight decay, router
     groups, the 8-bit one's library)."""
-    from gspo_bench.train.optim import make_optimizer
+    from gspo_bench.train import make_optimizer
 
     try:
         make_optimizer(model, suite.train, lr=entry.lr or suite.train.lr)
@@ -152,7 +152,7 @@ def _engine(suite: SuiteConfig, entry: ObjectiveEntry, model: torch.nn.Module,
     import torch
 
     from gspo_bench.rollout.router_noise import RouterNoise
-    from gspo_bench.train.setup import check_replay_engine, make_run_engine
+    from gspo_bench.train import check_replay_engine, make_run_engine
 
     weights = Path(suite.model.path or "the starting weights")
     try:
@@ -308,13 +308,13 @@ def _check_plugin_objectives(suite: SuiteConfig, entries: list[tuple[str, Object
 
 
 def _check_tracking(suite: SuiteConfig) -> list[str]:
-    from gspo_bench.train.tracking import check_available
+    from gspo_bench.train import check_available
 
     return [f"tracking: {p}" for p in check_available(suite.tracking)]
 
 
 def _check_eval_tasks(suite: SuiteConfig) -> list[str]:
-    from gspo_bench.train.evaluation import unknown_eval_tasks
+    from gspo_bench.train import unknown_eval_tasks
 
     if suite.eval.lm_eval_include and not Path(suite.eval.lm_eval_include).is_dir():
         return [f"eval.lm_eval_include: {suite.eval.lm_eval_include} is not a directory"]
@@ -339,7 +339,7 @@ def _eval_limits(suite: SuiteConfig) -> list[str]:
     from gspo_bench.config import sweep_points
     from gspo_bench.config.sweep import describe
     from gspo_bench.tasks import make_task
-    from gspo_bench.train.evaluation import resolve_tasks
+    from gspo_bench.train import resolve_tasks
 
     problems, searched = [], set()
     for values, point in sweep_points(suite):

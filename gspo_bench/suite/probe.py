@@ -24,12 +24,16 @@ from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.tokenizer import EOS_ID, PAD_ID
 from gspo_bench.objectives import get_objective, objective_spec
 from gspo_bench.rollout import Rollout, SamplingParams, make_engine
-from gspo_bench.train.measurements import to_host
-from gspo_bench.train.old_policy import OldPolicy, old_policy_pass
-from gspo_bench.train.optim import make_optimizer
-from gspo_bench.train.policy import Policy
-from gspo_bench.train.rollout import RolloutBatch
-from gspo_bench.train.update import UpdateSettings, update_policy
+from gspo_bench.train import (
+    OldPolicy,
+    Policy,
+    RolloutBatch,
+    UpdateSettings,
+    make_optimizer,
+    old_policy_pass,
+    to_host,
+    update_policy,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -89,7 +89,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     from gspo_bench.models.tokenizer import DEFAULT_ALPHABET
     from gspo_bench.runtime.kernels import torch_threads
     from gspo_bench.tasks import make_task
-    from gspo_bench.train.warmstart import WarmStartParams, warm_start
+    from gspo_bench.train import WarmStartParams, warm_start
 
     if suite.model.path is not None:
         if not (Path(suite.model.path) / "config.json").is_file():
@@ -139,7 +139,7 @@ def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = Fa
     started is refused unless `allow_changed` (ValueError listing the changes), and so is one whose
     config.yaml, what the check compares with, is missing."""
     from gspo_bench.rundir.lock import check_free
-    from gspo_bench.train.setup import config_changes
+    from gspo_bench.train import config_changes
 
     todo = []
     for run in runs:
@@ -172,7 +172,7 @@ def optimizer_layout_change(run: PlannedRun) -> str | None:
     --allow-changed, or None: train.router_lr_scale moved to or from 1 changes the optimizer's param
     groups (one group at 1, the routers a group of their own otherwise: gspo_bench.train.optim), and
     the resume failed on it with KeyError 'param_groups.0.name' (after suite.yaml was rewritten)."""
-    from gspo_bench.train.setup import read_run_config
+    from gspo_bench.train import read_run_config
 
     recorded = read_run_config(run.run_dir) or {}
     train = (recorded.get("suite") or {}).get("train") or {}
@@ -245,7 +245,7 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
     where --resume --allow-changed continues runs with new settings: then it is written after them, and
     only where one of them did not fail (a failed resume, its settings refused by the checkpoint, left
     suite.yaml saying settings no run ran with, and the next resume with the run's own was refused)."""
-    from gspo_bench.train.loop import RunSpec
+    from gspo_bench.train import RunSpec
 
     observer = observer or Observer()
     continuing = resume and allow_changed

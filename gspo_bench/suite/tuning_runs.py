@@ -54,7 +54,7 @@ def trial_runs(suite: SuiteConfig, root: Path) -> list[PlannedRun]:
 def trials_table(suite: SuiteConfig, root: Path) -> pd.DataFrame:
     """One row per evaluation of the selection metric of each finished trial run: arm, trial, seed,
     step, score (columns of `gspo_bench.suite.selection`); a trial run that failed or is unfinished gives none."""
-    from gspo_bench.train.evaluation import lm_eval_name
+    from gspo_bench.train import lm_eval_name
 
     assert suite.tuning is not None
     task = lm_eval_name(suite.tuning.select.metric)
@@ -90,7 +90,7 @@ def recorded_entry(run_dir: Path, label: str) -> dict[str, Any] | None:
 
     from gspo_bench.config import ObjectiveEntry
     from gspo_bench.config.spelling import SpellingNote
-    from gspo_bench.train.setup import read_run_config
+    from gspo_bench.train import read_run_config
 
     config = read_run_config(run_dir)
     if config is None:
