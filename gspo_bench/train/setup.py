@@ -3,7 +3,9 @@ results folder and loop state, fresh or from the run's last checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -163,9 +165,6 @@ def end_unresumed(out: RunDir, err: BaseException, resume: bool) -> None:
     process), or `failed` (stopped, or failed before) whose `--resume` failed, is `failed` with why, its
     traceback in error.log as the loop leaves one: status.json never says `running` once no process runs
     it, nor keeps a stop's advice that `--resume` continues it once a resume did not."""
-    import contextlib
-    import traceback
-
     from gspo_bench.rundir.failure import failure_message
 
     try:
