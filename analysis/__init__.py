@@ -18,20 +18,29 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analysis.checks.regress import compare, load_tolerances
+    from analysis.checks.regress import compare, excess_text, load_tolerances, other_suite, update_baseline
     from analysis.checks.reproduce import compare_results
+    from analysis.data.errors import ResultsError
     from analysis.data.load import load_results
+    from analysis.data.matching import UnmatchedComputeError
+    from analysis.report.plain_answer import console_answer
     from analysis.report.writer import write_figures, write_report
 
 FACE = {
+    "ResultsError": "analysis.data.errors",  # every error for results that cannot be analysed as asked
+    "UnmatchedComputeError": "analysis.data.matching",  # one of them: runs that spent different compute
     "load_results": "analysis.data.load",
+    "console_answer": "analysis.report.plain_answer",
     "write_report": "analysis.report.writer",
     "write_figures": "analysis.report.writer",
     "compare": "analysis.checks.regress",
+    "excess_text": "analysis.checks.regress",
     "load_tolerances": "analysis.checks.regress",
+    "other_suite": "analysis.checks.regress",
+    "update_baseline": "analysis.checks.regress",
     "compare_results": "analysis.checks.reproduce",
 }
-__all__ = ["compare", "compare_results", "load_results", "load_tolerances", "write_figures", "write_report"]
+__all__ = sorted(FACE)
 
 
 def __getattr__(name: str) -> Any:

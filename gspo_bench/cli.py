@@ -368,14 +368,11 @@ def what_next(suite_dir: Path, make_report: bool) -> None:
 
 def print_answer(suite_dir: Path) -> None:
     """The answer's sentences, one a line, or the one line that says why there is none."""
-    from analysis.data.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.data.suites import MixedSuitesError
-    from analysis.report.plain_answer import console_answer
-    from analysis.report.writer import DeclarationError, UnmatchedComputeError
+    from analysis import ResultsError, console_answer, load_results
 
     try:
         sentences = console_answer(load_results(suite_dir))
-    except (UnmatchedComputeError, NotResultsError, SchemaVersionError, MixedSuitesError, DeclarationError) as err:
+    except ResultsError as err:
         say(f"answer:  none ({err})")
         return
     say("answer:")
@@ -570,16 +567,14 @@ def report(
     allow_unmatched: bool = typer.Option(False, "--allow-unmatched", help="compare runs whose compute differs by > 2%"),
 ) -> None:
     """Write report.md, a self-contained report.html and the figures for one or more results dirs."""
-    from analysis.data.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.data.suites import MixedSuitesError
-    from analysis.report.writer import DeclarationError, UnmatchedComputeError, write_report
+    from analysis import ResultsError, UnmatchedComputeError, load_results, write_report
 
     try:  # no plugin loads: what the report needs of one, its runs recorded (docs/plugins.md)
         loaded = load_results(*results)
         paths = write_report(loaded, out or results[0] / "report", allow_unmatched=allow_unmatched)
     except UnmatchedComputeError as err:
         raise fail(f"{err}; pass --allow-unmatched to compare anyway") from None
-    except (NotResultsError, SchemaVersionError, MixedSuitesError, DeclarationError) as err:
+    except ResultsError as err:
         raise fail(str(err)) from None
     for unreadable in loaded.unreadable:
         say(f"unreadable: {unreadable} (left out of the report)")
@@ -593,13 +588,11 @@ def figures(
     out: Path | None = typer.Option(None, "--out", help="output directory (default: RESULTS/figures)"),
 ) -> None:
     """Write the paper-style figures (PNG and PDF) only."""
-    from analysis.data.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.data.suites import MixedSuitesError
-    from analysis.report.writer import DeclarationError, write_figures
+    from analysis import ResultsError, load_results, write_figures
 
     try:
         paths = write_figures(load_results(*results), out or results[0] / "figures")
-    except (NotResultsError, SchemaVersionError, MixedSuitesError, DeclarationError) as err:
+    except ResultsError as err:
         raise fail(str(err)) from None
     say(f"wrote {len(paths)} files to {paths[0].parent}/")
 
@@ -618,15 +611,7 @@ def regress(
     """Compare fresh CI results with the baseline: step 1 to float noise, trajectory bands from the
     baseline's seeds, invariants; each check's distance in units of its tolerance; exit 1 on a regression.
     A baseline of another suite (name or resolved settings) is refused (exit 2), naming the differences."""
-    from analysis.checks.regress import (
-        DEFAULT_TOLERANCES,
-        compare,
-        excess_text,
-        load_tolerances,
-        update_baseline,
-    )
-    from analysis.data.load import NotResultsError, SchemaVersionError, load_results
-    from analysis.data.suites import shown, suite_differences
+    from analysis import compare, excess_text, load_results, load_tolerances, other_suite, update_baseline
 
     try:
         if update:
@@ -634,15 +619,14 @@ def regress(
             say(f"baseline updated: {baseline} now holds {len(written)} files from {results}")
             return
         current, base = load_results(results), load_results(baseline)
-        rules = load_tolerances(tolerances or DEFAULT_TOLERANCES)
-    except (NotResultsError, SchemaVersionError, ValueError, FileNotFoundError) as err:
+        rules = load_tolerances(tolerances)
+    except (ValueError, FileNotFoundError) as err:  # the analysis' ResultsError too
         raise fail(str(err)) from None
-    other = suite_differences(current.runs, base.runs)
+    other = other_suite(current, base)
     if other and not allow_other_suite:
-        raise fail(f"{baseline} is the baseline of another suite: {shown(other)}; pass --allow-other-suite to "
-                   "compare anyway")
+        raise fail(f"{baseline} is the baseline of another suite: {other}; pass --allow-other-suite to compare anyway")
     if other:
-        say(f"warning: the baseline is another suite (allowed by flag): {shown(other)}")
+        say(f"warning: the baseline is another suite (allowed by flag): {other}")
     checks = compare(current, base, rules)
     table = Table(title=escape(f"regress {results} against {baseline}"))
     for col in ("objective", "metric", "baseline", "current", "tolerance", "x tolerance", "result"):
@@ -698,7 +682,7 @@ def reproduce(
 ) -> None:
     """Check that FRESH reproduces REFERENCE bit for bit: every run's metrics, layers, evaluations and
     status (wall times aside); exit 1 naming the first difference of each run that differs."""
-    from analysis.checks.reproduce import compare_results
+    from analysis import compare_results
 
     try:
         found = compare_results(reference, fresh)

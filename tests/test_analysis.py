@@ -159,6 +159,20 @@ def test_cli_figures_and_not_results(results_dir, tmp_path):
     assert ok.exit_code == 0 and (tmp_path / "f" / "fig2_clip_fraction.pdf").is_file()
     bad = runner.invoke(app, ["report", str(tmp_path / "f")])
     assert bad.exit_code == 2 and "holds no gspo-bench results" in bad.output
+    assert "NotResultsError" not in bad.output and "--debug" not in bad.output  # the face's ResultsError, caught
+
+
+def test_every_error_for_unanalysable_results_is_the_faces_one():
+    """The command line catches the analysis face's ResultsError alone: each error the analysis raises for
+    results it cannot analyse as asked is one."""
+    import analysis
+    from analysis.data.load import NotResultsError, SchemaVersionError
+    from analysis.data.suites import MixedSuitesError
+    from analysis.evidence.primary import DeclarationError
+
+    for error in (NotResultsError, SchemaVersionError, MixedSuitesError, DeclarationError,
+                  analysis.UnmatchedComputeError):
+        assert issubclass(error, analysis.ResultsError) and issubclass(error, ValueError), error
 
 
 def test_reward_curve_band_is_the_range_of_few_seeds(tmp_path):

@@ -36,6 +36,7 @@ import pandas as pd
 
 from analysis.data.load import Results, find_run_dirs, is_run_dir, load_results
 from analysis.data.matching import MATCH_TOLERANCE, UnmatchedComputeError, check_matched
+from analysis.data.suites import shown, suite_differences
 from analysis.stats.metrics import final_value, first_value
 from gspo_bench.config.yamlread import read_yaml
 
@@ -63,6 +64,12 @@ STATISTICS: dict[str, Callable[[pd.DataFrame, str], float]] = {
     "mean": lambda frame, column: float(frame[column].mean()),
     "median": lambda frame, column: float(frame[column].median()),  # robust to a few outlying steps
 }
+
+
+def other_suite(current: Results, baseline: Results) -> str:
+    """How the baseline's suite differs from the current results' (name or resolved settings), a few
+    differences named; "" where it is the same suite."""
+    return shown(suite_differences(current.runs, baseline.runs))
 
 
 def excess_text(excess: float | None) -> str:
@@ -244,8 +251,10 @@ def _number(path: Path, where: str, value: Any, positive: bool = False) -> float
     return float(value)
 
 
-def load_tolerances(path: Path) -> dict:
-    """The rules of `path`, checked: ValueError naming the file and the field of the first problem."""
+def load_tolerances(path: Path | None = None) -> dict:
+    """The rules of `path` (None: the package's own, DEFAULT_TOLERANCES), checked: ValueError naming the
+    file and the field of the first problem."""
+    path = DEFAULT_TOLERANCES if path is None else path
     try:
         data = read_yaml(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.data.errors import ResultsError
 from analysis.data.plugins import plugin_of
 from analysis.data.suites import check_not_mixed, label_by_suite, shared_settings, suite_settings
 from gspo_bench.config.yamlread import read_yaml
@@ -34,11 +35,11 @@ from gspo_bench.rundir.records import GitState, ProvenanceRecord, StatusRecord, 
 from gspo_bench.rundir.renames import current_run_keys
 
 
-class NotResultsError(ValueError):
+class NotResultsError(ResultsError):
     """A path that holds no gspo-bench results."""
 
 
-class SchemaVersionError(ValueError):
+class SchemaVersionError(ResultsError):
     """Results written by an incompatible version of gspo-bench."""
 
 

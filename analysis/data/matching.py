@@ -11,12 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.data.errors import ResultsError
 from analysis.data.load import Results, is_finished
 
 MATCH_TOLERANCE = 0.02  # relative spread of spent compute allowed between runs
 
 
-class UnmatchedComputeError(ValueError):
+class UnmatchedComputeError(ResultsError):
     """Runs spent different compute: comparing them would not be a matched-compute comparison."""
 
 

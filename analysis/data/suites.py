@@ -13,13 +13,14 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.data.errors import ResultsError
 from gspo_bench.config.changes import changed_settings, run_settings
 
 SHOWN = 4  # differences named in one message
 OWN = "(the run's own)"  # shared_settings' value of a setting that is the run's arm's or sweep point's
 
 
-class MixedSuitesError(ValueError):
+class MixedSuitesError(ResultsError):
     """Results that would pool runs of different suites (or one run twice) under one label."""
 
 

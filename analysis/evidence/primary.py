@@ -25,6 +25,7 @@ import pandas as pd
 import yaml
 from pydantic import ValidationError
 
+from analysis.data.errors import ResultsError
 from analysis.data.groups import Group
 from analysis.data.load import Results
 from analysis.evidence.family import REWARD, Test
@@ -36,7 +37,7 @@ from gspo_bench.config.schema import AnalysisConfig, PrimaryConfig
 SUITE_FILE = "suite.yaml"
 
 
-class DeclarationError(ValueError):
+class DeclarationError(ResultsError):
     """A suite file whose declared family cannot be read, or is not the one its runs started with."""
 
 
