@@ -40,7 +40,8 @@ FACE = {
     "update_baseline": "analysis.checks.regress",
     "compare_results": "analysis.checks.reproduce",
 }
-__all__ = sorted(FACE)
+__all__ = ["ResultsError", "UnmatchedComputeError", "compare", "compare_results", "console_answer", "excess_text",
+           "load_results", "load_tolerances", "other_suite", "update_baseline", "write_figures", "write_report"]
 
 
 def __getattr__(name: str) -> Any:

@@ -478,6 +478,7 @@ def test_every_name_a_face_offers_is_there():
     for room in FACED_ROOMS:
         face = importlib.import_module(room)
         assert face.__all__ and all(callable(getattr(face, name)) for name in face.__all__), room
+        assert sorted(face.__all__) == sorted(face.FACE), room
 
 
 def test_the_face_check_sees_a_reach_past_the_face(tmp_path):
