@@ -18,6 +18,7 @@ from gspo_bench.objectives import (  # noqa: F401  (registers)
     m2po,
     rspo,
     sapo,
+    vespo,
 )
 from gspo_bench.objectives.advantages import group_advantages
 from gspo_bench.objectives.registry import (

@@ -1,0 +1,46 @@
+"""The 2026 objectives on hand-computed small cases: VESPO, DRO, prime-rl's IPO (each also held equal to
+its reference in tests/test_references_2026.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from gspo_bench.objectives import get_objective
+
+
+def grad(name, logp, *args, **kw):
+    logp = logp.clone().requires_grad_(True)
+    loss, metrics = get_objective(name)(logp, *args, **kw)
+    (g,) = torch.autograd.grad(loss, logp)
+    return loss.detach(), g, metrics
+
+
+# ---------------------------------------------------------------------------------------- VESPO
+
+def test_vespo_weighs_each_response_by_the_gamma_kernel_of_its_unnormalised_sequence_ratio():
+    """Row 0: A = +1, log r = (ln 2, 0): W = 2 (not GSPO's sqrt 2), phi = 2^2 e^(3 (1 - 2)) = 4 e^-3.
+    Row 1: A = -1, log r = (-ln 2): W = 1/2, phi = (1/2)^3 e^(2 (1 - 1/2)) = e / 8. Three tokens."""
+    old = torch.tensor([[-1.0, -0.5], [-2.0, -7.0]])
+    logp = old + torch.tensor([[math.log(2.0), 0.0], [-math.log(2.0), 0.0]])
+    mask = torch.tensor([[True, True], [True, False]])
+    adv = torch.tensor([1.0, -1.0])
+    loss, g, metrics = grad("vespo", logp, old, adv, mask)
+    phi = (4 * math.exp(-3.0), math.e / 8)
+    j = (phi[0] * (float(logp[0, 0]) + float(logp[0, 1])) - phi[1] * float(logp[1, 0])) / 3
+    assert loss.item() == pytest.approx(-j, rel=1e-6)
+    assert_close(g, torch.tensor([[-phi[0] / 3, -phi[0] / 3], [phi[1] / 3, 0.0]]))
+    assert metrics["vespo/phi_mean"].item() == pytest.approx(sum(phi) / 2, rel=1e-6)
+    # phi = 0.199 < 1/2: row 0 counts as softly clipped above; phi = 0.340 < 1/2: row 1 below
+    assert metrics["clip/frac_high"].item() == pytest.approx(2 / 3) and metrics["clip/frac_low"].item() == pytest.approx(1 / 3)
+    _, g_on, _ = grad("vespo", old, old, adv, mask)  # W = 1: phi(1) = 1, the plain policy gradient
+    assert_close(g_on, torch.tensor([[-1 / 3, -1 / 3], [1 / 3, 0.0]]))
+
+
+def test_vespo_refuses_a_kernel_without_decay():
+    old = torch.zeros(1, 1)
+    with pytest.raises(ValueError, match="lambda_pos"):
+        get_objective("vespo")(old, old, torch.ones(1), torch.ones(1, 1).bool(), lambda_pos=0.0)

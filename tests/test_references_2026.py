@@ -1,0 +1,122 @@
+"""The 2026 objectives equal their reference implementations: each reference's computation transcribed
+here as a small function (read from its repository at the commit named, not installed), run in float64
+on shared batches with padding, extreme ratios and both advantage signs, and our registered objective
+held to its loss, its gradient and the measurements it logs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from gspo_bench.objectives import get_objective
+
+# the loss and gradient of ours run in fp32 (gspo_bench.objectives.inputs); the references in float64
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-7}
+
+
+def fp32_exact(values) -> torch.Tensor:
+    """float64 values that float32 holds exactly: both sides start from the same numbers."""
+    return torch.tensor(values, dtype=torch.float32).double()
+
+
+def shared_batch(empty_row: bool = True) -> dict[str, torch.Tensor]:
+    """B = 6 (5 with `empty_row` False), T = 5. Rows of lengths 5, 3, 1, 4, 2 and an all-padding row;
+    log-ratios from 1e-3 to 25 in size (a token past the +-20 clamp, responses whose summed log-ratio
+    is 9.2 and -19.1, past the sequence clamp's floor log 1e-8), advantages of both signs. Padding holds 123."""
+    old = fp32_exact([[-1.0, -2.5, -0.3, -4.0, -0.7],
+                      [-0.2, -3.0, -1.1, 0.0, 0.0],
+                      [-12.0, 0.0, 0.0, 0.0, 0.0],
+                      [-0.05, -0.9, -30.0, -2.2, 0.0],
+                      [-1.5, -0.4, 0.0, 0.0, 0.0],
+                      [0.0, 0.0, 0.0, 0.0, 0.0]])
+    log_ratio = fp32_exact([[0.1, -0.05, 0.02, 0.3, -0.2],
+                            [0.15, -1.6, 0.001, 0.0, 0.0],
+                            [math.log(1e4), 0.0, 0.0, 0.0, 0.0],
+                            [-0.04, 0.5, 25.0, -21.0, 0.0],
+                            [-9.5, -9.6, 0.0, 0.0, 0.0],
+                            [0.0, 0.0, 0.0, 0.0, 0.0]])
+    lengths = torch.tensor([5, 3, 1, 4, 2, 0])
+    mask = torch.arange(5)[None, :] < lengths[:, None]
+    logp = torch.where(mask, old + log_ratio, 123.0)
+    advantages = fp32_exact([1.2, -0.8, 0.6, -1.5, 0.7, 0.0])
+    # the engine's mu: near pi_old, a few tokens far from it (probability shifts past 0.1 either way)
+    mu = old + fp32_exact([[0.02, -0.01, 0.25, 0.0, -0.6],
+                           [-1.0, 0.03, -0.02, 0.0, 0.0],
+                           [0.05, 0.0, 0.0, 0.0, 0.0],
+                           [-0.3, 0.0, 10.0, 0.01, 0.0],
+                           [0.0, 0.1, 0.0, 0.0, 0.0],
+                           [0.0, 0.0, 0.0, 0.0, 0.0]])
+    mu = torch.where(mask, mu, 123.0)
+    rows = slice(None) if empty_row else slice(0, 5)
+    return {"logp": logp[rows], "old_logp": torch.where(mask, old, 123.0)[rows], "advantages": advantages[rows],
+            "mask": mask[rows], "sampling_logp": mu[rows]}
+
+
+def ours(name: str, batch: dict[str, torch.Tensor], **params) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(loss, d loss / d logp, metrics as floats) of our registered objective `name`."""
+    inputs = {k: v for k, v in batch.items() if k != "sampling_logp" or name == "ipo"}
+    logp = inputs.pop("logp").clone().requires_grad_(True)
+    loss, metrics = get_objective(name)(logp=logp, **inputs, **params)
+    (grad,) = torch.autograd.grad(loss, logp)
+    return loss.double(), grad, {k: float(v) for k, v in metrics.items()}
+
+
+def theirs(reference, batch: dict[str, torch.Tensor], **params) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(loss, d loss / d logp, metrics as floats) of a transcribed reference."""
+    logp = batch["logp"].clone().requires_grad_(True)
+    loss, metrics = reference(logp, batch, **params)
+    (grad,) = torch.autograd.grad(loss, logp)
+    return loss.detach(), grad, {k: float(v) for k, v in metrics.items()}
+
+
+# ---------------------------------------------------------------------------------------- VESPO
+
+def trl_vespo(per_token_logps, batch, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0):
+    """TRL's VESPO loss, transcribed from huggingface/trl at f2cd57710ae345ea6428ae95363267fcf38a3dc8,
+    trl/trainer/grpo_trainer.py: `GRPOTrainer.get_gamma_weights` (importance_sampling_ratio None: no vLLM
+    correction) and the `vespo` branches of `_compute_loss` (one process: the normaliser
+    `num_items_in_batch` is the batch's count of completion tokens) and its `vespo/phi_seq_mean` metric."""
+    mask = batch["mask"].double()
+    advantages = batch["advantages"].unsqueeze(1)
+    log_ratio = per_token_logps - batch["old_logp"]
+    with torch.no_grad():
+        lower_clamp = math.log(1e-8)
+        log_ratio_clamped = torch.clamp(log_ratio, -20.0, 20.0)
+        seq_log_ratio = torch.sum(log_ratio_clamped * mask, dim=-1, keepdim=True)
+        log_w_seq = torch.clamp(seq_log_ratio, lower_clamp, 20.0)
+        w_seq = torch.exp(log_w_seq)
+        is_nonneg_adv = advantages >= 0
+        k_seq = torch.where(is_nonneg_adv, k_pos, k_neg)
+        lambda_seq = torch.where(is_nonneg_adv, lambda_pos, lambda_neg).clamp(min=1e-4)
+        log_phi = lambda_seq + k_seq * log_w_seq - lambda_seq * w_seq
+        phi_seq = torch.exp(log_phi).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    per_token_loss = -phi_seq * advantages * per_token_logps
+    loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
+    return loss, {"vespo/phi_seq_mean": phi_seq.sum() / phi_seq.shape[0]}
+
+
+def test_vespo_equals_trl_in_loss_gradient_and_phi():
+    batch = shared_batch()
+    loss, grad, metrics = ours("vespo", batch)
+    ref_loss, ref_grad, _ = theirs(trl_vespo, batch)
+    assert_close(loss, ref_loss, **TOLERANCE)
+    assert_close(grad, ref_grad, **TOLERANCE)
+    # phi passes gradient where W is near 1 (rows 0, 1, 3) and none at W = 1e4 (row 2)
+    assert bool((ref_grad[[0, 1, 3]].abs() > 1e-3).any(-1).all()) and bool((ref_grad[2] == 0).all())
+    # TRL's phi mean counts an all-padding row (phi 1 there); ours counts the responses with tokens
+    _, _, metrics = ours("vespo", shared_batch(empty_row=False))
+    _, _, ref_metrics = theirs(trl_vespo, shared_batch(empty_row=False))
+    assert metrics["vespo/phi_mean"] == pytest.approx(ref_metrics["vespo/phi_seq_mean"], rel=1e-5)
+
+
+def test_vespo_equals_trl_at_other_shapes():
+    batch = shared_batch()
+    params = {"k_pos": 0.5, "lambda_pos": 1.5, "k_neg": 4.0, "lambda_neg": 0.25}
+    loss, grad, _ = ours("vespo", batch, **params)
+    ref_loss, ref_grad, _ = theirs(trl_vespo, batch, **params)
+    assert_close(loss, ref_loss, **TOLERANCE)
+    assert_close(grad, ref_grad, **TOLERANCE)
+
