@@ -44,3 +44,24 @@ def test_vespo_refuses_a_kernel_without_decay():
     old = torch.zeros(1, 1)
     with pytest.raises(ValueError, match="lambda_pos"):
         get_objective("vespo")(old, old, torch.ones(1), torch.ones(1, 1).bool(), lambda_pos=0.0)
+
+
+# ---------------------------------------------------------------------------------------- DRO
+
+def test_dro_adds_a_quadratic_pull_toward_pi_old_to_the_plain_policy_gradient():
+    """Three tokens, beta 0.5: log r = (0.4, -0.2) with A = +1, log r = (0.6) with A = -2. Per token
+    J_t = A log pi - beta/2 (log r)^2, so dJ/dlogpi = A - beta log r: (0.8, 1.1) and (-2.3), over 3 tokens."""
+    old = torch.tensor([[-1.0, -0.5], [-2.0, -3.0]])
+    log_r = torch.tensor([[0.4, -0.2], [0.6, 0.0]])
+    mask = torch.tensor([[True, True], [True, False]])
+    adv = torch.tensor([1.0, -2.0])
+    loss, g, metrics = grad("dro", old + log_r, old, adv, mask, beta=0.5)
+    logp = old + log_r
+    j = (float(logp[0, 0] + logp[0, 1]) - 2 * float(logp[1, 0]) - 0.25 * (0.16 + 0.04 + 0.36)) / 3
+    assert loss.item() == pytest.approx(-j, rel=1e-6)
+    assert_close(g, -torch.tensor([[0.8, 1.1], [-2.3, 0.0]]) / 3)
+    assert metrics["dro/ppo_kl"].item() == pytest.approx(-(0.4 - 0.2 + 0.6) / 3, rel=1e-6)
+    assert metrics["clip/frac"].item() == 0.0
+    # zero advantages: only the pull toward pi_old, -beta log r per token
+    _, g_zero, _ = grad("dro", old + log_r, old, torch.zeros(2), mask, beta=0.5)
+    assert_close(g_zero, 0.5 * log_r * mask / 3)

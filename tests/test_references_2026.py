@@ -120,3 +120,30 @@ def test_vespo_equals_trl_at_other_shapes():
     assert_close(loss, ref_loss, **TOLERANCE)
     assert_close(grad, ref_grad, **TOLERANCE)
 
+
+
+# ---------------------------------------------------------------------------------------- DRO
+
+def verl_dro(log_prob, batch, beta=0.05):
+    """verl's DRO policy loss, transcribed from verl-project/verl at 1dda039b9c6311889a9c9a26040677e1254814f9,
+    verl/trainer/ppo/core_algos.py: `compute_policy_loss_dro` (no rollout correction weights) reduced by
+    `agg_loss` in its default mode token-mean on one rank (verl_F.masked_sum over the valid-token count),
+    and its metric `actor/ppo_kl` (verl_F.masked_mean, denominator + 1e-8)."""
+    response_mask = batch["mask"].double()
+    advantages = batch["advantages"].unsqueeze(1).expand_as(log_prob)
+    log_ratio = log_prob - batch["old_logp"]
+    pg_losses = -(log_prob * advantages - 0.5 * beta * log_ratio.square())
+    masked_sum = (torch.where(response_mask.bool(), pg_losses, 0.0) * response_mask).sum()
+    pg_loss = masked_sum / response_mask.sum()
+    ppo_kl = (torch.where(response_mask.bool(), -log_ratio, 0.0) * response_mask).sum() / (response_mask.sum() + 1e-8)
+    return pg_loss, {"actor/ppo_kl": ppo_kl.detach()}
+
+
+@pytest.mark.parametrize("beta", [0.05, 1.5])
+def test_dro_equals_verl_in_loss_gradient_and_ppo_kl(beta):
+    batch = shared_batch()
+    loss, grad, metrics = ours("dro", batch, beta=beta)
+    ref_loss, ref_grad, ref_metrics = theirs(verl_dro, batch, beta=beta)
+    assert_close(loss, ref_loss, **TOLERANCE)
+    assert_close(grad, ref_grad, **TOLERANCE)
+    assert metrics["dro/ppo_kl"] == pytest.approx(ref_metrics["actor/ppo_kl"], rel=1e-5)

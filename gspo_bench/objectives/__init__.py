@@ -11,6 +11,7 @@ from gspo_bench.objectives import (  # noqa: F401  (registers)
     dapo,
     dppo,
     dr_grpo,
+    dro,
     gmpo,
     grpo,
     gspo,
