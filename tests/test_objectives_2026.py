@@ -65,3 +65,26 @@ def test_dro_adds_a_quadratic_pull_toward_pi_old_to_the_plain_policy_gradient():
     # zero advantages: only the pull toward pi_old, -beta log r per token
     _, g_zero, _ = grad("dro", old + log_r, old, torch.zeros(2), mask, beta=0.5)
     assert_close(g_zero, 0.5 * log_r * mask / 3)
+
+
+# ---------------------------------------------------------------------------------------- IPO (prime-rl)
+
+def test_ipo_masks_a_far_moved_token_whatever_its_advantage_and_keeps_the_penalty_on_it():
+    """Row 0, A = +1: mu .5 -> pi .55 (kept, r = 1.1), mu .3 -> pi .45 (|pi - mu| = .15: masked).
+    Row 1, A = -1: mu .2 -> pi .35 (masked here, though DPPO-Binary-TV keeps a token pushed against its
+    advantage), mu .4 -> pi .38 (kept, r = .95). kl_tau .1: every token keeps -kl_tau (log r)^2."""
+    mu = torch.tensor([[0.5, 0.3], [0.2, 0.4]]).log()
+    pi = torch.tensor([[0.55, 0.45], [0.35, 0.38]]).log()
+    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 2).bool()
+    loss, g, metrics = grad("ipo", pi, pi.detach(), adv, mask, sampling_logp=mu, kl_tau=0.1)
+    r = torch.tensor([[1.1, 1.5], [1.75, 0.95]])
+    kept = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    a = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    j = (kept * a * r).sum() - 0.1 * (r.log() ** 2).sum()
+    assert loss.item() == pytest.approx(-j.item() / 4, rel=1e-5)
+    assert_close(g, -(kept * a * r - 0.2 * r.log()) / 4)
+    assert metrics["ipo/masked_frac"].item() == 0.5
+    assert metrics["clip/frac_high"].item() == 0.5 and metrics["clip/frac_low"].item() == 0.0
+    # the anchor is mu: another old_logp changes the ratio measurements only
+    other, _, _ = grad("ipo", pi, mu, adv, mask, sampling_logp=mu, kl_tau=0.1)
+    assert other.item() == pytest.approx(loss.item())

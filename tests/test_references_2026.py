@@ -46,7 +46,7 @@ def shared_batch(empty_row: bool = True) -> dict[str, torch.Tensor]:
     mu = old + fp32_exact([[0.02, -0.01, 0.25, 0.0, -0.6],
                            [-1.0, 0.03, -0.02, 0.0, 0.0],
                            [0.05, 0.0, 0.0, 0.0, 0.0],
-                           [-0.3, 0.0, 10.0, 0.01, 0.0],
+                           [-0.3, 0.0, 10.0, -2.0, 0.0],
                            [0.0, 0.1, 0.0, 0.0, 0.0],
                            [0.0, 0.0, 0.0, 0.0, 0.0]])
     mu = torch.where(mask, mu, 123.0)
@@ -147,3 +147,66 @@ def test_dro_equals_verl_in_loss_gradient_and_ppo_kl(beta):
     assert_close(loss, ref_loss, **TOLERANCE)
     assert_close(grad, ref_grad, **TOLERANCE)
     assert metrics["dro/ppo_kl"] == pytest.approx(ref_metrics["actor/ppo_kl"], rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------- IPO (prime-rl)
+
+def prime_ipo_sample(trainer_logprobs, inference_logprobs, advantages, loss_mask, ipo_threshold=0.1, adv_tau=1.0,
+                     kl_tau=1e-3):
+    """prime-rl's `ipo_loss_fn` on one sample (1-D tensors, no loss weights), transcribed from
+    PrimeIntellect-ai/prime-rl at 559b44772e471d1538537b8805cc77f3824a5e64, src/prime_rl/trainer/rl/loss.py
+    (with `compute_importance_ratio_and_mismatch_kl` and `_safe_mean`; defaults of its IPOLossConfig,
+    packages/prime-rl-configs/src/prime_rl/configs/trainer.py)."""
+    def safe_mean(values, mask):
+        return values[mask].sum() / torch.clamp_min(mask.sum(), 1)
+
+    log_importance_ratio = trainer_logprobs - inference_logprobs
+    importance_ratio = torch.exp(log_importance_ratio)
+    mismatch_kl = importance_ratio - log_importance_ratio - 1
+    abs_probs_diff = torch.abs(torch.exp(trainer_logprobs) - torch.exp(inference_logprobs))
+    is_masked = abs_probs_diff > ipo_threshold
+    keep_mask = loss_mask & ~is_masked
+    advantages = adv_tau * advantages
+    pg_loss = keep_mask * advantages * importance_ratio
+    kl_loss = loss_mask * log_importance_ratio**2
+    per_token_loss = -pg_loss + kl_tau * kl_loss
+    loss = per_token_loss.sum()
+    metrics = {"masked_mismatch_kl": safe_mean(mismatch_kl, loss_mask & is_masked),
+               "unmasked_mismatch_kl": safe_mean(mismatch_kl, keep_mask),
+               "is_masked": safe_mean(is_masked, loss_mask)}
+    return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+def prime_ipo(trainer_logprobs, batch, **config):
+    """prime-rl's `compute_loss` over the rows as samples (the rl component alone): the samples' summed
+    losses over `rl_scale`, the global count of loss tokens (`train.py`, one rank); metrics of the first sample."""
+    mask = batch["mask"]
+    rl_scale = max(int(mask.sum()), 1)
+    losses, metrics = zip(*(prime_ipo_sample(trainer_logprobs[i], batch["sampling_logp"][i],
+                                             batch["advantages"][i].expand(mask.shape[1]), mask[i], **config)
+                            for i in range(mask.shape[0])))
+    return sum(losses) / rl_scale, metrics[0]
+
+
+PRIME_SETTINGS = [({}, {}),
+                  ({"threshold": 0.3, "adv_tau": 2.0, "kl_tau": 0.1}, {"ipo_threshold": 0.3, "adv_tau": 2.0, "kl_tau": 0.1})]
+
+
+@pytest.mark.parametrize(("params", "config"), PRIME_SETTINGS)
+def test_ipo_equals_prime_rl_in_loss_gradient_and_per_sample_metrics(params, config):
+    batch = shared_batch()
+    loss, grad, _ = ours("ipo", batch, **params)
+    ref_loss, ref_grad, _ = theirs(prime_ipo, batch, **config)
+    assert_close(loss, ref_loss, **TOLERANCE)
+    assert_close(grad, ref_grad, **TOLERANCE)
+    masked = []
+    for i in range(batch["mask"].shape[0]):  # prime-rl logs one value per sample: ours on that row alone
+        row = {k: v[i : i + 1] for k, v in batch.items()}
+        _, _, metrics = ours("ipo", row, **params)
+        _, _, ref_metrics = theirs(prime_ipo, row, **config)
+        assert metrics["ipo/masked_frac"] == pytest.approx(ref_metrics["is_masked"], rel=1e-6)
+        assert metrics["ipo/masked_mismatch_kl"] == pytest.approx(ref_metrics["masked_mismatch_kl"], rel=1e-5)
+        assert metrics["ipo/unmasked_mismatch_kl"] == pytest.approx(ref_metrics["unmasked_mismatch_kl"], rel=1e-5)
+        masked.append(ref_metrics["is_masked"])
+    if not params:  # at the default threshold the batch has kept and masked tokens (pi above and below mu)
+        assert 0 < sum(masked) < 5

@@ -15,6 +15,7 @@ from gspo_bench.objectives import (  # noqa: F401  (registers)
     gmpo,
     grpo,
     gspo,
+    ipo,
     luspo,
     m2po,
     rspo,
