@@ -273,3 +273,25 @@ def test_runs_of_one_arm_that_recorded_different_settings_are_not_one_objective(
     run.write_text(yaml.safe_dump(config))
     evidence, _ = evidence_of(tmp_path / "synth")
     assert evidence.same_gradient(evidence.groups[0], "gspo", "gspo_token") is None
+
+
+def test_the_leader_rule_is_decided_in_the_evidence_as_plain_data(tmp_path):
+    """analysis.evidence.leader.lead, which the verdict and the answer only word: grpo_r3 +0.05 on 8 seeds
+    leads, by construction where it faces no mismatch and grpo meets one; on 3 seeds no leader (too few
+    seeds); 1e-9 above on 8 seeds no leader (rounding); grpo_r3 flat 0.25 above, no leader (its start)."""
+    from analysis.evidence.leader import FEW_SEEDS, ITS_START, LEADS, lead
+    from analysis.evidence.leader import ROUNDING as BY_ROUNDING
+
+    def first_lead(root: Path, bonus: list[float], slope: float = 0.01):
+        for seed, b in enumerate(bonus):
+            make_run(root, "grpo", seed, bonus=0.0, kind=KINDS["grpo"], columns={KL: REAL})
+            make_run(root, "grpo_r3", seed, bonus=b, kind=KINDS["grpo_r3"], columns={KL: ROUNDING}, slope=slope)
+        evidence, _ = evidence_of(root / "synth")
+        return lead(next(iter(evidence.learnings.values())), evidence)
+
+    found = first_lead(tmp_path / "leads", GAIN)
+    assert (found.why, found.best, found.second, found.leader) == (LEADS, "grpo_r3", "grpo", "grpo_r3")
+    assert found.held is not None and (found.held.free, found.held.other) == ("grpo_r3", "grpo")
+    assert [first_lead(tmp_path / name, bonus, slope).why for name, bonus, slope in (
+        ("few", GAIN[:3], 0.01), ("rounding", [1e-9] * 8, 0.01), ("start", [0.25 + g for g in GAIN], 0.0))] == [
+        FEW_SEEDS, BY_ROUNDING, ITS_START]

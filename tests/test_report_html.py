@@ -71,7 +71,7 @@ def test_the_leader_sentence_quotes_the_paired_difference_not_the_arms_means(tmp
 def test_a_difference_below_the_rewards_resolution_names_no_leader(tmp_path):
     """GRPO + RR ahead by 1e-12 on each of 6 seeds (float rounding, not a reward): p = 2/64 all the same,
     and no leader: a difference must exceed RESOLUTION."""
-    from analysis.report.verdict import RESOLUTION
+    from analysis.evidence.leader import RESOLUTION
 
     found = leader(sentences(synth(tmp_path, {"grpo": [0.0] * 6, "grpo_rr": [1e-12] * 6})))
     assert found.startswith(f"**No leader named at equal compute**: the best two differ by less than {RESOLUTION:g}")

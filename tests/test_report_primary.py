@@ -145,6 +145,35 @@ def test_a_declared_comparison_that_cannot_be_made_still_counts_at_p_one(tmp_pat
             in sentences(flat))
 
 
+def test_each_declared_verdict_is_decided_in_the_evidence_as_plain_data(tmp_path):
+    """analysis.evidence.declared.judge: the states the verdict's words read, each from its own runs: R3
+    ends above (decided; R3 first or second alike), R3 flat but above (not named), 1e-9 above (rounding), no
+    TIS run (not tested), nothing learned (withheld), 3 seeds (too few for a claim)."""
+    from analysis.evidence import declared as J
+    from analysis.evidence.family import FEW
+
+    def verdicts(folder: Path) -> list[tuple]:
+        evidence, _ = evidence_of(folder)
+        return [(j.state, j.above, j.below, j.held) for j in J.judged(evidence)]
+
+    pairs = {"primary": {"pairs": [["grpo", "grpo_r3"], ["grpo_tis", "grpo"]]}}
+    decided = suite_folder(tmp_path / "a", {"grpo": [0.0] * 8, "grpo_r3": GAIN}, pairs, arms=["grpo", "grpo_r3", "grpo_tis"])
+    assert verdicts(decided) == [(J.DECIDED, "grpo_r3", "grpo", False), (J.UNTESTED, "", "", False)]
+    declared = {"primary": {"pairs": [["grpo_r3", "grpo"]]}}
+    flat = suite_folder(tmp_path / "flat", {"grpo": [0.0] * 8, "grpo_r3": GAIN}, declared)
+    for seed, bonus in enumerate(GAIN):
+        make_run(tmp_path / "flat", "grpo_r3", seed, bonus=0.2 + bonus, kind=KINDS["grpo_r3"], slope=0.0)
+    assert verdicts(flat) == [(J.NOT_NAMED, "grpo_r3", "grpo", False)]
+    rounding = suite_folder(tmp_path / "rounding", {"grpo": [0.0] * 8, "grpo_r3": [1e-9] * 8}, declared)
+    assert verdicts(rounding) == [(J.ROUNDING, "grpo_r3", "grpo", False)]
+    nothing = suite_folder(tmp_path / "nothing", {"grpo": [0.0] * 8, "grpo_r3": GAIN}, declared, slope=0.0)
+    assert verdicts(nothing) == [(J.WITHHELD, "", "", False)]
+    few = suite_folder(tmp_path / "few", {"grpo": [0.0] * 3, "grpo_r3": GAIN[:3]}, declared)
+    assert verdicts(few) == [(FEW, "", "", False)]
+    one = suite_folder(tmp_path / "one", {"grpo": [0.0] * 8, "grpo_r3": GAIN}, declared)
+    assert [J.undecided(evidence_of(folder)[0]) for folder in (one, decided, few)] == [False, True, True]
+
+
 def test_each_group_of_a_sweep_and_of_several_suites_gets_the_declared_comparisons(tmp_path):
     """each_vs: grpo, 2 arms, a sweep of 2 points: 2 tests; with a second suite loaded beside it (labels
     `alpha/...`), that suite declares nothing: its comparison is exploratory."""
@@ -274,8 +303,8 @@ def test_what_run_records_is_what_the_report_checks_the_suite_file_against(tmp_p
     """The suite file `run` writes and a planned run's config.yaml carry the same `analysis:` once read back
     (so a report of real runs passes the check), and the sha256 a run records is the file's."""
     from gspo_bench.config import parse_suite
+    from gspo_bench.config.run import resolved_config
     from gspo_bench.suite.runner import plan_runs, suite_file_sha256, write_suite_file
-    from gspo_bench.train.setup import resolved_config
 
     suite = parse_suite({"name": "t", "task": {"name": "sort", "params": {"max_len": 3}},
                          "budget": {"kind": "steps", "value": 2}, "objectives": [{"name": "grpo"}, {"name": "gspo"}],
@@ -286,7 +315,7 @@ def test_what_run_records_is_what_the_report_checks_the_suite_file_against(tmp_p
     for planned in plan_runs(suite, tmp_path):  # a synthetic run whose config.yaml has the suite's analysis as run writes it
         run = make_run(tmp_path, planned.entry.run_label, planned.seed, suite="t", kind=KINDS[planned.entry.run_label])
         config = yaml.safe_load((run.path / "config.yaml").read_text())
-        config["suite"]["analysis"] = yaml.safe_load(resolved_config(planned, lr=1e-4))["suite"]["analysis"]
+        config["suite"]["analysis"] = yaml.safe_load(resolved_config(planned))["suite"]["analysis"]
         (run.path / "config.yaml").write_text(yaml.safe_dump(config))
     (declared,) = declarations(load_results(tmp_path / "t")).values()
     assert declared.comparisons() == [("gspo", "grpo")] and declared.primary.paper_checks

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.evidence.construction import ByConstruction, SameGradient
+from analysis.evidence.declared import EXPLORATORY, IN_FAMILY
 from analysis.evidence.stability import KL_FLOOR
 from analysis.report.escape import escape
 from analysis.report.texts import count
@@ -60,6 +61,15 @@ def same_item(found: SameGradient, standing: str) -> str:
     and gspo_token are one objective by construction: with per-response advantages ... tests nothing (it
     stays counted in Holm's family)."; `standing`: where the comparison stands (" (...)", or "" where none is made)."""
     return f"{escape(found.gspo)} and {escape(found.token)} {ONE_OBJECTIVE}: {SAME_WHY}{standing}."
+
+
+STANDING = {IN_FAMILY: " (it stays counted in Holm's family)", EXPLORATORY: " (it stays among the exploratory comparisons)"}
+
+
+def standing_words(standing: str | None) -> str:
+    """Where the comparison of two arms that are one objective by construction stands
+    (analysis.evidence.declared.standing), for same_item: "" where it is not made."""
+    return STANDING[standing] if standing is not None else ""
 
 
 def same_clause(found: SameGradient) -> str:

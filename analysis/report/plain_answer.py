@@ -26,9 +26,19 @@ import pandas as pd
 from analysis.data.groups import Group
 from analysis.data.load import Results, finished, unfinished, why_unfinished
 from analysis.data.matching import check_matched, is_unmatched
-from analysis.evidence.construction import ByConstruction
-from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
+from analysis.evidence.declared import (
+    DECIDED,
+    NOT_NAMED,
+    UNTESTED,
+    WITHHELD,
+    Judged,
+    judged,
+    standing,
+    undecided,
+)
+from analysis.evidence.family import FEW, NO, REWARD, TIE, YES
 from analysis.evidence.gather import Evidence, gather
+from analysis.evidence.leader import FEW_SEEDS, ITS_START, LEADS, ROUNDING, lead, leads
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.paper import CLIP, DEPTH, DRIFT_ONE, arms, paper_tests
 from analysis.evidence.placement import BEYOND, BOUNDARY, FALLING, UNBOUNDED, placements, why_no_boundary
@@ -44,7 +54,14 @@ from analysis.evidence.stability import (
     stability_map,
 )
 from analysis.report import anchors
-from analysis.report.construction_text import HOLDS, decided_item, row_note, same_item, settings_text
+from analysis.report.construction_text import (
+    HOLDS,
+    decided_item,
+    row_note,
+    same_item,
+    settings_text,
+    standing_words,
+)
 from analysis.report.escape import SPECIAL, escape
 from analysis.report.map_answer import dose_rows, map_items, map_lead, placement_rows
 from analysis.report.paper_checks import paper_checks
@@ -55,11 +72,7 @@ from analysis.report.verdict import (
     FOREST,
     LEARNABILITY,
     PRIMARY,
-    RESOLUTION,
     Sentence,
-    lead,
-    lead_by_construction,
-    standing,
 )
 from analysis.stats.library import ALPHA, smallest_p
 
@@ -278,17 +291,17 @@ def leader_clause(found: Learning, evidence: Evidence) -> tuple[str, list[dict]]
     row = _row(3, f"{best.best} minus {best.second}, final {found.source.kind}, paired by seed",
                difference_text(best.result), _holm_words(evidence).removeprefix("the "),
                f"p = {p_text(best.result.p, n)}, Holm-adjusted {p_text(best.adjusted)}")
-    if best.leader is not None:
-        held = lead_by_construction(best, evidence, found.group)
+    if best.why == LEADS:
+        held = best.held
         row = {**row, "result": row["result"] + (f"; {row_note(held)}" if held else "")}
-        return (f"**{escape(best.leader)} ends above every other objective**{f', {HOLDS}' if held else ''}, decided by "
+        return (f"**{escape(best.best)} ends above every other objective**{f', {HOLDS}' if held else ''}, decided by "
                 f"{_holm_words(evidence)}"), [row]
-    if n < evidence.family.needed:
+    if best.why == FEW_SEEDS:
         return (f"no objective is ahead of every other yet: {a} and {b} end highest, and {count(n, 'paired seed')} "
                 "cannot separate them whatever the data"), [row]
-    if best.adjusted < ALPHA and best.best not in best.learned and best.result.mean > RESOLUTION:
+    if best.why == ITS_START:
         return f"no leader: {a} ends highest but did not learn on every seed, so its lead is where it started", [row]
-    if best.adjusted < ALPHA and abs(best.result.mean) <= RESOLUTION:
+    if best.why == ROUNDING:
         return f"no leader: {a} and {b} end equal, below the reward's resolution", [row]
     return (f"no objective is ahead of every other: {a} and {b}, the best two, are not distinguishable at "
             f"{count(n, 'paired seed')} by {_holm_words(evidence)}"), [row]
@@ -297,11 +310,10 @@ def leader_clause(found: Learning, evidence: Evidence) -> tuple[str, list[dict]]
 def leader_items(evidence: Evidence) -> tuple[Sentence, ...]:
     """Under the leader sentence: for each named leader whose lead holds by construction, why (in plain words)."""
     items = []
-    for group, found in evidence.learnings.items():
-        held = lead_by_construction(lead(found, evidence), evidence, group) if found.learned else None
+    for group, best in leads(evidence).items():
         where = f"At {escape(evidence.title(group))}: " if len(evidence.groups) > 1 else ""
-        if held is not None:
-            items.append(Sentence(where + decided_item(held), (("numbers", NUMBERS),)))
+        if best is not None and best.held is not None:
+            items.append(Sentence(where + decided_item(best.held), (("numbers", NUMBERS),)))
     return tuple(items)
 
 
@@ -310,13 +322,13 @@ def leader_text(evidence: Evidence) -> tuple[str, list[dict]]:
     if len(evidence.groups) == 1:
         return leader_clause(next(iter(evidence.learnings.values())), evidence)
     named, rows = [], []
+    found_leads = leads(evidence)
     for group, found in evidence.learnings.items():
         _, found_rows = leader_clause(found, evidence)
-        best = lead(found, evidence) if found.learned else None
+        best = found_leads.get(group)
         rows += [{**r, "what": f"{evidence.title(group)}: {r['what']}"} for r in found_rows]
-        if best is not None and best.leader is not None:
-            held = lead_by_construction(best, evidence, group) is not None
-            named.append(f"{escape(best.leader)} at {escape(evidence.title(group))}" + (f", {HOLDS}" if held else ""))
+        if best is not None and best.why == LEADS:
+            named.append(f"{escape(best.best)} at {escape(evidence.title(group))}" + (f", {HOLDS}" if best.held else ""))
     at = group_in(evidence.groups)
     if not named:
         return (f"no objective is ahead of every other {at} any of the {group_count(evidence.groups)} by "
@@ -325,48 +337,38 @@ def leader_text(evidence: Evidence) -> tuple[str, list[dict]]:
             f"({'; '.join(named)}) by {_holm_words(evidence)}"), rows
 
 
-def primary_status(test: Test, evidence: Evidence) -> str:
-    """A declared comparison as analysis.report.verdict.primary_sentence judges it: "X ends above Y", or why not."""
-    found, (result, adjusted) = evidence.learnings[test.group], evidence.family.tested(
-        test.group, test.quantity, test.first, test.second)
-    if not found.learned or not result.n:
-        return "not tested"
-    outcome = evidence.family.outcome(result, adjusted)
-    if outcome in (YES, NO):
-        above, below = (test.first, test.second) if outcome == YES else (test.second, test.first)
-        if abs(result.mean) > RESOLUTION and above in found.learned:
-            return f"{escape(above)} ends above {escape(below)}"
-        return "not named"
-    return outcome  # FEW or TIE
+STATUS = {WITHHELD: "not tested", UNTESTED: "not tested", ROUNDING: "not named", NOT_NAMED: "not named", FEW: FEW,
+          TIE: TIE}
 
 
-def held_by_construction(test: Test, status: str, evidence: Evidence) -> ByConstruction | None:
-    """Where a decided comparison holds by construction: the arm that ends above faces no mismatch and the
-    other meets one (analysis.evidence.construction); else None (a noise-free arm that ends below wins nothing)."""
-    found = evidence.by_construction(test.group, test.first, test.second)
-    return found if found is not None and status == f"{escape(found.free)} ends above {escape(found.other)}" else None
+def primary_status(found: Judged) -> str:
+    """A declared comparison's verdict (analysis.evidence.declared) in a few words: "X ends above Y", or why not."""
+    if found.state == DECIDED:
+        return f"{escape(found.above)} ends above {escape(found.below)}"
+    return STATUS[found.state]
 
 
-def primary_rows(evidence: Evidence, statuses: list[str]) -> list[dict]:
+def primary_rows(evidence: Evidence, verdicts: list[Judged]) -> list[dict]:
     """The numbers of the declared comparisons, one row each; where one arm faces no mismatch by
     construction, the run-median KLs that say so beside its result."""
     rows = []
-    for t, status in zip(evidence.primary, statuses, strict=True):
-        result, adjusted = evidence.family.tested(t.group, t.quantity, t.first, t.second)
-        found = evidence.by_construction(t.group, t.first, t.second)
+    for found in verdicts:
+        t, held = found.test, found.construction
         rows.append(_row(3, f"{t.first} minus {t.second} (declared), final {evidence.learnings[t.group].source.kind}",
-                         difference_text(result), _holm_words(evidence).removeprefix("the "),
-                         f"{status}; Holm-adjusted p = {p_text(adjusted)}" + (f"; {row_note(found)}" if found else "")))
+                         difference_text(found.result), _holm_words(evidence).removeprefix("the "),
+                         f"{primary_status(found)}; Holm-adjusted p = {p_text(found.adjusted)}"
+                         + (f"; {row_note(held)}" if held else "")))
     return rows
 
 
 def primary_text(evidence: Evidence) -> tuple[str, list[dict], tuple[Sentence, ...]]:
     """The declared family: which comparisons are decided (those that hold by construction said so, with
     an item under the sentence giving why), and what holds the others back."""
-    statuses = [primary_status(t, evidence) for t in evidence.primary]
-    built = [(s, held_by_construction(t, s, evidence)) for t, s in zip(evidence.primary, statuses, strict=True)]
-    decided = [s + (f", {HOLDS}" if held else "") for s, held in built if " ends above " in s]
-    items = tuple(Sentence(decided_item(held), (("numbers", NUMBERS),)) for _, held in built if held is not None)
+    verdicts = judged(evidence)
+    statuses = [primary_status(found) for found in verdicts]
+    decided = [primary_status(j) + (f", {HOLDS}" if j.held else "") for j in verdicts if j.state == DECIDED]
+    items = tuple(Sentence(decided_item(j.construction), (("numbers", NUMBERS),)) for j in verdicts
+                  if j.held and j.construction)
     rest = {label: statuses.count(label) for label in (TIE, FEW, "not named", "not tested") if label in statuses}
     n = max((t.result.n for t in evidence.primary), default=0)
     held_back = {TIE: f"not distinguishable at {count(n, 'paired seed')}", FEW: "short of the seeds a decision needs",
@@ -379,7 +381,7 @@ def primary_text(evidence: Evidence) -> tuple[str, list[dict], tuple[Sentence, .
     parts = [f"{len(decided)} {be(len(decided))} decided" + (f" ({'; '.join(decided)})" if decided else "")]
     parts += [f"{k} {be(k)} {held_back[label]}" for label, k in rest.items()]
     return (f"of the {count(len(statuses), 'comparison')} declared in the suite file, " + ", ".join(parts),
-            primary_rows(evidence, statuses), items)
+            primary_rows(evidence, verdicts), items)
 
 
 def fit_result(found: Boundary) -> str:
@@ -441,7 +443,7 @@ def same_gradient_items(evidence: Evidence) -> tuple[tuple[Sentence, ...], list[
     for same in items:
         at = groups[(same.gspo, same.token)]
         where = "" if len(at) == len(evidence.groups) else f"At {names([evidence.title(g) for g in at])}: "
-        stands = {standing(evidence, g, same) for g in at}  # said only where it is alike at every group
+        stands = {standing_words(standing(evidence, g, same.gspo, same.token)) for g in at}  # said only where it is alike at every group
         sentences.append(Sentence(where + same_item(same, stands.pop() if len(stands) == 1 else ""), (("numbers", NUMBERS),)))
     return tuple(sentences), rows
 
@@ -554,14 +556,6 @@ def paper_sentence(evidence: Evidence, figures: set[str]) -> tuple[Sentence, lis
 
 def seeds_flag(n: int) -> str:
     return "`--seeds " + ",".join(map(str, range(n))) + "`"
-
-
-def undecided(evidence: Evidence) -> bool:
-    """Whether a comparison the answer rests on is left open: no leader in some group, or a declared one not decided."""
-    if evidence.declared:
-        return any(" ends above " not in primary_status(t, evidence) for t in evidence.primary)
-    found = [lead(f, evidence) for f in evidence.learnings.values() if f.learned]
-    return any(best is not None and best.leader is None for best in found)
 
 
 def stability_decision(stability: StabilityMap) -> Sentence:

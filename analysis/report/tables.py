@@ -11,7 +11,8 @@ import pandas as pd
 from analysis.data.groups import Group
 from analysis.data.load import Results, finished, is_finished, unfinished, why_unfinished
 from analysis.data.matching import is_unmatched, spent
-from analysis.evidence.family import EXPLORATORY, FEW, NO, REWARD, TIE, YES, Test
+from analysis.evidence.declared import UNTESTED, WITHHELD, Judged, judged
+from analysis.evidence.family import EXPLORATORY, FEW, NO, REWARD, TIE, YES
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.learning import training_rise
 from analysis.evidence.paper import arms
@@ -146,9 +147,8 @@ def primary_table(evidence: Evidence) -> pd.DataFrame:
     return pd.DataFrame([{**_where(evidence, t.group), "first": t.first, "second": t.second, "seeds": t.result.n,
                           "first minus second (per seed)": difference_text(t.result), "p (sign-flip)": p_text(t.result.p, t.result.n),
                           "Holm p": p_text(adjusted), "P(first > second)": t.result.poi,
-                          "outcome": primary_outcome(evidence, t, adjusted)}
-                         for t, adjusted in ((t, evidence.family.tested(t.group, t.quantity, t.first, t.second)[1])
-                                             for t in evidence.primary)],
+                          "outcome": primary_outcome(found, evidence.family.needed)}
+                         for found, t, adjusted in ((j, j.test, j.adjusted) for j in judged(evidence))],
                         columns=[*(["group"] if len(evidence.groups) > 1 else []), "first", "second", "seeds",
                                  "first minus second (per seed)", "p (sign-flip)", "Holm p", "P(first > second)",
                                  "outcome"])
@@ -168,17 +168,16 @@ def forest_rows(evidence: Evidence) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(F.FOREST_COLUMNS))
 
 
-def primary_outcome(evidence: Evidence, test: Test, adjusted: float) -> str:
-    """A declared comparison's outcome in words: "first above" / "first below" (decided), "not
-    distinguishable", "too few seeds (N needed)", "withheld: no objective learned", "not tested"."""
-    if not evidence.learnings[test.group].learned:
+def primary_outcome(found: Judged, needed: int) -> str:
+    """A declared comparison's outcome (analysis.evidence.declared) in words: "first above" / "first below"
+    (by the family's outcome), "not distinguishable", "too few seeds (N needed)", "withheld: no objective
+    learned", "not tested"."""
+    if found.state == WITHHELD:
         return "withheld: no objective learned"
-    if not test.result.n:
+    if found.state == UNTESTED:
         return "not tested: an arm has no finished run"
-    outcome = evidence.family.outcome(test.result, adjusted)
-    words = {YES: "first above", NO: "first below", TIE: "not distinguishable",
-             FEW: f"too few seeds ({evidence.family.needed} needed)"}
-    return words[outcome]
+    words = {YES: "first above", NO: "first below", TIE: "not distinguishable", FEW: f"too few seeds ({needed} needed)"}
+    return words[str(found.outcome)]
 
 
 def exploratory_table(evidence: Evidence) -> pd.DataFrame | str:

@@ -3,21 +3,21 @@ sweep point): what the objectives are compared on and against which chance level
 at all, which objective leads at equal compute, and which of the paper's phenomena these runs show.
 Every sentence links to the table or figure it reads.
 
-A leader is named only when it is ahead of every other objective of its group with a Holm-adjusted
-exact sign-flip p below 5% (analysis.evidence.family): never with fewer than 6 paired seeds, and more when the
+The judgements are made in analysis.evidence and only worded here. A leader is named by the leader
+rule (analysis.evidence.leader: ahead of every other objective of its group with a Holm-adjusted exact
+sign-flip p below 5%, analysis.evidence.family): never with fewer than 6 paired seeds, and more when the
 report makes more comparisons; otherwise the sentence says how many paired seeds the claim needs.
 Nothing is named where no objective learned, and unfinished runs are never set against finished ones.
 
 Where the suite file declares a primary family (analysis.primary), no leader sentence is written: the
-answer states the family and where it was declared, then says of each declared comparison whether it
-is decided (Holm-adjusted p below 5%, naming the arm that ends above) or how many paired seeds it would
-need; the other comparisons are exploratory and no sentence claims anything from them.
+answer states the family and where it was declared, then says of each declared comparison what its
+verdict is (analysis.evidence.declared: decided, naming the arm that ends above, or how many paired seeds
+it would need); the other comparisons are exploratory and no sentence claims anything from them.
 
 Sentence text is markdown: user text (labels, messages) goes in through `analysis.report.escape.escape`."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,28 +26,26 @@ import pandas as pd
 from analysis.data.groups import Group
 from analysis.data.load import why_unfinished
 from analysis.data.matching import MATCH_TOLERANCE
-from analysis.evidence.construction import ByConstruction, SameGradient
-from analysis.evidence.family import FEW, NO, REWARD, TIE, YES, Test
+from analysis.evidence import declared as J
+from analysis.evidence.declared import Judged, judge, standing
+from analysis.evidence.family import FEW, NO, TIE, YES, Test
 from analysis.evidence.gather import Evidence
+from analysis.evidence.leader import FEW_SEEDS, ITS_START, LEADS, RESOLUTION, ROUNDING, Lead, lead
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.primary import Declaration
 from analysis.report import anchors
 from analysis.report.construction_text import (
-    HOLDS,
     construction_clause,
     control_words,
     same_clause,
     same_item,
+    standing_words,
 )
 from analysis.report.escape import escape
 from analysis.report.paper_checks import WITHHELD, Check, paper_checks
 from analysis.report.texts import count, difference_text, p_text
-from analysis.stats.library import ALPHA, Paired, smallest_p
+from analysis.stats.library import ALPHA, smallest_p
 
-# A difference of outcomes below RESOLUTION is no difference: float rounding (1e-12 and below), far
-# under the resolution of any reward a suite averages (a final training reward is a mean of at most
-# ~10^5 responses: steps of its last 25% x responses a step; a held-out score, limit x samples).
-RESOLUTION = 1e-6
 LEARNABILITY = "learnability"
 COMPARISONS = "comparisons"
 UNFINISHED = "unfinished-runs"
@@ -66,86 +64,15 @@ class Sentence:
     items: tuple[Sentence, ...] = ()
 
 
-@dataclass(frozen=True)
-class Lead:
-    """The two objectives with the highest mean outcome, their paired comparison (`best - second`) and
-    its Holm-adjusted p; `leader`: the objective that learned and is ahead of every other by more than
-    RESOLUTION at Holm p < 5%, if one is, with the largest of its adjusted p-values (then `best` is the
-    leader and `second` the objective of that comparison: the one the claim rests on). `learned`: the
-    objectives that learned on every seed."""
-
-    best: str
-    second: str
-    means: tuple[float, float]
-    result: Paired
-    adjusted: float
-    leader: str | None = None
-    leader_p: float = float("nan")
-    learned: tuple[str, ...] = ()
-
-
-def _ahead(test: tuple[Paired, float] | None) -> bool:
-    return test is not None and test[0].mean > RESOLUTION and test[1] < ALPHA
-
-
-def distinct_arms(found: Learning, evidence: Evidence) -> list[str]:
-    """The group's arms by outcome, highest first, less any arm that is one objective by construction with an
-    arm before it (analysis.evidence.construction.same_gradient): a comparison of the two tests nothing."""
-    ordered = [str(a) for a in found.arms.sort_values("final", ascending=False, kind="stable").index]
-    return [a for i, a in enumerate(ordered)
-            if not any(evidence.same_gradient(found.group, b, a) for b in ordered[:i])]
-
-
-def lead(found: Learning, evidence: Evidence) -> Lead | None:
-    """The comparison behind the leader sentence of one group (None with fewer than two objectives, arms that
-    are one objective by construction counted once: distinct_arms). Only an objective that learned on every
-    seed may lead: one that did not leads by where it started."""
-    arms = found.arms.loc[distinct_arms(found, evidence)]
-    if len(arms) < 2:
-        return None
-    family, group = evidence.family, found.group
-    best, second = arms.index[:2]
-    for first in (a for a in arms.index if a in found.learned):
-        tests = {other: family.find(group, REWARD, first, other) for other in arms.index if other != first}
-        if all(_ahead(t) for t in tests.values()):
-            closest = max(tests, key=lambda other: tests[other][1])  # type: ignore[index]  # every test is found (_ahead)
-            result, leader_p = family.tested(group, REWARD, first, closest)
-            return Lead(first, closest, (arms.loc[first, "final"], arms.loc[closest, "final"]), result, leader_p, first,
-                        leader_p, tuple(found.learned))
-    result, adjusted = family.tested(group, REWARD, best, second)
-    return Lead(best, second, (arms.loc[best, "final"], arms.loc[second, "final"]), result, adjusted,
-                learned=tuple(found.learned))
-
-
-def lead_by_construction(found: Lead | None, evidence: Evidence, group: Group) -> ByConstruction | None:
-    """Where a named leader's claim holds by construction (analysis.evidence.construction): the comparison it
-    rests on (with `second`, its largest Holm p) sets the leader, facing no mismatch, against an arm that
-    meets one. The claim is as strong as that comparison, so where it holds by construction, so does the lead."""
-    if found is None or found.leader is None:
-        return None
-    construction = evidence.by_construction(group, found.best, found.second)
-    return construction if construction is not None and construction.free == found.leader else None
-
-
-def standing(evidence: Evidence, group: Group, same: SameGradient) -> str:
-    """Where the comparison of two arms that are one objective by construction stands, for same_item: kept in
-    Holm's family (every pair is, or the declared family holds it), exploratory, or not made (no objective learned)."""
-    read = evidence.family.read(group, REWARD, same.gspo, same.token)
-    if read is None:
-        return ""
-    return " (it stays among the exploratory comparisons)" if math.isnan(read[1]) else " (it stays counted in Holm's family)"
-
-
 def _compute_words(spread: float, allow_unmatched: bool) -> str:
     if allow_unmatched and spread > MATCH_TOLERANCE:
         return f"at unmatched compute (spread {spread:.1%}, allowed by flag)"
     return "at equal compute"
 
 
-def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where: str, links: tuple,
-                    construction: ByConstruction | None = None) -> Sentence:
-    """The leader, or why none is named; `construction`: where the lead holds by construction
-    (lead_by_construction), said after it."""
+def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where: str, links: tuple) -> Sentence:
+    """The leader, or why none is named (analysis.evidence.leader); where the lead holds by construction
+    (`found.held`), that, after it."""
     if found is None:
         return Sentence(f"{where}One objective only: nothing to compare.", links)
     a, b = escape(found.best), escape(found.second)
@@ -153,22 +80,22 @@ def leader_sentence(found: Lead | None, evidence: Evidence, compute: str, where:
     tested = (f"{difference_text(found.result)} over {count(n, 'paired seed')}, p = {p_text(found.result.p, n)} "
               f"(Holm-adjusted over the report's {count(m, 'comparison')}: {p_text(found.adjusted)})")
     pair = f"{a} minus {b} (the best two), paired by seed: {tested}"
-    if found.leader is not None:
-        leader = escape(found.leader)
+    if found.why == LEADS:
+        leader, construction = escape(found.best), found.held
         return Sentence(f"{where}**{leader} leads {compute}** (Holm-adjusted p = {p_text(found.leader_p)}, the largest "
                         f"over its comparisons with every other objective; {count(m, 'comparison')} in the report): "
                         f"it rests on {a} minus {b}, paired by seed: {tested}; "
                         f"P({a} > {b}) = {found.result.poi:.2g}." + (
                             f" The lead holds by construction: {control_words(construction)}." if construction else ""),
                         links)
-    if n < evidence.family.needed:
+    if found.why == FEW_SEEDS:
         return Sentence(f"{where}**No leader named {compute}**: {pair}. {count(n, 'paired seed')} cannot give a p "
                         f"below {smallest_p(n):.2g}; with {count(m, 'comparison')} a leader needs at least "
                         f"{evidence.family.needed} paired seeds.", links)
-    if found.adjusted < ALPHA and found.best not in found.learned and found.result.mean > RESOLUTION:
+    if found.why == ITS_START:
         return Sentence(f"{where}**No leader named {compute}**: {a}, the best by its outcome, did not learn "
                         f"on every seed (its lead is where it started): {pair}.", links)
-    if found.adjusted < ALPHA and abs(found.result.mean) <= RESOLUTION:
+    if found.why == ROUNDING:
         return Sentence(f"{where}**No leader named {compute}**: the best two differ by less than {RESOLUTION:g}, "
                         f"below the reward's resolution: {pair}.", links)
     return Sentence(f"{where}**No objective is ahead of every other {compute}** at a Holm-adjusted p below "
@@ -228,47 +155,43 @@ def primary_sentence(test: Test, evidence: Evidence, where: str, links: tuple) -
     """One declared comparison (judged_sentence), and where one arm faces no mismatch by construction
     (analysis.evidence.construction): a decided one that the noise-free arm ends above holds by
     construction, said right after it; any other says which arm is the noise-free control."""
-    found = evidence.by_construction(test.group, test.first, test.second)
-    judged = judged_sentence(test, evidence, where, links, found)
+    found = judge(test, evidence)
+    judged = judged_sentence(found, evidence, where, links)
     same = evidence.same_gradient(test.group, test.first, test.second)
     if same is not None:  # declared, and kept: said to test nothing
         judged = replace(judged, text=f"{judged.text} {same_clause(same)}")
-    if found is None or HOLDS in judged.text:
+    if found.construction is None or found.held:
         return judged
-    return replace(judged, text=f"{judged.text} {construction_clause(found, False)}.")
+    return replace(judged, text=f"{judged.text} {construction_clause(found.construction, False)}.")
 
 
-def judged_sentence(test: Test, evidence: Evidence, where: str, links: tuple,
-                    construction: ByConstruction | None = None) -> Sentence:
-    """One declared comparison: decided (the arm that ends above named; HOLDS by construction right after
-    it where that arm is `construction.free`), not distinguishable with enough seeds, too few seeds (and how many
-    it needs), withheld, or not tested."""
-    found, (result, adjusted) = evidence.learnings[test.group], evidence.family.tested(
-        test.group, test.quantity, test.first, test.second)
+def judged_sentence(found: Judged, evidence: Evidence, where: str, links: tuple) -> Sentence:
+    """One declared comparison's verdict (analysis.evidence.declared) in words: decided (the arm that ends
+    above named; HOLDS by construction right after it where `found.held`), not distinguishable with enough
+    seeds, too few seeds (and how many it needs), withheld, or not tested."""
+    test, result, adjusted = found.test, found.result, found.adjusted
     a, b, family = escape(test.first), escape(test.second), family_words(evidence)
     pair = f"{where}{a} against {b} (primary)"
-    if not found.learned:
+    if found.state == J.WITHHELD:
         return Sentence(f"{pair}: **withheld**: no objective learned (counted in Holm's family at p = 1).", links)
-    if not result.n:
-        absent = [escape(x) for x in (test.first, test.second) if x not in set(found.per_run["arm"])]
+    if found.state == J.UNTESTED:
+        ran = set(evidence.learnings[test.group].per_run["arm"])
+        absent = [escape(x) for x in (test.first, test.second) if x not in ran]
         return Sentence(f"{pair}: **not tested**: no finished runs of {' and '.join(absent)} (counted in Holm's family "
                         "at p = 1).", links)
     numbers = (f"{a} minus {b} {difference_text(result)} over {count(result.n, 'paired seed')}, "
                f"p = {p_text(result.p, result.n)}, Holm-adjusted {p_text(adjusted)} over {family}")
-    outcome = evidence.family.outcome(result, adjusted)
-    if outcome in (YES, NO):
-        above, below = (a, b) if outcome == YES else (b, a)
-        upper = test.first if outcome == YES else test.second
-        if abs(result.mean) <= RESOLUTION:  # the leader sentence's rules: a rounding difference is none
-            return Sentence(f"{pair}: **no difference**: the two differ by less than {RESOLUTION:g}, float rounding "
-                            f"below any reward's resolution: {numbers}.", links)
-        if upper not in found.learned:  # what an arm that did not learn ends above by is where it started
-            return Sentence(f"{pair}: **not named**: {above} did not learn on every seed, so where it ends is where it "
-                            f"started: {numbers}.", links)
-        held = (f", {construction_clause(construction, True)};" if construction is not None and construction.free == upper
-                else ":")
+    above, below = escape(found.above), escape(found.below)
+    if found.state == ROUNDING:  # the leader sentence's rules: a rounding difference is none
+        return Sentence(f"{pair}: **no difference**: the two differ by less than {RESOLUTION:g}, float rounding "
+                        f"below any reward's resolution: {numbers}.", links)
+    if found.state == J.NOT_NAMED:  # what an arm that did not learn ends above by is where it started
+        return Sentence(f"{pair}: **not named**: {above} did not learn on every seed, so where it ends is where it "
+                        f"started: {numbers}.", links)
+    if found.state == J.DECIDED:
+        held = f", {construction_clause(found.construction, True)};" if found.held and found.construction else ":"
         return Sentence(f"{where}**{above} ends above {below}** (primary){held} {numbers}.", links)
-    if outcome == FEW:
+    if found.state == FEW:
         return Sentence(f"{pair}: **too few seeds**: {numbers}. {count(result.n, 'paired seed')} cannot give a p below "
                         f"{smallest_p(result.n):.2g}; with {family} a claim needs at least {evidence.family.needed} "
                         "paired seeds.", links)
@@ -345,10 +268,9 @@ def group_sentences(group: Group, evidence: Evidence, compute: str, figures: set
     if evidence.declared:
         sentences += primary_sentences(group, evidence, figures, where)
     elif found.learned:
-        best = lead(found, evidence)
-        sentences.append(leader_sentence(best, evidence, compute, where, links, lead_by_construction(best, evidence, group)))
+        sentences.append(leader_sentence(lead(found, evidence), evidence, compute, where, links))
     declared = {frozenset((t.first, t.second)) for t in evidence.primary if t.group == group}
-    sentences += [Sentence(f"{where}{same_item(same, standing(evidence, group, same))}", (("comparisons", COMPARISONS),))
+    sentences += [Sentence(f"{where}{same_item(same, standing_words(standing(evidence, group, same.gspo, same.token)))}", (("comparisons", COMPARISONS),))
                   for same in evidence.same_gradients(group) if frozenset((same.gspo, same.token)) not in declared]
     checks = paper_checks(evidence.subset(group), found, evidence.family)
     if checks is None:
