@@ -37,9 +37,9 @@ from analysis.report.map_answer import (
     placement_rows,
 )
 from analysis.report.markdown import sentence_markdown
+from analysis.report.page import Sentence
 from analysis.report.plain_answer import plain_text, stability_rows, words
 from analysis.report.stability_text import boundary_sentence
-from analysis.report.verdict import Sentence
 from analysis.stats.logistic import fit_logistic, no_fit_reason
 
 DOSES = [0.1, 0.3, 1.0, 3.0]  # per token, one a level

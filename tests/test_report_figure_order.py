@@ -8,7 +8,8 @@ import yaml
 
 from analysis.data.load import load_results
 from analysis.report import anchors
-from analysis.report.sections import FOREST, Context, report_figures
+from analysis.report.anchors import FOREST
+from analysis.report.sections import Context, report_figures
 from tests.helpers.stability import swept_run
 
 

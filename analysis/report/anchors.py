@@ -19,6 +19,15 @@ ANSWER = "answer"
 SUMMARY = "summary-per-objective"
 BY_POINT = "final-reward-by-sweep-point"
 FIGURES = "figures"  # the section holding the figures
+NUMBERS = "answer-numbers"  # the table of the numbers below the answer's sentences
+DETAIL = "answer-detail"  # the verdict's sentences (analysis.report.verdict), below the figures
+SUITE_SUMMARY = "suite-summary"
+LEARNABILITY = "learnability"
+COMPARISONS = "comparisons"
+UNFINISHED = "unfinished-runs"
+PRIMARY = "primary-comparisons"
+EXPLORATORY_TABLE = "exploratory-comparisons"
+FOREST = "forest_primary"  # the figure of the declared comparisons
 
 
 def part(text: str) -> str:
@@ -49,3 +58,4 @@ CELLS = "stability_cells"
 COLLAPSE_PROBABILITY = "stability_collapse_probability"
 DRIFT_VS_ROUTER_LR = "stability_drift_vs_router_lr"
 SURVIVAL = "stability_survival"
+FIGURE_LETTERS = {CHANGE_VS_KL: "a", CELLS: "b", COLLAPSE_PROBABILITY: "c", DRIFT_VS_ROUTER_LR: "d", SURVIVAL: "e"}

@@ -11,10 +11,9 @@ from plotly.offline import get_plotlyjs
 
 from analysis.report import anchors
 from analysis.report.escape import shown, to_html
-from analysis.report.markdown import fmt
+from analysis.report.page import FiguresHere, Section, Sentence
 from analysis.report.plotly_text import plain_figure
-from analysis.report.sections import FiguresHere, Section
-from analysis.report.verdict import Sentence
+from analysis.report.texts import fmt
 
 CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
        "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"

@@ -29,8 +29,8 @@ from analysis.evidence.placement import (
 )
 from analysis.evidence.stability import KL_FLOOR
 from analysis.report.escape import escape
+from analysis.report.page import Sentence
 from analysis.report.texts import count
-from analysis.report.verdict import Sentence
 
 CLOPPER_PEARSON = "Clopper-Pearson 95%"
 LEAD = (f"Stability per arm on the level dose (a level's mismatch over the first {DOSE_STEPS} steps of its runs, "

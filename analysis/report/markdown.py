@@ -4,23 +4,13 @@ text and sentences are markdown whose user text was escaped where it was written
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from analysis.report import anchors
 from analysis.report.escape import escape
-from analysis.report.sections import FiguresHere, FigureSpec, Section
-from analysis.report.verdict import Sentence
-
-
-def fmt(frame: pd.DataFrame) -> pd.DataFrame:
-    """Floats to 4 significant digits, NaN as "-", everything else as text."""
-    def cell(v):
-        if isinstance(v, float | np.floating):
-            return "-" if np.isnan(v) else f"{v:.4g}"
-        return str(v)
-
-    return frame.map(cell)
+from analysis.report.page import FiguresHere, Section, Sentence
+from analysis.report.sections import FigureSpec
+from analysis.report.texts import fmt
 
 
 def table_markdown(frame: pd.DataFrame) -> str:

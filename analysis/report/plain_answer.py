@@ -54,6 +54,7 @@ from analysis.evidence.stability import (
     stability_map,
 )
 from analysis.report import anchors
+from analysis.report.anchors import COMPARISONS, FOREST, LEARNABILITY, NUMBERS, PRIMARY, SUITE_SUMMARY
 from analysis.report.construction_text import (
     HOLDS,
     decided_item,
@@ -64,20 +65,12 @@ from analysis.report.construction_text import (
 )
 from analysis.report.escape import SPECIAL, escape
 from analysis.report.map_answer import dose_rows, map_items, map_lead, placement_rows
+from analysis.report.page import Sentence
 from analysis.report.paper_checks import paper_checks
-from analysis.report.stability_text import FIGURE_LETTERS, kl_text, span_text
+from analysis.report.stability_text import kl_text, span_text
 from analysis.report.texts import count, difference_text, p_text
-from analysis.report.verdict import (
-    COMPARISONS,
-    FOREST,
-    LEARNABILITY,
-    PRIMARY,
-    Sentence,
-)
 from analysis.stats.library import ALPHA, smallest_p
 
-NUMBERS = "answer-numbers"  # the section of the table below the sentences
-SUMMARY = "suite-summary"
 MAX_SENTENCES, MAX_WORDS = 5, 40
 _ESCAPED = re.compile(r"\\([" + re.escape(SPECIAL) + "])")  # analysis.report.escape's backslash escapes
 SIGN_FLIP = "exact sign-flip test"
@@ -112,7 +105,7 @@ def _row(sentence: int, what: str, value: str, test: str = "", result: str = "")
 
 def map_link(name: str, figures: set[str]) -> tuple:
     """A link to the stability map's figure `name` where the report has it: "figure (c)"."""
-    return ((f"figure ({FIGURE_LETTERS[name]})", anchors.figure(name)),) if name in figures else ()
+    return ((f"figure ({anchors.FIGURE_LETTERS[name]})", anchors.figure(name)),) if name in figures else ()
 
 
 def _figure_links(figures: set[str], *names_: str) -> tuple:
@@ -202,7 +195,7 @@ def ran_sentence(evidence: Evidence, unfinished: pd.DataFrame, compute: str,
     rows = [_row(1, "runs finished / not finished", f"{len(runs)} / {len(unfinished)}"),
             *([_row(1, "runs stopped as collapsed, judged by the stability map only", str(stopped))] if stopped else []),
             _row(1, "seeds", ", ".join(map(str, seeds))), *short, *missing_rows]
-    return Sentence(text, (("summary", SUMMARY), ("numbers", NUMBERS))), rows
+    return Sentence(text, (("summary", SUITE_SUMMARY), ("numbers", NUMBERS))), rows
 
 
 # ------------------------------------------------------------------------------ 2: whether RL learned, and where
@@ -621,7 +614,7 @@ def mapped_only_answer(evidence: Evidence, unfinished: pd.DataFrame, stability: 
     rest = len(unfinished) - stopped
     left = f"; {count(rest, 'other unfinished run')} {'is' if rest == 1 else 'are'} left out" if rest else ""
     ran = Sentence(f"No run finished: the stability map judges the {count(stopped, 'run')} the harness stopped as "
-                   f"collapsed, and nothing is compared on a reward{left}.", (("summary", SUMMARY), ("numbers", NUMBERS)))
+                   f"collapsed, and nothing is compared on a reward{left}.", (("summary", SUITE_SUMMARY), ("numbers", NUMBERS)))
     rows = [_row(1, "runs finished / not finished", f"0 / {len(unfinished)}"),
             _row(1, "runs stopped as collapsed, judged by the stability map only", str(stopped))]
     (differs, map_rows), (decision, _) = differs_sentence(evidence, stability, figures), decision_sentence(evidence, stability)

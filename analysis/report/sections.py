@@ -40,37 +40,21 @@ from analysis.report import anchors
 from analysis.report import stability_text as ST
 from analysis.report import tables as T
 from analysis.report import tuning as TU
-from analysis.report.escape import escape
-from analysis.report.plain_answer import NUMBERS, PlainAnswer, plain_answer
-from analysis.report.verdict import (
+from analysis.report.anchors import (
     COMPARISONS,
+    DETAIL,
     EXPLORATORY_TABLE,
     FOREST,
     LEARNABILITY,
+    NUMBERS,
     PRIMARY,
+    SUITE_SUMMARY,
     UNFINISHED,
-    Sentence,
-    answer,
 )
-
-DETAIL = "answer-detail"  # the verdict's sentences (analysis.report.verdict), below the figures
-
-
-@dataclass(frozen=True)
-class FiguresHere:
-    """The body of the section where the renderers put the report's figures."""
-
-
-@dataclass(frozen=True)
-class Section:
-    """`title` is plain text (the renderers escape it); a str `body` is markdown (user text in it
-    escaped with analysis.report.escape.escape); a table's cells are plain text. `folded`: shown closed in
-    report.html (per-run detail under a summary shown above)."""
-
-    anchor: str
-    title: str
-    body: pd.DataFrame | str | list[Sentence] | FiguresHere
-    folded: bool = False
+from analysis.report.escape import escape
+from analysis.report.page import FiguresHere, Section
+from analysis.report.plain_answer import PlainAnswer, plain_answer
+from analysis.report.verdict import answer
 
 
 @dataclass(frozen=True)
@@ -217,7 +201,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("figures", _one(anchors.FIGURES, "Figures", lambda c: FiguresHere())),
     SectionSpec("figures-left-out", _left_out, when="with declared figures no run logged the data of"),
     SectionSpec("answer-detail", _one(DETAIL, "Every claim, with its numbers", _detail)),
-    SectionSpec("suite-summary", _one("suite-summary", "Suite summary",
+    SectionSpec("suite-summary", _one(SUITE_SUMMARY, "Suite summary",
                                       lambda c: T.suite_summary(c.results, c.spread, c.allow_unmatched, c.evidence))),
     SectionSpec("compute-matching", _one("compute-matching", "Compute matching per arm (every run: further down)",
                                          lambda c: compute_by_arm(c.results))),

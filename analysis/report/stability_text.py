@@ -28,8 +28,8 @@ from analysis.evidence.stability import (
 )
 from analysis.report import anchors
 from analysis.report.escape import escape
+from analysis.report.page import Sentence
 from analysis.report.texts import count
-from analysis.report.verdict import Sentence
 from analysis.stats.logistic import zero_event_bound
 
 RULES = f"""\
@@ -209,13 +209,11 @@ def drift_sentence(classes: pd.DataFrame, links: tuple) -> Sentence:
                     f"{'; '.join(parts)}.", links)
 
 
-FIGURE_LETTERS = {anchors.CHANGE_VS_KL: "a", anchors.CELLS: "b", anchors.COLLAPSE_PROBABILITY: "c",
-                  anchors.DRIFT_VS_ROUTER_LR: "d", anchors.SURVIVAL: "e"}
 
 
 def _links(name: str, figures: set[str]) -> tuple:
     """A link to the map's figure `name` where the report has it: "figure (c)"."""
-    return ((f"figure ({FIGURE_LETTERS[name]})", anchors.figure(name)),) if name in figures else ()
+    return ((f"figure ({anchors.FIGURE_LETTERS[name]})", anchors.figure(name)),) if name in figures else ()
 
 
 def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence]:

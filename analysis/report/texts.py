@@ -46,6 +46,17 @@ def p_text(p: float, pairs: int = 0) -> str:
     return f"{p:.2g}" + (" (Monte Carlo)" if pairs > EXACT_PAIRS else "")
 
 
+def fmt(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table's cells as the renderers show them: floats to 4 significant digits, NaN as "-", everything
+    else as text."""
+    def cell(v):
+        if isinstance(v, float | np.floating):
+            return "-" if np.isnan(v) else f"{v:.4g}"
+        return str(v)
+
+    return frame.map(cell)
+
+
 def count(n: int, noun: str) -> str:
     """"1 comparison", "3 comparisons" (`noun` singular, plural with an s)."""
     return f"{n} {noun}" + ("" if n == 1 else "s")

@@ -18,7 +18,7 @@ Sentence text is markdown: user text (labels, messages) goes in through `analysi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +34,7 @@ from analysis.evidence.leader import FEW_SEEDS, ITS_START, LEADS, RESOLUTION, RO
 from analysis.evidence.learning import HELD_OUT, Learning
 from analysis.evidence.primary import Declaration
 from analysis.report import anchors
+from analysis.report.anchors import COMPARISONS, EXPLORATORY_TABLE, FOREST, LEARNABILITY, PRIMARY, UNFINISHED
 from analysis.report.construction_text import (
     construction_clause,
     control_words,
@@ -42,26 +43,10 @@ from analysis.report.construction_text import (
     standing_words,
 )
 from analysis.report.escape import escape
+from analysis.report.page import Sentence
 from analysis.report.paper_checks import WITHHELD, Check, paper_checks
 from analysis.report.texts import count, difference_text, p_text
 from analysis.stats.library import ALPHA, smallest_p
-
-LEARNABILITY = "learnability"
-COMPARISONS = "comparisons"
-UNFINISHED = "unfinished-runs"
-PRIMARY = "primary-comparisons"
-EXPLORATORY_TABLE = "exploratory-comparisons"
-FOREST = "forest_primary"  # the figure of the declared comparisons
-
-
-@dataclass(frozen=True)
-class Sentence:
-    """Markdown text (bold allowed) and the (link text, anchor) pairs it points to; `items`: sentences
-    listed under it (a swept suite's answer per arm), each with its own links."""
-
-    text: str
-    links: tuple[tuple[str, str], ...]
-    items: tuple[Sentence, ...] = ()
 
 
 def _compute_words(spread: float, allow_unmatched: bool) -> str:
