@@ -49,13 +49,16 @@ def test_margin_figures_are_means_over_steps_not_medians():
 
 
 def test_one_layer_row_without_margins_does_not_drop_the_figure():
-    from analysis.report.sections import figure_specs
+    from analysis.evidence.family import make_family
+    from analysis.evidence.gather import Evidence
+    from analysis.report.figure_table import Sources, report_figures
 
     layers = layer_rows([0.1, 0.2, 0.3], [0.05, np.nan, 0.2])
     assert has_margins(layers) and not has_margins(layers.assign(**{"moe/flip_pred": np.nan}))
     metrics = pd.DataFrame({"label": "grpo", "seed": 0, "step": [1, 2, 3], "facet": ""})
     results = Results(metrics=metrics, layers=layers, runs=pd.DataFrame({"label": ["grpo"]}), evals=pd.DataFrame())
-    assert "margins_by_layer" in {spec.name for spec in figure_specs(results)}
+    sources = Sources(results, Evidence(results, {}, make_family([])), None, False)
+    assert "margins_by_layer" in {figure.name for figure in report_figures(sources)}
 
 
 def test_the_png_draws_measured_drift_and_the_independence_rate_where_they_belong():

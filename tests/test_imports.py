@@ -111,7 +111,7 @@ def test_two_arms_three_seeds_report_names_the_paired_test_and_family(tmp_path):
     from analysis.data.load import load_results
     from analysis.data.matching import check_matched
     from analysis.report.markdown import render_markdown
-    from analysis.report.sections import Context, build_sections, report_figures
+    from analysis.report.sections import Context, build_sections
 
     runs = []
     for arm in ("grpo", "gspo"):
@@ -122,7 +122,7 @@ def test_two_arms_three_seeds_report_names_the_paired_test_and_family(tmp_path):
     suite, _ = import_plan(plan, tmp_path / "out")
     results = load_results(suite)
     context = Context(results, check_matched(results), False)  # report.md's text, without drawing its figures
-    text = render_markdown(build_sections(context), report_figures(context))
+    text = render_markdown(build_sections(context), context.figures_shown)
     assert "**Primary family of 1 test, declared in the suite file** imported/suite.yaml" in text
     assert "gspo against grpo (primary)" in text and "gspo minus grpo" in text and "over 3 paired seeds" in text
     assert "exact two-sided sign-flip p" in text and "Holm-adjusted 0.25 over the primary family's 1 test" in text

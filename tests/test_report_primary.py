@@ -18,8 +18,8 @@ from analysis.evidence.gather import gather
 from analysis.evidence.primary import DeclarationError, declarations
 from analysis.figures import curves_interactive as plotly_figures
 from analysis.figures.curves import forest
-from analysis.report.sections import Context, build_sections, report_figures
-from analysis.report.tables import forest_rows
+from analysis.report.figure_table import forest_rows
+from analysis.report.sections import Context, build_sections
 from analysis.report.verdict import answer
 from analysis.report.writer import write_report
 from tests.helpers.primary import GAIN, KINDS, SIX_ARMS, evidence_of, suite_folder
@@ -279,7 +279,7 @@ def test_the_forest_plot_draws_each_declared_comparison_its_seeds_and_holm_p(tmp
                           {"primary": {"each_vs": "grpo"}})
     results = load_results(folder)
     context = Context(results, 0.0, False)
-    assert [spec.name for spec in report_figures(context)][:2] == ["forest_primary", "fig1_reward_vs_compute"]
+    assert [figure.name for figure in context.figures_shown][:2] == ["forest_primary", "fig1_reward_vs_compute"]
     rows = forest_rows(context.evidence)
     assert rows["comparison"].tolist() == ["grpo_r3 - grpo", "gspo - grpo"] and rows["holm"].tolist() == ["0.016", "1"]
     r3 = rows.iloc[0]

@@ -16,7 +16,7 @@ from analysis.data.load import finished, load_results
 from analysis.evidence.stability import COLLAPSED, DEGRADED, FLAT, LEARNED, run_classes, stability_map
 from analysis.figures.stability import cell_grid
 from analysis.report import anchors
-from analysis.report.sections import Context, report_figures, stability_specs
+from analysis.report.sections import Context
 from analysis.report.stability_text import RULES, bound_text, stability_sentences
 from analysis.report.writer import write_report
 from tests.helpers.results import make_run
@@ -79,6 +79,11 @@ MAP_FIGURES = [anchors.CHANGE_VS_KL, anchors.CELLS, anchors.COLLAPSE_PROBABILITY
                anchors.SURVIVAL]
 
 
+def map_figures(results) -> list:
+    """The stability map's figures among the report's (analysis.report.figure_table), of every run."""
+    return [f for f in Context(results, float("nan"), False).figures_shown if f.name.startswith("stability_")]
+
+
 def test_the_map_of_a_swept_suite_has_its_figures_and_says_where_each_arm_breaks(swept):
     """The map's pieces of the report, without the rest of it: every figure (static and plotly), and the
     answer's sentences. gspo never failed in 8 runs, 2 in each of 4 cells: per cell 1 - 0.05^(1/2) = 0.77639
@@ -86,15 +91,15 @@ def test_the_map_of_a_swept_suite_has_its_figures_and_says_where_each_arm_breaks
     first 5 steps of the 5 runs there (k3 0.4 x 10, 0.44 x 10, the stopped run's 0.3 x 5) = 0.4, not its own
     runs' largest KL 0.44. grpo: 6 of 9 failed (4 at noise 1, seed 0 at noise 0 scale 1, the stopped run)."""
     results = load_results(swept)
-    specs = stability_specs(results)
+    specs = map_figures(results)
     assert [spec.name for spec in specs] == MAP_FIGURES
     for spec in specs:  # drawn, not saved (the slow report test saves them)
-        figure = spec.static(results)
+        figure = spec.static()
         try:
             assert figure.axes and all(ax.has_data() for ax in figure.axes if ax.get_title())
         finally:
             plt.close(figure)
-    assert [len(spec.interactive(results)) for spec in specs] == [1, 2, 1, 1, 1]  # (b): one heatmap per arm
+    assert [len(spec.interactive()) for spec in specs] == [1, 2, 1, 1, 1]  # (b): one heatmap per arm
     found = stability_map(results)
     assert found is not None and [b.arm for b in found.bounds] == ["grpo", "gspo"]
     texts = [s.text for s in stability_sentences(found, set(MAP_FIGURES))]
@@ -120,9 +125,8 @@ def test_the_collapsed_run_is_in_the_reports_map_though_no_comparison_reads_it(s
     """The report's map figures are those of every run: of the finished ones only, the stopped run is gone
     (grpo: 5 of 8 collapsed instead of 6 of 9)."""
     results = load_results(swept)
-    survival = next(spec for spec in report_figures(Context(results, float("nan"), False))
-                    if spec.name == anchors.SURVIVAL)
-    assert [t.name for t in survival.interactive(finished(results))[0].data] == ["grpo (6 of 9 collapsed)",
+    survival = next(spec for spec in map_figures(results) if spec.name == anchors.SURVIVAL)
+    assert [t.name for t in survival.interactive()[0].data] == ["grpo (6 of 9 collapsed)",
                                                                                   "gspo (0 of 8 collapsed)"]
     assert len(run_classes(finished(results))) == 16
 
@@ -131,7 +135,7 @@ def test_without_a_sweep_there_is_no_map(tmp_path):
     make_run(tmp_path, "grpo", 0)
     make_run(tmp_path, "gspo", 0)
     results = load_results(tmp_path / "synth")
-    assert stability_map(results) is None and stability_specs(results) == []
+    assert stability_map(results) is None and map_figures(results) == []
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from analysis.report.sections import FigureSpec
+from analysis.report.figure_table import FigureSpec, ReportFigure
 from analysis.report.writer import save_figures, write_report
 from gspo_bench.rundir.folder import remove_entry
 from tests.helpers.results import make_run
@@ -22,7 +22,7 @@ def victim(tmp_path: Path, name: str) -> Path:
     return path
 
 
-def one_figure(results) -> plt.Figure:
+def one_figure(sources) -> plt.Figure:
     fig, ax = plt.subplots()
     ax.plot([0, 1], [0, 1])
     return fig
@@ -33,7 +33,8 @@ def test_figures_replace_a_link_and_leave_its_target(tmp_path):
     out.mkdir()
     target = victim(tmp_path, "kept.png")
     (out / "line.png").symlink_to(target)
-    paths = save_figures(None, [FigureSpec("line", "A line", one_figure, lambda r: [])], out)
+    spec = FigureSpec("line", "A line", one_figure, lambda s: [])
+    paths = save_figures([ReportFigure(spec.name, spec.title, spec, None)], out)  # one_figure reads no sources
     assert [p.name for p in paths] == ["line.png", "line.pdf"]
     assert not (out / "line.png").is_symlink() and (out / "line.png").read_bytes()[:4] == b"\x89PNG"
     assert target.read_text() == "not the report's\n"

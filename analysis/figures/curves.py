@@ -140,7 +140,7 @@ def reward_by_point(metrics: pd.DataFrame, axes: list[plt.Axes] | None = None) -
 
 def logged(metrics: pd.DataFrame, columns: Sequence[str]) -> bool:
     """Whether any row of `metrics` holds a value of any of `columns` (a figure of none would be empty:
-    the report leaves it out and says so, analysis.report.sections)."""
+    the report leaves it out and says so, analysis.report.figure_table)."""
     present = [c for c in columns if c in metrics.columns]
     return bool(present) and bool(metrics[present].notna().to_numpy().any())
 

@@ -8,8 +8,8 @@ import pandas as pd
 
 from analysis.report import anchors
 from analysis.report.escape import escape
+from analysis.report.figure_table import ReportFigure
 from analysis.report.page import FiguresHere, Section, Sentence
-from analysis.report.sections import FigureSpec
 from analysis.report.texts import fmt
 
 
@@ -27,7 +27,7 @@ def sentence_markdown(sentence: Sentence, indent: str = "") -> str:
     return f"{indent}- {sentence.text}" + (f" ({links})" if links else "") + nested
 
 
-def figures_markdown(figures: list[FigureSpec]) -> str:
+def figures_markdown(figures: list[ReportFigure]) -> str:
     """Each figure under its own anchored heading, its PNG linked by its URL-escaped name."""
     md = []
     for f in figures:
@@ -36,7 +36,7 @@ def figures_markdown(figures: list[FigureSpec]) -> str:
     return "\n".join(md)
 
 
-def body_markdown(body: pd.DataFrame | str | list[Sentence] | FiguresHere, figures: list[FigureSpec]) -> str:
+def body_markdown(body: pd.DataFrame | str | list[Sentence] | FiguresHere, figures: list[ReportFigure]) -> str:
     if isinstance(body, FiguresHere):
         return figures_markdown(figures)
     if isinstance(body, str):
@@ -46,9 +46,9 @@ def body_markdown(body: pd.DataFrame | str | list[Sentence] | FiguresHere, figur
     return table_markdown(body)
 
 
-def render_markdown(sections: list[Section], figures: list[FigureSpec]) -> str:
+def render_markdown(sections: list[Section], figures: list[ReportFigure]) -> str:
     """Every heading carries an explicit anchor (`<a id>`), the target of the verdict's links; the
-    figures go where a section's body is FiguresHere (analysis.report.sections), files linked by their
+    figures (analysis.report.figure_table) go where a section's body is FiguresHere, files linked by their
     URL-escaped names (analysis.report.anchors.link)."""
     md = ["# gspo-bench report", ""]
     for section in sections:

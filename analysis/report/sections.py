@@ -1,7 +1,7 @@
 """What the report shows, declared in order: its sections (each a table, a paragraph, the verdict or
-the place of the figures) and its figures (each a static matplotlib figure for report.md and
-interactive plotly ones for report.html). The renderers walk these lists; a section or figure exists
-because it is listed here.
+the place of the figures, analysis.report.page), and where its figures go (their one table of
+declarations is analysis.report.figure_table). The renderers walk these lists; a section exists because
+it is listed here.
 
 The first screen is the answer in plain sentences (analysis.report.plain_answer), the table of their
 numbers (folded in report.html, so that the first figure is on the first screen), and then the
@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.data import gpu
@@ -29,13 +28,6 @@ from analysis.evidence import margins as M
 from analysis.evidence import stability as S
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.primary import declarations
-from analysis.figures import curves as F
-from analysis.figures import curves_interactive as plotly_figures
-from analysis.figures import margins as MF
-from analysis.figures import margins_interactive as MFI
-from analysis.figures import stability as SF
-from analysis.figures import stability_interactive as SI
-from analysis.figures import tuning as TF
 from analysis.report import anchors
 from analysis.report import stability_text as ST
 from analysis.report import tables as T
@@ -44,7 +36,6 @@ from analysis.report.anchors import (
     COMPARISONS,
     DETAIL,
     EXPLORATORY_TABLE,
-    FOREST,
     LEARNABILITY,
     NUMBERS,
     PRIMARY,
@@ -52,6 +43,7 @@ from analysis.report.anchors import (
     UNFINISHED,
 )
 from analysis.report.escape import escape
+from analysis.report.figure_table import ReportFigure, Sources, left_out_figures, report_figures
 from analysis.report.page import FiguresHere, Section
 from analysis.report.plain_answer import PlainAnswer, plain_answer
 from analysis.report.verdict import answer
@@ -61,7 +53,7 @@ from analysis.report.verdict import answer
 class Context:
     """What a section is built from: the results (every run), the compute spread found, the flag that
     allowed it, and the names of the figures the verdict may link to (None: the report's own,
-    `report_figures`). `shown` holds the finished runs, the only ones compared; `evidence` everything
+    `figures_shown`). `shown` holds the finished runs, the only ones compared; `evidence` everything
     tested on them, computed once, with the family the suite files declare (analysis.primary)."""
 
     results: Results
@@ -78,8 +70,19 @@ class Context:
         return gather(self.shown, declarations(self.results))
 
     @cached_property
+    def sources(self) -> Sources:
+        """What the report's figures are drawn from (analysis.report.figure_table)."""
+        return Sources(self.shown, self.evidence, self.stability, bool(tuning_records(self.results)))
+
+    @cached_property
+    def figures_shown(self) -> list[ReportFigure]:
+        """The report's figures, in order: those of the one table of declarations that apply here
+        (analysis.report.figure_table.report_figures)."""
+        return report_figures(self.sources)
+
+    @cached_property
     def figure_names(self) -> frozenset[str]:
-        return self.figures if self.figures is not None else frozenset(spec.name for spec in report_figures(self))
+        return self.figures if self.figures is not None else frozenset(figure.name for figure in self.figures_shown)
 
     @cached_property
     def stability(self) -> S.StabilityMap | None:
@@ -131,7 +134,7 @@ def _divergence(c: Context) -> list[Section]:
 
 
 def _left_out(c: Context) -> list[Section]:
-    lines = left_out_figures(c.shown)
+    lines = left_out_figures(c.sources)
     return [Section("figures-left-out", "Figures left out (nothing to draw)", "\n".join(
         f"- {escape(line)}" for line in lines))] if lines else []
 
@@ -252,141 +255,3 @@ SECTIONS: tuple[SectionSpec, ...] = (
 
 def build_sections(context: Context) -> list[Section]:
     return [section for spec in SECTIONS for section in spec.build(context)]
-
-
-@dataclass(frozen=True)
-class FigureSpec:
-    name: str
-    title: str
-    static: Callable[[Results], plt.Figure]
-    interactive: Callable[[Results], list]  # plotly figures
-    shown: Callable[[Results], bool] = lambda results: True
-    needs: tuple[str, ...] = ()  # columns it draws: left out (`left_out_figures` says why) where no run logged any
-
-
-def _figure_of(ax: plt.Axes) -> plt.Figure:
-    """The figure `ax` draws on: the report's figures are whole figures, never subfigures."""
-    figure = ax.figure
-    if not isinstance(figure, plt.Figure):
-        raise TypeError(f"a report figure drew on a {type(figure).__name__}, not a whole figure")
-    return figure
-
-
-def _has_sweep(results: Results) -> bool:
-    return bool(results.metrics["facet"].astype(bool).any())
-
-
-FIGURES: tuple[FigureSpec, ...] = (
-    FigureSpec("fig1_reward_vs_compute", "Figure 1: training reward (and held-out scores) vs compute",
-               lambda r: _figure_of(F.reward_vs_compute(r.metrics, evals=r.evals)), plotly_figures.reward_vs_compute,
-               needs=("reward/mean",)),
-    FigureSpec("reward_by_sweep_point", "Training reward vs compute at each sweep point",
-               lambda r: _figure_of(F.reward_by_point(r.metrics)[0]), plotly_figures.reward_by_point, shown=_has_sweep,
-               needs=("reward/mean",)),
-    FigureSpec("fig2_clip_fraction", "Figure 2: clipped token fraction", lambda r: _figure_of(F.clip_fraction(r.metrics)),
-               plotly_figures.clip_fraction, needs=("clip/frac",)),
-    FigureSpec("fig3_routing_replay", "Figure 3: GRPO with / without Routing Replay",
-               lambda r: _figure_of(F.replay(r.metrics)), plotly_figures.replay, needs=("reward/mean",)),
-    FigureSpec("ratio_variance", "Importance-ratio variance (medians over seeds of rolling medians, log scale)",
-               lambda r: _figure_of(F.ratio_variance(r.metrics)),
-               plotly_figures.ratio_variance, needs=("ratio/token_var", "ratio/seq_var")),
-    FigureSpec("drift", "Expert-activation drift", lambda r: _figure_of(F.drift(r.metrics)), plotly_figures.drift,
-               needs=("moe/drift",)),
-    FigureSpec("clip_by_length", "Clipping by response length", lambda r: _figure_of(F.clip_by_length(r.metrics)),
-               plotly_figures.clip_by_length),
-    FigureSpec("kl_entropy", "KL and entropy", lambda r: _figure_of(F.kl_entropy(r.metrics)[0]), plotly_figures.kl_entropy,
-               needs=("kl/old_new", "entropy/mean")),
-    FigureSpec("margins_by_layer", "Drift per layer and by updates: measured vs the independence flip rate",
-               lambda r: MF.predicted_vs_measured(r.layers), lambda r: MFI.predicted_vs_measured(r.layers),
-               shown=lambda r: M.has_margins(r.layers)),
-)
-
-
-def _drift_layers(label: str) -> FigureSpec:
-    return FigureSpec(f"drift_layers_{anchors.part(label)}", f"Drift by layer: {label}",
-                      lambda r: _figure_of(F.drift_heatmap(r.layers, label)), lambda r: plotly_figures.drift_heatmap(r, label))
-
-
-def forest_spec(context: Context) -> FigureSpec:
-    """The forest plot of the declared comparisons (analysis.report.tables.forest_rows)."""
-    return FigureSpec(FOREST, "Primary comparisons: final reward, first minus second, paired by seed (mean, 95% "
-                      "t-interval, per-seed differences, Holm p over the primary family)",
-                      lambda r: _figure_of(F.forest(T.forest_rows(context.evidence))),
-                      lambda r: plotly_figures.forest(T.forest_rows(context.evidence)))
-
-
-def report_figures(context: Context) -> list[FigureSpec]:
-    """The report's figures in order: the forest plot of the declared comparisons first where the suite
-    file declares a family, then the stability map's where it applies (`map_figures` of the context's map: of
-    every run, it judges the collapsed ones too), then `figure_specs` of the finished runs."""
-    declared = [forest_spec(context)] if context.evidence.declared else []
-    tuned = [FigureSpec(TF.TUNING_FIGURE, "Tuning sensitivity: validation score against each tuned setting (trials as "
-                        "points, the chosen one a star)", TF.sensitivity_figure, TF.sensitivity_interactive)]
-    return declared + map_figures(context.stability) + figure_specs(context.shown) + (
-        tuned if tuning_records(context.results) else [])
-
-
-STABILITY_FIGURES: tuple[tuple[str, str, Callable[[pd.DataFrame], plt.Axes], Callable[[pd.DataFrame], list]], ...] = (
-    (anchors.CHANGE_VS_KL, "Stability map (a): reward change against the level dose", SF.change_vs_kl,
-     SI.change_vs_kl),
-    (anchors.CELLS, "Stability map (b): share of seeds degraded or collapsed per sweep cell", lambda o: SF.cells(o)[0],
-     SI.cells),
-    (anchors.COLLAPSE_PROBABILITY, "Stability map (c): P(degraded or collapsed) against the level dose, logistic fit",
-     SF.collapse_probability, SI.collapse_probability),
-    (anchors.DRIFT_VS_ROUTER_LR, "Stability map (d): drift after one update against train.router_lr_scale",
-     SF.drift_vs_router_lr, SI.drift_vs_router_lr),
-    (anchors.SURVIVAL, "Stability map (e): collapse over steps (Kaplan-Meier)", SF.survival_curves, SI.survival_curves),
-)
-
-
-def _stability_shown(name: str, classes: pd.DataFrame) -> bool:
-    """(d) needs two router learning-rate scales or more, (e) a collapsed run; the others always apply."""
-    if name == anchors.DRIFT_VS_ROUTER_LR:
-        return classes["router_lr_scale"].nunique() > 1
-    if name == anchors.SURVIVAL:
-        return bool((classes["outcome"] == S.COLLAPSED).any())
-    return True
-
-
-def map_figures(found: S.StabilityMap | None) -> list[FigureSpec]:
-    """The stability map's figures that apply to `found` (analysis.evidence.stability.stability_map: none where the
-    map does not apply). They are bound to its run classes: their functions ignore the results they are
-    called with."""
-    if found is None:
-        return []
-    classes = found.classes
-
-    def spec(name: str, title: str, static: Callable[[pd.DataFrame], plt.Axes],
-             interactive: Callable[[pd.DataFrame], list]) -> FigureSpec:
-        return FigureSpec(name, title, lambda _: _figure_of(static(classes)), lambda _: interactive(classes))
-
-    return [spec(*entry) for entry in STABILITY_FIGURES if _stability_shown(entry[0], classes)]
-
-
-def stability_specs(results: Results) -> list[FigureSpec]:
-    """`map_figures` of `results`, which should hold every run (the map judges collapsed runs too)."""
-    return map_figures(S.stability_map(results))
-
-
-def figure_specs(results: Results) -> list[FigureSpec]:
-    """The declared figures that apply to `results` (the finished runs) and have data to draw (a column of
-    `needs` that some run logged: `left_out_figures` names the others), then a per-layer drift heatmap per
-    objective; none without a metric row."""
-    if results.metrics.empty:
-        return []
-    layered = set(results.layers["label"]) if not results.layers.empty else set()
-    return [spec for spec in FIGURES if spec.shown(results) and _drawable(spec, results)] + [
-        _drift_layers(label) for label in results.objectives if label in layered]
-
-
-def _drawable(spec: FigureSpec, results: Results) -> bool:
-    return not spec.needs or F.logged(results.metrics, spec.needs)
-
-
-def left_out_figures(results: Results) -> list[str]:
-    """The declared figures that apply to `results` but are left out because no run logged what they draw,
-    each as "TITLE: no run logged COLUMN (or COLUMN)" (an imported run measures what its library logged)."""
-    if results.metrics.empty:
-        return []
-    return [f"{spec.title}: no run logged {' or '.join(spec.needs)}" for spec in FIGURES
-            if spec.shown(results) and not _drawable(spec, results)]

@@ -143,7 +143,7 @@ def comparisons_table(evidence: Evidence) -> pd.DataFrame | str:
 def primary_table(evidence: Evidence) -> pd.DataFrame:
     """The declared comparisons (analysis.primary), one row each: per-seed differences with their mean
     and paired t-interval, the exact sign-flip p, the Holm-adjusted p over the declared family, and
-    the outcome (`primary_outcome`). The forest figure draws these rows."""
+    the outcome (`primary_outcome`). The forest figure draws these rows (analysis.report.figure_table.forest_rows)."""
     return pd.DataFrame([{**_where(evidence, t.group), "first": t.first, "second": t.second, "seeds": t.result.n,
                           "first minus second (per seed)": difference_text(t.result), "p (sign-flip)": p_text(t.result.p, t.result.n),
                           "Holm p": p_text(adjusted), "P(first > second)": t.result.poi,
@@ -152,20 +152,6 @@ def primary_table(evidence: Evidence) -> pd.DataFrame:
                         columns=[*(["group"] if len(evidence.groups) > 1 else []), "first", "second", "seeds",
                                  "first minus second (per seed)", "p (sign-flip)", "Holm p", "P(first > second)",
                                  "outcome"])
-
-
-def forest_rows(evidence: Evidence) -> pd.DataFrame:
-    """The declared comparisons as the forest figure draws them (analysis.figures.curves.FOREST_COLUMNS): the
-    comparison named (with its group in a report of several), the paired mean difference and t-interval,
-    the seeds and their differences, and the Holm-adjusted p as text ("not tested" without one)."""
-    rows = []
-    for test in evidence.primary:
-        result, adjusted = evidence.family.tested(test.group, test.quantity, test.first, test.second)
-        title = evidence.title(test.group)
-        rows.append({"comparison": (f"{title}: " if title else "") + f"{test.first} - {test.second}",
-                     "mean": result.mean, "low": result.low, "high": result.high, "seeds": result.seeds,
-                     "differences": tuple(result.differences), "holm": p_text(adjusted) if result.n else "not tested"})
-    return pd.DataFrame(rows, columns=list(F.FOREST_COLUMNS))
 
 
 def primary_outcome(found: Judged, needed: int) -> str:

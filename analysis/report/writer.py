@@ -1,5 +1,6 @@
 """The comparison report: `report.md` (static PNG figures), a self-contained interactive
-`report.html`, and the figures as PNG and PDF. What it shows is declared in `analysis.report.sections`;
+`report.html`, and the figures as PNG and PDF. What it shows is declared in `analysis.report.sections`, its
+figures in the one table of `analysis.report.figure_table`;
 it refuses runs whose spent compute differs by more than 2% unless allowed (`analysis.data.matching`).
 Figures and comparisons use the finished runs only; the others are listed apart, by name.
 
@@ -23,9 +24,10 @@ from analysis.data.load import NotResultsError, Results
 from analysis.data.matching import UnmatchedComputeError, check_matched
 from analysis.evidence.primary import DeclarationError
 from analysis.report.escape import shown_lines
+from analysis.report.figure_table import ReportFigure
 from analysis.report.html import render_html
 from analysis.report.markdown import render_markdown
-from analysis.report.sections import Context, FigureSpec, build_sections, report_figures
+from analysis.report.sections import Context, build_sections
 from gspo_bench.rundir.folder import atomic_write_bytes, atomic_write_text, remove_entry
 
 __all__ = ["DeclarationError", "UnmatchedComputeError", "write_figures", "write_report"]
@@ -46,17 +48,17 @@ def plain_static(fig: Figure) -> None:
                     put(FuncFormatter(lambda x, pos, inner=formatter: shown_lines(inner(x, pos))))
 
 
-def save_figures(results: Results, specs: list[FigureSpec], out: Path, dpi: int = 110) -> list[Path]:
+def save_figures(figures: list[ReportFigure], out: Path, dpi: int = 110) -> list[Path]:
     """Each figure's static version as PNG and PDF under `out`, each file written atomically; closes
     every figure it made."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for spec in specs:
-        fig = spec.static(results)
+    for figure in figures:
+        fig = figure.static()
         try:
             plain_static(fig)
             for ext in ("png", "pdf"):
-                path = out / f"{spec.name}.{ext}"  # spec.name: at most ~140 characters (analysis.report.anchors)
+                path = out / f"{figure.name}.{ext}"  # at most ~140 characters (analysis.report.anchors)
                 data = io.BytesIO()
                 fig.savefig(data, dpi=dpi, format=ext)
                 atomic_write_bytes(path, data.getvalue())
@@ -72,15 +74,15 @@ def write_report(results: Results, out: Path, allow_unmatched: bool = False) -> 
     spread = check_matched(results, allow_unmatched)
     out = Path(out)
     context = Context(results, spread, allow_unmatched)
-    specs = report_figures(context)
+    figures = context.figures_shown
     sections = build_sections(context)
-    markdown = render_markdown(sections, specs)
-    interactive = [(s.name, s.title, s.interactive(context.shown)) for s in specs]
+    markdown = render_markdown(sections, figures)
+    interactive = [(f.name, f.title, f.interactive()) for f in figures]
     page = render_html(sections, interactive, ", ".join(sorted(results.runs["suite"].unique())))
     paths = {"md": out / "report.md", "html": out / "report.html", "figures": out / "figures"}
     for old in (paths["md"], paths["html"]):  # a link is unlinked, not followed
         remove_entry(old)
-    save_figures(context.shown, specs, paths["figures"])
+    save_figures(figures, paths["figures"])
     atomic_write_text(paths["md"], markdown)
     atomic_write_text(paths["html"], page)
     return paths
@@ -91,4 +93,4 @@ def write_figures(results: Results, out: Path) -> list[Path]:
     context = Context(results, float("nan"), False)
     if context.shown.runs.empty:
         raise NotResultsError("no finished run among the results: no figure to draw (the report lists unfinished runs)")
-    return save_figures(context.shown, report_figures(context), Path(out))
+    return save_figures(context.figures_shown, Path(out))
