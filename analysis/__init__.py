@@ -18,7 +18,15 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analysis.checks.regress import compare, excess_text, load_tolerances, other_suite, update_baseline
+    from analysis.checks.regress import (
+        check_cells,
+        check_notes,
+        compare,
+        load_tolerances,
+        other_suite,
+        regressions_text,
+        update_baseline,
+    )
     from analysis.checks.reproduce import compare_results
     from analysis.data.errors import ResultsError
     from analysis.data.load import load_results
@@ -34,14 +42,17 @@ FACE = {
     "write_report": "analysis.report.writer",
     "write_figures": "analysis.report.writer",
     "compare": "analysis.checks.regress",
-    "excess_text": "analysis.checks.regress",
+    "check_cells": "analysis.checks.regress",
+    "check_notes": "analysis.checks.regress",
+    "regressions_text": "analysis.checks.regress",
     "load_tolerances": "analysis.checks.regress",
     "other_suite": "analysis.checks.regress",
     "update_baseline": "analysis.checks.regress",
     "compare_results": "analysis.checks.reproduce",
 }
-__all__ = ["ResultsError", "UnmatchedComputeError", "compare", "compare_results", "console_answer", "excess_text",
-           "load_results", "load_tolerances", "other_suite", "update_baseline", "write_figures", "write_report"]
+__all__ = ["ResultsError", "UnmatchedComputeError", "check_cells", "check_notes", "compare", "compare_results",
+           "console_answer", "load_results", "load_tolerances", "other_suite", "regressions_text", "update_baseline",
+           "write_figures", "write_report"]
 
 
 def __getattr__(name: str) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gspo_bench.config import parse_suite
 from gspo_bench.suite.runner import plan_runs, starting_weights
-from gspo_bench.train.loop import RunSpec, train_run
+from gspo_bench.train import train_run
 
 
 def tiny_suite(cache: Path, **changes) -> dict:
@@ -65,7 +65,5 @@ def run_suite(data: dict, out: Path, resume: bool = False, on_step=None) -> dict
     statuses = {}
     for planned in plan_runs(suite, out):
         weights = starting_weights(planned.suite, suite.seeds[0], log=lambda m: None)
-        spec = RunSpec(suite=planned.suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
-                       init_weights=weights, sweep=planned.sweep, arm=planned.arm)
-        statuses[planned.name] = train_run(spec, resume=resume, on_step=on_step)
+        statuses[planned.name] = train_run(planned.with_weights(weights), resume=resume, on_step=on_step)
     return statuses

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import functools
 import importlib
-import inspect
 import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -22,8 +20,7 @@ from gspo_bench.runtime.stopping import Stopped, stop_on_signals
 from gspo_bench.suite import PrintableConsole
 
 if TYPE_CHECKING:
-    from gspo_bench.config import SuiteConfig
-    from gspo_bench.suite import PlannedRun, Session
+    pass
 
 app = typer.Typer(
     help="Matched-compute benchmark of RL objectives (GRPO, GSPO, ...) on Mixture-of-Experts LMs.",
@@ -51,9 +48,9 @@ def entry_point(ctx: typer.Context,
     stop_on_signals()
 
 
-def say(text: str, out: Console | None = None) -> None:
+def say(text: str) -> None:
     """Plain text (paths may hold [brackets]: no markup is interpreted)."""
-    (out or console).print(text, markup=False, highlight=False)
+    console.print(text, markup=False, highlight=False)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -138,7 +135,7 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), ove
     """Check a suite file as `run` would before any compute (models, tasks, objectives, devices,
     engines, eval tasks, the sweep); print the planned runs."""
     from gspo_bench.config import SuiteError
-    from gspo_bench.suite import load_runnable, plan_runs
+    from gspo_bench.suite import load_runnable, plan_runs, trial_lines
 
     try:
         suite, values = load_runnable(suite_path, overrides)
@@ -150,15 +147,8 @@ def validate(suite_path: Path = typer.Argument(..., help="suite YAML file"), ove
         f"{suite.budget.value:g}")
     for run in runs:
         say(f"  {run.name}: {run.entry.objective}, replay={run.entry.use_replay}, {run.entry.clip_range()}")
-    if suite.tuning is not None:
-        from gspo_bench.config.tuning import arms_ruleset, plan_trials
-        from gspo_bench.suite import settings_text
-
-        trials = plan_trials(suite)
-        say(f"  tuning first: {len(trials)} trials x seeds {suite.tuning.seeds} on the validation split (the runs "
-            f"above then use each arm's chosen settings); {', '.join(f'{a} {r}' for a, r in arms_ruleset(suite).items())}")
-        for trial in trials:
-            say(f"    {trial.label}: {settings_text(trial.settings)}")
+    for line in trial_lines(suite):
+        say(line)
 
 
 def parse_seeds(seeds: str | None) -> list[int] | None:
@@ -187,47 +177,21 @@ def check_ray_installed() -> None:
         raise fail("--ray needs Ray: pip install -e '.[ray]'") from None
 
 
-def suite_world(suite):
-    """The torchrun world of this process (initialising the process group when WORLD_SIZE > 1)."""
-    import torch
-
-    from gspo_bench.runtime.distributed import barrier, world_from_env
-
-    world = world_from_env(torch.device(suite.train.device))
-    barrier(world)
-    return world
-
-
 def print_plan(suite_path: Path, overrides: list[str] | None = None, only: list[str] | None = None,
                seeds: list[int] | None = None) -> None:
     """The dry run's table: the plan of the runs `run` would do with these options (`--only` labels,
     `--seeds`: the runs, their count and the suite's FLOPs are theirs alone)."""
-    import dataclasses
-
     from gspo_bench.config import SuiteError
-    from gspo_bench.suite import (
-        PlanError,
-        check_seeds,
-        load_with_overrides,
-        plan_rows,
-        plan_runs,
-        plan_suite,
-        plans_by_suite,
-        tuning_rows,
-    )
+    from gspo_bench.suite import PlanError, dry_run_rows
 
     try:
-        suite, _ = load_with_overrides(suite_path, overrides)
-        check_seeds(suite, seeds)
-        runs = plan_runs(suite, Path(suite.output_dir), only=only, seeds=seeds)
-        plan = dataclasses.replace(plan_suite(suite), runs=len(runs))
-        groups = plans_by_suite([(run.name, run.suite) for run in runs], known=(suite, plan))  # arms' set:, sweep points
+        suite, rows = dry_run_rows(suite_path, overrides, only, seeds)
     except (SuiteError, PlanError, ValueError) as err:
         raise fail(str(err)) from None
     given = "".join(f" --set {item}" for item in overrides or []) + "".join(f" --only {label}" for label in only or [])
     given += f" --seeds {','.join(map(str, seeds))}" if seeds is not None else ""
     table = Table(title=escape(f"dry run: suite {suite.name!r} ({suite_path}{given})"), show_header=False)
-    for key, value in plan_rows(suite, plan, [run.name for run in runs], groups) + tuning_rows(suite, plan):
+    for key, value in rows:
         table.add_row(key, escape(value))
     console.print(table)
 
@@ -255,7 +219,15 @@ def run(
                                      "(as `gspo-bench report` does)"),
 ) -> None:
     """Train every objective x seed of a suite to the same compute budget; one row per step."""
-    from gspo_bench.suite import default_parallel, exit_code, start_process_server
+    from gspo_bench.rundir.lock import RunBusyError
+    from gspo_bench.runtime.distributed import joined_world
+    from gspo_bench.suite import (
+        ConsoleShow,
+        Launch,
+        exit_code,
+        plan_session,
+        start_process_server,
+    )
 
     if dry_run:
         return print_plan(suite_path, overrides, only, parse_seeds(seeds))
@@ -263,88 +235,27 @@ def run(
         start_process_server()
     if ray or ray_address:
         check_ray_installed()
-    session = planned_todo(suite_path, overrides, out, only, parse_seeds(seeds), resume, allow_changed)
-    suite, root = session.suite, session.root
-    world = suite_world(suite)  # under torchrun: this rank; the ranks check outputs before any writes
-    if world.distributed and (parallel != 1 or ray or ray_address):
-        raise fail("--parallel and --ray run whole runs side by side; under torchrun every rank trains the same run")
-    out_console = console if world.is_main else Console(quiet=True)
-    launch = {"resume": resume, "allow_changed": allow_changed, "world": world, "out_console": out_console,
-              "parallel": parallel or default_parallel(suite.train.threads),
-              "ray_address": ray_address if (ray or ray_address) else False}
-    todo, trial_outcomes = session.todo, []
-    if session.trials or session.awaiting_choice:  # a tuned suite: its trials first, then the choice
-        trial_outcomes = run_trials(session, suite_path, overrides, launch)
-        todo = chosen_todo(session, overrides, only, parse_seeds(seeds), resume, allow_changed)
-    if not todo:
-        say("nothing to do: every planned run is finished", out_console)
-        return what_next(root / suite.name, make_report) if world.is_main else None
-    outcomes = launch_runs(suite, todo, root, suite_path, overrides, launch)
-    print_run_statuses(outcomes, f"suite {suite.name} -> {root / suite.name}", out_console)
-    if world.is_main:
-        what_next(root / suite.name, make_report)
-    code = exit_code(trial_outcomes + outcomes)
+    try:  # under torchrun: this rank's world, every rank past the checks of the outputs before any writes
+        session = plan_session(suite_path, overrides, out, only, parse_seeds(seeds), resume, allow_changed)
+        launch = Launch(resume=resume, allow_changed=allow_changed, world=joined_world(session.suite.train.device),
+                        parallel=parallel, ray_address=ray_address if (ray or ray_address) else False)
+    except (ValueError, FileExistsError, RunBusyError) as err:  # SuiteError is a ValueError
+        raise fail(str(err)) from None
+    show = ConsoleShow(console if launch.world.is_main else PrintableConsole(quiet=True))
+    try:
+        outcomes = session.run(launch, show)
+    except OSError as err:
+        raise fail(f"cannot write results under {session.root}: {err.strerror or err} "
+                   f"({err.filename or session.root})") from None
+    except KeyboardInterrupt as err:
+        raise suite_stopped(err, suite_path, session.root, overrides) from None
+    except ValueError as err:  # a tuned suite whose arms cannot be chosen (TuningError), a refused comparison
+        raise fail(str(err)) from None
+    if launch.world.is_main:
+        what_next(session.suite_dir, make_report)
+    code = exit_code(outcomes)
     if code:
         raise typer.Exit(code)
-
-
-def launch_runs(suite: SuiteConfig, todo: list[PlannedRun], root: Path, suite_path: Path, overrides: list[str] | None,
-                launch: dict[str, Any]) -> list[tuple[PlannedRun, dict]]:
-    """Run `todo` (runs of `suite` under `root`) with the launch settings of `run`; every stop as one line."""
-    from gspo_bench.suite import SuiteProgress, run_suite
-
-    out_console = launch["out_console"]
-    try:
-        with SuiteProgress(out_console, {p.run_dir.name: p.suite.budget for p in todo},
-                           suites={p.run_dir.name: p.suite for p in todo}) as progress:
-            return run_suite(suite, todo, root, resume=launch["resume"], allow_changed=launch["allow_changed"],
-                             world=launch["world"], log=lambda msg: say(msg, out_console), observer=progress,
-                             parallel=launch["parallel"], ray_address=launch["ray_address"])
-    except OSError as err:
-        raise fail(f"cannot write results under {root}: {err.strerror or err} ({err.filename or root})") from None
-    except KeyboardInterrupt as err:
-        raise suite_stopped(err, suite_path, root, overrides) from None
-
-
-def run_trials(session: Session, suite_path: Path, overrides: list[str] | None, launch: dict[str, Any]
-               ) -> list[tuple[PlannedRun, dict]]:
-    """A tuned suite's trial runs (OUT/<suite>/tuning/), before its comparison."""
-    from gspo_bench.config.tuning import trial_suite
-
-    if not session.trials:
-        return []
-    trials = trial_suite(session.suite)
-    say(f"tuning: {len(session.trials)} trial runs to do (OUT/{session.suite.name}/tuning/)", launch["out_console"])
-    outcomes = launch_runs(trials, session.trials, session.root / session.suite.name, suite_path, overrides, launch)
-    print_run_statuses(outcomes, f"trials of {session.suite.name} -> {session.root / session.suite.name / 'tuning'}",
-                   launch["out_console"])
-    return outcomes
-
-
-def chosen_todo(session: Session, overrides: list[str] | None, only: list[str] | None, seeds: list[int] | None,
-                resume: bool, allow_changed: bool) -> list[PlannedRun]:
-    """Each arm's choice from its trials (written to chosen.json), then the comparison's runs to do."""
-    from gspo_bench.rundir.lock import RunBusyError
-    from gspo_bench.suite import choose_and_plan
-
-    try:
-        return choose_and_plan(session, overrides, only, seeds, resume, allow_changed)
-    except (ValueError, FileExistsError, RunBusyError) as err:
-        raise fail(f"tuning: {err}") from None
-
-
-def planned_todo(suite_path: Path, overrides: list[str] | None, out: Path | None, only: list[str] | None,
-                 seeds: list[int] | None, resume: bool, allow_changed: bool) -> Session:
-    """`gspo_bench.suite.session.plan_session` (the suite, the results root, the runs to do, a tuned suite's
-    trials); every problem as one error line."""
-    from gspo_bench.config import SuiteError
-    from gspo_bench.rundir.lock import RunBusyError
-    from gspo_bench.suite import plan_session
-
-    try:
-        return plan_session(suite_path, overrides, out, only, seeds, resume, allow_changed)
-    except (SuiteError, ValueError, FileExistsError, RunBusyError) as err:
-        raise fail(str(err)) from None
 
 
 def program() -> str:
@@ -391,16 +302,6 @@ def suite_stopped(err: KeyboardInterrupt, suite_path: Path, root: Path, override
                 getattr(err, "exit_code", 130))
 
 
-def print_run_statuses(statuses: list, title: str, out: Console) -> None:
-    """One row per run: (planned run, its final status.json) as the suite left it."""
-    table = Table(title=escape(title))
-    for col in ("run", "status", "steps", "message"):
-        table.add_column(col)
-    for planned, status in statuses:
-        table.add_row(escape(planned.name), status["status"], str(status["step"]), escape(status.get("message", "")))
-    out.print(table)
-
-
 @app.command()
 @guarded
 def probe(
@@ -418,7 +319,7 @@ def probe(
 ) -> None:
     """One RL step (K minibatch updates) of each objective on a tiny MoE from identical weights."""
     from gspo_bench.objectives import UnknownObjectiveError, objective_spec
-    from gspo_bench.suite import ProbeConfig, run_probe
+    from gspo_bench.suite import PROBE_COLUMNS, ProbeConfig, probe_cells, run_probe
 
     load_plugins_or_fail(plugins)
     names = [n.strip() for n in objectives.split(",") if n.strip()]
@@ -435,16 +336,14 @@ def probe(
         max_new_tokens=max_new_tokens, minibatches=minibatches, lr=lr, seed=seed,
     )
     console.print(f"probe: {family}, P={prompts} x G={group_size}, K={minibatches} minibatches, lr={lr:g}")
-    columns = ["loss", "clip/frac", "ratio/token_var", "ratio/seq_var", "kl/old_new", "moe/drift", "moe/drift_expert",
-               "grad/norm", "time/update_s"]
     table = Table(title="one RL step per objective: means over the K minibatches")
     table.add_column("objective")
-    for col in columns:
+    for col in PROBE_COLUMNS:
         table.add_column(col, justify="right")
     with console.status("sampling and updating ...") as status:
         rows = run_probe(cfg, on_result=lambda r: status.update(f"done: {r['objective']}"))
     for row in rows:
-        table.add_row(row["objective"], *(probe_cell(row, c) for c in columns))
+        table.add_row(row["objective"], *probe_cells(row))
     console.print(table)
     if minibatches == 1:
         console.print("moe/drift: - with K=1 (measured on minibatches 2..K)")
@@ -468,6 +367,7 @@ def check(
     micro-batch exactness, declared inputs, measurements) on small batches; exit 1 on a failure, or
     where the objective breaks its contract (what it returns, its inputs unchanged), raises or runs
     past --timeout (one line naming it)."""
+    from gspo_bench.config.kit_params import kit_settings
     from gspo_bench.objectives import UnknownObjectiveError, objective_spec
     from gspo_bench.objectives.conformance import ContractError, check_objective
 
@@ -476,7 +376,10 @@ def check(
         objective_spec(name)
     except UnknownObjectiveError as err:
         raise fail(str(err)) from None
-    settings = kit_settings(name, params or [])
+    try:
+        settings = kit_settings(name, params or [])
+    except ValueError as err:
+        raise fail(str(err)) from None
     try:
         findings = check_objective(name, seed, settings=settings, timeout=timeout)
     except ContractError as err:
@@ -484,79 +387,13 @@ def check(
             raise
         raise fail(str(err), 1) from None
     for f in findings:
-        verdict = "n/a" if f.passed is None else "pass" if f.passed else "FAIL"
-        number = "-" if f.passed is None else f"{f.measured:.3g}"
-        say(f"{f.property:<15} {verdict:<5} {number:>10}  {f.bound:<24} {f.note}")
+        say(f.line())
     failed = [f.property for f in findings if f.passed is False]
     if failed:
         say(f"{name}: {len(failed)} of {len(findings)} properties fail: {', '.join(failed)}")
         raise typer.Exit(1)
     skipped = sum(f.passed is None for f in findings)
     say(f"{name}: conforms ({len(findings) - skipped} properties pass, {skipped} declared not to apply)")
-
-
-def kit_settings(name: str, items: list[str]) -> dict[str, Any]:
-    """`KEY=VALUE` items (`check --param`) as the keywords objective `name` is checked with: the same
-    settings a suite entry gives it (its params and clip range, which `validate` checks it with); one
-    error line for an item without `=`, a key given twice or a keyword the objective does not take."""
-    from gspo_bench.config.schema import LOOP_INPUTS
-    from gspo_bench.config.yamlread import read_yaml
-    from gspo_bench.objectives import objective_spec
-
-    spec = objective_spec(name)
-    takes = sorted(set(inspect.signature(spec.fn).parameters) - {*LOOP_INPUTS, *spec.inputs, "weights"})
-    settings: dict[str, Any] = {}
-    for item in items:
-        key, equals, text = (part.strip() for part in item.partition("="))
-        if not equals or not key:
-            raise fail(f"--param {item}: expected KEY=VALUE, e.g. --param clip_high=0.3")
-        if key in settings:
-            raise fail(f"--param {key}: given twice")
-        if key not in takes:
-            raise fail(f"--param {key}: objective {name} takes no keyword {key!r}; it takes: {', '.join(takes) or 'none'}")
-        try:
-            settings[key] = param_value(spec.fn, key, read_yaml(text))
-        except ValueError as err:
-            raise fail(f"--param {key}: {err}") from None
-    return settings
-
-
-def param_value(function: Any, key: str, value: Any) -> Any:
-    """`value` (read as YAML) as `function`'s keyword `key` takes it: of the type its hint names, or its
-    default's type where it has no hint (an int is taken for a float, a boolean for no number), and
-    finite; ValueError naming the type expected and the value given."""
-    import typing
-
-    from pydantic import PydanticSchemaGenerationError, TypeAdapter, ValidationError
-
-    from gspo_bench.config.schema import nonfinite_numbers
-
-    try:
-        hints = typing.get_type_hints(function)
-    except Exception:  # a hint naming what its module does not define: go by the default
-        hints = {}
-    default = inspect.signature(function).parameters[key].default
-    expected = hints.get(key, type(default) if isinstance(default, bool | int | float | str) else Any)
-    try:
-        adapter: TypeAdapter[Any] = TypeAdapter(expected)
-    except PydanticSchemaGenerationError:  # a type pydantic cannot check (a tensor): the objective's to check
-        adapter = TypeAdapter(Any)
-    try:
-        value = adapter.validate_python(value, strict=True)
-    except ValidationError as err:
-        kind = getattr(expected, "__name__", str(expected))
-        raise ValueError(f"expected {kind} (the objective's type for it), got {value!r} ({type(value).__name__}): "
-                         f"{err.errors()[0]['msg'][:1].lower()}{err.errors()[0]['msg'][1:]}") from None
-    if nonfinite_numbers({key: value}):
-        raise ValueError(f"expected a finite number, got {value!r}")
-    return value
-
-
-def probe_cell(row: dict, column: str) -> str:
-    """A probe table cell: the value to 3 figures, "-" where the step measured none (the drift with K=1:
-    it is measured on minibatches 2..K)."""
-    value = row.get(column)
-    return "-" if value is None or value != value else f"{value:.3g}"
 
 
 @app.command()
@@ -611,7 +448,16 @@ def regress(
     """Compare fresh CI results with the baseline: step 1 to float noise, trajectory bands from the
     baseline's seeds, invariants; each check's distance in units of its tolerance; exit 1 on a regression.
     A baseline of another suite (name or resolved settings) is refused (exit 2), naming the differences."""
-    from analysis import compare, excess_text, load_results, load_tolerances, other_suite, update_baseline
+    from analysis import (
+        check_cells,
+        check_notes,
+        compare,
+        load_results,
+        load_tolerances,
+        other_suite,
+        regressions_text,
+        update_baseline,
+    )
 
     try:
         if update:
@@ -631,22 +477,14 @@ def regress(
     table = Table(title=escape(f"regress {results} against {baseline}"))
     for col in ("objective", "metric", "baseline", "current", "tolerance", "x tolerance", "result"):
         table.add_column(col)
-    fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
     for c in checks:
-        table.add_row(escape(c.label), escape(c.metric), fmt(c.baseline), fmt(c.current), escape(c.tolerance),
-                      excess_text(c.excess), "ok" if c.ok else "[red]REGRESSION[/red]")
+        table.add_row(*map(escape, check_cells(c)), "ok" if c.ok else "[red]REGRESSION[/red]")
     console.print(table)
-    for c in checks:
-        if c.note:
-            say(f"{c.label} {c.metric}: {c.note}")
-    failed = [c for c in checks if not c.ok]
-    margins = [c.excess for c in checks if c.ok and c.excess is not None]
-    if margins:  # how close the passing checks came to their tolerance
-        say(f"closest pass: {excess_text(max(margins))} of its tolerance")
+    for line in check_notes(checks):
+        say(line)
+    failed = regressions_text(checks)
     if failed:
-        console.print(f"[red]{len(failed)} regression(s):[/red] " + escape(", ".join(
-            f"{c.label} {c.metric}" + ("" if c.excess is None else f" ({excess_text(c.excess)} x its tolerance)")
-            for c in failed)))
+        console.print(f"[red]{escape(failed)}[/red]")
         raise typer.Exit(1)
     console.print(f"no regression ({len(checks)} checks)")
 
@@ -668,9 +506,7 @@ def import_runs(
     except (PlanError, MappingError, ImportError_) as err:
         raise fail(str(err)) from None
     for read in reads:
-        unknown = f"; keys not in the mapping: {', '.join(read.unknown)}" if read.unknown else ""
-        say(f"{read.run.arm} seed {read.run.seed}: {len(read.metrics)} steps from "
-            f"{', '.join(Path(s['path']).name for s in read.sources)}{unknown}")
+        say(read.summary())
     say(f"wrote {len(reads)} runs to {target}/ (gspo-bench report {target})")
 
 
@@ -702,22 +538,6 @@ def reproduce(
     console.print(f"all {len(found)} runs identical")
 
 
-EVAL_OPTIONS = {"tasks": "--tasks", "samples": "--samples", "limit": "--limit", "greedy": "--greedy",
-                "max_new_tokens": "--max-new-tokens", "temperature": "--temperature"}
-
-
-def eval_option_problem(error: Any) -> str:
-    """One of EvalConfig's errors (pydantic's error dict) for `gspo-bench eval`: the command-line options
-    it is about, its message and the value given ("--samples: Input should be ... (got 99999)"); an error
-    of several fields names the options whose fields its message mentions, in the message's order."""
-    message = error["msg"].removeprefix("Value error, ")
-    field = error["loc"][0] if error["loc"] else None
-    if field is not None:
-        return f"{EVAL_OPTIONS.get(str(field), field)}: {message} (got {error['input']!r})"
-    options = [EVAL_OPTIONS[name] for name in sorted((n for n in EVAL_OPTIONS if n in message), key=message.index)]
-    return f"{', '.join(options)}: {message}" if options else message
-
-
 @app.command("eval")
 @guarded
 def eval_policy(
@@ -737,16 +557,13 @@ def eval_policy(
     """Evaluate a saved policy with lm-eval on held-out task splits, standalone."""
     import json
 
-    from pydantic import ValidationError
-
-    from gspo_bench.config import EvalConfig
-    from gspo_bench.train import evaluate_saved
+    from gspo_bench.train import eval_config, evaluate_saved
 
     try:
-        cfg = EvalConfig(tasks=[t.strip() for t in tasks.split(",") if t.strip()], samples=samples, limit=limit,
-                         greedy=greedy, max_new_tokens=max_new_tokens, temperature=temperature)
-    except ValidationError as err:
-        raise fail("; ".join(eval_option_problem(e) for e in err.errors())) from None
+        cfg = eval_config(tasks=[t.strip() for t in tasks.split(",") if t.strip()], samples=samples, limit=limit,
+                          greedy=greedy, max_new_tokens=max_new_tokens, temperature=temperature)
+    except ValueError as err:
+        raise fail(str(err)) from None
     out = out or path / "eval"
     try:
         model_dir, scores = evaluate_saved(path, cfg, out, seed=seed, chat_template=chat_template)

@@ -1,5 +1,5 @@
 """gspo_bench.config.changes: the one rule of which settings change a run's results, as `--resume`
-(train.setup.config_changes, suite.runner.check_suite_folder) and the report's suite grouping
+(config.run.config_changes, suite.folder_checks.check_suite_folder) and the report's suite grouping
 (analysis.data.suites, fed as analysis.data.load feeds it) apply it. Hand-made configs only: nothing trains."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import yaml
 from analysis.data.suites import MixedSuitesError, check_not_mixed, shared_settings, suite_settings
 from gspo_bench.config import parse_suite
 from gspo_bench.config.changes import NOT_RESULTS, changed_settings, flatten, run_settings, settings_changes
-from gspo_bench.suite.runner import check_suite_folder, plan_runs, write_suite_file
-from gspo_bench.train.setup import config_changes, resolved_config
+from gspo_bench.config.run import config_changes, resolved_config
+from gspo_bench.suite.folder_checks import check_suite_folder
+from gspo_bench.suite.runner import plan_runs, write_suite_file
 
 SUITE = {
     "name": "tiny",
@@ -58,7 +59,7 @@ def resume_changes(tmp_path: Path, before: dict, after: dict) -> list[str]:
     """What `--resume` names for run grpo-s0, started with suite `before`, resumed with `after`."""
     run = {r.name: r for r in plan_runs(parse_suite(before), tmp_path / "a")}["grpo-s0"]
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    (run.run_dir / "config.yaml").write_text(resolved_config(run, lr=run.suite.train.lr))
+    (run.run_dir / "config.yaml").write_text(resolved_config(run))
     now = {r.name: r for r in plan_runs(parse_suite(after), tmp_path / "a")}["grpo-s0"]
     return config_changes(run.run_dir, now)
 
@@ -77,7 +78,7 @@ def report_record(tmp_path: Path, data: dict, name: str) -> dict:
     """The columns analysis.data.load gives a run of suite `data` that grouping reads (its config.yaml as
     the run writes it)."""
     run = {r.name: r for r in plan_runs(parse_suite(data), tmp_path / "c")}[name]
-    config = yaml.safe_load(resolved_config(run, lr=run.suite.train.lr))
+    config = yaml.safe_load(resolved_config(run))
     settings = suite_settings(config["suite"])
     return {"suite": "tiny", "label": run.entry.run_label, "seed": run.seed, "path": str(run.run_dir),
             "changed": False, "settings": settings, "shared": shared_settings(settings, config["run"])}
@@ -117,7 +118,7 @@ def test_a_seed_added_to_a_suite_resumes_its_runs_and_stays_one_suite_in_the_rep
     assert suite_folder_refusal(tmp_path, SUITE, more_seeds) is None
     assert report_refusal(tmp_path, SUITE, more_seeds) is None
     run_of_seed_1 = {r.name: r for r in plan_runs(parse_suite(SUITE), tmp_path / "d")}["grpo-s1"]
-    (tmp_path / "config.yaml").write_text(resolved_config(run_of_seed_1, lr=1e-3))
+    (tmp_path / "config.yaml").write_text(resolved_config(run_of_seed_1))
     as_seed_0 = {r.name: r for r in plan_runs(parse_suite(more_seeds), tmp_path / "d")}["grpo-s0"]
     assert config_changes(tmp_path, as_seed_0) == ["run.seed: 1 -> 0"]
 

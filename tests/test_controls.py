@@ -11,9 +11,9 @@ import yaml
 
 from gspo_bench.config import load_suite, parse_suite
 from gspo_bench.config.load import SuiteError, apply_overrides
+from gspo_bench.config.run import config_changes, resolved_config
 from gspo_bench.suite.preflight import check_runnable
 from gspo_bench.suite.runner import plan_runs, weights_key
-from gspo_bench.train.setup import config_changes, resolved_config
 
 NOISY = {"engine_options": {"router_noise": 0.3}}
 
@@ -67,10 +67,10 @@ def test_a_noise_free_control_arm_is_one_entry_of_the_stress_suite():
     # the same starting weights and the same budget as the other arms: paired and matched in compute
     assert weights_key(runs["grpo_clean-s0"]) == weights_key(runs["grpo-s0"])
     assert runs["grpo_clean-s1"].suite.budget == runs["grpo-s1"].suite.budget
-    recorded = yaml.safe_load(resolved_config(runs["grpo_clean-s0"], lr=1e-4))
+    recorded = yaml.safe_load(resolved_config(runs["grpo_clean-s0"]))
     assert recorded["run"]["set"] == {"rollout.engine_options.router_noise": 0.0}
     assert recorded["suite"]["rollout"]["engine_options"] == {"router_noise": 0.0}
-    assert yaml.safe_load(resolved_config(runs["grpo-s0"], lr=1e-4))["run"]["set"] == {}
+    assert yaml.safe_load(resolved_config(runs["grpo-s0"]))["run"]["set"] == {}
 
 
 def test_a_set_value_reaches_every_arm_but_one_that_sets_the_field_itself():
@@ -124,7 +124,7 @@ def test_resume_compares_an_arms_settings_like_any_other(tmp_path):
     runs = {r.name: r for r in plan_runs(parse_suite(control_suite()), tmp_path)}
     run = runs["grpo_clean-s0"]
     run.run_dir.mkdir(parents=True)
-    (run.run_dir / "config.yaml").write_text(resolved_config(run, lr=1e-4))
+    (run.run_dir / "config.yaml").write_text(resolved_config(run))
     assert config_changes(run.run_dir, run) == []
     data = control_suite()
     data["objectives"][1]["set"] = {"rollout.engine_options.router_noise": 0.1}

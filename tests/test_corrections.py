@@ -126,16 +126,16 @@ def test_corrections_are_listed_and_a_suite_entry_names_bad_kinds_and_params():
 
 
 def test_a_runs_correction_is_recorded_and_a_changed_one_refuses_a_plain_resume(tmp_path):
-    from types import SimpleNamespace
+    from pathlib import Path
 
     from gspo_bench.config import parse_suite
-    from gspo_bench.train.setup import config_changes, resolved_config
+    from gspo_bench.config.run import RunSpec, config_changes, resolved_config
 
     def spec(high):
         suite = parse_suite({"name": "t", "task": {"name": "sort"}, "budget": {"kind": "steps", "value": 1},
                              "objectives": [{"name": "grpo", "correction": {"kind": "icepop", "high": high}}]})
-        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, arm=None, overrides={})
+        return RunSpec(suite=suite, entry=suite.objectives[0], seed=0, run_dir=Path("unused"))
 
-    (tmp_path / "config.yaml").write_text(resolved_config(spec(5.0), lr=spec(5.0).suite.train.lr))
+    (tmp_path / "config.yaml").write_text(resolved_config(spec(5.0)))
     assert config_changes(tmp_path, spec(5.0)) == []
     assert "run.correction.params.high: 5.0 -> 3.0" in config_changes(tmp_path, spec(3.0))  # the run's own section

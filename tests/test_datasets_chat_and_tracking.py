@@ -323,15 +323,14 @@ def test_lm_eval_tasks_are_passed_by_name_to_lm_eval_with_its_own_metric(tmp_pat
 
 
 def test_tracking_settings_may_change_on_resume_and_nothing_else_is_ignored(tmp_path):
-    from types import SimpleNamespace
 
-    from gspo_bench.train.setup import config_changes, resolved_config
+    from gspo_bench.config.run import RunSpec, config_changes, resolved_config
 
     def spec(**changes):
         suite = parse_suite(tiny_suite(tmp_path / "cache", **changes))
-        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, arm=None, overrides={})
+        return RunSpec(suite=suite, entry=suite.objectives[0], seed=0, run_dir=Path("unused"))
 
-    (tmp_path / "config.yaml").write_text(resolved_config(spec(), lr=spec().suite.train.lr))
+    (tmp_path / "config.yaml").write_text(resolved_config(spec()))
     assert config_changes(tmp_path, spec(tracking={"tensorboard": True})) == []
     assert config_changes(tmp_path, spec(rollout={"max_new_tokens": 9})) == ["suite.rollout.max_new_tokens: 8 -> 9"]
 
@@ -339,17 +338,16 @@ def test_tracking_settings_may_change_on_resume_and_nothing_else_is_ignored(tmp_
 def test_a_field_added_after_a_run_started_is_no_change_at_its_default(tmp_path):
     """A run recorded before a suite field existed resumes when the field holds its default; set
     otherwise, the change is named."""
-    from types import SimpleNamespace
 
     import yaml
 
-    from gspo_bench.train.setup import config_changes, resolved_config
+    from gspo_bench.config.run import RunSpec, config_changes, resolved_config
 
     def spec(**changes):
         suite = parse_suite(tiny_suite(tmp_path / "cache", **changes))
-        return SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, arm=None, overrides={})
+        return RunSpec(suite=suite, entry=suite.objectives[0], seed=0, run_dir=Path("unused"))
 
-    recorded = yaml.safe_load(resolved_config(spec(), lr=spec().suite.train.lr))
+    recorded = yaml.safe_load(resolved_config(spec()))
     del recorded["suite"]["train"]["router_lr_scale"], recorded["suite"]["model"]["router_scale"]  # an older run
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(recorded))
     assert config_changes(tmp_path, spec()) == []

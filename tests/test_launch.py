@@ -81,12 +81,17 @@ def test_ray_tasks_write_what_sequential_runs_write(suite_file, sequential, tmp_
 
 
 def test_parallel_is_refused_with_a_message_under_torchrun(suite_file, monkeypatch):
-    from gspo_bench import cli
+    from gspo_bench.runtime import distributed
     from gspo_bench.runtime.distributed import World
+    from gspo_bench.suite.session import Launch
 
-    monkeypatch.setattr(cli, "suite_world", lambda suite: World(rank=0, size=2))
+    monkeypatch.setattr(distributed, "joined_world", lambda device: World(rank=0, size=2))
     result = CliRunner().invoke(app, ["run", str(suite_file), "--out", "/nonexistent/x", "--parallel", "2"])
-    assert result.exit_code == 2 and "torchrun" in result.output
+    assert result.exit_code == 2 and "under torchrun every rank trains the same run" in result.output
+    for refused in ({"parallel": 2}, {"parallel": 0}, {"ray_address": None}):
+        with pytest.raises(ValueError, match="under torchrun every rank trains the same run"):
+            Launch(world=World(rank=0, size=2), **refused)
+    assert Launch(world=World(rank=0, size=2)).parallel == 1
 
 
 def test_parallel_zero_fits_the_cores_at_the_suite_threads(monkeypatch):

@@ -218,7 +218,7 @@ def test_probe_sees_a_plugin_objective(tmp_path):
 def test_a_run_from_before_plugins_resumes_without_a_change():
     """config.yaml's of runs started before `plugins:` and `task.reward` existed hold neither: their
     defaults are no change of settings."""
-    from gspo_bench.train.setup import settings_changes
+    from gspo_bench.config.changes import settings_changes
 
     now = {"suite": {"name": "x", "plugins": [], "task": {"name": "sort", "reward": None}}}
     assert settings_changes({"suite": {"name": "x", "task": {"name": "sort"}}}, now) == []
@@ -362,7 +362,7 @@ def test_a_plugins_recorded_sha256_is_of_the_code_that_ran(tmp_path, monkeypatch
     and a reward file."""
     from gspo_bench.config import load_suite
     from gspo_bench.config.plugins import load_plugins
-    from gspo_bench.train.setup import code_hashes
+    from gspo_bench.config.run import code_hashes
 
     edits_itself = SAME_GRPO + "from pathlib import Path\nPath(__file__).write_text('# edited while it loaded\\n')\n"
     suite_path = write_suite(tmp_path / "suite", tmp_path / "cache", edits_itself, ["grpo_plugin"])
@@ -542,3 +542,27 @@ def test_a_plugin_that_never_finishes_importing_is_stopped_at_its_time_limit(tmp
     monkeypatch.setenv("GSPO_BENCH_IMPORT_TIMEOUT", "-1")
     code, output = invoke("validate", str(suite))
     assert code == 2 and "GSPO_BENCH_IMPORT_TIMEOUT='-1': expected a positive number of seconds" in output, output
+
+
+def test_a_plugin_edited_between_planning_and_a_worker_opening_the_run_is_refused(tmp_path):
+    """The run record carries the hashes of the code the planner loaded; a worker process (--parallel, Ray)
+    loads the plugin again from its file, and a file edited meanwhile would run code the record does not
+    name: open_run refuses it (`code_edited`), naming the file."""
+    from gspo_bench.config import load_suite
+    from gspo_bench.config.load import load_suite_plugins
+    from gspo_bench.config.run import code_edited
+    from gspo_bench.suite import plan_runs
+    from gspo_bench.train.setup import open_run
+
+    suite_path = write_suite(tmp_path / "suite", tmp_path / "cache", SAME_GRPO, ["grpo_plugin"])
+    plugin = tmp_path / "suite" / "plugin.py"
+    spec = plan_runs(load_suite(suite_path), tmp_path / "out")[0].with_weights(tmp_path / "no-weights")
+    assert spec.code == {str(plugin.resolve()): sha256_of(SAME_GRPO)}
+    assert code_edited(spec) is None
+    plugin.write_text(SAME_GRPO + "# edited after planning\n")
+    unload_plugins()  # as a worker process starts: nothing loaded
+    load_suite_plugins(spec.suite.plugins, spec.suite.name)
+    assert f"{plugin.resolve()} changed since the suite was planned" in (code_edited(spec) or "")
+    with pytest.raises(ValueError, match="changed since the suite was planned"):
+        open_run(spec, resume=False)
+    assert not (tmp_path / "out").exists()  # refused before the run folder is touched

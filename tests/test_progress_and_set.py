@@ -26,10 +26,11 @@ from gspo_bench.config import (
     parse_overrides,
     parse_suite,
 )
+from gspo_bench.config.run import config_changes, resolved_config
 from gspo_bench.rundir.folder import RunDir
+from gspo_bench.suite.folder_checks import check_outputs
 from gspo_bench.suite.progress import SuiteProgress, Throttle, TimeLeft, budget_fraction
-from gspo_bench.suite.runner import check_outputs, plan_runs
-from gspo_bench.train.setup import config_changes, resolved_config
+from gspo_bench.suite.runner import plan_runs
 from tests.helpers.runs import tiny_suite
 
 BUDGETS = {"grpo-s0": BudgetConfig(kind="flops", value=100.0), "gspo-s0": BudgetConfig(kind="steps", value=10)}
@@ -350,7 +351,7 @@ def unfinished_run(tmp_path: Path, overrides: dict) -> Path:
     suite = apply_overrides(parse_suite(tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo"}])), overrides)
     planned = plan_runs(suite, tmp_path / "out", overrides=overrides)[0]
     out = RunDir(planned.run_dir)
-    out.write_text("config.yaml", resolved_config(planned, lr=planned.suite.train.lr))
+    out.write_text("config.yaml", resolved_config(planned))
     out.write_status("failed", step=1)
     return planned.run_dir
 

@@ -1,4 +1,4 @@
-"""What --resume refuses before anything is written (gspo_bench.suite.runner.check_outputs): a run
+"""What --resume refuses before anything is written (gspo_bench.suite.folder_checks.check_outputs): a run
 started with frozen routers (`train.router_lr_scale: 0`) resumed at 1 failed with KeyError
 'param_groups.0.name' once its optimizer state was loaded, after suite.yaml had been rewritten; now it
 is refused by name, even with --allow-changed, at the check that runs before any write."""
@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 from gspo_bench.config.load import parse_suite
+from gspo_bench.config.run import resolved_config
 from gspo_bench.rundir.folder import RunDir
-from gspo_bench.suite.runner import check_outputs, plan_runs
-from gspo_bench.train.setup import resolved_config
+from gspo_bench.suite.folder_checks import check_outputs
+from gspo_bench.suite.runner import plan_runs
 
 
 def planned(tmp_path, scale: float):
@@ -26,7 +27,7 @@ def started(tmp_path, scale: float):
     """A run that started at `scale` and failed: its status and config.yaml as a run writes them."""
     run = planned(tmp_path, scale)
     folder = RunDir(run.run_dir)
-    folder.write_text("config.yaml", resolved_config(run, lr=run.suite.train.lr))
+    folder.write_text("config.yaml", resolved_config(run))
     folder.write_status("failed", "stopped")
     return run
 
@@ -65,7 +66,7 @@ def test_allow_changed_never_starts_a_run_under_the_new_settings(tmp_path):
     old = plan_session(suite_file(tmp_path, 3e-4), None, out=tmp_path / "out")
     write_suite_file(old.suite, tmp_path / "out")
     first = old.todo[0]
-    RunDir(first.run_dir).write_text("config.yaml", resolved_config(first, lr=first.suite.train.lr))
+    RunDir(first.run_dir).write_text("config.yaml", resolved_config(first))
     RunDir(first.run_dir).write_status("failed", "stopped")
     before = (tmp_path / "out" / "t" / "suite.yaml").read_text()
     with pytest.raises(ValueError, match=r"1 run\(s\) have not started \(grpo-s1\) and would start under them"):
@@ -91,3 +92,17 @@ def test_a_failed_resume_with_new_settings_leaves_suite_yaml_as_it_was(tmp_path,
         monkeypatch.setattr(runner, "run_sequential", lambda specs, mode, observer, s=status: [{"status": s}] * len(specs))
         runner.run_suite(new.suite, [new], tmp_path, resume=True, allow_changed=True, log=lambda line: None)
         assert ((tmp_path / "t" / "suite.yaml").read_text() != before) is rewritten
+
+
+@pytest.mark.parametrize("allow_changed", [False, True])
+def test_a_damaged_suite_yaml_in_the_folder_is_refused_by_name(tmp_path, allow_changed):
+    """A suite folder whose suite.yaml holds no mapping of a suite's fields says nothing of the settings its
+    runs ran: refused naming the file and what it holds, with --resume --allow-changed too (which skips the
+    other-suite check but compares unstarted runs with suite.yaml)."""
+    from gspo_bench.suite.session import plan_session
+
+    path = suite_file(tmp_path, 3e-4)
+    (tmp_path / "out" / "t").mkdir(parents=True)
+    (tmp_path / "out" / "t" / "suite.yaml").write_text("- just\n- a list\n")
+    with pytest.raises(ValueError, match=r"suite.yaml: expected the mapping of a suite's fields, found a list"):
+        plan_session(path, None, out=tmp_path / "out", resume=allow_changed, allow_changed=allow_changed)

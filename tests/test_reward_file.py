@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from gspo_bench.cli import app
 from gspo_bench.config import load_suite
 from gspo_bench.config.plugins import unload_plugins
+from gspo_bench.config.run import config_changes, resolved_config
 from gspo_bench.suite.runner import plan_runs
 from gspo_bench.tasks.base import Example
 from gspo_bench.tasks.reward_file import checked_reward
-from gspo_bench.train.setup import config_changes, resolved_config
 from tests.helpers.runs import tiny_suite
 
 SCORE = "def compute_score(response, fields):\n    return 1.0 if response.strip() == fields['answer'] else 0.0\n"
@@ -97,7 +97,7 @@ def test_an_edited_reward_file_or_plugin_is_a_change_a_resume_refuses(tmp_path):
     path.write_text(yaml.safe_dump(text | {"plugins": ["plugin.py"]}))
     planned = plan_runs(load_suite(path), tmp_path / "out")[0]
     planned.run_dir.mkdir(parents=True)
-    (planned.run_dir / "config.yaml").write_text(resolved_config(planned, lr=planned.suite.train.lr))
+    (planned.run_dir / "config.yaml").write_text(resolved_config(planned))
     assert config_changes(planned.run_dir, planned) == []
     (tmp_path / "score.py").write_text(SCORE.replace("1.0 if", "1 if"))
     (tmp_path / "plugin.py").write_text((tmp_path / "plugin.py").read_text() + "# edited\n")

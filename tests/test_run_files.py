@@ -217,7 +217,8 @@ def test_a_resume_without_config_yaml_is_refused_unless_allow_changed(tmp_path, 
     """A stopped run whose config.yaml was deleted: the edit check of --resume has nothing to compare with,
     so the resume is refused (naming the file) before any compute; --allow-changed takes the risk."""
     from gspo_bench.config import parse_suite
-    from gspo_bench.suite.runner import check_outputs, plan_runs
+    from gspo_bench.suite.folder_checks import check_outputs
+    from gspo_bench.suite.runner import plan_runs
     from tests.helpers.cli import write_suite
     from tests.helpers.runs import tiny_suite
 

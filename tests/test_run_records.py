@@ -84,7 +84,6 @@ def test_a_run_whose_task_fails_to_build_ends_failed_with_its_error_and_frees_it
     from gspo_bench.rundir.lock import RunLock
     from gspo_bench.suite.launch import run_one
     from gspo_bench.suite.runner import plan_runs, starting_weights
-    from gspo_bench.train.loop import RunSpec
     from tests.helpers.runs import tiny_suite
 
     def broken(self):
@@ -92,8 +91,7 @@ def test_a_run_whose_task_fails_to_build_ends_failed_with_its_error_and_frees_it
 
     suite = parse_suite(tiny_suite(tmp_path / "cache", warm_start={"enabled": False}, objectives=[{"name": "grpo"}]))
     planned = plan_runs(suite, tmp_path / "out")[0]
-    spec = RunSpec(suite=planned.suite, entry=planned.entry, seed=planned.seed, run_dir=planned.run_dir,
-                   init_weights=starting_weights(planned.suite, planned.seed, log=lambda m: None))
+    spec = planned.with_weights(starting_weights(planned.suite, planned.seed, log=lambda m: None))
     monkeypatch.setattr(TaskConfig, "instance", broken)
     outcome = run_one(spec, {"resume": False, "allow_changed": False})
     assert outcome["status"] == "failed" and "RuntimeError: the task's data went missing" in outcome["message"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import yaml
 
@@ -47,14 +46,16 @@ def test_a_folder_of_an_older_release_loads_its_arm_under_todays_column(tmp_path
 
 
 def test_a_run_recorded_with_the_old_key_resumes_without_a_change(tmp_path):
+    import dataclasses
+
     from gspo_bench.config import load_suite
-    from gspo_bench.train.setup import config_changes, resolved_config
+    from gspo_bench.config.run import RunSpec, config_changes, resolved_config
 
     suite = load_suite(ROOT / "experiments" / "quickstart.yaml")
-    spec = SimpleNamespace(suite=suite, entry=suite.objectives[0], seed=0, sweep={}, arm="grpo", overrides={})
-    recorded = yaml.safe_load(resolved_config(spec, lr=suite.train.lr))
+    spec = RunSpec(suite=suite, entry=suite.objectives[0], seed=0, run_dir=Path("unused"), arm="grpo")
+    recorded = yaml.safe_load(resolved_config(spec))
     assert recorded["run"]["arm"] == "grpo" and "algorithm" not in recorded["run"]
     recorded["run"]["algorithm"] = recorded["run"].pop("arm")  # as an older release wrote it
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(recorded, sort_keys=False))
     assert config_changes(tmp_path, spec) == []
-    assert config_changes(tmp_path, SimpleNamespace(**{**vars(spec), "arm": "other"})) == ["run.arm: 'grpo' -> 'other'"]
+    assert config_changes(tmp_path, dataclasses.replace(spec, arm="other")) == ["run.arm: 'grpo' -> 'other'"]

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from gspo_bench.config import SuiteError, apply_overrides, parse_suite
 from gspo_bench.config.changes import run_settings, settings_changes
+from gspo_bench.config.run import RunSpec, resolved_config
 from gspo_bench.config.spelling import SpellingNote, respell_entry, respell_path
-from gspo_bench.train.setup import resolved_config
 
 ROOT = Path(__file__).resolve().parents[1]
 NEW = [{"name": "dppo_binary_tv", "params": {"delta": 0.1}},
@@ -75,9 +74,9 @@ def test_a_run_recorded_in_the_old_spelling_is_the_same_run_to_resume_and_the_re
     parameters beside its kind) against the run resolved now from a file in the one spelling."""
     now = parse_suite(suite(NEW))
     for entry in now.objectives:
-        spec = SimpleNamespace(suite=now, entry=entry, seed=0, sweep={}, arm=None, overrides={})
-        current = yaml.safe_load(resolved_config(spec, lr=1e-3))
-        recorded = yaml.safe_load(resolved_config(spec, lr=1e-3))
+        spec = RunSpec(suite=now, entry=entry, seed=0, run_dir=Path("unused"))
+        current = yaml.safe_load(resolved_config(spec))
+        recorded = yaml.safe_load(resolved_config(spec))
         for section in (recorded["run"], *recorded["suite"]["objectives"]):
             section["kwargs"] = section.pop("params")
             if section["correction"]:

@@ -22,7 +22,7 @@ from gspo_bench.config.tuning import (
     trial_suite,
 )
 from gspo_bench.suite.runner import plan_runs
-from gspo_bench.suite.tuning_runs import trial_runs, unended_trials, write_chosen
+from gspo_bench.suite.tuning_runs import Trials
 
 
 def tuned_suite(**tuning) -> dict:
@@ -139,9 +139,9 @@ def test_no_choice_is_made_while_a_trial_run_has_not_ended(tmp_path):
             folder.mkdir(parents=True)
             ended = "failed" if (trial.label, seed) == ("gspo.t03", 11) else "collapsed" if seed == 11 else "done"
             (folder / "status.json").write_text(json.dumps({"schema_version": 1, "status": ended}))
-    assert unended_trials(suite, tmp_path) == ["gspo.t03-s11"]
+    assert Trials.of(suite, tmp_path).unended() == ["gspo.t03-s11"]
     with pytest.raises(ValueError, match=r"1 trial run\(s\) did not end \(gspo.t03-s11\).*--resume` continues them"):
-        write_chosen(suite, tmp_path)
+        Trials.of(suite, tmp_path).write_chosen()
     assert not (tmp_path / "tq" / "tuning" / "chosen.json").exists()
 
 
@@ -149,7 +149,7 @@ def test_trial_runs_go_to_the_tuning_folder_and_start_from_the_comparisons_weigh
     """A trial trains on the validation-held-out task, but its starting weights (the warm start, cached by
     its suite's task) are the comparison's: a task with another held-out split must not warm-start anew."""
     suite = parse_suite(tuned_suite())
-    runs = trial_runs(suite, tmp_path)
+    runs = Trials.of(suite, tmp_path).runs()
     assert len(runs) == 12 * 2 and runs[0].run_dir == tmp_path / "tq" / "tuning" / "grpo.t00-s10"
     assert {r.suite.task.params.get("held_out") for r in runs} == {"validation"}
     assert {r.start.model_dump_json() for r in runs} == {suite.model_dump_json()}
@@ -243,12 +243,12 @@ def write_trial_runs(suite, root, status: str = "done", score=lambda trial, seed
     config.yaml as the run records it, its status, and its validation evaluations (`score` at steps 0 and 2)."""
     import pandas as pd
 
+    from gspo_bench.config.run import resolved_config
     from gspo_bench.train.evaluation import lm_eval_name
-    from gspo_bench.train.setup import resolved_config
 
-    for run in trial_runs(suite, root):
+    for run in Trials.of(suite, root).runs():
         run.run_dir.mkdir(parents=True)
-        (run.run_dir / "config.yaml").write_text(resolved_config(run, lr=run.entry.lr or run.suite.train.lr))
+        (run.run_dir / "config.yaml").write_text(resolved_config(run))
         (run.run_dir / "status.json").write_text(json.dumps(
             {"schema_version": 1, "status": status, "step": 2, "message": "" if status == "done" else "it broke"}))
         value = score(run.entry.run_label, run.seed)
@@ -269,7 +269,7 @@ def test_chosen_json_holds_the_settings_each_trial_ran_and_an_edited_space_is_re
     for entry in config["suite"]["objectives"]:
         del entry["credit"], entry["step_penalty"]
     recorded.write_text(yaml.safe_dump(config))
-    record = write_chosen(old, tmp_path)
+    record = Trials.of(old, tmp_path).write_chosen()
     ran = {t.label: t for t in plan_trials(old)}
     assert record["chosen"]["gspo"]["settings"] == ran["gspo.t04"].settings
     assert record["chosen"]["grpo"]["settings"] == ran["grpo.t02"].settings
@@ -284,7 +284,7 @@ def test_chosen_json_holds_the_settings_each_trial_ran_and_an_edited_space_is_re
                rf"for it now \(clip_high: {was!r} ran, {now!r} planned now\): the tuning space, its seed or the arm "
                r"changed since the trials ran")
     with pytest.raises(ValueError, match=refusal):
-        write_chosen(parse_suite(edited), tmp_path)
+        Trials.of(parse_suite(edited), tmp_path).write_chosen()
     path = tmp_path / "tq.yaml"
     path.write_text(yaml.safe_dump(edited))
     result = cli("run", path, "--out", tmp_path, "--resume", "--allow-changed")
@@ -323,9 +323,59 @@ def test_an_arm_whose_every_trial_failed_ends_the_suite_saying_so_not_asking_for
                                           "message": f"RuntimeError: overflow ({index})"}))
     with pytest.raises(ValueError, match=r"^every trial run of arm gspo failed \(12 of 12; the first, gspo.t00-s10: "
                                          r"RuntimeError: overflow \(0\)\): no setting of its space trained") as err:
-        write_chosen(suite, tmp_path)
+        Trials.of(suite, tmp_path).write_chosen()
     assert "fix what failed them first" in str(err.value) and "\n" not in str(err.value)
     (tmp_path / "tq" / "tuning" / "gspo.t05-s11" / "status.json").write_text(json.dumps(
         {"schema_version": 1, "status": "done", "step": 2}))
     with pytest.raises(ValueError, match=r"^11 trial run\(s\) did not end .*`gspo-bench run SUITE --resume`"):
-        write_chosen(suite, tmp_path)
+        Trials.of(suite, tmp_path).write_chosen()
+
+
+def test_a_session_conducts_trials_then_the_choice_then_the_comparison(tmp_path, monkeypatch):
+    """`Session.run` is the one conductor of a tuned suite: the trial runs (of the trial suite, into
+    OUT/<suite>/), then each arm's choice written to chosen.json, then the comparison's runs with the chosen
+    settings (of the suite, into OUT/), each launch's statuses shown under its title; the trial plan is made
+    once, in `plan_session`."""
+    import contextlib
+
+    from gspo_bench.config import tuning as tuning_module
+    from gspo_bench.suite import runner
+    from gspo_bench.suite.session import Launch, plan_session
+
+    path = tmp_path / "tq.yaml"
+    path.write_text(yaml.safe_dump(tuned_suite(trials=2, spaces={"gspo": {"clip_high": [4e-4, 4e-3]}}, allow_unequal=True)))
+    session = plan_session(path, None, out=tmp_path / "out")
+    assert session.awaiting_choice and session.todo == [] and len(session.trials) == 2 * 2  # 2 trials x 2 seeds
+    launched, shown, compared = [], [], []
+
+    def run_suite(suite, todo, root, **kwargs):
+        launched.append((suite.name, root, [run.name for run in todo]))
+        compared.extend(run.entry.clip_high for run in todo if suite.name == "tq" and run.arm == "gspo")
+        if suite.name == "tuning":  # the trials end as finished runs do, gspo.t01 scoring best
+            write_trial_runs(session.suite, session.root, score=lambda trial, seed: 0.9 if trial == "gspo.t01" else 0.1)
+        return [(run, {"status": "done", "step": 2}) for run in todo]
+
+    class Show:
+        def say(self, text):
+            shown.append(text)
+
+        def progress(self, runs):
+            return contextlib.nullcontext(None)
+
+        def statuses(self, outcomes, title):
+            shown.append(f"{title}: {len(outcomes)}")
+
+    plans = []
+    monkeypatch.setattr(runner, "run_suite", run_suite)
+    monkeypatch.setattr(tuning_module, "plan_trials", lambda suite: plans.append(suite) or [])  # planned already
+    outcomes = session.run(Launch(), Show())
+    assert plans == []
+    assert launched == [("tuning", tmp_path / "out" / "tq", ["gspo.t00-s10", "gspo.t01-s10", "gspo.t00-s11", "gspo.t01-s11"]),
+                        ("tq", tmp_path / "out", ["grpo-s0", "gspo-s0", "grpo-s1", "gspo-s1"])]
+    chosen = json.loads((tmp_path / "out" / "tq" / "tuning" / "chosen.json").read_text())["chosen"]
+    assert chosen["gspo"]["label"] == "gspo.t01"
+    assert chosen["gspo"]["settings"] == next(t.settings for t in session.tuning.plan if t.label == "gspo.t01")
+    assert compared == [chosen["gspo"]["settings"]["clip_high"]] * 2  # the comparison runs the choice
+    assert shown == ["tuning: 4 trial runs to do (OUT/tq/tuning/)", f"trials of tq -> {tmp_path / 'out' / 'tq' / 'tuning'}: 4",
+                     f"suite tq -> {tmp_path / 'out' / 'tq'}: 4"]
+    assert len(outcomes) == 8

@@ -145,8 +145,8 @@ def test_vllm_rollout_logprobs_match_the_trainer_and_follow_synced_weights(tiny_
 def test_suite_runs_with_the_vllm_engine_and_records_the_mismatch(tmp_path, tiny_checkpoint):
     import pandas as pd
 
-    from gspo_bench.config import parse_suite
-    from gspo_bench.train.loop import RunSpec, train_run
+    from gspo_bench.config import RunSpec, parse_suite
+    from gspo_bench.train import train_run
 
     _, _, path = tiny_checkpoint
     suite = parse_suite({

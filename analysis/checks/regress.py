@@ -72,6 +72,32 @@ def other_suite(current: Results, baseline: Results) -> str:
     return shown(suite_differences(current.runs, baseline.runs))
 
 
+def check_cells(check: Check) -> list[str]:
+    """A check's row as `regress` shows it, its result aside: label, metric, baseline, current, tolerance and
+    the excess in units of it."""
+    shown = lambda value: "-" if value is None else f"{value:.4g}"  # noqa: E731
+    return [check.label, check.metric, shown(check.baseline), shown(check.current), check.tolerance,
+            excess_text(check.excess)]
+
+
+def check_notes(checks: list[Check]) -> list[str]:
+    """The lines under `regress`'s table: each check's note (why it could not be made), then how close the
+    passing checks came to their tolerance."""
+    lines = [f"{c.label} {c.metric}: {c.note}" for c in checks if c.note]
+    margins = [c.excess for c in checks if c.ok and c.excess is not None]
+    return lines + ([f"closest pass: {excess_text(max(margins))} of its tolerance"] if margins else [])
+
+
+def regressions_text(checks: list[Check]) -> str:
+    """"N regression(s): label metric (x its tolerance), ..." naming each failed check; "" where none failed."""
+    failed = [c for c in checks if not c.ok]
+    if not failed:
+        return ""
+    return f"{len(failed)} regression(s): " + ", ".join(
+        f"{c.label} {c.metric}" + ("" if c.excess is None else f" ({excess_text(c.excess)} x its tolerance)")
+        for c in failed)
+
+
 def excess_text(excess: float | None) -> str:
     """A check's excess for a table: "-" where there is none, "0" exactly on the baseline."""
     if excess is None:

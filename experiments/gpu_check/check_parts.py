@@ -308,7 +308,8 @@ def plan_record(suite) -> dict:
 
 
 def part_shape(progress: Progress, work: Path, dry: bool) -> None:
-    from gspo_bench.train.loop import RunSpec, train_run
+    from gspo_bench.config import RunSpec
+    from gspo_bench.train import train_run
 
     name = progress.data["part"]
     shape, steps = SHAPES[name], 2
@@ -388,8 +389,8 @@ def stability_suite(setting: bench.Setting, steps: int, dry: bool) -> dict:
 def part_stability(progress: Progress, work: Path, dry: bool) -> None:
     import pandas as pd
 
-    from gspo_bench.config import parse_suite
-    from gspo_bench.train.loop import RunSpec, train_run
+    from gspo_bench.config import RunSpec, parse_suite
+    from gspo_bench.train import train_run
 
     bench, setting = perf(), mid_setting(dry)
     steps = 2 if dry else 4

@@ -38,11 +38,11 @@ from pathlib import Path
 import torch
 import typer
 
-from gspo_bench.config import parse_suite
+from gspo_bench.config import RunSpec, parse_suite
 from gspo_bench.models import build_char_tokenizer, build_tiny_moe, save_model
 from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.tasks import make_task
-from gspo_bench.train.loop import RunSpec, step_seed, train_run
+from gspo_bench.train import step_seed, train_run
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 

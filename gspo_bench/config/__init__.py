@@ -14,6 +14,7 @@ from gspo_bench.config.load import (
     problems_text,
     sweep_points,
 )
+from gspo_bench.config.run import RunSpec
 from gspo_bench.config.schema import (
     ALGORITHMS,
     AnalysisConfig,
@@ -32,7 +33,7 @@ from gspo_bench.config.schema import (
 )
 
 __all__ = [
-    "ALGORITHMS", "AnalysisConfig", "BudgetConfig", "CollapseConfig", "EvalConfig", "ModelConfig", "ObjectiveEntry", "PrimaryConfig", "RolloutConfig",
+    "ALGORITHMS", "AnalysisConfig", "BudgetConfig", "CollapseConfig", "EvalConfig", "ModelConfig", "ObjectiveEntry", "PrimaryConfig", "RolloutConfig", "RunSpec",
     "SuiteConfig", "SuiteError", "TaskConfig", "TrackingConfig", "TrainConfig", "WarmStartConfig", "apply_overrides",
     "arm_suite",
     "check_run_names", "dump_config", "load_suite", "parse_overrides", "parse_suite", "problems_text", "sweep_points",

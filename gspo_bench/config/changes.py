@@ -1,7 +1,7 @@
 """The settings that change a run's results, and the one rule that compares two records of them.
 
-Two callers ask "did the settings change?": `--resume` (`gspo_bench.train.setup.config_changes`,
-and `gspo_bench.suite.runner` for a suite folder's suite.yaml) compares a run's recorded config.yaml
+Two callers ask "did the settings change?": `--resume` (`gspo_bench.config.run.config_changes`,
+and `gspo_bench.suite.folder_checks` for a suite folder's suite.yaml) compares a run's recorded config.yaml
 with the config it would resolve to now; the report (`analysis.data.suites`) compares the recorded configs
 of the runs it would pool as one suite. Both flatten a config to {dotted key: value} and compare it
 here, less the settings that do not change what a run computes (`NOT_RESULTS`):

@@ -296,16 +296,16 @@ def arms_ruleset(suite: Any) -> dict[str, str]:
             for e in suite.objectives}
 
 
-def trial_suite(suite: Any) -> Any:
-    """The suite of `suite`'s trial runs: every trial an arm (labelled `<arm>.tNN`), on the trial seeds, at
-    the trial budget, scored on the task's validation split (`held_out: validation`); named `tuning`, so
-    its runs go to OUT/<suite>/tuning/."""
+def trial_suite(suite: Any, trials: list[Trial] | None = None) -> Any:
+    """The suite of `suite`'s trial runs: every trial (`trials`, planned already, else `plan_trials`) an arm
+    (labelled `<arm>.tNN`), on the trial seeds, at the trial budget, scored on the task's validation split
+    (`held_out: validation`); named `tuning`, so its runs go to OUT/<suite>/tuning/."""
     from gspo_bench.tasks.validation import HELD_OUT_PARAM
 
     tuning: TuningConfig = suite.tuning
     data = suite.model_dump(mode="json")
     data |= {"name": TRIALS_FOLDER, "tuning": None, "analysis": None, "seeds": list(tuning.seeds),
-             "objectives": [t.entry.model_dump(mode="json") for t in plan_trials(suite)]}
+             "objectives": [t.entry.model_dump(mode="json") for t in (plan_trials(suite) if trials is None else trials)]}
     data["task"]["params"] = {**data["task"]["params"], HELD_OUT_PARAM: "validation"}
     data["budget"]["value"] = tuning.trial_value(suite.budget.value)
     return type(suite).model_validate(data)

@@ -54,6 +54,12 @@ class ReadRun:
     unknown: tuple[str, ...]
     not_measured: list[str]  # the columns the mapping leaves out, and those it maps that the files never logged
 
+    def summary(self) -> str:
+        """What `gspo-bench import` says of the run: its steps, the files they came from, keys left unmapped."""
+        unknown = f"; keys not in the mapping: {', '.join(self.unknown)}" if self.unknown else ""
+        return (f"{self.run.arm} seed {self.run.seed}: {len(self.metrics)} steps from "
+                f"{', '.join(Path(s['path']).name for s in self.sources)}{unknown}")
+
 
 def read_run(run: ImportedRun, mapping: Mapping, compute: Compute, base: Path) -> ReadRun:
     """One run's files -> its metrics table; ImportError_ naming the run and the file."""

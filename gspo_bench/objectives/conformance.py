@@ -62,6 +62,12 @@ class Finding:
     bound: str  # what the measurement must meet
     note: str = ""  # the declared reason, or what was measured
 
+    def line(self) -> str:
+        """The finding as `gspo-bench check` prints it: property, verdict, measured number, bound, note."""
+        verdict = "n/a" if self.passed is None else "pass" if self.passed else "FAIL"
+        number = "-" if self.passed is None else f"{self.measured:.3g}"
+        return f"{self.property:<15} {verdict:<5} {number:>10}  {self.bound:<24} {self.note}"
+
 
 @dataclass(frozen=True)
 class Batch:

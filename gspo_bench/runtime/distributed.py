@@ -114,6 +114,14 @@ def with_local_grad(world: World, full: torch.Tensor, local: torch.Tensor) -> to
     return out
 
 
+def joined_world(device: str) -> World:
+    """This process's world on `device` (`world_from_env`), every rank past a barrier: under torchrun the
+    ranks start a suite's checks together."""
+    world = world_from_env(torch.device(device))
+    barrier(world)
+    return world
+
+
 def barrier(world: World) -> None:
     if world.distributed:
         dist.barrier()

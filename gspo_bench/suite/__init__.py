@@ -18,34 +18,28 @@ if TYPE_CHECKING:
         PrintableConsole as PrintableConsole,
     )
     from gspo_bench.suite.launch import (
-        default_parallel as default_parallel,
-    )
-    from gspo_bench.suite.launch import (
         start_process_server as start_process_server,
     )
     from gspo_bench.suite.plan import (
         PlanError as PlanError,
     )
-    from gspo_bench.suite.plan import (
-        plan_rows as plan_rows,
-    )
-    from gspo_bench.suite.plan import (
-        plan_suite as plan_suite,
-    )
-    from gspo_bench.suite.plan import (
-        plans_by_suite as plans_by_suite,
+    from gspo_bench.suite.probe import (
+        PROBE_COLUMNS as PROBE_COLUMNS,
     )
     from gspo_bench.suite.probe import (
         ProbeConfig as ProbeConfig,
     )
     from gspo_bench.suite.probe import (
+        probe_cells as probe_cells,
+    )
+    from gspo_bench.suite.probe import (
         run_probe as run_probe,
     )
     from gspo_bench.suite.progress import (
-        SuiteProgress as SuiteProgress,
+        ConsoleShow as ConsoleShow,
     )
-    from gspo_bench.suite.runner import (
-        PlannedRun as PlannedRun,
+    from gspo_bench.suite.progress import (
+        SuiteProgress as SuiteProgress,
     )
     from gspo_bench.suite.runner import (
         plan_runs as plan_runs,
@@ -54,13 +48,16 @@ if TYPE_CHECKING:
         run_suite as run_suite,
     )
     from gspo_bench.suite.session import (
+        Launch as Launch,
+    )
+    from gspo_bench.suite.session import (
         Session as Session,
     )
     from gspo_bench.suite.session import (
-        check_seeds as check_seeds,
+        Show as Show,
     )
     from gspo_bench.suite.session import (
-        choose_and_plan as choose_and_plan,
+        dry_run_rows as dry_run_rows,
     )
     from gspo_bench.suite.session import (
         exit_code as exit_code,
@@ -75,36 +72,31 @@ if TYPE_CHECKING:
         plan_session as plan_session,
     )
     from gspo_bench.suite.tuning_runs import (
-        settings_text as settings_text,
-    )
-    from gspo_bench.suite.tuning_runs import (
-        tuning_rows as tuning_rows,
+        trial_lines as trial_lines,
     )
 
 FACE = {  # name -> the module of this package that defines it, imported on first use (no torch at import)
+    "ConsoleShow": "progress",
     "PlanError": "plan",
-    "PlannedRun": "runner",
     "PrintableConsole": "console",
+    "PROBE_COLUMNS": "probe",
     "ProbeConfig": "probe",
+    "Launch": "session",
     "Session": "session",
+    "Show": "session",
     "SuiteProgress": "progress",
-    "check_seeds": "session",
-    "choose_and_plan": "session",
-    "default_parallel": "launch",
+    "dry_run_rows": "session",
     "exit_code": "session",
     "load_runnable": "session",
     "load_with_overrides": "session",
-    "plan_rows": "plan",
     "plan_runs": "runner",
     "plan_session": "session",
-    "plan_suite": "plan",
-    "plans_by_suite": "plan",
+    "probe_cells": "probe",
     "registry_tables": "catalog",
     "run_probe": "probe",
     "run_suite": "runner",
-    "settings_text": "tuning_runs",
+    "trial_lines": "tuning_runs",
     "start_process_server": "launch",
-    "tuning_rows": "tuning_runs",
 }
 __all__ = sorted(FACE)
 

@@ -37,8 +37,8 @@ from gspo_bench.runtime.stopping import (
 from gspo_bench.suite.outcomes import broken_pool_statuses
 
 if TYPE_CHECKING:
+    from gspo_bench.config import RunSpec
     from gspo_bench.config.schema import WarmStartConfig
-    from gspo_bench.train import RunSpec
 
 # the step columns a progress display needs: all that crosses a process boundary every step
 PROGRESS_COLUMNS = ("step", "label", "seed", "reward/mean", "clip/frac", "moe/drift", "compute/cum_flops",

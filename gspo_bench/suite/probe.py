@@ -102,3 +102,14 @@ def run_probe(cfg: ProbeConfig, on_result: Callable[[dict], None] | None = None)
         if on_result is not None:
             on_result(results[-1])
     return results
+
+
+PROBE_COLUMNS = ["loss", "clip/frac", "ratio/token_var", "ratio/seq_var", "kl/old_new", "moe/drift", "moe/drift_expert",
+                 "grad/norm", "time/update_s"]  # what `gspo-bench probe` shows of each objective's step
+
+
+def probe_cells(row: dict) -> list[str]:
+    """A probe table row's cells (PROBE_COLUMNS): each value to 3 figures, "-" where the step measured none
+    (the drift with K=1: it is measured on minibatches 2..K)."""
+    return ["-" if row.get(column) is None or row[column] != row[column] else f"{row[column]:.3g}"
+            for column in PROBE_COLUMNS]

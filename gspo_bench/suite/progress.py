@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     Progress,
@@ -23,9 +24,10 @@ from rich.progress import (
     TextColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 from rich.text import Text
 
-from gspo_bench.config import BudgetConfig, SuiteConfig, WarmStartConfig
+from gspo_bench.config import BudgetConfig, RunSpec, SuiteConfig, WarmStartConfig
 from gspo_bench.suite.launch import Observer
 
 # seconds between two plain lines of one run: a minute keeps a log of `make quickstart` (8 runs of
@@ -198,3 +200,27 @@ class SuiteProgress(Observer):
         self._advance_suite()
         message = f": {status['message']}" if status.get("message") else ""
         self.say(f"[{name}] {status['status']} at step {status['step']}{message}  ({self._runs_done()})")
+
+
+class ConsoleShow:
+    """What a session shows as it runs (`gspo_bench.suite.session.Show`), drawn on `console`: plain lines (no
+    markup read in them), a suite's progress (`SuiteProgress`) and the table of its runs' statuses."""
+
+    def __init__(self, console: Console):
+        self.console = console
+
+    def say(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    def progress(self, runs: list[RunSpec]) -> SuiteProgress:
+        return SuiteProgress(self.console, {run.run_dir.name: run.suite.budget for run in runs},
+                             suites={run.run_dir.name: run.suite for run in runs})
+
+    def statuses(self, outcomes: list[tuple[RunSpec, dict]], title: str) -> None:
+        """One row per run: (planned run, its final status.json) as the suite left it."""
+        table = Table(title=escape(title))
+        for column in ("run", "status", "steps", "message"):
+            table.add_column(column)
+        for run, status in outcomes:
+            table.add_row(escape(run.name), status["status"], str(status["step"]), escape(status.get("message", "")))
+        self.console.print(table)

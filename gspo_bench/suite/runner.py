@@ -7,43 +7,20 @@ import functools
 import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from gspo_bench.config import ObjectiveEntry, SuiteConfig, WarmStartConfig, dump_config, sweep_points
-from gspo_bench.config.yamlread import read_yaml
-from gspo_bench.rundir.folder import RunDir
+from gspo_bench.config import SuiteConfig, WarmStartConfig, dump_config, sweep_points
+from gspo_bench.config.run import RunSpec
 from gspo_bench.runtime.distributed import World, barrier
 from gspo_bench.suite.launch import Observer, run_local_processes, run_on_ray, run_sequential
 
 
-@dataclass(frozen=True)
-class PlannedRun:
-    suite: SuiteConfig  # the run's own suite (a sweep gives each point its own)
-    entry: ObjectiveEntry  # labelled objective@point with a sweep
-    seed: int
-    run_dir: Path
-    sweep: dict[str, Any] = field(default_factory=dict)  # swept values by short name ({} without a sweep)
-    arm: str = ""  # the entry's label before the sweep point was added
-    overrides: dict[str, Any] = field(default_factory=dict)  # `--set` values by dotted path ({} without)
-    weights_suite: SuiteConfig | None = None  # the suite whose starting weights the run uses (the sweep
-    # point's, without the entry's own `set:`, so every arm of a seed starts alike); None: `suite`
-
-    @property
-    def start(self) -> SuiteConfig:
-        """The suite that decides the run's starting weights."""
-        return self.weights_suite if self.weights_suite is not None else self.suite
-
-    @property
-    def name(self) -> str:
-        return f"{self.entry.run_label}-s{self.seed}"
-
-
 def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seeds: list[int] | None = None,
-              overrides: dict[str, Any] | None = None) -> list[PlannedRun]:
+              overrides: dict[str, Any] | None = None) -> list[RunSpec]:
     """Every objective x seed at every sweep point, each with its own results folder and its own suite
     (the point's, with the entry's `set:` values). `only` keeps the entries of those labels (the labels
     before a sweep point is added); `overrides`: the `--set` values `suite` was loaded with, recorded
@@ -64,7 +41,7 @@ def plan_runs(suite: SuiteConfig, out: Path, only: list[str] | None = None, seed
         for s in seeds if seeds is not None else suite.seeds:
             for e in entries:
                 entry = e.model_copy(update={"label": sweep.run_label(e.run_label, point)}) if point else e
-                runs.append(PlannedRun(suite=arm_suite(point_suite, e), entry=entry, seed=s, arm=e.run_label,
+                runs.append(RunSpec(suite=arm_suite(point_suite, e), entry=entry, seed=s, arm=e.run_label,
                                        run_dir=out / suite.name / run_folder_name(entry.run_label, s),
                                        sweep={names[p]: v for p, v in point.items()}, overrides=dict(overrides or {}),
                                        weights_suite=point_suite))
@@ -133,79 +110,6 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     return Path(info["path"])
 
 
-def check_outputs(runs: list[PlannedRun], resume: bool, allow_changed: bool = False) -> list[PlannedRun]:
-    """Runs to execute. Without --resume, existing results are never overwritten; a run folder held by
-    a live process is refused (RunBusyError); with --resume, a run whose suite was edited since it
-    started is refused unless `allow_changed` (ValueError listing the changes), and so is one whose
-    config.yaml, what the check compares with, is missing."""
-    from gspo_bench.rundir.lock import check_free
-    from gspo_bench.train import config_changes
-
-    todo = []
-    for run in runs:
-        check_free(run.run_dir)
-        status = RunDir(run.run_dir).read_status()
-        if status is None:
-            todo.append(run)
-        elif not resume:
-            raise FileExistsError(
-                f"{run.run_dir} already holds a run ({status['status']}); use --resume to continue unfinished "
-                "runs, or --out to write elsewhere"
-            )
-        elif status["status"] in ("running", "failed"):
-            if not (run.run_dir / "config.yaml").is_file() and not allow_changed:
-                raise ValueError(f"{run.run_dir / 'config.yaml'} is missing: --resume cannot check that the suite is "
-                                 "the one the run started with; pass --allow-changed to continue it anyway")
-            changes = config_changes(run.run_dir, run)
-            if changes and not allow_changed:
-                raise ValueError(f"{run.run_dir}: the suite changed since this run started ({'; '.join(changes)}); "
-                                 "resume it unchanged, or pass --allow-changed to continue with the new settings")
-            layout = optimizer_layout_change(run)
-            if layout:
-                raise ValueError(f"{run.run_dir}: {layout}")
-            todo.append(run)
-    return todo
-
-
-def optimizer_layout_change(run: PlannedRun) -> str | None:
-    """Why the run's checkpointed optimizer state cannot be loaded under its settings now, even with
-    --allow-changed, or None: train.router_lr_scale moved to or from 1 changes the optimizer's param
-    groups (one group at 1, the routers a group of their own otherwise: gspo_bench.train.optim), and
-    the resume failed on it with KeyError 'param_groups.0.name' (after suite.yaml was rewritten)."""
-    from gspo_bench.train import read_run_config
-
-    recorded = read_run_config(run.run_dir) or {}
-    train = (recorded.get("suite") or {}).get("train") or {}
-    before, now = float(train.get("router_lr_scale", 1.0)), float(run.suite.train.router_lr_scale)
-    if (before == 1.0) == (now == 1.0):
-        return None
-    return (f"train.router_lr_scale {before:g} -> {now:g} changes the optimizer's parameter groups (the routers are a "
-            "group of their own unless the scale is 1), so the run's checkpointed optimizer state cannot be loaded: "
-            f"resume it at router_lr_scale {before:g}, or run it again in a new folder")
-
-
-def check_suite_folder(suite: SuiteConfig, root: Path, allow_changed: bool = False) -> None:
-    """ValueError where ROOT/<name>/suite.yaml records another suite of the same name (different settings:
-    `gspo_bench.config.changes`, as a resume compares a run's config), naming the
-    differences: two suites never share a suite folder, whose runs the report reads as one suite. The
-    same suite (resumed, more runs of it) passes; so does another with `allow_changed` (--resume
-    --allow-changed: continue the suite with the new settings)."""
-    from gspo_bench.config.changes import settings_changes
-
-    path = root / suite.name / "suite.yaml"
-    if allow_changed or not path.is_file():
-        return
-    recorded = read_yaml(path.read_text())
-    if not isinstance(recorded, dict):
-        raise ValueError(f"{path}: expected the mapping of a suite's fields, found a {type(recorded).__name__}: move "
-                         "the folder away or give --out another folder")
-    changes = settings_changes({"suite": recorded}, {"suite": suite.model_dump(mode="json")})
-    if changes:
-        raise ValueError(f"{path}: another suite named {suite.name} ran into {root} ({'; '.join(changes)}); give --out "
-                         "another folder or the suite another name (--resume --allow-changed continues that suite "
-                         "with these settings)")
-
-
 def suite_file_sha256(suite: SuiteConfig) -> str:
     """The sha256 of the suite file `write_suite_file` writes for `suite` (each run records it in its
     provenance; the report checks its suite.yaml against it)."""
@@ -218,7 +122,7 @@ def write_suite_file(suite: SuiteConfig, out: Path) -> None:
     atomic_write_text(out / suite.name / "suite.yaml", dump_config(suite))
 
 
-def weights_key(planned: PlannedRun) -> tuple[int, str]:
+def weights_key(planned: RunSpec) -> tuple[int, str]:
     """What the starting weights of a run depend on."""
     return init_seed(planned.start, planned.seed), planned.start.model_dump_json(include={"model", "task", "warm_start", "rollout"})
 
@@ -233,10 +137,10 @@ def _warm_start_eval(observer: Observer, seed: int, cfg: WarmStartConfig, step: 
         observer.warm_start(seed, step, accuracy, cfg)
 
 
-def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume: bool = False,
+def run_suite(suite: SuiteConfig, todo: list[RunSpec], root: Path, *, resume: bool = False,
               allow_changed: bool = False, world: World = World(),
               log: Callable[[str], None] = print, observer: Observer | None = None, parallel: int = 1,
-              ray_address: str | None | Literal[False] = False) -> list[tuple[PlannedRun, dict]]:
+              ray_address: str | None | Literal[False] = False) -> list[tuple[RunSpec, dict]]:
     """Train the planned runs; returns (run, final status) pairs. The starting weights of every seed
     are prepared first (under torchrun rank 0 trains or finds them, then the others reuse them), then
     the runs go one after another, `parallel` at a time as local processes, or as Ray tasks
@@ -245,8 +149,6 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
     where --resume --allow-changed continues runs with new settings: then it is written after them, and
     only where one of them did not fail (a failed resume, its settings refused by the checkpoint, left
     suite.yaml saying settings no run ran with, and the next resume with the run's own was refused)."""
-    from gspo_bench.train import RunSpec
-
     observer = observer or Observer()
     continuing = resume and allow_changed
     if world.is_main and not continuing:
@@ -263,9 +165,7 @@ def run_suite(suite: SuiteConfig, todo: list[PlannedRun], root: Path, *, resume:
             barrier(world)
             if not world.is_main:
                 weights[key] = starting_weights(planned.start, planned.seed, log=log, on_eval=on_eval)
-    specs = [RunSpec(suite=p.suite, entry=p.entry, seed=p.seed, run_dir=p.run_dir, init_weights=weights[weights_key(p)],
-                     sweep=p.sweep, arm=p.arm, overrides=p.overrides,
-                     suite_sha256=suite_file_sha256(suite)) for p in todo]
+    specs = [p.with_weights(weights[weights_key(p)], suite_file_sha256(suite)) for p in todo]
     mode = {"resume": resume, "allow_changed": allow_changed}
     if ray_address is not False:
         statuses = run_on_ray(specs, mode, observer, ray_address)

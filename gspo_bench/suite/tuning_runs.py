@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from gspo_bench.config import SuiteConfig
+from gspo_bench.config import RunSpec, SuiteConfig
 from gspo_bench.config.tuning import (
     TRIALS_FOLDER,
     Trial,
@@ -32,51 +33,184 @@ from gspo_bench.config.tuning import (
 )
 from gspo_bench.rundir.folder import RunDir, atomic_write_text
 from gspo_bench.rundir.records import StatusRecord
-from gspo_bench.suite.runner import PlannedRun, plan_runs
+from gspo_bench.suite.runner import plan_runs
 from gspo_bench.suite.selection import choose, trial_scores
 
 CHOSEN = "chosen.json"
 ENDED = ("done", "collapsed")  # trial runs that spent their budget or collapsed on the way: scored as they are
 
 
-def trials_dir(suite: SuiteConfig, root: Path) -> Path:
-    return root / suite.name / TRIALS_FOLDER
+@dataclass(frozen=True)
+class Trials:
+    """A tuned suite's trials under the results root `root`, planned once (`Trials.of`): every phase of a
+    tuned suite (checking the started trial runs, running them, choosing, planning the comparison) reads
+    this one plan."""
 
+    suite: SuiteConfig
+    root: Path
+    plan: list[Trial]  # `plan_trials(suite)`
+    trial_suite: SuiteConfig  # the suite of the trial runs (`config.tuning.trial_suite`)
 
-def trial_runs(suite: SuiteConfig, root: Path) -> list[PlannedRun]:
-    """Every trial x trial seed as a run of the trial suite, under OUT/<suite>/tuning/; each starts from
-    the weights the comparison's runs of its seed start from (the suite's warm start, not one of a task
-    with another held-out split)."""
-    runs = plan_runs(trial_suite(suite), root / suite.name)
-    return [dataclasses.replace(run, weights_suite=suite) for run in runs]
+    @classmethod
+    def of(cls, suite: SuiteConfig, root: Path) -> Trials:
+        trials = plan_trials(suite)
+        return cls(suite=suite, root=root, plan=trials, trial_suite=trial_suite(suite, trials))
 
+    @property
+    def folder(self) -> Path:
+        return self.root / self.suite.name / TRIALS_FOLDER
 
-def trials_table(suite: SuiteConfig, root: Path) -> pd.DataFrame:
-    """One row per evaluation of the selection metric of each finished trial run: arm, trial, seed,
-    step, score (columns of `gspo_bench.suite.selection`); a trial run that failed or is unfinished gives none."""
-    from gspo_bench.train import lm_eval_name
+    @property
+    def seeds(self) -> list[int]:
+        assert self.suite.tuning is not None
+        return list(self.suite.tuning.seeds)
 
-    assert suite.tuning is not None
-    task = lm_eval_name(suite.tuning.select.metric)
-    frames = []
-    for trial in plan_trials(suite):
-        for seed in suite.tuning.seeds:
-            run = RunDir(trial_runs_dir(suite, root, trial.label, seed))
-            status = run.read_status()
-            if status is None or status["status"] not in ENDED or not (run.path / "eval.parquet").is_file():
+    def run_dir(self, label: str, seed: int) -> Path:
+        from gspo_bench.rundir.names import run_folder_name
+
+        return self.folder / run_folder_name(label, seed)
+
+    def runs(self) -> list[RunSpec]:
+        """Every trial x trial seed as a run of the trial suite, under OUT/<suite>/tuning/; each starts from
+        the weights the comparison's runs of its seed start from (the suite's warm start, not one of a task
+        with another held-out split)."""
+        runs = plan_runs(self.trial_suite, self.root / self.suite.name)
+        return [dataclasses.replace(run, weights_suite=self.suite) for run in runs]
+
+    def table(self) -> pd.DataFrame:
+        """One row per evaluation of the selection metric of each finished trial run: arm, trial, seed,
+        step, score (columns of `gspo_bench.suite.selection`); a trial run that failed or is unfinished gives none."""
+        from gspo_bench.train import lm_eval_name
+
+        assert self.suite.tuning is not None
+        task = lm_eval_name(self.suite.tuning.select.metric)
+        frames = []
+        for trial in self.plan:
+            for seed in self.seeds:
+                run = RunDir(self.run_dir(trial.label, seed))
+                status = run.read_status()
+                if status is None or status["status"] not in ENDED or not (run.path / "eval.parquet").is_file():
+                    continue
+                rows = pd.read_parquet(run.path / "eval.parquet")
+                rows = rows[rows["task"] == task]
+                frames.append(pd.DataFrame({"arm": trial.arm, "trial": trial.index, "seed": seed,
+                                            "step": rows["step"].to_numpy(), "score": rows["score"].to_numpy()}))
+        columns = ["arm", "trial", "seed", "step", "score"]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+    def ran_settings(self, trial: Trial) -> dict[str, Any] | None:
+        """The settings (the paths the plan tunes) trial `trial` ran with, read from its runs' recorded
+        config.yaml (None where none of them started); ValueError naming a trial run whose recorded entry is
+        not the one planned for it now (`check_as_planned`)."""
+        planned = trial.entry.model_dump(mode="json")
+        ran = None
+        for seed in self.seeds:
+            run_dir = self.run_dir(trial.label, seed)
+            entry = recorded_entry(run_dir, trial.label)
+            if entry is None:
                 continue
-            rows = pd.read_parquet(run.path / "eval.parquet")
-            rows = rows[rows["task"] == task]
-            frames.append(pd.DataFrame({"arm": trial.arm, "trial": trial.index, "seed": seed,
-                                        "step": rows["step"].to_numpy(), "score": rows["score"].to_numpy()}))
-    columns = ["arm", "trial", "seed", "step", "score"]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+            differences = entry_differences(entry, planned)
+            if differences:
+                raise ValueError(f"{run_dir}: trial {trial.label} ran other settings than the suite plans for it now "
+                                 f"({'; '.join(differences[:3])}{'; ...' if len(differences) > 3 else ''}): the "
+                                 "tuning space, its seed or the arm changed since the trials ran, and a trial's score "
+                                 "belongs to the settings it ran; put them back as they were, or run the edited suite "
+                                 "into another folder (--out) to tune it anew")
+            ran = {path: entry_setting(entry, path) for path in trial.settings}
+        return ran
 
+    def ran(self, trial: Trial) -> dict[str, Any]:
+        """`ran_settings` of a trial whose runs ended; ValueError where none of them recorded its config."""
+        ran = self.ran_settings(trial)
+        if ran is None:
+            raise ValueError(f"{self.folder}: no run of trial {trial.label} records its config.yaml, so what it ran "
+                             "is unknown: move its run folders away and `gspo-bench run SUITE --resume` runs it again")
+        return ran
 
-def trial_runs_dir(suite: SuiteConfig, root: Path, label: str, seed: int) -> Path:
-    from gspo_bench.rundir.names import run_folder_name
+    def check_as_planned(self) -> None:
+        """ValueError naming the first started trial run whose recorded entry differs from its planned one
+        (`ran_settings`), before any run starts: --resume --allow-changed continues runs with new settings,
+        but never scores a trial under settings it did not run."""
+        for trial in self.plan:
+            self.ran_settings(trial)
 
-    return trials_dir(suite, root) / run_folder_name(label, seed)
+    def chosen_record(self, table: pd.DataFrame) -> dict[str, Any]:
+        """What chosen.json holds: the rule, each tuned arm's chosen trial and settings, and every trial's
+        settings and score (NaN where its runs did not finish: written as null); the settings are those the
+        trial's runs recorded (`ran_settings`), never the plan's."""
+        suite = self.suite
+        assert suite.tuning is not None
+        select = suite.tuning.select
+        trials = [dataclasses.replace(t, settings=self.ran(t)) for t in self.plan]
+        scores = trial_scores(table, select.rule) if not table.empty else pd.DataFrame(columns=["arm", "trial", "score", "runs"])
+        by_trial = {(str(r["arm"]), int(r["trial"])): (float(r["score"]), int(r["runs"])) for r in scores.to_dict("records")}
+        expected = {t.arm for t in trials}
+        best = choose(scores.merge(pd.DataFrame({"arm": sorted(expected)}), how="right", on="arm"))
+        chosen = {t.arm: t for r in best.to_dict("records") for t in trials if t.arm == r["arm"] and t.index == int(r["trial"])}
+        rows = [{"arm": t.arm, "trial": t.index, "label": t.label, "settings": t.settings,
+                 "score": finite(by_trial.get((t.arm, t.index), (math.nan, 0))[0]),
+                 "runs": by_trial.get((t.arm, t.index), (math.nan, 0))[1]} for t in trials]
+        return {"metric": select.metric, "rule": select.rule, "split": "validation", "seeds": suite.tuning.seeds,
+                "trial_budget": {"kind": suite.budget.kind, "value": suite.tuning.trial_value(suite.budget.value)},
+                "ruleset": arms_ruleset(suite),
+                "chosen": {arm: {"trial": t.index, "label": t.label, "settings": t.settings,
+                                 "score": finite(by_trial[(arm, t.index)][0])} for arm, t in chosen.items()},
+                "trials": rows}
+
+    def statuses(self) -> dict[str, list[tuple[str, StatusRecord | None]]]:
+        """{arm: [(trial run folder name, its status or None), ...]} of every planned trial run."""
+        found: dict[str, list[tuple[str, StatusRecord | None]]] = {}
+        for trial in self.plan:
+            for seed in self.seeds:
+                status = RunDir(self.run_dir(trial.label, seed)).read_status()
+                found.setdefault(trial.arm, []).append((f"{trial.label}-s{seed}", status))
+        return found
+
+    def unended(self) -> list[str]:
+        """Folder names of the trial runs that have not ended (failed, running, or not started): every arm
+        is chosen from all of its trials or not at all, so that no arm is tuned on fewer than declared."""
+        return [name for statuses in self.statuses().values() for name, status in statuses
+                if status is None or status["status"] not in ENDED]
+
+    def check_some_ran(self) -> None:
+        """ValueError naming an arm every trial run of which failed, and the first failure: nothing to choose
+        from, and a --resume would run the same trials to the same end (a suite that could never finish)."""
+        for arm, statuses in self.statuses().items():
+            if all(status is not None and status["status"] == "failed" for _, status in statuses):
+                name, first = statuses[0]
+                assert first is not None
+                raise ValueError(f"every trial run of arm {arm} failed ({len(statuses)} of {len(statuses)}; the "
+                                 f"first, {name}: {first.get('message') or 'no message'}): no setting of its space "
+                                 "trained, so there is nothing to choose from, and a --resume runs them again to the "
+                                 f"same end; fix what failed them first (their error.log under {self.folder}; "
+                                 "`gspo-bench validate SUITE` checks every value of a space), or give the arm a space "
+                                 "it can train in and run the suite into another folder (--out)")
+
+    def write_chosen(self) -> dict[str, Any]:
+        """Choose from the trials and write chosen.json; ValueError where every trial run of an arm failed
+        (`check_some_ran`), a trial run has not ended (`run --resume` continues it) or an arm has no
+        scored trial."""
+        self.check_some_ran()
+        unended = self.unended()
+        if unended:
+            raise ValueError(f"{len(unended)} trial run(s) did not end ({', '.join(unended[:4])}"
+                             f"{', ...' if len(unended) > 4 else ''}): every arm is chosen from all its trials; "
+                             "`gspo-bench run SUITE --resume` continues them, then chooses")
+        record = self.chosen_record(self.table())
+        atomic_write_text(self.folder / CHOSEN, json.dumps(record, indent=1) + "\n")
+        return record
+
+    def read_chosen(self) -> dict[str, Any] | None:
+        """chosen.json of this suite's trials, or None before the trials have been chosen from."""
+        path = self.folder / CHOSEN
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def compared_suite(self) -> SuiteConfig | None:
+        """The suite the comparison runs: its arms with chosen.json's settings (None before the choice)."""
+        record = self.read_chosen()
+        if record is None:
+            return None
+        return comparison_suite(self.suite, {arm: c["settings"] for arm, c in record["chosen"].items()})
 
 
 def recorded_entry(run_dir: Path, label: str) -> dict[str, Any] | None:
@@ -89,8 +223,8 @@ def recorded_entry(run_dir: Path, label: str) -> dict[str, Any] | None:
     from pydantic import ValidationError
 
     from gspo_bench.config import ObjectiveEntry
+    from gspo_bench.config.run import read_run_config
     from gspo_bench.config.spelling import SpellingNote
-    from gspo_bench.train import read_run_config
 
     config = read_run_config(run_dir)
     if config is None:
@@ -118,137 +252,8 @@ def entry_differences(ran: dict[str, Any], planned: dict[str, Any]) -> list[str]
             if before.get(key) != now.get(key)]
 
 
-def ran_settings(suite: SuiteConfig, root: Path, trial: Trial) -> dict[str, Any] | None:
-    """The settings (the paths the plan tunes) trial `trial` ran with, read from its runs' recorded
-    config.yaml (None where none of them started); ValueError naming a trial run whose recorded entry is
-    not the one planned for it now (`check_trials_as_planned`)."""
-    assert suite.tuning is not None
-    planned = trial.entry.model_dump(mode="json")
-    ran = None
-    for seed in suite.tuning.seeds:
-        run_dir = trial_runs_dir(suite, root, trial.label, seed)
-        entry = recorded_entry(run_dir, trial.label)
-        if entry is None:
-            continue
-        differences = entry_differences(entry, planned)
-        if differences:
-            raise ValueError(f"{run_dir}: trial {trial.label} ran other settings than the suite plans for it now "
-                             f"({'; '.join(differences[:3])}{'; ...' if len(differences) > 3 else ''}): the tuning "
-                             "space, its seed or the arm changed since the trials ran, and a trial's score belongs to "
-                             "the settings it ran; put them back as they were, or run the edited suite into another "
-                             "folder (--out) to tune it anew")
-        ran = {path: entry_setting(entry, path) for path in trial.settings}
-    return ran
-
-
-def trial_ran(suite: SuiteConfig, root: Path, trial: Trial) -> dict[str, Any]:
-    """`ran_settings` of a trial whose runs ended; ValueError where none of them recorded its config."""
-    ran = ran_settings(suite, root, trial)
-    if ran is None:
-        raise ValueError(f"{trials_dir(suite, root)}: no run of trial {trial.label} records its config.yaml, so what it "
-                         "ran is unknown: move its run folders away and `gspo-bench run SUITE --resume` runs it again")
-    return ran
-
-
-def check_trials_as_planned(suite: SuiteConfig, root: Path) -> None:
-    """ValueError naming the first started trial run whose recorded entry differs from its planned one
-    (`ran_settings`), before any run starts: --resume --allow-changed continues runs with new settings,
-    but never scores a trial under settings it did not run."""
-    for trial in plan_trials(suite):
-        ran_settings(suite, root, trial)
-
-
-def chosen_record(suite: SuiteConfig, table: pd.DataFrame, root: Path) -> dict[str, Any]:
-    """What chosen.json holds: the rule, each tuned arm's chosen trial and settings, and every trial's
-    settings and score (NaN where its runs did not finish: written as null); the settings are those the
-    trial's runs recorded (`ran_settings`), never the plan's."""
-    assert suite.tuning is not None
-    select = suite.tuning.select
-    trials = [dataclasses.replace(t, settings=trial_ran(suite, root, t)) for t in plan_trials(suite)]
-    scores = trial_scores(table, select.rule) if not table.empty else pd.DataFrame(columns=["arm", "trial", "score", "runs"])
-    by_trial = {(str(r["arm"]), int(r["trial"])): (float(r["score"]), int(r["runs"])) for r in scores.to_dict("records")}
-    expected = {t.arm for t in trials}
-    best = choose(scores.merge(pd.DataFrame({"arm": sorted(expected)}), how="right", on="arm"))
-    chosen = {t.arm: t for r in best.to_dict("records") for t in trials if t.arm == r["arm"] and t.index == int(r["trial"])}
-    rows = [{"arm": t.arm, "trial": t.index, "label": t.label, "settings": t.settings,
-             "score": finite(by_trial.get((t.arm, t.index), (math.nan, 0))[0]),
-             "runs": by_trial.get((t.arm, t.index), (math.nan, 0))[1]} for t in trials]
-    return {"metric": select.metric, "rule": select.rule, "split": "validation", "seeds": suite.tuning.seeds,
-            "trial_budget": {"kind": suite.budget.kind, "value": suite.tuning.trial_value(suite.budget.value)},
-            "ruleset": arms_ruleset(suite),
-            "chosen": {arm: {"trial": t.index, "label": t.label, "settings": t.settings,
-                             "score": finite(by_trial[(arm, t.index)][0])} for arm, t in chosen.items()},
-            "trials": rows}
-
-
 def finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
-
-
-def unended_trials(suite: SuiteConfig, root: Path) -> list[str]:
-    """Folder names of the trial runs that have not ended (failed, running, or not started): every arm
-    is chosen from all of its trials or not at all, so that no arm is tuned on fewer than declared."""
-    assert suite.tuning is not None
-    names = []
-    for trial in plan_trials(suite):
-        for seed in suite.tuning.seeds:
-            status = RunDir(trial_runs_dir(suite, root, trial.label, seed)).read_status()
-            if status is None or status["status"] not in ENDED:
-                names.append(f"{trial.label}-s{seed}")
-    return names
-
-
-def check_some_trial_ran(suite: SuiteConfig, root: Path) -> None:
-    """ValueError naming an arm every trial run of which failed, and the first failure: nothing to choose
-    from, and a --resume would run the same trials to the same end (a suite that could never finish)."""
-    assert suite.tuning is not None
-    runs: dict[str, list[tuple[str, StatusRecord | None]]] = {}
-    for trial in plan_trials(suite):
-        for seed in suite.tuning.seeds:
-            status = RunDir(trial_runs_dir(suite, root, trial.label, seed)).read_status()
-            runs.setdefault(trial.arm, []).append((f"{trial.label}-s{seed}", status))
-    for arm, statuses in runs.items():
-        if all(status is not None and status["status"] == "failed" for _, status in statuses):
-            name, first = statuses[0]
-            assert first is not None
-            raise ValueError(f"every trial run of arm {arm} failed ({len(statuses)} of {len(statuses)}; the first, "
-                             f"{name}: {first.get('message') or 'no message'}): no setting of its space trained, so "
-                             "there is nothing to choose from, and a --resume runs them again to the same end; fix "
-                             f"what failed them first (their error.log under {trials_dir(suite, root)}; `gspo-bench "
-                             "validate SUITE` checks every value of a space), or give the arm a space it can train in "
-                             "and run the suite into another folder (--out)")
-
-
-def write_chosen(suite: SuiteConfig, root: Path) -> dict[str, Any]:
-    """Choose from the trials and write chosen.json; ValueError where every trial run of an arm failed
-    (`check_some_trial_ran`), a trial run has not ended (`run --resume` continues it) or an arm has no
-    scored trial."""
-    check_some_trial_ran(suite, root)
-    unended = unended_trials(suite, root)
-    if unended:
-        raise ValueError(f"{len(unended)} trial run(s) did not end ({', '.join(unended[:4])}"
-                         f"{', ...' if len(unended) > 4 else ''}): every arm is chosen from all its trials; "
-                         "`gspo-bench run SUITE --resume` continues them, then chooses")
-    record = chosen_record(suite, trials_table(suite, root), root)
-    atomic_write_text(trials_dir(suite, root) / CHOSEN, json.dumps(record, indent=1) + "\n")
-    return record
-
-
-def read_chosen(suite: SuiteConfig, root: Path) -> dict[str, Any] | None:
-    """chosen.json of this suite's trials, or None before the trials have been chosen from."""
-    path = trials_dir(suite, root) / CHOSEN
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def compared_suite(suite: SuiteConfig, root: Path) -> SuiteConfig | None:
-    """The suite the comparison runs: `suite` itself untuned; tuned, its arms with chosen.json's settings
-    (None before the choice is made)."""
-    if suite.tuning is None:
-        return suite
-    record = read_chosen(suite, root)
-    if record is None:
-        return None
-    return comparison_suite(suite, {arm: c["settings"] for arm, c in record["chosen"].items()})
 
 
 def steps_at(suite: SuiteConfig, plan: Any, value: float) -> int:
@@ -273,6 +278,18 @@ def tuning_flops(suite: SuiteConfig, plan: Any) -> dict[str, tuple[float, float]
 def settings_text(settings: dict[str, Any]) -> str:
     return ", ".join(f"{path}={value:.3g}" if isinstance(value, float) else f"{path}={value}"
                      for path, value in settings.items())
+
+
+def trial_lines(suite: SuiteConfig) -> list[str]:
+    """What `validate` says of a tuned suite's trials ([] untuned): their count, seeds and rulesets, then
+    each trial's settings."""
+    if suite.tuning is None:
+        return []
+    trials = plan_trials(suite)
+    rulesets = ", ".join(f"{arm} {rule}" for arm, rule in arms_ruleset(suite).items())
+    return [f"  tuning first: {len(trials)} trials x seeds {suite.tuning.seeds} on the validation split (the runs "
+            f"above then use each arm's chosen settings); {rulesets}",
+            *(f"    {trial.label}: {settings_text(trial.settings)}" for trial in trials)]
 
 
 def tuning_rows(suite: SuiteConfig, plan: Any) -> list[tuple[str, str]]:

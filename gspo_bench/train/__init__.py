@@ -16,6 +16,9 @@ if TYPE_CHECKING:
         active_parameters as active_parameters,
     )
     from gspo_bench.train.evaluation import (
+        eval_config as eval_config,
+    )
+    from gspo_bench.train.evaluation import (
         evaluate_saved as evaluate_saved,
     )
     from gspo_bench.train.evaluation import (
@@ -55,19 +58,10 @@ if TYPE_CHECKING:
         draw_examples as draw_examples,
     )
     from gspo_bench.train.setup import (
-        RunSpec as RunSpec,
-    )
-    from gspo_bench.train.setup import (
         check_replay_engine as check_replay_engine,
     )
     from gspo_bench.train.setup import (
-        config_changes as config_changes,
-    )
-    from gspo_bench.train.setup import (
         make_run_engine as make_run_engine,
-    )
-    from gspo_bench.train.setup import (
-        read_run_config as read_run_config,
     )
     from gspo_bench.train.setup import (
         run_prompt_format as run_prompt_format,
@@ -92,21 +86,19 @@ FACE = {  # name -> the module of this package that defines it, imported on firs
     "OldPolicy": "old_policy",
     "Policy": "policy",
     "RolloutBatch": "rollout",
-    "RunSpec": "setup",
     "StepCompute": "compute",
     "UpdateSettings": "update",
     "WarmStartParams": "warmstart",
     "active_parameters": "compute",
     "check_available": "tracking",
     "check_replay_engine": "setup",
-    "config_changes": "setup",
     "draw_examples": "rollout",
+    "eval_config": "evaluation",
     "evaluate_saved": "evaluation",
     "lm_eval_name": "evaluation",
     "make_optimizer": "optim",
     "make_run_engine": "setup",
     "old_policy_pass": "old_policy",
-    "read_run_config": "setup",
     "resolve_tasks": "evaluation",
     "run_prompt_format": "setup",
     "step_seed": "loop",

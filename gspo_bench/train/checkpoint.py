@@ -4,7 +4,8 @@ half-written checkpoint as the latest one; the checksums are verified again befo
 by `gspo-bench eval`). A checkpoint without checksums.json is damaged, unless it predates checksums:
 every checkpoint written since holds the CHECKSUMMED mark in its state.pt, so one without that mark
 (and without checksums.json) was written before them and is used as it is. What a killed process
-left half-written (`.checkpoint-new-*`) is removed when the run folder is opened again."""
+left half-written (`.checkpoint-new-*`) is removed when the run folder is opened again. A run resumes
+from its last checkpoint (`restore`): the loop state, its tables checked, the optimizer, and provenance."""
 
 from __future__ import annotations
 
@@ -15,10 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gspo_bench.config.run import RunSpec, config_changes
 from gspo_bench.models.families import hf_model
 from gspo_bench.rundir.checksums import CHECKSUMS, damage, write_checksums
-from gspo_bench.rundir.folder import atomic_leftovers, remove_entry, share
+from gspo_bench.rundir.folder import RunDir, atomic_leftovers, now, provenance, remove_entry, share
+from gspo_bench.rundir.records import ProvenanceRecord
 from gspo_bench.runtime.distributed import World
+from gspo_bench.runtime.kernels import kernel_state
+from gspo_bench.train.optim import set_lr
+from gspo_bench.train.policy import Policy
+from gspo_bench.train.state import RunState
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -130,3 +137,43 @@ def load_checkpoint_state(checkpoint: Path, model: torch.nn.Module, optimizer: t
     set_optimizer_state_dict(model, optimizer, state.pop("optimizer"), options=StateDictOptions(full_state_dict=True))
     state.pop(CHECKSUMMED, None)
     return state
+
+
+def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device: torch.device,
+            allow_changed: bool) -> tuple[RunState, ProvenanceRecord]:
+    """The loop state and provenance at `checkpoint`, the optimizer restored. A suite edited since the
+    run started is refused unless `allow_changed`; then its settings (the lr too, which the restored
+    optimizer state would otherwise bring back) apply, and the change is recorded in provenance."""
+    changes = config_changes(out.path, spec)
+    if changes and not allow_changed:
+        raise ValueError(f"{out.path}: the suite changed since this run started ({'; '.join(changes)}); resume it "
+                         "unchanged, or pass --allow-changed to continue with the new settings")
+    scalars = load_checkpoint_state(checkpoint, policy.model, policy.trainer(), device)
+    check_tables(out, scalars["step"], spec.suite.eval.enabled)
+    state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
+                              out.read_rows("eval.parquet"))
+    prov = out.read_provenance() or provenance(str(device))
+    set_lr(policy.trainer(), spec.lr, spec.suite.train.router_lr_scale)
+    prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes,
+                                           "overrides": spec.overrides, "kernels": kernel_state(),
+                                           "suite_sha256": spec.suite_sha256})
+    return state, prov
+
+
+def check_tables(out: RunDir, step: int, evaluated: bool) -> None:
+    """ValueError unless the run's tables hold what a resume from a checkpoint at `step` keeps:
+    metrics.parquet with every step 1..step, layers.parquet, and eval.parquet where the run evaluates.
+    Their rows are not in the checkpoint: a table deleted or cut cannot be rebuilt from it."""
+    if step == 0:
+        return
+    for name in ("metrics.parquet", "layers.parquet", *(["eval.parquet"] if evaluated else [])):
+        if not (out.path / name).is_file():
+            raise ValueError(_unresumable(out, f"{out.path / name} is missing", step))
+    steps = sorted({int(row["step"]) for row in out.read_rows("metrics.parquet")})
+    if [s for s in steps if s <= step] != list(range(1, step + 1)):
+        raise ValueError(_unresumable(out, f"{out.path / 'metrics.parquet'} holds steps {steps}", step))
+
+
+def _unresumable(out: RunDir, what: str, step: int) -> str:
+    return (f"cannot resume {out.path}: {what}, but its checkpoint is at step {step}: the rows of steps 1..{step} "
+            "cannot be rebuilt from the checkpoint; move the run folder away and run it again")

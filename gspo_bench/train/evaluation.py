@@ -367,3 +367,30 @@ def evaluate_saved(path: Path, cfg: EvalConfig, out: Path, *, seed: int = 0, cha
                                           source=str(model_dir))
     evaluator = Evaluator(cfg, out / "tasks", suite_task, suite_params, prompt_format=prompt_format)
     return model_dir, evaluator(model, tokenizer, seed=seed)
+
+
+EVAL_OPTIONS = {"tasks": "--tasks", "samples": "--samples", "limit": "--limit", "greedy": "--greedy",
+                "max_new_tokens": "--max-new-tokens", "temperature": "--temperature"}
+
+
+def eval_config(**options: Any) -> EvalConfig:
+    """The EvalConfig of `gspo-bench eval`'s options; ValueError of one line naming the options each of its
+    problems is about (`eval_option_problem`)."""
+    from pydantic import ValidationError
+
+    try:
+        return EvalConfig(**options)
+    except ValidationError as err:
+        raise ValueError("; ".join(eval_option_problem(e) for e in err.errors())) from None
+
+
+def eval_option_problem(error: Any) -> str:
+    """One of EvalConfig's errors (pydantic's error dict) for `gspo-bench eval`: the command-line options
+    it is about, its message and the value given ("--samples: Input should be ... (got 99999)"); an error
+    of several fields names the options whose fields its message mentions, in the message's order."""
+    message = error["msg"].removeprefix("Value error, ")
+    field = error["loc"][0] if error["loc"] else None
+    if field is not None:
+        return f"{EVAL_OPTIONS.get(str(field), field)}: {message} (got {error['input']!r})"
+    options = [EVAL_OPTIONS[name] for name in sorted((n for n in EVAL_OPTIONS if n in message), key=message.index)]
+    return f"{', '.join(options)}: {message}" if options else message

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gspo_bench.config import RunSpec
 from gspo_bench.rollout import SamplingParams
 from gspo_bench.rundir.failure import failure_message
 from gspo_bench.rundir.folder import REQUIRED_COLUMNS, now
@@ -33,7 +34,7 @@ from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.replay_scoring import SCORING_PASSES, step_replay_scores
 from gspo_bench.train.rollout import collect_rollout, draw_examples
 from gspo_bench.train.row import StepRow, build_row, step_values, with_route_confidence
-from gspo_bench.train.setup import Run, RunSpec, open_run, warm_start_seed
+from gspo_bench.train.setup import Run, open_run
 from gspo_bench.train.state import Collapsed, RunState, budget_spent, collapse_reason
 from gspo_bench.train.update import (
     UpdateSettings,
@@ -46,7 +47,7 @@ from gspo_bench.train.update import (
 if TYPE_CHECKING:
     from gspo_bench.config import SuiteConfig
 
-__all__ = ["RunSpec", "run_step", "step_seed", "train_run"]
+__all__ = ["run_step", "step_seed", "train_run"]
 
 
 def sweep_cell(value: Any) -> Any:
@@ -167,7 +168,7 @@ def run_step(run: Run, step: int) -> StepRow:
     layers = with_route_confidence(layers, old)
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
                 "replay": entry.use_replay, **{f"sweep/{name}": sweep_cell(value) for name, value in run.spec.sweep.items()},
-                **({} if warm_start_seed(run.spec) is None else {"warm_start/seed": warm_start_seed(run.spec)})}
+                **({} if run.spec.warm_start_seed is None else {"warm_start/seed": run.spec.warm_start_seed})}
     outcome = build_row(identity, values, layers, {"rollout_finite": batch.finite,
                                                    "params_finite": all_finite(policy.model, policy.world)})
     t_step = time.perf_counter() - start

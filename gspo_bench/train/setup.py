@@ -6,31 +6,29 @@ from __future__ import annotations
 import contextlib
 import json
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import yaml
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
-from gspo_bench.config.changes import settings_changes
 from gspo_bench.config.load import load_suite_plugins
-from gspo_bench.config.plugins import plugins_loaded
+from gspo_bench.config.run import RunSpec, code_edited
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.rollout import RolloutEngine, make_engine
-from gspo_bench.rundir.folder import RunDir, config_problem, now, provenance
+from gspo_bench.rundir.folder import RunDir, provenance
 from gspo_bench.rundir.lock import RunBusyError, RunLock
 from gspo_bench.rundir.records import ProvenanceRecord, TaskBaselineRecord, WarmStartRecord
-from gspo_bench.rundir.renames import current_run_keys
 from gspo_bench.runtime.distributed import World, device_for, shard, world_from_env
 from gspo_bench.runtime.hardware import require_device
 from gspo_bench.runtime.kernels import kernel_state
 from gspo_bench.tasks import Task
-from gspo_bench.train.checkpoint import find_checkpoint, load_checkpoint_state, remove_half_written
+from gspo_bench.train.checkpoint import find_checkpoint, remove_half_written, restore
 from gspo_bench.train.compute import active_parameters
 from gspo_bench.train.evaluation import EngineEvaluator, Evaluator
-from gspo_bench.train.optim import make_optimizer, set_lr
+from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy, checkpoint_activations
 from gspo_bench.train.precision import DTYPES, Precision
 from gspo_bench.train.state import RunState
@@ -39,19 +37,6 @@ from gspo_bench.train.update import Objective
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    suite: SuiteConfig
-    entry: ObjectiveEntry
-    seed: int
-    run_dir: Path
-    init_weights: Path  # directory of the (warm-started) weights every objective of this seed starts from
-    sweep: dict = field(default_factory=dict)  # swept values of this run's sweep point, by short name
-    arm: str = ""  # the entry's label without the sweep point (default: the label)
-    overrides: dict = field(default_factory=dict)  # `--set` values by dotted path, already in `suite`
-    suite_sha256: str | None = None  # of the suite file (OUT/<suite>/suite.yaml) this run was started with
 
 
 @dataclass
@@ -88,6 +73,12 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
     (rank 0 only under torchrun). The caller releases `run.lock` when the run ends."""
     suite, train = spec.suite, spec.suite.train
     plugins = load_suite_plugins(suite.plugins, suite.name)  # a worker process (--parallel, Ray) registers them first
+    edited = code_edited(spec)
+    if edited is not None:
+        raise ValueError(f"{spec.name}: {edited}")
+    if spec.init_weights is None:
+        raise ValueError(f"{spec.name}: no starting weights (the runner prepares them: RunSpec.with_weights)")
+    init_weights = spec.init_weights
     device = require_device(train.device, "train.device")
     world = world_from_env(device)
     device = device_for(world, device)
@@ -103,26 +94,25 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
         if world.distributed:
             check_distributed(suite, world)
         checkpoint = find_checkpoint(out.path) if resume else None
-        weights = checkpoint / "model" if checkpoint is not None else spec.init_weights
-        policy, tokenizer, n_active = load_policy(spec, weights, device, world)
+        weights = checkpoint / "model" if checkpoint is not None else init_weights
+        policy, tokenizer, n_active = load_policy(spec, weights, init_weights, device, world)
         state, prov = RunState(), provenance(str(device))
         prov["overrides"], prov["kernels"], prov["suite_sha256"] = spec.overrides, kernel_state(), spec.suite_sha256
         if checkpoint is not None:
             state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
-        prov["warm_start"] = warm_start_record(spec)
+        prov["warm_start"] = warm_start_record(spec, init_weights)
         prov["plugins"] = [plugin.record() for plugin in plugins]
         prov["task_baseline"] = recorded_task_baseline(suite)
         prompt_format = run_prompt_format(suite, tokenizer)
         engine = make_run_engine(suite, tokenizer, weights, device)
         check_replay_engine(spec.entry, engine, suite)
         evaluator = make_evaluator(suite, out.path, engine, prompt_format, policy)
-        config = resolved_config(spec, lr=policy.trainer().param_groups[0]["lr"])
-        out.write_text("config.yaml", config)
+        out.write_text("config.yaml", spec.config)
         out.write_provenance(prov)
         out.write_status("running", step=state.step)
         task = suite.task.instance()  # a task that fails to build here ends the run failed, its folder freed
         objective = spec.entry.loss()
-        tracker = open_tracker(suite.tracking, out.path, suite.name, yaml.safe_load(config), state.step, world.is_main)
+        tracker = open_tracker(suite.tracking, out.path, suite.name, yaml.safe_load(spec.config), state.step, world.is_main)
     except BaseException as err:
         if lock is not None:
             end_unresumed(out, err, resume)
@@ -144,17 +134,11 @@ def make_evaluator(suite: SuiteConfig, out: Path, engine: RolloutEngine, prompt_
     return Evaluator(suite.eval, out / "eval_tasks", *where)
 
 
-def warm_start_seed(spec: RunSpec) -> int | None:
-    """The seed of the warm start the run starts from (`WarmStartConfig.seed_for`); None for a real
-    checkpoint (`model.path`)."""
-    return None if spec.suite.model.path is not None else spec.suite.warm_start.seed_for(spec.seed)
-
-
-def warm_start_record(spec: RunSpec) -> WarmStartRecord:
-    """The starting weights of the run, for provenance.json (the analysis stratifies by them): the warm
-    start's seed, its folder and, from its warmstart.json, its cache key, accuracy and steps."""
-    record = {"seed": warm_start_seed(spec), "path": str(spec.init_weights)}
-    info = Path(spec.init_weights) / "warmstart.json"
+def warm_start_record(spec: RunSpec, start: Path) -> WarmStartRecord:
+    """The starting weights `start` of the run, for provenance.json (the analysis stratifies by them): the
+    warm start's seed, its folder and, from its warmstart.json, its cache key, accuracy and steps."""
+    record = {"seed": spec.warm_start_seed, "path": str(start)}
+    info = Path(start) / "warmstart.json"
     if info.is_file():
         record |= {k: v for k, v in json.loads(info.read_text()).items() if k in ("key", "accuracy", "steps", "in_band")}
     return cast(WarmStartRecord, record)
@@ -184,46 +168,6 @@ def run_prompt_format(suite: SuiteConfig, tokenizer: PreTrainedTokenizerBase) ->
                                  tiny=suite.model.path is None, source=suite.model.path or "the tiny model")
 
 
-def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device: torch.device,
-            allow_changed: bool) -> tuple[RunState, ProvenanceRecord]:
-    """The loop state and provenance at `checkpoint`, the optimizer restored. A suite edited since the
-    run started is refused unless `allow_changed`; then its settings (the lr too, which the restored
-    optimizer state would otherwise bring back) apply, and the change is recorded in provenance."""
-    changes = config_changes(out.path, spec)
-    if changes and not allow_changed:
-        raise ValueError(f"{out.path}: the suite changed since this run started ({'; '.join(changes)}); resume it "
-                         "unchanged, or pass --allow-changed to continue with the new settings")
-    scalars = load_checkpoint_state(checkpoint, policy.model, policy.trainer(), device)
-    set_lr(policy.trainer(), spec.entry.lr or spec.suite.train.lr, spec.suite.train.router_lr_scale)
-    check_tables(out, scalars["step"], spec.suite.eval.enabled)
-    state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),
-                              out.read_rows("eval.parquet"))
-    prov = out.read_provenance() or provenance(str(device))
-    prov.setdefault("resumed", []).append({"at_step": state.step, "time": now(), "changed": changes,
-                                           "overrides": spec.overrides, "kernels": kernel_state(),
-                                           "suite_sha256": spec.suite_sha256})
-    return state, prov
-
-
-def check_tables(out: RunDir, step: int, evaluated: bool) -> None:
-    """ValueError unless the run's tables hold what a resume from a checkpoint at `step` keeps:
-    metrics.parquet with every step 1..step, layers.parquet, and eval.parquet where the run evaluates.
-    Their rows are not in the checkpoint: a table deleted or cut cannot be rebuilt from it."""
-    if step == 0:
-        return
-    for name in ("metrics.parquet", "layers.parquet", *(["eval.parquet"] if evaluated else [])):
-        if not (out.path / name).is_file():
-            raise ValueError(_unresumable(out, f"{out.path / name} is missing", step))
-    steps = sorted({int(row["step"]) for row in out.read_rows("metrics.parquet")})
-    if [s for s in steps if s <= step] != list(range(1, step + 1)):
-        raise ValueError(_unresumable(out, f"{out.path / 'metrics.parquet'} holds steps {steps}", step))
-
-
-def _unresumable(out: RunDir, what: str, step: int) -> str:
-    return (f"cannot resume {out.path}: {what}, but its checkpoint is at step {step}: the rows of steps 1..{step} "
-            "cannot be rebuilt from the checkpoint; move the run folder away and run it again")
-
-
 def check_replay_engine(entry: ObjectiveEntry, engine: RolloutEngine, suite: SuiteConfig) -> None:
     """ValueError where `entry` replays the rollout's routing (R3) and `engine` returns none."""
     if entry.use_replay and entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
@@ -231,9 +175,10 @@ def check_replay_engine(entry: ObjectiveEntry, engine: RolloutEngine, suite: Sui
                          f"routed experts; rollout.engine {suite.rollout.engine} does not (hf does)")
 
 
-def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World) -> tuple[Policy, PreTrainedTokenizerBase, int]:
+def load_policy(spec: RunSpec, weights: Path, start: Path, device: torch.device, world: World) -> tuple[Policy, PreTrainedTokenizerBase, int]:
     """The model from `weights` in fp32 (master weights; bf16 runs compute under autocast), sharded
-    under torchrun, its AdamW, the frozen reference for a KL penalty; the tokenizer; active parameters."""
+    under torchrun, its AdamW, the frozen reference for a KL penalty (the starting weights `start`); the
+    tokenizer; active parameters."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     train = spec.suite.train
@@ -247,10 +192,10 @@ def load_policy(spec: RunSpec, weights: Path, device: torch.device, world: World
     model.train()
     reference = None
     if train.kl_coef > 0:  # frozen copy of the starting weights, in the compute dtype (it is never updated)
-        reference = AutoModelForCausalLM.from_pretrained(spec.init_weights, local_files_only=True,
+        reference = AutoModelForCausalLM.from_pretrained(start, local_files_only=True,
                                                          dtype=DTYPES[train.dtype])
         reference = reference.to(device).eval().requires_grad_(False)  # type: ignore[arg-type]  # (as above)
-    optimizer = make_optimizer(model, train, lr=spec.entry.lr or train.lr, distributed=world.distributed)
+    optimizer = make_optimizer(model, train, lr=spec.lr, distributed=world.distributed)
     precision = Precision.named(train.dtype, device)
     rollout_precision = Precision.named(spec.suite.rollout.dtype or train.dtype, device)
     return Policy(model, optimizer, precision, world, reference, rollout_precision), tokenizer, n_active
@@ -281,32 +226,6 @@ def check_distributed(suite: SuiteConfig, world: World) -> None:
         raise ValueError("kl_coef > 0 under torchrun is not supported yet (the reference model is not sharded)")
 
 
-def resolved_config(spec: Any, lr: float) -> str:  # spec: a RunSpec or a planned run (suite.plan), alike
-    """The run's suite plus everything this run resolved: objective, replay, clip range, lr, seed,
-    the sweep point it belongs to and the `--set` overrides it was given (`spec`: a RunSpec, or a
-    planned run with the same fields)."""
-    entry = spec.entry
-    run = {"label": entry.run_label, "arm": spec.arm or entry.run_label, "objective": entry.objective,
-           "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
-           "seed": spec.seed, "lr": lr, **entry.clip_range(), "params": entry.params, "sweep": spec.sweep,
-           "correction": entry.correction, "set": entry.set, "overrides": spec.overrides,
-           **({"plugins": code_hashes(spec.suite)} if code_hashes(spec.suite) else {})}
-    return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
-
-
-def code_hashes(suite: SuiteConfig) -> dict[str, str]:
-    """{plugin (installed or the suite's) or reward file: sha256 of the bytes this process executed}: the
-    code the run ran (a file edited after it loaded is not), and a plugin or reward function edited since
-    a run started is a change of the run's settings (config.yaml's `run.plugins`), refused on resume as an
-    edited suite is."""
-    from gspo_bench.config.plugins import function_sha256
-
-    found = {plugin.name: plugin.sha256 for plugin in plugins_loaded(suite.plugins)}
-    if suite.task.reward is not None:
-        found[suite.task.reward.file] = function_sha256(suite.task.reward.file, suite.task.reward.name)
-    return found
-
-
 def recorded_task_baseline(suite: SuiteConfig) -> TaskBaselineRecord | None:
     """The chance baseline of the suite's task as its run records it (provenance.json's `task_baseline`;
     None for a task that declares none): the report reads it there and never builds a plugin's task."""
@@ -315,35 +234,3 @@ def recorded_task_baseline(suite: SuiteConfig) -> TaskBaselineRecord | None:
     found = task_baseline(suite.task.name, suite.task.params)
     return None if found is None else {"mean": found.mean, "std": found.std, "samples": found.samples,
                                        "policy": found.policy}
-
-
-def config_changes(run_dir: Path, spec: Any) -> list[str]:  # spec: as resolved_config's
-    """"field: recorded -> now" for every setting that changes the run's results where its recorded
-    config.yaml and the config it would resolve to now differ (`gspo_bench.config.changes`: the rule
-    the report groups suites by); [] for a run that recorded none."""
-    recorded = read_run_config(Path(run_dir))
-    if recorded is None:
-        return []
-    return settings_changes(recorded, yaml.safe_load(resolved_config(spec, lr=spec.entry.lr or spec.suite.train.lr)))
-
-
-def read_run_config(run_dir: Path) -> dict | None:
-    """The run's recorded config.yaml (None where there is none); ValueError naming the file where it is
-    damaged: not YAML, not a mapping, or a `run.seed` that is not an integer."""
-    from gspo_bench.config.yamlread import read_yaml
-
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        return None
-    problem: str | None
-    try:
-        config = read_yaml(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        problem = "not UTF-8 text"
-    except ValueError as err:  # read_yaml's one line: "not valid YAML: ..." or its alias bound
-        problem = str(err)
-    else:
-        problem = config_problem(config)
-        if problem is None:
-            return current_run_keys(config or {})
-    raise ValueError(f"{path} is damaged ({problem}): move the run folder away and run it again")
