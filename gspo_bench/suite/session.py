@@ -107,7 +107,7 @@ class Session:
             show.say(f"tuning: {len(self.trials)} trial runs to do (OUT/{self.suite.name}/tuning/)")
             outcomes += launch_runs(self.tuning.trial_suite, self.trials, self.suite_dir, launch, show,
                                     f"trials of {self.suite.name} -> {self.tuning.folder}")
-        todo = self.todo if self.tuning is None else self.chosen_todo()
+        todo = self.chosen_todo() if self.trials or self.awaiting_choice else self.todo
         if not todo:
             show.say("nothing to do: every planned run is finished")
             return outcomes
