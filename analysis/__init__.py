@@ -31,14 +31,14 @@ if TYPE_CHECKING:
     from analysis.data.errors import ResultsError
     from analysis.data.load import load_results
     from analysis.data.matching import UnmatchedComputeError
-    from analysis.report.plain_answer import console_answer
+    from analysis.report.sections import console_answer
     from analysis.report.writer import write_figures, write_report
 
 FACE = {
     "ResultsError": "analysis.data.errors",  # every error for results that cannot be analysed as asked
     "UnmatchedComputeError": "analysis.data.matching",  # one of them: runs that spent different compute
     "load_results": "analysis.data.load",
-    "console_answer": "analysis.report.plain_answer",
+    "console_answer": "analysis.report.sections",
     "write_report": "analysis.report.writer",
     "write_figures": "analysis.report.writer",
     "compare": "analysis.checks.regress",

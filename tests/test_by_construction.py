@@ -18,7 +18,9 @@ import yaml
 from analysis.data.load import unfinished
 from analysis.evidence.construction import arm_run_kls, by_construction, float_rounding, mismatched
 from analysis.evidence.gather import Evidence
-from analysis.report.plain_answer import PlainAnswer, leader_items, leader_text, plain_answer
+from analysis.report.answer_differs import leader_items, leader_text
+from analysis.report.answer_words import PlainAnswer
+from analysis.report.sections import plain_answer
 from analysis.report.verdict import answer
 from tests.helpers.primary import GAIN, KINDS, evidence_of
 from tests.helpers.results import make_run

@@ -26,6 +26,8 @@ from analysis.evidence.placement import (
     placements,
 )
 from analysis.evidence.stability import COLLAPSED, LEARNED, Boundary, StabilityMap, boundaries
+from analysis.report.answer_differs import stability_rows
+from analysis.report.answer_words import plain_text, words
 from analysis.report.html import sentence_html
 from analysis.report.map_answer import (
     MAX_ITEM_WORDS,
@@ -38,7 +40,6 @@ from analysis.report.map_answer import (
 )
 from analysis.report.markdown import sentence_markdown
 from analysis.report.page import Sentence
-from analysis.report.plain_answer import plain_text, stability_rows, words
 from analysis.report.stability_text import boundary_sentence
 from analysis.stats.logistic import fit_logistic, no_fit_reason
 

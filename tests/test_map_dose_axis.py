@@ -18,7 +18,7 @@ from analysis.evidence.gather import gather
 from analysis.evidence.stability import AXIS, RUN_MEDIAN, arm_fit, boundaries, kl_axis, stability_map
 from analysis.figures import stability as SF
 from analysis.figures import stability_interactive as SI
-from analysis.report.plain_answer import console_answer, plain_answer
+from analysis.report.sections import console_answer, plain_answer
 from analysis.report.stability_text import boundary_sentence, class_table
 from tests.helpers.stability import FALLING, swept_run
 

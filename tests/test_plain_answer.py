@@ -1,8 +1,8 @@
-"""The answer in plain sentences (analysis.report.plain_answer), built from hand-made results: at most five
-sentences of at most 40 words, counts that mean what the words beside them say (no "0 of 2 seeds rose"
-beside a mean that went up), the test and the paired seeds a decision needs, the numbers in a table below
-them, a swept suite's answer per arm; and where it shows: first in report.md and report.html, and at the
-end of `gspo-bench run` on the console."""
+"""The answer in plain sentences (analysis.report.answer_*, put in order by analysis.report.sections), built
+from hand-made results: at most five sentences of at most 40 words, counts that mean what the words beside
+them say (no "0 of 2 seeds rose" beside a mean that went up), the test and the paired seeds a decision
+needs, the numbers in a table below them, a swept suite's answer per arm; and where it shows: first in
+report.md and report.html, and at the end of `gspo-bench run` on the console."""
 
 from __future__ import annotations
 
@@ -15,17 +15,10 @@ import pytest
 from analysis.data.load import finished, load_results, unfinished
 from analysis.evidence.gather import gather
 from analysis.evidence.stability import stability_map
+from analysis.report.anchors import NUMBERS
+from analysis.report.answer_words import MAX_SENTENCES, MAX_WORDS, PlainAnswer, plain_text, words
 from analysis.report.map_answer import LEAD
-from analysis.report.plain_answer import (
-    MAX_SENTENCES,
-    MAX_WORDS,
-    NUMBERS,
-    PlainAnswer,
-    console_answer,
-    plain_answer,
-    plain_text,
-    words,
-)
+from analysis.report.sections import console_answer, plain_answer
 from analysis.stats.library import seeds_needed
 from tests.helpers.primary import GAIN, SIX_ARMS, evidence_of, suite_folder
 from tests.helpers.results import make_run
@@ -231,7 +224,8 @@ def test_two_unswept_suites_side_by_side_are_worded_as_suites_not_sweep_points(t
     """`gspo-bench report A B` of two suites without a sweep: their groups are suites ("in each of 2 suites"),
     each arm (alpha/grpo) is in one of them, so it learned on every seed or did not ("at 1 of 1 sweep
     points" once); a suite swept as well as another is told by both."""
-    from analysis.report.plain_answer import group_count, leader_text
+    from analysis.report.answer_differs import leader_text
+    from analysis.report.answer_words import group_count
 
     for seed in range(3):
         for suite in ("alpha", "beta"):

@@ -7,7 +7,8 @@ from __future__ import annotations
 from analysis.data.load import finished, load_results, unfinished
 from analysis.evidence.gather import gather
 from analysis.evidence.stability import stability_map
-from analysis.report.plain_answer import MAX_WORDS, plain_answer, plain_text, words
+from analysis.report.answer_words import MAX_WORDS, plain_text, words
+from analysis.report.sections import plain_answer
 from analysis.report.tables import suite_summary
 from tests.helpers.results import make_run
 

@@ -9,7 +9,7 @@ import pytest
 
 from analysis.data.load import load_results
 from analysis.evidence.stability import LEARNED, TOO_SHORT, StabilityMap, boundaries, class_rows
-from analysis.report.plain_answer import stability_rows
+from analysis.report.answer_differs import stability_rows
 from analysis.report.stability_text import boundary_sentence
 from tests.helpers.stability import swept_run
 

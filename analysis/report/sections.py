@@ -3,9 +3,11 @@ the place of the figures, analysis.report.page), and where its figures go (their
 declarations is analysis.report.figure_table). The renderers walk these lists; a section exists because
 it is listed here.
 
-The first screen is the answer in plain sentences (analysis.report.plain_answer), the table of their
-numbers (folded in report.html, so that the first figure is on the first screen), and then the
-figures; every claim with its numbers (analysis.report.verdict) follows the figures; tables with one
+The first screen is the answer in at most five plain sentences, one per question, each worded by its
+module (analysis.report.answer_ran, answer_learned, answer_differs, answer_paper, answer_decision;
+analysis.report.answer_words holds what they share) and put in order here (`plain_answer`; `gspo-bench
+run` prints them, `console_answer`), the table of their numbers (folded in report.html, so that the first
+figure is on the first screen), and then the figures; every claim with its numbers (analysis.report.verdict) follows the figures; tables with one
 row per run come folded to one row per arm near the top, their per-run rows near the end (folded in
 report.html). Where the suite file declares a primary family (analysis.evidence.primary), the first
 figure is the forest plot of its comparisons; without one, Figure 1."""
@@ -21,7 +23,7 @@ import pandas as pd
 from analysis.data import gpu
 from analysis.data import robust as R
 from analysis.data.load import Results, finished, unfinished
-from analysis.data.matching import compute_by_arm, compute_table
+from analysis.data.matching import check_matched, compute_by_arm, compute_table, is_unmatched
 from analysis.data.tuning import tuning_records
 from analysis.evidence import divergence as D
 from analysis.evidence import margins as M
@@ -42,10 +44,16 @@ from analysis.report.anchors import (
     SUITE_SUMMARY,
     UNFINISHED,
 )
+from analysis.report.answer_decision import decision_sentence
+from analysis.report.answer_differs import differs_sentence
+from analysis.report.answer_learned import learned_sentence
+from analysis.report.answer_paper import paper_sentence
+from analysis.report.answer_ran import left_words, ran_sentence, unfinished_arms
+from analysis.report.answer_words import PlainAnswer, number_row, plain_text
 from analysis.report.escape import escape
 from analysis.report.figure_table import ReportFigure, Sources, left_out_figures, report_figures
-from analysis.report.page import FiguresHere, Section
-from analysis.report.plain_answer import PlainAnswer, plain_answer
+from analysis.report.page import FiguresHere, Section, Sentence
+from analysis.report.texts import count
 from analysis.report.verdict import answer
 
 
@@ -91,9 +99,55 @@ class Context:
 
     @cached_property
     def plain(self) -> PlainAnswer:
-        """The answer in at most five plain sentences and the table of their numbers (analysis.report.plain_answer)."""
+        """The answer in at most five plain sentences and the table of their numbers (`plain_answer`)."""
         return plain_answer(self.evidence, unfinished(self.results), self.stability, self.spread, self.allow_unmatched,
                             self.figure_names)
+
+
+def compute_words(spread: float, allow_unmatched: bool) -> str:
+    return "at unmatched compute (allowed by flag)" if allow_unmatched and is_unmatched(spread) else "at equal compute"
+
+
+def mapped_only_answer(evidence: Evidence, unfinished: pd.DataFrame, stability: S.StabilityMap,
+                       figures: set[str]) -> PlainAnswer:
+    """Where no run finished but the harness stopped runs as collapsed that the stability map judges: what
+    ran, the map's answer per arm and where more runs would place a boundary (nothing else is compared)."""
+    _, stopped = left_words(unfinished, True)
+    rest = len(unfinished) - stopped
+    left = f"; {count(rest, 'other unfinished run')} {'is' if rest == 1 else 'are'} left out" if rest else ""
+    ran = Sentence(f"No run finished: the stability map judges the {count(stopped, 'run')} the harness stopped as "
+                   f"collapsed, and nothing is compared on a reward{left}.", (("summary", SUITE_SUMMARY), ("numbers", NUMBERS)))
+    rows = [number_row(1, "runs finished / not finished", f"0 / {len(unfinished)}"),
+            number_row(1, "runs stopped as collapsed, judged by the stability map only", str(stopped))]
+    (differs, map_rows), (decision, _) = differs_sentence(evidence, stability, figures), decision_sentence(evidence, stability)
+    return PlainAnswer([ran, differs, decision], pd.DataFrame(rows + map_rows))
+
+
+def plain_answer(evidence: Evidence, unfinished: pd.DataFrame, stability: S.StabilityMap | None, spread: float = 0.0,
+                 allow_unmatched: bool = False, figures: frozenset[str] | set[str] = frozenset()) -> PlainAnswer:
+    """At most five sentences, one per question in order (see the module), and the table of their numbers;
+    `figures`: the names of the report's figures the sentences may link to."""
+    if not evidence.groups and stability is not None:  # every judged run stopped as collapsed: the map answers
+        return mapped_only_answer(evidence, unfinished, stability, set(figures))
+    if not evidence.groups:
+        why = f"{count(len(unfinished), 'run')} did not finish" if len(unfinished) else "no run was found"
+        _, missing_rows = unfinished_arms(pd.Series([], dtype=object), unfinished)
+        return PlainAnswer([Sentence(f"No run finished ({why}): nothing is compared.", ())],
+                           pd.DataFrame([number_row(1, "runs finished / not finished", f"0 / {len(unfinished)}"), *missing_rows]))
+    shown = set(figures)
+    built = [ran_sentence(evidence, unfinished, compute_words(spread, allow_unmatched), stability is not None),
+             learned_sentence(evidence, shown), differs_sentence(evidence, stability, shown),
+             paper_sentence(evidence, shown), decision_sentence(evidence, stability)]
+    return PlainAnswer([sentence for sentence, _ in built], pd.DataFrame([r for _, rows in built for r in rows]))
+
+
+def console_answer(results: Results) -> list[str]:
+    """The sentences as `gspo-bench run` prints them at its end, from every run of a suite (the report's
+    rules: compute must match, UnmatchedComputeError otherwise; a declared family must read,
+    DeclarationError otherwise)."""
+    found = Context(results, check_matched(results), False, frozenset()).plain
+    return [plain_text(sentence.text) + "".join(f"\n    - {plain_text(item.text)}" for item in sentence.items)
+            for sentence in found.sentences]
 
 
 @dataclass(frozen=True)
