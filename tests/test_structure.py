@@ -523,3 +523,41 @@ def test_a_run_is_resolved_once_and_train_only_reads_its_record():
 def test_the_resolver_check_sees_a_call(tmp_path):
     (tmp_path / "a.py").write_text("def f(spec):\n    return spec.suite.warm_start.seed_for(spec.seed)\n")
     assert resolving_calls(tmp_path) == ["a.py:2 seed_for"]
+
+
+# analysis/report stands on at most REPORT_FLOORS floors: a module stands one floor above the highest module
+# of the room it imports (at the top or inside a function); the ground floor imports no module of the room.
+REPORT_FLOORS = 5
+
+
+def floors(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each module's floor in `graph` (module -> the modules it imports; no circle): 1 where it imports none
+    of them, else one above the highest it imports."""
+    found: dict[str, int] = {}
+
+    def floor(module: str) -> int:
+        if module not in found:
+            found[module] = 1 + max((floor(target) for target in graph[module] if target in graph), default=0)
+        return found[module]
+
+    return {module: floor(module) for module in sorted(graph)}
+
+
+def test_the_report_room_stands_on_at_most_five_floors():
+    found = floors(import_graph("analysis/report"))
+    assert max(found.values()) <= REPORT_FLOORS, sorted(found.items(), key=lambda item: -item[1])
+
+
+def test_the_floor_count_sees_a_chain_of_six(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    room = tmp_path / "analysis" / "report"
+    room.mkdir(parents=True)
+    (room / "__init__.py").write_text("")
+    (room / "m1.py").write_text("import analysis.data.load\n")
+    (room / "m2.py").write_text("from analysis.report import m1\n")
+    (room / "m3.py").write_text("def f():\n    from analysis.report.m2 import g\n")
+    (room / "m4.py").write_text("import analysis.report.m3\n")
+    (room / "m5.py").write_text("from analysis.report.m4 import x\nfrom analysis.report import m1\n")
+    (room / "m6.py").write_text("from analysis.report import m5, m2\n")
+    assert floors(import_graph("analysis/report")) == {
+        "analysis.report": 1, **{f"analysis.report.m{i}": i for i in range(1, 7)}}
