@@ -1,4 +1,4 @@
-"""The plain answer (analysis.report.plain_answer) where suites meet: runs whose budgets differ in kind
+"""The plain answer (analysis.report.sections.plain_answer) where suites meet: runs whose budgets differ in kind
 (an imported suite beside this harness's, allowed by flag), and arms that finished on different seeds.
 Each sentence must be true of the runs it speaks of."""
 

@@ -44,7 +44,8 @@ from analysis.report.texts import count, difference_text, p_text
 
 
 def leader_clause(found: Learning, evidence: Evidence) -> tuple[str, list[dict]]:
-    """The leader rules of analysis.report.verdict.leader_sentence, in words, and the comparison they rest on."""
+    """The leader rule (analysis.evidence.leader) in words, as analysis.report.verdict.leader_sentence says it,
+    and the comparison it rests on."""
     if not found.learned:
         return "nothing is compared", []
     best = lead(found, evidence)

@@ -35,7 +35,7 @@ from analysis.report.texts import count
 CLOPPER_PEARSON = "Clopper-Pearson 95%"
 LEAD = (f"Stability per arm on the level dose (a level's mismatch over the first {DOSE_STEPS} steps of its runs, "
         f"per token and per response); failure is degraded or collapsed; rate bounds are {CLOPPER_PEARSON}:")
-MAX_ITEM_WORDS = 40  # an arm's item, at most: the sentences' limit (analysis.report.plain_answer.MAX_WORDS)
+MAX_ITEM_WORDS = 40  # an arm's item, at most: the sentences' limit (analysis.report.answer_words.MAX_WORDS)
 CONSTRUCTION = "faces no mismatch by construction"  # said instead of why no boundary; why: a row of the numbers
 
 
