@@ -266,7 +266,7 @@ def program() -> str:
 
 def what_next(suite_dir: Path, make_report: bool) -> None:
     """The end of `run`: where the results are, the suite's answer in at most five plain sentences
-    (analysis.plain_answer), then where the full report is (with --report) or the command that makes it."""
+    (analysis.console_answer), then where the full report is (with --report) or the command that makes it."""
     say(f"results: {suite_dir}")
     if make_report:
         report(results=[suite_dir], out=None, allow_unmatched=False)
