@@ -126,22 +126,27 @@ def sweep_points(suite: SuiteConfig, source: str = "<suite>") -> list[tuple[dict
 def arm_suite(suite: SuiteConfig, entry: ObjectiveEntry, source: str = "<suite>") -> SuiteConfig:
     """The suite the runs of objective `entry` use: `suite` (one sweep point's) with the entry's own
     `set:` values, validated like a sweep point; `suite` itself for an entry without. SuiteError naming
-    the entry's field for a path that does not exist or a value that does not validate."""
+    the entry's field for a path that does not exist or a value that does not validate, and the entry
+    where its arm's settings make no sense for its objective (`SuiteConfig.arm_problem`)."""
     from gspo_bench.config import sweep
 
-    if not entry.set:
-        return suite
-    where = f"{source}: {_entry_name(suite, entry)}.set"
-    dumped = suite.model_dump(mode="json")
-    for path in entry.set:
+    run = suite
+    if entry.set:
+        where = f"{source}: {_entry_name(suite, entry)}.set"
+        dumped = suite.model_dump(mode="json")
+        for path in entry.set:
+            try:
+                sweep.field_of(dumped, path)
+            except KeyError as err:
+                raise SuiteError(f"{where}.{path}: {err.args[0]}") from None
         try:
-            sweep.field_of(dumped, path)
-        except KeyError as err:
-            raise SuiteError(f"{where}.{path}: {err.args[0]}") from None
-    try:
-        return SuiteConfig.model_validate(sweep.apply(suite, entry.set))
-    except ValidationError as err:
-        raise SuiteError(f"{where}: {'; '.join(_problems(err))}") from None
+            run = SuiteConfig.model_validate(sweep.apply(suite, entry.set))
+        except ValidationError as err:
+            raise SuiteError(f"{where}: {'; '.join(_problems(err))}") from None
+    problem = run.arm_problem(entry)  # what an arm's own settings make of its objective (decoupled + a correction)
+    if problem is not None:
+        raise SuiteError(f"{source}: {_entry_name(suite, entry)}: {problem}")
+    return run
 
 
 def check_arms(suite: SuiteConfig, points: list[tuple[dict[str, Any], SuiteConfig]], source: str = "<suite>") -> None:

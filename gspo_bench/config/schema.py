@@ -56,6 +56,7 @@ MAX_THREADS = 4096
 MAX_SWEEP_POINTS = 256  # points of a sweep (validate checks each as a suite; 100 x 100 took minutes)
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0  # sampling below or above is greedy or uniform to float noise
 MIN_ROUTER_SCALE, MAX_ROUTER_SCALE = 1e-3, 1e3  # logits scaled past these: every token tied, or one-hot routing
+MAX_LAG = 1024  # updates a batch may wait (each waiting batch is kept: gspo_bench.train.lag)
 
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
@@ -283,6 +284,13 @@ class WarmStartConfig(Strict):
         return seed if self.seed is None else self.seed
 
 
+class UniformLag(Strict):
+    """A lag drawn afresh every step, uniformly from 0..`uniform` updates (`rollout.lag: {uniform: S}`)."""
+
+    uniform: int = Field(ge=0, le=MAX_LAG, description=f"the largest lag, 0..{MAX_LAG}: each step's lag is drawn "
+                         "uniformly from 0..uniform, from a generator seeded by the run's seed and the step")
+
+
 class RolloutConfig(Strict):
     engine: str = Field("hf", description="rollout engine: hf (default) or vllm (extra)")
 
@@ -323,6 +331,31 @@ class RolloutConfig(Strict):
         "at rollout, never truncated. The dry run plans activations and KV cache with it; default: none, and "
         "the dry run measures the first step's prompts where it can")
 
+    lag: int | UniformLag = Field(
+        0, description=f"rollout lag in updates, 0..{MAX_LAG} (0: synchronous, as before): the batch step t trains "
+        "on was sampled by the policy of that many updates before (the policy at the start of step t - lag), as an "
+        "asynchronous trainer's is; {uniform: S} draws each step's lag from 0..S. Over the first steps no such "
+        "policy exists yet: step t's lag is min(lag, t - 1), the starting policy's batches (gspo_bench.train.lag)")
+
+    @field_validator("lag", mode="before")
+    @classmethod
+    def _lag(cls, v: Any) -> Any:
+        """One line for a lag that is no count of updates (the union's own errors name each member)."""
+        if isinstance(v, UniformLag):
+            return v
+        count = v.get("uniform") if isinstance(v, dict) and set(v) == {"uniform"} else v
+        given = f" (got {shown(v)})" if isinstance(v, dict) else ""  # (a plain value is shown by the message's caller)
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise ValueError(f"expected a number of updates 0..{MAX_LAG} or {{uniform: S}}{given}")
+        if not 0 <= count <= MAX_LAG:
+            raise ValueError(f"a lag counts updates: expected 0..{MAX_LAG}{given}")
+        return v
+
+    @property
+    def max_lag(self) -> int:
+        """The largest lag a step may have: the fixed lag, or the uniform draw's S."""
+        return self.lag.uniform if isinstance(self.lag, UniformLag) else self.lag
+
     @model_validator(mode="after")
     def _system_prompt_needs_chat(self) -> RolloutConfig:
         if self.system_prompt and self.chat_template is False:
@@ -362,9 +395,15 @@ class TrainConfig(Strict):
                                  "own routing, R2's (the old pass's) and R3's (the engine's) and log each one's "
                                  "engine-vs-trainer k3 (replay_score/k3_live, _r2, _r3): three more no-grad forwards "
                                  "a step; needs an engine that records its routing (gspo_bench.train.replay_scoring)")
-    old_logp: Literal["recompute", "rollout"] = Field(
-        "recompute", description="pi_old log-probs: the training forward's (recompute) or the rollout "
-        "engine's (rollout, the paper's section 5.4 option)")
+    old_logp: Literal["recompute", "rollout", "decoupled"] = Field(
+        "recompute", description="which policy is pi_old, the one the objective's ratio and clip are taken "
+        "against: recompute (recomputed: the learner at the step's start, by the training forward), rollout "
+        "(naive: the sampler's own log-probs mu, the paper's section 5.4 option; under rollout.lag the policy of "
+        "lag updates before) or decoupled (AReaL's decoupled PPO, arXiv 2505.24298: the ratio against the learner "
+        "at the step's start, pi_prox, and each token's term weighted by pi_prox / mu; no correction beside it)")
+    decoupled_cap: float | None = Field(
+        None, gt=1, description="train.old_logp decoupled: a token whose weight pi_prox / mu exceeds this gets "
+        "weight 0 (AReaL's behav_imp_weight_cap); default: no cap")
     checkpoint_every: int = Field(1, ge=1, description="steps between checkpoints (resume granularity)")
     measure: bool = Field(True, description="ratio statistics, clip fractions, routing capture and drift, "
                           "engine mismatch. Off only to measure their cost (experiments/perf): such runs leave "
@@ -384,6 +423,13 @@ class TrainConfig(Strict):
         "old-policy pass and every update. Default: the model's own head, then a chunked log-softmax")
     gpu_memory_gb: float = Field(80.0, gt=0, description="memory of one GPU in GB (as sold: 80 for an H100, "
                                  "141 for an H200) that the dry run checks the step's peak against")
+
+    @model_validator(mode="after")
+    def _cap_is_decoupled(self) -> TrainConfig:
+        if self.decoupled_cap is not None and self.old_logp != "decoupled":
+            raise ValueError(f"decoupled_cap ({self.decoupled_cap}) caps the decoupled weight pi_prox / mu; "
+                             f"old_logp is {self.old_logp}: set old_logp: decoupled or drop the cap")
+        return self
 
 
 class BudgetConfig(Strict):
@@ -815,6 +861,21 @@ class SuiteConfig(Strict):
         if self.tuning is not None:
             check_tuning(self)
         return self
+
+    def arm_problem(self, entry: ObjectiveEntry) -> str | None:
+        """Why the runs of `entry` make no sense under this suite (its arm's, `set:` applied), or None: the
+        decoupled treatment (`train.old_logp: decoupled`, each token weighted by pi_prox / mu) beside a
+        correction, whose weight is that ratio again, or beside an objective that takes its ratio against
+        the sampler's mu itself."""
+        if self.train.old_logp != "decoupled":
+            return None
+        if entry.correction is not None:
+            return (f"train.old_logp decoupled weights each token by pi_prox / mu already; correction "
+                    f"{entry.correction['kind']} would weight it by the sampler's ratio again: choose one of them")
+        if "sampling_logp" in entry.spec().inputs:
+            return (f"objective {entry.objective} takes its ratio against the sampler's mu itself; train.old_logp "
+                    "decoupled would weight it by pi_prox / mu again: use old_logp recompute or rollout")
+        return None
 
     def _check_paper_arms(self) -> None:
         """`paper_checks: true` needs what the paper checks compare (analysis.paper.arms): an arm of
