@@ -2,6 +2,7 @@
 
 Per step (`run_step`), each phase a tested function of `gspo_bench.train`:
     rollout          P prompts x G responses -> rewards -> group advantages         (RolloutBatch)
+                     (under rollout.lag, a batch sampled that many updates before: train.lag)
     old-policy pass  no grad: pi_old log-probs, routed experts, entropy, mismatch    (OldPolicy)
     K updates        forward (replaying routing for replay runs), objective, backward,
                      clip, optimizer step; measurements of every minibatch           (UpdateResult)
@@ -30,10 +31,11 @@ from gspo_bench.runtime.distributed import World
 from gspo_bench.runtime.hardware import device_peak_flops, peak_memory_gib, reset_peak_memory, step_figures
 from gspo_bench.runtime.kernels import torch_threads
 from gspo_bench.train.checkpoint import save_checkpoint
+from gspo_bench.train.lag import LAG_STREAM, LagSchedule, Sampled, lag_columns, last_step, take_batch
 from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.replay_scoring import SCORING_PASSES, step_replay_scores
-from gspo_bench.train.rollout import collect_rollout, draw_examples
-from gspo_bench.train.row import StepRow, build_row, step_values, with_route_confidence
+from gspo_bench.train.rollout import RolloutBatch, collect_rollout, draw_examples
+from gspo_bench.train.row import StepRow, build_row, step_values, with_route_confidence, with_sampler_routes
 from gspo_bench.train.setup import Run, open_run
 from gspo_bench.train.state import Collapsed, RunState, budget_spent, collapse_reason
 from gspo_bench.train.update import (
@@ -60,7 +62,8 @@ def sweep_cell(value: Any) -> Any:
 def step_seed(seed: int, step: int, stream: int) -> int:
     """An independent seed per (run seed, step, purpose). One stream per purpose, never shared (two
     purposes on one stream draw coupled numbers): 0 the step's prompts, 1 the rollout's sampling, 2 the
-    minibatch order, 3 the evaluation's sampling, 4 an objective's own draws (Clip-Cov's generator)."""
+    minibatch order, 3 the evaluation's sampling, 4 an objective's own draws (Clip-Cov's generator), 5 the
+    step's rollout lag (`{uniform: S}`: `train.lag.LAG_STREAM`)."""
     return (seed * 1_000_003 + step * 7_919 + stream * 104_729) % (2**31 - 1)
 
 
@@ -83,7 +86,7 @@ def _train_run(spec: RunSpec, resume: bool, on_step: Callable[[dict], None] | No
         # -------------------------------------------------------------- the loop
         while not budget_spent(suite.budget, state):
             state.step += 1
-            outcome = run_step(run, state.step)
+            outcome = run_step(run, state.step, state.waiting)
             state.rows.append(outcome.row | compute_columns(state, outcome, run.n_active))
             state.layer_rows += outcome.layer_rows
             out.write_rows("metrics.parquet", state.rows, columns=REQUIRED_COLUMNS)
@@ -121,26 +124,24 @@ def _train_run(spec: RunSpec, resume: bool, on_step: Callable[[dict], None] | No
             run.lock.release()
 
 
-def run_step(run: Run, step: int) -> StepRow:
-    """One RL step: rollout -> old-policy pass -> K minibatch updates -> the step's row."""
+def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> StepRow:
+    """One RL step: its batch (sampled now, or under `rollout.lag` earlier and kept in `waiting`, the
+    run's batches sampled ahead) -> old-policy pass -> K minibatch updates -> the step's row."""
     suite, entry, seed, policy = run.suite, run.spec.entry, run.spec.seed, run.policy
     rollout_cfg, train = suite.rollout, suite.train
     objective = entry.spec()  # its inputs: the extra inputs the objective declares
     start = time.perf_counter()
     reset_peak_memory(policy.device)  # gpu/peak_mem_gib: this step's own peak
-    # ------------------------------------------------------------------ rollout
-    examples = draw_examples(run.task, rollout_cfg.prompts_per_step, step_seed(seed, step, 0))
-    replay = entry.replay_source if entry.use_replay else None
-    batch = collect_rollout(policy, run.engine, run.tokenizer, run.task, examples,
-                            sampling_params(suite, seed, step, policy.world,
-                                            routing=train.measure or replay == "rollout" or train.replay_scoring),
-                            train.advantage_scale, step_penalty=entry.step_penalty if entry.credit == "step" else None,
-                            prompt_format=run.prompt_format)
+    # ------------------------------------------------------------------ rollout (this step's, and those it samples ahead)
+    schedule = LagSchedule(rollout_cfg.lag, lambda u: step_seed(seed, u, LAG_STREAM), last_step(suite.budget))
+    sampled = take_batch({} if waiting is None else waiting, schedule, step, lambda u: sample_batch(run, u))
+    batch, replay = sampled.batch, entry.replay_source if entry.use_replay else None
     t_rollout = time.perf_counter() - start
     # ------------------------------------------------------------------ old-policy pass (no grad)
     old = old_policy_pass(policy, batch, temperature=rollout_cfg.temperature, replay=replay,
                           record_routing=train.measure, logp_source=train.old_logp, measure=train.measure,
-                          gate_scores="router_shift" in objective.inputs, head_chunk=train.logprob_chunk_tokens)
+                          gate_scores="router_shift" in objective.inputs, head_chunk=train.logprob_chunk_tokens,
+                          decoupled_cap=train.decoupled_cap)
     scores = step_replay_scores(policy, batch, train.replay_scoring, temperature=rollout_cfg.temperature,
                                 head_chunk=train.logprob_chunk_tokens)  # before any update: replay_scoring
     # ------------------------------------------------------------------ K minibatch updates
@@ -160,12 +161,14 @@ def run_step(run: Run, step: int) -> StepRow:
                                  head_chunk=train.logprob_chunk_tokens) if train.measure and step == 1 else {}
     # ------------------------------------------------------------------ the row (one host copy)
     passes = 2 + (policy.reference is not None) + bool(after) + SCORING_PASSES * bool(scores)  # gen, old, ref, after, scoring
+    # the sampler's forwards are this batch's generation, counted once, here, whenever it was sampled
     values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor | scores
+    values |= lag_columns(sampled)
     layers = update.layers
     if train.minibatches == 1 and after:  # no minibatch 2..K: the step's drift is the one after its update
         layers, one = one_update_drift(after, applied=update.metrics["nonfinite/minibatches"] == 0)
         values |= one
-    layers = with_route_confidence(layers, old)
+    layers = with_sampler_routes(with_route_confidence(layers, old), old)
     identity = {"step": step, "objective": entry.objective, "label": entry.run_label, "seed": seed,
                 "replay": entry.use_replay, **{f"sweep/{name}": sweep_cell(value) for name, value in run.spec.sweep.items()},
                 **({} if run.spec.warm_start_seed is None else {"warm_start/seed": run.spec.warm_start_seed})}
@@ -181,6 +184,20 @@ def run_step(run: Run, step: int) -> StepRow:
         flops=outcome.compute.flops(run.n_active), step_s=t_step, peak_flops=device_peak_flops(policy.device),
         gpus=policy.world.size, peak_mem_gib=peak_memory_gib(policy.device)))
     return outcome
+
+
+def sample_batch(run: Run, step: int) -> RolloutBatch:
+    """Step `step`'s batch (its prompts and sampling seed) sampled by the policy now, scored and with its
+    advantages (under `rollout.lag` the policy now is that of an earlier step than `step`)."""
+    suite, entry, seed, policy = run.suite, run.spec.entry, run.spec.seed, run.policy
+    train = suite.train
+    examples = draw_examples(run.task, suite.rollout.prompts_per_step, step_seed(seed, step, 0))
+    replay = entry.replay_source if entry.use_replay else None
+    return collect_rollout(policy, run.engine, run.tokenizer, run.task, examples,
+                           sampling_params(suite, seed, step, policy.world,
+                                           routing=train.measure or replay == "rollout" or train.replay_scoring),
+                           train.advantage_scale, step_penalty=entry.step_penalty if entry.credit == "step" else None,
+                           prompt_format=run.prompt_format)
 
 
 def one_update_drift(after: dict, applied: torch.Tensor) -> tuple[dict, dict]:

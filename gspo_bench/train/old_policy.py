@@ -12,6 +12,7 @@ from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.moe.confidence import routing_confidence
 from gspo_bench.rollout.mismatch import logprob_mismatch
 from gspo_bench.runtime.distributed import gather_rows
+from gspo_bench.train.lag import decoupled_weights, routes_apart, sampler_gap
 from gspo_bench.train.policy import Policy, captured, capturing
 from gspo_bench.train.rollout import RolloutBatch
 
@@ -29,7 +30,9 @@ class OldPolicy:
     margin_pairs: torch.Tensor | None = None  # [L_moe, B, L, 2] each token's k-th and (k+1)-th expert (moe.margins)
     pair_logits: torch.Tensor | None = None  # [L_moe, B, L, 2] pi_old's router logits at `margin_pairs`
     route_conf: torch.Tensor | None = None  # [L_moe] pi_old's mean routing confidence per MoE layer (moe.confidence)
-    metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # engine mismatch, rollout routing gap
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # engine mismatch, rollout routing gap, lag/*
+    weights: torch.Tensor | None = None  # [B, T] the decoupled treatment's pi_prox / mu per token (train.lag), else None
+    route_diff: torch.Tensor | None = None  # [L_moe] lag/route_diff per MoE layer, where the sampler's routes are known
 
     def recorded(self, name: str) -> torch.Tensor:
         """The optional record `name` (routing, replay, gate_scores, ...); RuntimeError naming it where
@@ -42,11 +45,15 @@ class OldPolicy:
 
 def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, replay: ReplaySource | None = None,
                     record_routing: bool = True, logp_source: str = "recompute", measure: bool = True,
-                    gate_scores: bool = False, head_chunk: int | None = None) -> OldPolicy:
+                    gate_scores: bool = False, head_chunk: int | None = None,
+                    decoupled_cap: float | None = None) -> OldPolicy:
     """pi_old's log-probs and entropies of the batch at the sampling temperature, the experts it
     routed each token to and, for replay runs, the routing the update forwards will replay:
-    the old pass's own (Routing Replay) or the engine's (R3, which this pass replays too).
-    `logp_source="rollout"` takes pi_old from the engine's log-probs (the paper's section 5.4);
+    the old pass's own (Routing Replay: the learner's at the step's start) or the engine's (R3: the
+    sampler's, under `rollout.lag` those of the policy that sampled the batch, which this pass replays too).
+    `logp_source="rollout"` takes pi_old from the engine's log-probs (naive; the paper's section 5.4);
+    `logp_source="decoupled"` keeps this pass's as pi_old (pi_prox) and gives every token the weight
+    pi_prox / mu (`weights`; `train.lag.decoupled_weights`, capped at `decoupled_cap`);
     `gate_scores=True` records the gate scores of the experts pi_old routed to (RSPO's router shift);
     with `record_routing` and `measure`, pi_old's routing confidence (`moe/route_conf`, per layer in
     `route_conf`: `moe.confidence`);
@@ -73,28 +80,35 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
         pairs = gather_rows(world, capture.margin_pairs, rows, dim=1)
         pair_logits = gather_rows(world, capture.pair_logits, rows, dim=1)
     metrics = engine_gap(logp, routing, batch) if measure else {}
+    route_diff = metrics.pop("lag/route_diff_layer", None)
     route_conf = None
     if capture is not None and capture.confidence:  # over every attended position, as drift
         confidence = routing_confidence(gather_rows(world, capture.route_confidence, rows, dim=1), batch.attention_mask)
         metrics["moe/route_conf"], route_conf = confidence["moe/route_conf"], confidence["moe/route_conf_layer"]
+    weights = None
+    if logp_source == "decoupled":
+        weights, masked = decoupled_weights(logp, batch.sampling_logp, batch.response_mask, decoupled_cap)
+        metrics |= masked if measure else {}
     if logp_source == "rollout":
         logp = batch.sampling_logp.to(logp.device)
     replayed = {"old_pass": routing, "rollout": batch.routing, None: None}[replay]
     return OldPolicy(logp=logp, entropy=entropy, routing=routing, replay=replayed,
                      ref_logp=reference_logp(policy, batch, temperature, head_chunk), metrics=metrics, gate_scores=scores,
-                     margin_pairs=pairs, pair_logits=pair_logits, route_conf=route_conf)
+                     margin_pairs=pairs, pair_logits=pair_logits, route_conf=route_conf, weights=weights,
+                     route_diff=route_diff)
 
 
 def engine_gap(train_logp: torch.Tensor, train_routing: torch.Tensor | None, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-    """How far training is from the rollout engine: log-prob mismatch and, where both routings are
-    known, the routing gap (what R3 removes). The gap leaves out the batch's last position: generation
-    never routes it (see `routing_for_training`), and no log-prob depends on it."""
-    metrics = logprob_mismatch(train_logp, batch.sampling_logp, batch.response_mask)
+    """How far training is from the rollout engine (under `rollout.lag`, from the sampler S updates old):
+    log-prob mismatch, the per-response k3 and the importance weights' ESS (`train.lag.sampler_gap`) and,
+    where both routings are known, the routing gap (what R3 removes), as `moe/rollout_gap*` and as the lag
+    map's `lag/route_diff` with its per-layer values `lag/route_diff_layer` [L] (`train.lag.routes_apart`:
+    the gap leaves out the batch's last position, which generation never routes)."""
+    metrics = logprob_mismatch(train_logp, batch.sampling_logp, batch.response_mask) | sampler_gap(train_logp, batch)
     if batch.routing is not None and train_routing is not None:
-        routed = batch.attention_mask.clone()
-        routed[:, -1] = 0
-        gap = routing_drift(batch.routing, train_routing, routed)
-        metrics |= {"moe/rollout_gap": gap["moe/drift"], "moe/rollout_gap_expert": gap["moe/drift_expert"]}
+        gap = routes_apart(batch.routing, train_routing, batch.attention_mask)
+        metrics |= {"moe/rollout_gap": gap["moe/drift"], "moe/rollout_gap_expert": gap["moe/drift_expert"],
+                    "lag/route_diff": gap["moe/drift_expert"], "lag/route_diff_layer": gap["moe/drift_expert_layer"]}
     return metrics
 
 

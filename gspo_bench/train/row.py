@@ -49,6 +49,16 @@ def with_route_confidence(layers: dict[str, torch.Tensor], old: OldPolicy) -> di
     return {**layers, "moe/route_conf": old.route_conf[None].expand(n_measured, -1)}  # [J, L]
 
 
+def with_sampler_routes(layers: dict[str, torch.Tensor], old: OldPolicy) -> dict[str, torch.Tensor]:
+    """`layers` ({name: [J, L]}) with `lag/route_diff` of each MoE layer (the share of activated experts
+    that differ between the sampler's routes and the learner's at the step's start: one value per step and
+    layer) beside every measured minibatch, as `moe/route_conf`; `layers` itself where either is missing."""
+    if not layers or old.route_diff is None:
+        return layers
+    n_measured = next(iter(layers.values())).shape[0]
+    return {**layers, "lag/route_diff": old.route_diff[None].expand(n_measured, -1)}  # [J, L]
+
+
 def build_row(identity: dict, values: dict[str, torch.Tensor], layers: dict[str, torch.Tensor],
               health: dict[str, torch.Tensor]) -> StepRow:
     """Copy `values`, the per-layer figures `layers` ({name: [J, L]}, J measured minibatches) and the

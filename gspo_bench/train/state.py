@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from gspo_bench.config import BudgetConfig, CollapseConfig
+from gspo_bench.train.lag import Sampled
 
 
 class Collapsed(Exception):
@@ -22,20 +23,25 @@ class RunState:
     rows: list[dict] = field(default_factory=list)  # metrics.parquet
     layer_rows: list[dict] = field(default_factory=list)  # layers.parquet
     eval_rows: list[dict] = field(default_factory=list)  # eval.parquet
+    waiting: dict[int, Sampled] = field(default_factory=dict)  # batches sampled ahead (rollout.lag), by their step
 
     def scalars(self) -> dict:
-        """What a checkpoint keeps besides the weights and the optimizer state."""
-        return {"step": self.step, "cum_tokens": self.cum_tokens, "cum_flops": self.cum_flops,
+        """What a checkpoint keeps besides the weights and the optimizer state: the loop's numbers and,
+        under `rollout.lag`, the batches sampled for later steps (none at lag 0)."""
+        kept = {"step": self.step, "cum_tokens": self.cum_tokens, "cum_flops": self.cum_flops,
                 "bad_steps": self.bad_steps, "peak_reward": self.peak_reward}
+        return kept | ({"waiting": [s.record() for s in self.waiting.values()]} if self.waiting else {})
 
     @classmethod
     def restored(cls, scalars: dict, rows: list[dict], layer_rows: list[dict], eval_rows: list[dict]) -> RunState:
         """The state at a checkpoint; rows written after it (a crash between row and checkpoint) are dropped."""
         step = scalars["step"]
         keep = lambda table: [r for r in table if r["step"] <= step]  # noqa: E731
+        waiting = [Sampled.from_record(record) for record in scalars.get("waiting", [])]
         return cls(step=step, cum_tokens=scalars["cum_tokens"], cum_flops=scalars["cum_flops"],
                    bad_steps=scalars["bad_steps"], peak_reward=scalars["peak_reward"],
-                   rows=keep(rows), layer_rows=keep(layer_rows), eval_rows=keep(eval_rows))
+                   rows=keep(rows), layer_rows=keep(layer_rows), eval_rows=keep(eval_rows),
+                   waiting={sampled.step: sampled for sampled in waiting})
 
 
 def budget_spent(budget: BudgetConfig, state: RunState) -> bool:

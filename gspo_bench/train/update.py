@@ -268,14 +268,17 @@ def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch:
                 router_shift: torch.Tensor | None = None) -> tuple[torch.Tensor, Metrics]:
     """The objective on minibatch `rows` (log-probs `logp` [b, T] of those rows, in that order), its
     per-token terms weighted by `settings.correction` (from pi_old, the engine's mu and pi_theta) when
-    given, plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference
+    given, or by the decoupled treatment's pi_prox / mu (`old.weights`; never both), plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference
     is given. The objective gets the extra inputs it declares (`settings.inputs`, see
     `objectives.registry.EXTRA_INPUTS`). `loss/max_token_share`: the largest share of one token's
     |contribution| in the objective's sum of them (`objectives.metrics.term_share_metrics`)."""
     mask = batch.response_mask[rows]  # [b, T]
     advantages = batch.token_advantages if batch.token_advantages is not None else batch.advantages  # [B, T] or [B]
-    weights, corrected = None, {}
+    weights, corrected = (None if old.weights is None else old.weights[rows]), {}
     if settings.correction is not None:
+        if weights is not None:
+            raise ValueError("the decoupled treatment weights every token already: a correction beside it would "
+                             "weight it by the sampler's ratio twice")
         weights, corrected = settings.correction(old_logp=old.logp[rows], sampling_logp=batch.sampling_logp[rows],
                                                  logp=logp.detach(), advantages=advantages[rows], mask=mask)
     with recording_terms() as terms:  # the per-token contributions of the loss: how much one token makes of it
