@@ -1,6 +1,7 @@
 """The statistics behind every interval and p-value of the report, on cases small enough to work out by
 hand: scipy's exact sign-flip p against a plain enumeration (with ties), the paired t-interval, Holm's
-adjustment, rliable's probability of improvement, and why no bootstrap is shown below 10 seeds."""
+adjustment, rliable's probability of improvement, why no bootstrap is shown below 10 seeds, and McNemar's
+exact test stratified by level (a map's pairs of arms) by hand and against scipy's exact binomial test."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis.stats.library import (
     MIN_BOOTSTRAP_SEEDS,
@@ -20,6 +22,7 @@ from analysis.stats.library import (
     sign_flip_p,
     smallest_p,
     stratified_bootstrap_ci,
+    stratified_mcnemar_p,
     t_interval,
 )
 from analysis.stats.metrics import probability_of_improvement
@@ -196,3 +199,28 @@ def test_forty_paired_seeds_get_a_p_without_enumerating_two_to_the_forty_pattern
 def test_a_p_of_sixteen_pairs_or_fewer_is_the_exact_one():
     d = np.random.default_rng(3).normal(0.05, 0.3, size=12)
     assert sign_flip_p(d, np.zeros(12)) == pytest.approx(enumerated_p_fast(d), abs=1e-12)
+
+
+def test_the_stratified_exact_mcnemar_p_by_hand():
+    """Three levels: 3 cells where only the first arm failed and none the other way; 2 and 1; none
+    discordant. b = 5, c = 1, n = 6: P(B <= 1) = (1 + 6) / 64, two-sided 14/64 = 0.21875. Ten cells all one
+    way: 2/2^10. As many each way: 1. No discordant cell: nothing tested, 1."""
+    assert stratified_mcnemar_p([(3, 0), (2, 1), (0, 0)]) == pytest.approx(14 / 64, abs=0)
+    assert stratified_mcnemar_p([(0, 3), (1, 2), (0, 0)]) == pytest.approx(14 / 64, abs=0)  # two-sided: symmetric
+    assert stratified_mcnemar_p([(4, 0), (6, 0)]) == 2 / 1024
+    assert stratified_mcnemar_p([(2, 1), (1, 2)]) == 1.0
+    assert stratified_mcnemar_p([(0, 0), (0, 0)]) == 1.0 and stratified_mcnemar_p([]) == 1.0
+    with pytest.raises(ValueError, match="negative"):
+        stratified_mcnemar_p([(1, -1)])
+
+
+def test_the_stratified_exact_mcnemar_p_is_scipys_exact_binomial_test_on_the_pooled_discordant_cells():
+    """Given each level's discordant cells, the null makes the first arm's count Binomial(n, 1/2) pooled over
+    the levels: scipy.stats.binomtest(b, n, 0.5) two-sided is the reference (statsmodels' exact mcnemar is
+    the same formula), on 300 random tables of 1 to 6 levels, up to 40 discordant cells each."""
+    rng = np.random.default_rng(60)
+    for _ in range(300):
+        table = [tuple(int(x) for x in rng.integers(0, 8, size=2)) for _ in range(int(rng.integers(1, 7)))]
+        b, c = sum(t[0] for t in table), sum(t[1] for t in table)
+        expected = stats.binomtest(b, b + c, 0.5).pvalue if b + c else 1.0
+        assert stratified_mcnemar_p(table) == pytest.approx(expected, rel=1e-12), table

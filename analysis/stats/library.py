@@ -12,6 +12,9 @@ uses, and why:
   seed, (b + 1) / (m + 1) per tail; no normality assumed; `p_method` names which). With n paired
   seeds the smallest sign-flip p is 2 / 2^n: 0.25 at 3 seeds, 0.031 at 6;
 - Holm's step-down correction over every comparison one report makes (`holm`);
+- for a pass/fail outcome paired across arms and stratified (a swept suite's cells: the same level and
+  seed), the exact conditional test on the discordant pairs pooled over the strata
+  (`stratified_mcnemar_p`: McNemar's exact test, a two-sided sign test);
 - the probability of improvement P(X > Y) of rliable (Agarwal et al. 2021): over all pairs of runs,
   ties counting one half (the Mann-Whitney U statistic over n m);
 - IQM and (stratified) percentile-bootstrap CIs only from MIN_BOOTSTRAP_SEEDS seeds on: below that a
@@ -21,8 +24,9 @@ uses, and why:
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -202,3 +206,22 @@ def paired(first: pd.Series, second: pd.Series | float) -> Paired:
                   probability_of_improvement(a, b))
 
 
+
+
+def stratified_mcnemar_p(discordant: Sequence[tuple[int, int]]) -> float:
+    """Exact two-sided p of McNemar's test stratified by level, from each stratum's discordant pairs
+    (b_k: pairs where only the first failed, c_k: where only the second did). Null: in every pair the two
+    outcomes are exchangeable, so given a stratum's n_k = b_k + c_k discordant pairs each falls either way
+    with probability 1/2, independently of the other pairs; concordant pairs carry no information. Given
+    the n_k, B = sum b_k is then Binomial(n = sum n_k, 1/2) whatever the strata's own failure rates, and
+    p = min(1, 2 P(B <= min(b, c))) with b = sum b_k, c = sum c_k (exact, in integers: the sum of
+    C(n, i) for i <= min(b, c), over 2^n). 1 without a discordant pair (nothing to test)."""
+    b = sum(int(first) for first, _ in discordant)
+    c = sum(int(second) for _, second in discordant)
+    if any(int(x) < 0 for pair in discordant for x in pair):
+        raise ValueError(f"a count of discordant pairs is negative: {list(discordant)}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1))
+    return min(1.0, 2 * tail / 2**n)
