@@ -1,8 +1,9 @@
 """A swept suite's answer per arm (analysis.evidence.placement, analysis.report.map_answer), on hand-made
 outcome tables at four levels of known dose (no training): a fitted boundary with its interval per token
 and per response; an arm that never failed, bounded at its top level by that level's runs only; a bracket
-of cells; a crossing beyond the data never said as a boundary; arms whose intervals overlap named as not
-told apart; an arm that meets no mismatch said to hold by construction."""
+of cells; a crossing beyond the data never said as a boundary; arms whose intervals overlap told apart by
+the paired test, overlap no reason given; an arm that meets no mismatch said to hold by construction; each pair of arms compared on the cells both ran,
+Holm over the declared family (or every pair), the rest exploratory."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from analysis.evidence.placement import (
     UNBOUNDED,
     Placement,
     fit_boundary,
-    pairs_apart,
+    pair_tests,
+    pairs_told_apart,
     placements,
 )
 from analysis.evidence.stability import COLLAPSED, LEARNED, Boundary, StabilityMap, boundaries
@@ -32,10 +34,10 @@ from analysis.report.html import sentence_html
 from analysis.report.map_answer import (
     MAX_ITEM_WORDS,
     NO_AXIS_LEAD,
-    apart_sentence,
     arm_item,
     map_items,
     map_lead,
+    pair_rows,
     placement_rows,
 )
 from analysis.report.markdown import sentence_markdown
@@ -238,18 +240,24 @@ def test_interval_ends_outside_the_data_are_said_as_such():
     assert row["value"].endswith(", -]") and row["result"].startswith("high end outside the doses measured")
 
 
-def test_arms_whose_intervals_overlap_are_named_as_not_told_apart():
-    """grpo and grpo_mis have the same outcomes (interval [0.274, 1.51]); gspo held up to dose 3, above
-    both intervals: only grpo and grpo_mis are not told apart."""
-    found = placed(arm_rows("grpo", [0, 1, 4, 6]), arm_rows("grpo_mis", [0, 1, 4, 6]), arm_rows("gspo", [0] * 4))
-    assert pairs_apart(found) == ([("grpo", "grpo_mis")], [("grpo", "gspo"), ("grpo_mis", "gspo")])
-    sentence = apart_sentence(found, ())
-    assert sentence is not None and plain_text(sentence.text) == (
-        "The suite cannot tell apart grpo and grpo_mis (their intervals on the dose axis overlap); every other two "
-        "arms' intervals are disjoint (exploratory: no declared comparison).")
-    two = apart_sentence(found[:2], ())
-    assert two is not None and two.text.startswith("The suite cannot tell these 2 arms apart")
-    assert apart_sentence(found[:1], ()) is None
+def test_arms_whose_intervals_overlap_are_told_apart_by_the_paired_test_and_overlap_is_no_reason():
+    """grpo_tis fails on 0, 3, 6 and 6 of 6 seeds at the four levels, grpo on 0, 0, 3 and 6 (seeds below k
+    fail): their intervals on the dose axis overlap, yet cell by cell only grpo_tis failed in 3 cells at
+    the second level and 3 at the third, grpo alone in none: 6 discordant cells one way, p = 2/2^6 =
+    0.03125 (one pair: Holm leaves it), so the item says the two are told apart and never names overlap."""
+    found = placed(arm_rows("grpo_tis", [0, 3, 6, 6]), arm_rows("grpo", [0, 0, 3, 6]))
+    (a_low, a_high), (b_low, b_high) = found[0].interval(), found[1].interval()
+    assert a_low <= b_high and b_low <= a_high  # the intervals overlap
+    classes = pd.concat([arm_rows("grpo_tis", [0, 3, 6, 6]), arm_rows("grpo", [0, 0, 3, 6])], ignore_index=True)
+    (test,) = pair_tests(classes)
+    assert (test.first_only, test.second_only, test.cells) == (6, 0, 24)
+    assert test.levels == (("noise=0", 0, 0), ("noise=1", 3, 0), ("noise=2", 3, 0), ("noise=3", 0, 0))
+    assert test.p == pytest.approx(0.03125) and test.adjusted == pytest.approx(0.03125) and test.separates
+    texts = [plain_text(s.text) for s in map_items(found, (), [test])]
+    assert texts[-1] == ("Paired by cell (the same level and seed), McNemar's exact test of failure stratified by level "
+                         "tells these 2 arms apart (exploratory: no declared family; Holm over the 1 pair): only "
+                         "grpo_tis failed in 6 of its 24 cells shared with grpo, only grpo in 0 (p = 0.031, Holm 0.031).")
+    assert not any("overlap" in text for text in texts)
 
 
 def test_an_arm_that_meets_no_mismatch_holds_by_construction():
@@ -302,13 +310,72 @@ def test_an_arm_that_failed_where_no_level_has_a_dose_is_placed_nowhere_and_said
     assert "no level has a dose above" in text and "failed at dose" not in text and "(1 of 24 runs failed)" in text
 
 
-def test_a_sweep_where_no_arm_meets_a_mismatch_says_so_once_and_tells_nothing_apart():
+def test_a_sweep_where_no_arm_meets_a_mismatch_says_so_once_and_still_pairs_the_arms_cell_by_cell():
     """Every level of both arms at a dose of float rounding: the lead says the map places no arm, each arm's
-    item gives its failed runs alone, and no item claims the arms cannot (or can) be told apart."""
+    item gives its failed runs alone, and the paired test, which needs no dose, compares them: 1 cell where
+    grpo alone failed, p = 1."""
     frames = [arm_rows(arm, failures) for arm, failures in (("grpo", [0, 1, 0, 0]), ("gspo", [0, 0, 0, 0]))]
     for frame in frames:
         frame[["dose", "dose_response", "kl"]] = 1e-14
     found = placed(*frames)
     assert map_lead(found) == NO_AXIS_LEAD
-    texts = [plain_text(sentence.text) for sentence in map_items(found, ())]
-    assert texts == ["grpo: 1 of 24 runs failed.", "gspo: 0 of 24 runs failed."]
+    texts = [plain_text(sentence.text) for sentence in map_items(found, (), pair_tests(pd.concat(frames)))]
+    assert texts[:2] == ["grpo: 1 of 24 runs failed.", "gspo: 0 of 24 runs failed."]
+    assert texts[2].endswith("does not tell these 2 arms apart (exploratory: no declared family; Holm over the 1 "
+                             "pair): only grpo failed in 1 of its 24 cells shared with gspo, only gspo in 0 (p = 1, "
+                             "Holm 1).")
+
+
+def outcomes(arm: str, failed: dict[str, list[int]]) -> pd.DataFrame:
+    """One arm's runs at levels `failed` (level -> its seeds' outcomes, 1 failed, 0 held), seeds 0, 1, ..."""
+    return pd.DataFrame([{"suite": "s", "cell": level, "arm": arm, "label": f"{arm}@{level}", "seed": seed,
+                          "outcome": COLLAPSED if f else LEARNED}
+                         for level, seeds in failed.items() for seed, f in enumerate(seeds)])
+
+
+def three_arms() -> pd.DataFrame:
+    """a fails at low 2 of 4 (seeds 0, 1), at high 4 of 4; b at low none, at high seeds 0, 1 and 2; c has
+    no run at high, and at low fails on seed 3 only."""
+    return pd.concat([outcomes("a", {"low": [1, 1, 0, 0], "high": [1, 1, 1, 1]}),
+                      outcomes("b", {"low": [0, 0, 0, 0], "high": [1, 1, 1, 0]}),
+                      outcomes("c", {"low": [0, 0, 0, 1]})], ignore_index=True)
+
+
+def test_each_pair_is_compared_on_the_cells_both_ran_with_its_discordant_cells_per_level():
+    """a against b: low 2 cells only a failed, high 1 (seed 3): 3 to 0 over 8 cells, p = 2/8 = 0.25. a
+    against c: only the 4 low cells are shared: a alone at seeds 0 and 1, c alone at seed 3: 2 to 1, p = 1.
+    No declared family: Holm over the 3 pairs, every one exploratory."""
+    ab, ac, bc = pair_tests(three_arms())
+    assert (ab.first, ab.second, ab.cells, ab.levels) == ("a", "b", 8, (("low", 2, 0), ("high", 1, 0)))
+    assert ab.p == 0.25 and ab.adjusted == pytest.approx(0.75)  # 0.25 the smallest of 3: x 3
+    assert (ac.cells, ac.levels, ac.p) == (4, (("low", 2, 1),), 1.0)
+    assert (bc.cells, bc.first_only, bc.second_only) == (4, 0, 1)
+    assert not any(t.declared for t in (ab, ac, bc)) and pairs_told_apart([ab, ac, bc]) == ([], [ab, ac, bc])
+    row = pair_rows([ab, ac, bc])[0]
+    assert row["value"] == "3 / 0 of 8 shared cells (low 2/0, high 1/0)"
+    assert "3 cells where exactly one failed, pooled over 2 levels; exploratory (no declared family), Holm over the " \
+           "3 pairs" in row["test"] and row["result"] == "p = 0.25, Holm-adjusted 0.75: does not tell apart"
+
+
+def separating_arms() -> pd.DataFrame:
+    """x fails on all 6 seeds at two levels where y and z hold on all 6: 12 cells x alone; y and z alike."""
+    return pd.concat([outcomes("x", {"l1": [1] * 6, "l2": [1] * 6}), outcomes("y", {"l1": [0] * 6, "l2": [0] * 6}),
+                      outcomes("z", {"l1": [0] * 6, "l2": [0] * 6})], ignore_index=True)
+
+
+def test_a_declared_family_is_holm_adjusted_alone_and_every_other_pair_is_exploratory():
+    """Declared: (y, x) and (q, x), q an arm with no run on the map (it counts at p = 1: the family is the
+    2 declared). y against x: 0 to 12, p = 2/4096; Holm over 2: 2 x 2/4096. x against z, as separate, is
+    outside the family: unadjusted, never told apart. Without a declaration all 3 pairs are Holm's: the two
+    of 2/4096 both at 3 x 2/4096 (the second's 2 x 2/4096 raised to the first's), y against z 1."""
+    declared = pair_tests(separating_arms(), [("y", "x"), ("q", "x")])
+    yx, qx, *rest = declared
+    assert (yx.first, yx.second, yx.first_only, yx.second_only) == ("y", "x", 0, 12) and yx.declared
+    assert yx.p == 2 / 4096 and yx.adjusted == pytest.approx(2 * 2 / 4096) and yx.separates
+    assert (qx.cells, qx.p, qx.adjusted, qx.separates) == (0, 1.0, 1.0, False)
+    assert [(t.first, t.second) for t in rest] == [("x", "z"), ("y", "z")]
+    assert all(not t.declared and math.isnan(t.adjusted) and not t.separates for t in rest)
+    assert pairs_told_apart(declared) == ([yx], [qx])
+    xy, xz, yz = pair_tests(separating_arms())
+    assert xy.adjusted == pytest.approx(3 * 2 / 4096) and xz.adjusted == pytest.approx(3 * 2 / 4096)  # step-down, monotone
+    assert yz.adjusted == 1.0 and pairs_told_apart([xy, xz, yz]) == ([xy, xz], [yz])

@@ -12,7 +12,7 @@ from analysis.data.load import load_results
 from analysis.evidence.stability import stability_map
 from analysis.report import anchors
 from analysis.report.sections import Context, build_sections
-from analysis.report.stability_text import RULES, V2_RULES, rules_text
+from analysis.report.stability_text import COMPARISON_RULES, RULES, V2_RULES, rules_text
 from tests.helpers.evaluated import evaluated_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,5 +69,14 @@ def test_the_rules_in_the_report_are_the_rules_in_the_docs():
     """Declared before any run: docs/report.md holds the v1 rules (with the dose axis) and v2's change
     word for word."""
     docs = (ROOT / "docs" / "report.md").read_text()
-    assert RULES in docs and V2_RULES in docs
+    assert RULES in docs and V2_RULES in docs and COMPARISON_RULES in docs
     assert "The map's x axis is measured: each level's **dose**" in RULES
+    assert "a **degenerate cell**" in COMPARISON_RULES and "McNemar's exact test of failure stratified by level" in \
+        COMPARISON_RULES
+
+
+def test_every_maps_rules_state_degenerate_cells_and_the_paired_test(folders):
+    """The rules section of every map, whatever its suites' outcome rules, holds the rule for degenerate cells
+    and for comparing two arms cell by cell, right after the classes' rules."""
+    for root in folders.values():
+        assert rules_section(root).startswith(RULES + "\n\n" + COMPARISON_RULES + "\n\n")

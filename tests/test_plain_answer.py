@@ -169,13 +169,16 @@ def test_a_swept_suite_answers_per_arm_before_any_sweep_point(swept):
     items = [plain_text(i.text) for i in found.sentences[2].items]
     assert items[0].startswith("grpo (2 of 4 runs failed): no boundary fitted; between dose 0.0022 per token")
     assert items[1].startswith("gspo (0 of 4 runs failed): never failed; held up to dose 0.22 per token")
-    assert items[2].startswith("The suite cannot tell these 2 arms apart")
+    assert items[2] == ("Paired by cell (the same level and seed), McNemar's exact test of failure stratified by level "
+                        "does not tell these 2 arms apart (exploratory: no declared family; Holm over the 1 pair): only "
+                        "grpo failed in 2 of its 4 cells shared with gspo, only gspo in 0 (p = 0.5, Holm 0.5).")
     assert all(i.links == (("numbers", NUMBERS),) for i in found.sentences[2].items)
     printed = console_answer(load_results(swept))[2].splitlines()  # the console: the items indented under it
     assert printed[0] == texts[2] and printed[1:] == [f"    - {i}" for i in items]
     assert texts[4].startswith("For a decision on where a boundary lies, sweep gspo past the largest level dose")
     assert found.numbers[found.numbers["sentence"] == 3]["what"].str.split(":").str[0].tolist() == [
-        "grpo", "grpo", "grpo", "gspo", "gspo"]  # per arm: its runs and fit, its last level held, its first most failed
+        "grpo", "grpo", "grpo", "gspo", "gspo", "grpo against gspo"]  # per arm: its runs and fit, its last level
+    # held, its first most failed; then the pair, cell by cell
 
 
 def test_runs_the_harness_stopped_as_collapsed_are_said_to_be_judged_by_the_map(swept):

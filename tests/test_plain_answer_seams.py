@@ -69,4 +69,5 @@ def test_a_swept_answer_stays_under_40_words_with_one_item_per_arm(tmp_path):
     items = [plain_text(i.text) for i in found.sentences[2].items]
     assert [i.split(":")[0] for i in items[:3]] == [f"{arm} (0 of 4 runs failed)" for arm in ("grpo", "grpo_rr", "gspo")]
     assert all(": never failed; held up to dose 0.22 per token" in i for i in items[:3]), items
-    assert items[3].startswith("The suite cannot tell any two of these 3 arms apart"), items
+    assert items[3].startswith("Paired by cell (the same level and seed), McNemar's exact test of failure stratified "
+                               "by level tells no two of these 3 arms apart"), items

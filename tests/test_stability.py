@@ -1,6 +1,7 @@
 """The stability map's numbers (analysis.evidence.stability): each outcome class on hand-made curves, every run of
 a results folder classed, the logistic fit and its intervals against the closed form of a two-point
-case, the zero-failure bound, and an arm's boundary read off its cells. The report's side:
+case, the zero-failure bound, an arm's boundary read off its cells, and the degenerate cells (inert, or every
+arm the same bit for bit) named and left out of the fits and the paired tests. The report's side:
 tests/test_stability_report.py."""
 
 from __future__ import annotations
@@ -13,18 +14,25 @@ import pytest
 from scipy import special, stats
 
 from analysis.data.load import load_results
+from analysis.evidence.placement import pair_tests, placements
 from analysis.evidence.stability import (
     COLLAPSED,
     DEGRADED,
     FLAT,
+    IDENTICAL,
+    INERT,
     LEARNED,
     boundaries,
     classify,
+    degenerate_cells,
     grad_spike_step,
     map_applies,
     run_classes,
+    stability_map,
     training_points,
 )
+from analysis.report.answer_words import plain_text
+from analysis.report.map_answer import degenerate_rows, map_items
 from analysis.stats.logistic import fit_logistic, no_fit_reason, zero_event_bound
 from tests.helpers.results import make_run
 from tests.helpers.stability import FALLING, set_router_lr_scale, swept_run
@@ -236,3 +244,73 @@ def test_an_arms_boundary_without_a_fit_is_read_off_its_cells():
     (found,) = boundaries(o)
     assert found.fit is not None and found.why_no_fit == "" and found.fit.events == 4
     assert math.isnan(found.largest_held) and found.smallest_majority == 0.1  # every cell has a failure now
+
+
+def steps(label: str, seed: int, **columns) -> pd.DataFrame:
+    """Two steps of one run (suite s): `columns` per step; time/step_s differs from run to run."""
+    return pd.DataFrame({"suite": "s", "label": label, "seed": seed, "step": [1, 2],
+                         "time/step_s": [float(ord(label[0]) + seed), 2.0], **columns})
+
+
+def test_a_cell_is_degenerate_when_every_run_is_inert_or_every_arm_the_same_bit_for_bit():
+    """Level L1: seed 0 both arms inert (reward and gradient 0 at every step): INERT. Seed 1 both arms the
+    same in every column both logged (b also logs a correction weight a does not, and their step times
+    differ): IDENTICAL. Seed 2: b's loss one float step above a's: not the same bit for bit. Level L2: seed
+    0 a inert and b not; seed 1 a alone, inert: INERT; seed 2 a alone, not inert (one arm: nothing to be
+    the same as). Level L3, seed 0: no reward but a gradient (a penalty's) that differs by arm: not inert."""
+    zero = {"reward/mean": [0.0, 0.0], "grad/norm": [0.0, 0.0], "loss": [0.0, 0.0]}
+    moving = {"reward/mean": [0.5, 0.25], "grad/norm": [1.0, 3.0], "loss": [0.1, 0.2]}
+    ulp = {**moving, "loss": [0.1, float(np.nextafter(0.2, 1.0))]}
+    runs = [("a", "L1", 0, zero), ("b", "L1", 0, zero), ("a", "L1", 1, moving),
+            ("b", "L1", 1, {**moving, "correction/weight_mean": [1.0, 1.1]}), ("a", "L1", 2, moving), ("b", "L1", 2, ulp),
+            ("a", "L2", 0, zero), ("b", "L2", 0, moving), ("a", "L2", 1, zero), ("a", "L2", 2, moving),
+            ("a", "L3", 0, {**zero, "grad/norm": [0.5, 0.4]}), ("b", "L3", 0, {**zero, "grad/norm": [0.3, 0.2]})]
+    classes = pd.DataFrame([{"suite": "s", "cell": cell, "arm": arm, "label": f"{arm}@{cell}", "seed": seed}
+                            for arm, cell, seed, _ in runs])
+    metrics = pd.concat([steps(f"{arm}@{cell}", seed, **cols) for arm, cell, seed, cols in runs], ignore_index=True)
+    found = degenerate_cells(classes, metrics)
+    assert list(zip(found["cell"], found["seed"], found["why"], found["runs"])) == [
+        ("L1", 0, INERT, 2), ("L1", 1, IDENTICAL, 2), ("L2", 1, INERT, 1)]
+
+
+NOISES = {1.0: 0.1, 2.0: 1.0, 3.0: 10.0}  # logit noise -> every run's k3 there (its level's dose)
+
+
+@pytest.fixture(scope="module")
+def degenerate_map(tmp_path_factory):
+    """grpo and gspo, 3 seeds, at 3 logit-noise levels: grpo's reward falls at noise 2 and 3 on every seed,
+    gspo's at noise 3 on seed 2 only; at noise 3 seeds 0 and 1 of both arms are inert (reward and grad norm
+    0 at every step)."""
+    root = tmp_path_factory.mktemp("degenerate")
+    for noise, k3 in NOISES.items():
+        for seed in range(3):
+            for label in ("grpo", "gspo"):
+                inert = noise == 3.0 and seed < 2
+                falls = label == "grpo" and noise > 1.0 or noise == 3.0 and seed == 2
+                columns = {"mismatch/k3_kl": k3, **({"reward/mean": 0.0, "grad/norm": 0.0} if inert else
+                                                    {"reward/mean": FALLING} if falls else {})}
+                swept_run(root, label, seed, {"logit_noise": noise}, columns)
+    found = stability_map(load_results(root / "synth"))
+    assert found is not None
+    return found
+
+
+def test_a_degenerate_level_is_named_and_left_out_of_the_fits_and_the_paired_tests(degenerate_map):
+    """The inert cells (noise 3, seeds 0 and 1: 4 runs) are found, named in the answer and its numbers,
+    and left out: each arm is fitted on its 7 other runs, and grpo against gspo shares 7 cells: grpo alone
+    failed in the 3 at noise 2, none the other way (p = 2/8 = 0.25)."""
+    found = degenerate_map
+    assert list(zip(found.degenerate["cell"], found.degenerate["seed"], found.degenerate["why"])) == [
+        ("logit_noise=3", 0, INERT), ("logit_noise=3", 1, INERT)]
+    assert len(found.left_out) == 4 and len(found.classes) == 14
+    assert {b.arm: b.runs for b in found.bounds} == {"grpo": 7, "gspo": 7}
+    assert not ((found.classes["cell"] == "logit_noise=3") & (found.classes["seed"] < 2)).any()
+    (test,) = pair_tests(found.classes)
+    assert (test.cells, test.first_only, test.second_only, test.p) == (7, 3, 0, 0.25)
+    texts = [plain_text(s.text) for s in map_items(placements(found), (), [test], found)]
+    assert ("Degenerate cells, left out of the fits and the paired tests (they carry no information about any arm): "
+            "logit_noise=3, seeds 0 and 1 (reward and gradient zero at every step, 4 runs).") in texts
+    (row,) = degenerate_rows(found)
+    assert row["what"] == "degenerate cells at logit_noise=3, seeds 0 and 1" and row["result"] == INERT
+    every = found.every_run
+    assert len(every) == 18 and sorted(every.loc[every["degenerate"] != "", "seed"]) == [0, 0, 1, 1]

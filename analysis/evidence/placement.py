@@ -7,8 +7,13 @@ puts on its failure rate at that level (analysis.evidence.dose.level_bounds: per
 across levels). A crossing outside the doses measured is an extrapolation, never a boundary.
 
 Each placement spans an interval of the dose per token where the arm's boundary may lie (the Fieller
-interval; the bracket; from the last level held up); two arms whose intervals overlap are **not told
-apart** by the suite (a reading across levels: exploratory, never a declared comparison).
+interval; the bracket; from the last level held up): a description, never a test. Two arms are told apart
+by a **paired test** (PairTest): the cells they share (the same level and seed: the same warm start,
+prompts and engine noise), degenerate cells left out, compared on failure; the cells where exactly one of
+the two failed (discordant) are pooled over the levels into McNemar's exact test stratified by level
+(analysis.stats.library.stratified_mcnemar_p). The family is the suite's declared pairs (Holm over them;
+every other pair exploratory, unadjusted), or without a declared family every pair of the map (Holm over
+all of them, each exploratory): a pair separates at a Holm-adjusted p below 0.05.
 
 An arm **faces no mismatch by construction** where its own measured mismatch (the run-median
 `mismatch/k3_kl`) is float rounding (at most KL_FLOOR) in every run at a level whose dose is not: its
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 import numpy as np
@@ -31,6 +36,7 @@ import pandas as pd
 from analysis.evidence.construction import float_rounding
 from analysis.evidence.dose import DOSE, DOSE_RESPONSE, level_bounds
 from analysis.evidence.stability import RUN_MEDIAN, Boundary, StabilityMap, failed, on_kl_axis
+from analysis.stats.library import ALPHA, holm, stratified_mcnemar_p
 
 BOUNDARY, BRACKET, HELD, FAILED_ONLY, UNPLACED = "boundary", "bracket", "held", "failed only", "unplaced"
 # why a fit gives no boundary: its crossing is outside the data, its slope not told from 0, its failures falling
@@ -192,16 +198,85 @@ def placements(found: StabilityMap) -> list[Placement]:
     return [placement(b, found.classes[found.classes["arm"] == b.arm]) for b in found.bounds]
 
 
-def overlapping(first: Placement, second: Placement) -> bool:
-    """Whether two arms' intervals (Placement.interval) share a dose: the suite does not tell them apart."""
-    (a_low, a_high), (b_low, b_high) = first.interval(), second.interval()
-    return a_low <= b_high and b_low <= a_high
+# ------------------------------------------------------------------------------ pairs of arms, cell by cell
 
 
-def pairs_apart(found: list[Placement]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(the pairs of arms not told apart, the pairs told apart), each pair in the arms' order."""
-    together: list[tuple[str, str]] = []
-    apart: list[tuple[str, str]] = []
-    for first, second in combinations(found, 2):
-        (together if overlapping(first, second) else apart).append((first.arm, second.arm))
-    return together, apart
+@dataclass(frozen=True)
+class PairTest:
+    """Two arms compared on failure over the cells they share (the same level and seed, degenerate cells
+    left out: the map's classes): per level (`levels`: its cell name, the cells where only `first` failed,
+    where only `second` did), the exact McNemar test stratified by level (`p`:
+    analysis.stats.library.stratified_mcnemar_p) and its Holm adjustment over the family (`adjusted`: over the
+    declared pairs where the suite declares a family, NaN for a pair outside it; over every pair of the
+    map where none is declared). `declared`: the pair is in the suite's declared family."""
+
+    first: str
+    second: str
+    cells: int
+    levels: tuple[tuple[str, int, int], ...]
+    p: float
+    declared: bool
+    adjusted: float = float("nan")
+
+    @property
+    def first_only(self) -> int:
+        return sum(level[1] for level in self.levels)
+
+    @property
+    def second_only(self) -> int:
+        return sum(level[2] for level in self.levels)
+
+    @property
+    def separates(self) -> bool:
+        """Whether the pair is told apart: its Holm-adjusted p below ALPHA (never for a pair outside a
+        declared family, which is exploratory and adjusted by none)."""
+        return bool(self.adjusted < ALPHA)
+
+
+def shared_cells(classes: pd.DataFrame, first: str, second: str) -> pd.DataFrame:
+    """The cells (suite, cell, seed) where both arms have a run of `classes`, with `first_failed` and
+    `second_failed`, in the order of `classes`."""
+    marked = classes.assign(failed=failed(classes).to_numpy(dtype=bool))
+    key = ["suite", "cell", "seed"]
+    a = marked.loc[marked["arm"] == first, [*key, "failed"]].drop_duplicates(key)
+    b = marked.loc[marked["arm"] == second, [*key, "failed"]].drop_duplicates(key)
+    return a.merge(b, on=key, suffixes=("_a", "_b")).rename(columns={"failed_a": "first_failed", "failed_b": "second_failed"})
+
+
+def discordant_by_level(cells: pd.DataFrame) -> tuple[tuple[str, int, int], ...]:
+    """Per level (suite and cell) of shared_cells' rows: (its cell name, cells where only the first arm
+    failed, cells where only the second did), in the order the levels come."""
+    levels = []
+    for (_, cell), frame in cells.groupby(["suite", "cell"], sort=False):
+        one, two = frame["first_failed"].to_numpy(dtype=bool), frame["second_failed"].to_numpy(dtype=bool)
+        levels.append((str(cell), int((one & ~two).sum()), int((two & ~one).sum())))
+    return tuple(levels)
+
+
+def pair_test(classes: pd.DataFrame, first: str, second: str, declared: bool) -> PairTest:
+    """One pair's test over the cells they share (see PairTest); no shared cell: p = 1 (nothing tested)."""
+    cells = shared_cells(classes, first, second)
+    levels = discordant_by_level(cells)
+    return PairTest(first, second, len(cells), levels, stratified_mcnemar_p([lvl[1:] for lvl in levels]), declared)
+
+
+def pair_tests(classes: pd.DataFrame, declared: list[tuple[str, str]] | None = None) -> list[PairTest]:
+    """Every pair of the map's arms compared cell by cell (PairTest). With `declared` pairs (the suite's
+    primary family, as the report names its arms), those first, in declared order and orientation, Holm
+    over them alone (a declared arm without a run on the map counts at p = 1, so the family is the size
+    declared), then the other pairs, exploratory (no adjustment); without, every pair in the arms' order,
+    Holm over all of them, every one exploratory (no declared family)."""
+    arms = [str(a) for a in dict.fromkeys(classes["arm"])]
+    chosen = list(dict.fromkeys(declared or []))
+    tests = [pair_test(classes, a, b, True) for a, b in chosen]
+    taken = {frozenset(pair) for pair in chosen}
+    tests += [pair_test(classes, a, b, False) for a, b in combinations(arms, 2) if frozenset((a, b)) not in taken]
+    adjusted = holm(np.array([t.p if t.declared or not chosen else np.nan for t in tests], dtype=float))
+    return [replace(t, adjusted=float(p)) for t, p in zip(tests, adjusted, strict=True)]
+
+
+def pairs_told_apart(tests: list[PairTest]) -> tuple[list[PairTest], list[PairTest]]:
+    """(the pairs that separate, those that do not) among the family's pairs (declared where there is a
+    declared family, else every pair)."""
+    family = [t for t in tests if t.declared] or tests
+    return [t for t in family if t.separates], [t for t in family if not t.separates]

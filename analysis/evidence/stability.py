@@ -49,11 +49,19 @@ doses and they are not separated by dose (then the maximum-likelihood slope is i
 failure, each cell's failure rate is at most 1 - 0.05^(1/n) at 95% for its n runs (exact one-sided
 Clopper-Pearson), never pooled across cells: Boundary.bound is the loosest of them, at the arm's fewest runs
 in a cell.
+
+**Degenerate cells** carry no information about any arm and are left out of the fits, bounds and paired
+tests (kept in the per-run table, named in the answer): a cell (a level and a seed) where every run's
+training reward and gradient norm are 0 at every step (INERT: nothing was ever rewarded, no update moved
+any policy, so each run's outcome is its warm start's under the level's noise), or where runs of two or
+more arms all have the same metrics bit for bit (IDENTICAL: every column all of them logged, less those
+that measure the machine: time, throughput, GPU memory). A level whose every cell is degenerate leaves the
+map. The level's dose stays the one its runs' first steps measured: their mismatch is measured alike.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -88,6 +96,11 @@ KL_FLOOR = 1e-8
 LN2_SHARE = "mismatch/frac_gt_ln2"
 DRIFT_EXPERT, DRIFT_TOKEN = "moe/drift_expert_1", "moe/drift_1"
 # swept fields that move the mismatch or the routing's volatility: sweeping one shows the map
+REWARD, GRAD_NORM = "reward/mean", "grad/norm"
+MACHINE = ("time/", "perf/", "gpu/")  # columns that measure the machine a run ran on, not its training
+# why a cell (a level and a seed) is degenerate: it carries no information about any arm
+INERT = "reward and gradient zero at every step"
+IDENTICAL = "every arm's run the same metrics bit for bit"
 KNOBS = ("rollout.engine_options.router_noise", "rollout.engine_options.logit_noise", "rollout.temperature",
          "train.router_lr_scale", "train.lr")
 
@@ -331,6 +344,66 @@ def survival(classes: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"step": [0.0, *sf.quantiles], "surviving": [1.0, *sf.probabilities]})
 
 
+# ------------------------------------------------------------------------------ degenerate cells
+
+
+def inert(steps: pd.DataFrame) -> bool:
+    """Whether one run's training reward (`reward/mean`) and gradient norm (`grad/norm`) are 0 at every
+    step: no response was ever rewarded, no update ever moved the policy (a run that logged neither, or
+    has no step, is not said to be inert)."""
+    if not len(steps) or any(c not in steps for c in (REWARD, GRAD_NORM)):
+        return False
+    return bool((steps[REWARD].to_numpy(dtype=float) == 0).all() and (steps[GRAD_NORM].to_numpy(dtype=float) == 0).all())
+
+
+def training_columns(steps: pd.DataFrame) -> set[str]:
+    """The numeric columns of one run's steps that it logged (a value at one step or more), less those that
+    measure the machine (MACHINE: time, throughput, GPU memory)."""
+    return {c for c in steps.columns if pd.api.types.is_numeric_dtype(steps[c]) and not pd.api.types.is_bool_dtype(steps[c])
+            and not c.startswith(MACHINE) and steps[c].notna().any()}
+
+
+def bits(values: pd.Series) -> bytes:
+    """A column's values as float64 bytes, every NaN the same NaN: equal bytes are the same values bit for bit."""
+    x = values.to_numpy(dtype=float)
+    return np.where(np.isnan(x), np.nan, x).tobytes()
+
+
+def same_bit_for_bit(runs: list[pd.DataFrame]) -> bool:
+    """Whether every run of `runs` (each its steps in step order) has the same steps and the same values,
+    bit for bit, in every column all of them logged (training_columns)."""
+    shared = set.intersection(*(training_columns(r) for r in runs)) | {"step"}
+    if any(len(r) != len(runs[0]) or "step" not in r for r in runs):
+        return False
+    return all(len({bits(r[c]) for r in runs}) == 1 for c in sorted(shared))
+
+
+def degenerate_cells(classes: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
+    """The cells (suite, level, seed) of `classes` (run_classes' rows) that carry no information about any
+    arm: every run there is inert, or the cell holds runs of two or more arms and all of them have the same
+    metrics bit for bit. One row each: suite, cell, seed, runs, why (INERT or IDENTICAL)."""
+    columns = ["suite", "cell", "seed", "runs", "why"]
+    if not len(classes):
+        return pd.DataFrame(columns=columns)
+    steps = {key: frame.sort_values("step", kind="stable").reset_index(drop=True)
+             for key, frame in metrics.groupby(["suite", "label", "seed"], sort=False)}
+    rows = []
+    for (suite, cell, seed), runs in classes.groupby(["suite", "cell", "seed"], sort=False):
+        frames = [steps.get((suite, label, seed), pd.DataFrame()) for label in runs["label"]]
+        if all(inert(f) for f in frames):
+            rows.append({"suite": suite, "cell": cell, "seed": seed, "runs": len(runs), "why": INERT})
+        elif runs["arm"].nunique() > 1 and same_bit_for_bit(frames):
+            rows.append({"suite": suite, "cell": cell, "seed": seed, "runs": len(runs), "why": IDENTICAL})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def in_cells(classes: pd.DataFrame, cells: pd.DataFrame) -> pd.Series:
+    """Per row of `classes`: whether its run lies in one of `cells` (rows suite, cell, seed)."""
+    keys = set(zip(cells["suite"], cells["cell"], cells["seed"]))
+    return pd.Series([key in keys for key in zip(classes["suite"], classes["cell"], classes["seed"])],
+                     index=classes.index, dtype=bool)
+
+
 # ------------------------------------------------------------------------------ the boundary per arm
 
 
@@ -402,17 +475,32 @@ def boundaries(classes: pd.DataFrame, axis: str = AXIS) -> list[Boundary]:
 
 @dataclass(frozen=True)
 class StabilityMap:
-    classes: pd.DataFrame  # run_classes
+    classes: pd.DataFrame  # run_classes, less the runs of degenerate cells: what the fits, bounds and tests read
     bounds: list[Boundary]  # one per arm
     too_short: int = 0  # finished runs too short for the gate, left off the map
+    left_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # run_classes' rows of the degenerate cells
+    degenerate: pd.DataFrame = field(default_factory=pd.DataFrame)  # degenerate_cells' rows
+
+    @property
+    def every_run(self) -> pd.DataFrame:
+        """Every judged run, those of degenerate cells marked (`degenerate`: the cell's why, "" elsewhere)."""
+        why = {(r.suite, r.cell, r.seed): r.why for r in self.degenerate.itertuples()} if len(self.degenerate) else {}
+        both = pd.concat([self.classes, self.left_out], ignore_index=True) if len(self.left_out) else self.classes
+        return both.assign(degenerate=[why.get(key, "") for key in zip(both["suite"], both["cell"], both["seed"])])
 
 
 def stability_map(results: Results) -> StabilityMap | None:
     """The map of `results` (every run: it judges the finished and the collapsed ones), or None where it
-    does not apply (map_applies) or no run is long enough to judge."""
+    does not apply (map_applies) or no run is long enough to judge. The runs of degenerate cells
+    (degenerate_cells) are left out of `classes`, so of every fit, bound and test, and kept in `left_out`."""
     if not map_applies(results):
         return None
     rows = class_rows(results)
     short = rows["outcome"] == TOO_SHORT if len(rows) else pd.Series(dtype=bool)
-    classes = rows[~short].reset_index(drop=True)
-    return StabilityMap(classes, boundaries(classes), int(short.sum())) if len(classes) else None
+    judged_rows = rows[~short].reset_index(drop=True)
+    if not len(judged_rows):
+        return None
+    cells = degenerate_cells(judged_rows, judged(results).metrics)
+    out = in_cells(judged_rows, cells)
+    classes, left_out = judged_rows[~out].reset_index(drop=True), judged_rows[out].reset_index(drop=True)
+    return StabilityMap(classes, boundaries(classes), int(short.sum()), left_out, cells)

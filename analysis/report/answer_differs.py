@@ -15,7 +15,7 @@ from analysis.evidence.family import FEW, REWARD, TIE
 from analysis.evidence.gather import Evidence
 from analysis.evidence.leader import FEW_SEEDS, ITS_START, LEADS, ROUNDING, lead, leads
 from analysis.evidence.learning import Learning
-from analysis.evidence.placement import BEYOND, FALLING, UNBOUNDED, placements, why_no_boundary
+from analysis.evidence.placement import BEYOND, FALLING, UNBOUNDED, pair_tests, placements, why_no_boundary
 from analysis.evidence.stability import AXIS_NAMES, KL_FLOOR, PER_RESPONSE, Boundary, StabilityMap
 from analysis.report import anchors
 from analysis.report.anchors import COMPARISONS, FOREST, NUMBERS, PRIMARY
@@ -37,7 +37,14 @@ from analysis.report.construction_text import (
     standing_words,
 )
 from analysis.report.escape import escape
-from analysis.report.map_answer import dose_rows, map_items, map_lead, placement_rows
+from analysis.report.map_answer import (
+    degenerate_rows,
+    dose_rows,
+    map_items,
+    map_lead,
+    pair_rows,
+    placement_rows,
+)
 from analysis.report.page import Sentence
 from analysis.report.stability_text import kl_text, span_text
 from analysis.report.texts import count, difference_text, p_text
@@ -222,17 +229,24 @@ def same_gradient_items(evidence: Evidence) -> tuple[tuple[Sentence, ...], list[
 
 
 
+def declared_pairs(evidence: Evidence) -> list[tuple[str, str]]:
+    """The declared family's pairs of arms (analysis.evidence.primary), as the report names the arms; [] without one."""
+    return [pair for declaration in evidence.declared.values() for pair in declaration.comparisons()]
+
+
 def differs_sentence(evidence: Evidence, stability: StabilityMap | None, figures: set[str]) -> tuple[Sentence, list[dict]]:
     """A swept suite with a stability map answers per arm; a declared family by its comparisons; else the leader."""
     if stability is not None:
         links = (("table", anchors.STABILITY), *(link for name in (anchors.CHANGE_VS_KL, anchors.COLLAPSE_PROBABILITY)
                                                  for link in map_link(name, figures)))
         placed = placements(stability)
+        tests = pair_tests(stability.classes, declared_pairs(evidence))
         rows = [row for first, p in zip(stability_rows(stability), placed, strict=True)
                 for row in (first, *placement_rows(p))] + dose_rows(stability.classes)
+        rows += degenerate_rows(stability) + pair_rows(tests)
         same, same_rows = same_gradient_items(evidence)
         return Sentence(map_lead(placed, stability.classes), (*links, ("numbers", NUMBERS)),
-                        map_items(placed, (("numbers", NUMBERS),)) + same), rows + same_rows
+                        map_items(placed, (("numbers", NUMBERS),), tests, stability) + same), rows + same_rows
     items: tuple[Sentence, ...] = ()
     if evidence.declared:
         clause, rows, items = primary_text(evidence)

@@ -3,8 +3,10 @@ per arm saying where it fails (its boundary on the level dose with its 95% inter
 response) or, where no boundary is placed, the bracket of cells or up to which dose it held and the
 Clopper-Pearson bound that puts on its failure rate at that level (analysis.evidence.placement); a
 crossing outside the doses measured is said to lie beyond the data, never given as the boundary. An arm
-that faces no mismatch by construction is said to, first. A last item says which arms the suite cannot
-tell apart. Every number of an item is a row of the answer's numbers table, which each item links to.
+that faces no mismatch by construction is said to, first. Then the degenerate cells left out, and a last
+item says which pairs of arms the paired test (McNemar's exact, stratified by level) tells apart and
+which it does not. Every number of an item is a row of the answer's numbers table, which each item
+links to.
 
 Text is markdown: user text (arm labels) goes in through `analysis.report.escape.escape`."""
 
@@ -24,13 +26,14 @@ from analysis.evidence.placement import (
     UNBOUNDED,
     UNPLACED,
     Level,
+    PairTest,
     Placement,
-    pairs_apart,
+    pairs_told_apart,
 )
-from analysis.evidence.stability import KL_FLOOR
+from analysis.evidence.stability import KL_FLOOR, StabilityMap
 from analysis.report.escape import escape
 from analysis.report.page import Sentence
-from analysis.report.texts import count
+from analysis.report.texts import count, p_text
 
 CLOPPER_PEARSON = "Clopper-Pearson 95%"
 LEAD = (f"Stability per arm on the level dose (a level's mismatch over the first {DOSE_STEPS} steps of its runs, "
@@ -147,26 +150,84 @@ def listed(items: list[str]) -> str:
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
-def apart_sentence(found: list[Placement], links: tuple) -> Sentence | None:
-    """Which arms the suite cannot tell apart (their intervals overlap: the boundary's interval, else the
-    bracket, else from the dose held up: Placement.interval), in a plain sentence naming the shorter list;
-    None for one arm."""
-    if len(found) < 2:
+PAIRED_TEST = "Paired by cell (the same level and seed), McNemar's exact test of failure stratified by level"
+
+
+def pair_phrase(test: PairTest) -> str:
+    """"only grpo_icepop failed in 10 of its 26 cells shared with grpo_rr, only grpo_rr in 0 (p = 0.002,
+    Holm 0.07)": the arm alone failed in more cells named first; Holm where the pair is in the family."""
+    (more, many), (less, few) = sorted(((test.first, test.first_only), (test.second, test.second_only)),
+                                       key=lambda side: -side[1])
+    held = f", Holm {p_text(test.adjusted)}" if math.isfinite(test.adjusted) else ""
+    return (f"only {escape(more)} failed in {many} of its {count(test.cells, 'cell')} shared with {escape(less)}, only "
+            f"{escape(less)} in {few} (p = {p_text(test.p)}{held})")
+
+
+def pair_names_of(tests: list[PairTest]) -> str:
+    """"a and b, c and d": the pairs named."""
+    return ", ".join(f"{escape(t.first)} and {escape(t.second)}" for t in tests)
+
+
+def pairs_sentence(tests: list[PairTest], links: tuple) -> Sentence | None:
+    """Which pairs of arms the paired test tells apart and which it does not (analysis.evidence.placement
+    .pair_tests): the declared family's pairs, Holm over them, the rest exploratory; or, with no declared
+    family, every pair, Holm over all of them, each exploratory. None for one arm."""
+    if not tests:
         return None
-    together, apart = pairs_apart(found)
-    every = "these 2 arms" if len(found) == 2 else f"any two of these {len(found)} arms"
-    if not apart:
-        return Sentence(f"The suite cannot tell {every} apart: their intervals on the dose axis overlap (boundary "
-                        "interval, bracket, or from the dose held up).", links)
-    if not together:
-        return Sentence(f"The suite tells {every} apart: their intervals on the dose axis are disjoint (a reading "
-                        "across levels, exploratory: no declared comparison).", links)
-    if len(together) <= len(apart):
-        return Sentence(f"The suite cannot tell apart {pair_names(together, 'and')} (their intervals on the dose axis "
-                        "overlap); every other two arms' intervals are disjoint (exploratory: no declared "
-                        "comparison).", links)
-    return Sentence(f"The suite tells apart only {pair_names(apart, 'from')} (their intervals on the dose axis are "
-                    "disjoint; exploratory: no declared comparison); it cannot tell apart any other two arms.", links)
+    told, not_told = pairs_told_apart(tests)
+    declared = [t for t in tests if t.declared]
+    if declared:
+        rest = len(tests) - len(declared)
+        others = f"; the other {count(rest, 'pair')} {'is' if rest == 1 else 'are'} exploratory (no claim)" if rest else ""
+        said = ([f"tells apart {'; '.join(pair_phrase(t) for t in told)}"] if told else []) + (
+            [f"does not tell apart {pair_names_of(not_told)}"] if not_told else [])
+        return Sentence(f"{PAIRED_TEST}, over the {count(len(declared), 'declared pair')} (Holm over "
+                        f"{'it' if len(declared) == 1 else 'them'}): {'; '.join(said)}{others}.", links)
+    family = f"exploratory: no declared family; Holm over the {count(len(tests), 'pair')}"
+    closest = min(tests, key=lambda t: t.p)
+    if len(tests) == 1:
+        verb = "tells" if told else "does not tell"
+        return Sentence(f"{PAIRED_TEST} {verb} these 2 arms apart ({family}): {pair_phrase(closest)}.", links)
+    if told:
+        rest = "; no other pair" if not_told else ""
+        return Sentence(f"{PAIRED_TEST} tells apart {len(told)} of the {count(len(tests), 'pair')} ({family}): "
+                        f"{'; '.join(pair_phrase(t) for t in told)}{rest}.", links)
+    arms = len({arm for t in tests for arm in (t.first, t.second)})
+    return Sentence(f"{PAIRED_TEST} tells no two of these {arms} arms apart ({family}); the closest: "
+                    f"{pair_phrase(closest)}.", links)
+
+
+def seeds_words(seeds: list[int]) -> str:
+    """"seed 0", "seeds 0, 3, 4 and 5"."""
+    shown = [str(s) for s in seeds]
+    return f"seed {shown[0]}" if len(shown) == 1 else "seeds " + ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def degenerate_places(stability: StabilityMap) -> list[tuple[str, str, int]]:
+    """Per level with a degenerate cell and each reason: (where, why, runs left out): "logit_noise=6.8, seeds
+    0, 3, 4 and 5" or "logit_noise=6.8, every seed" where every cell of the level is."""
+    cells = stability.degenerate
+    if not len(cells):
+        return []
+    every = stability.every_run
+    places = []
+    for (suite, cell, why), frame in cells.groupby(["suite", "cell", "why"], sort=False):
+        at_level = every.loc[(every["suite"] == suite) & (every["cell"] == cell), "seed"].nunique()
+        seeds = sorted(int(s) for s in frame["seed"])
+        where = f"{cell}, every seed" if len(seeds) == at_level else f"{cell}, {seeds_words(seeds)}"
+        places.append((str(where), str(why), int(frame["runs"].sum())))
+    return places
+
+
+def degenerate_sentence(stability: StabilityMap | None, links: tuple) -> Sentence | None:
+    """The degenerate cells, named, left out of the fits and the paired tests (analysis.evidence.stability
+    .degenerate_cells); None where there is none."""
+    places = degenerate_places(stability) if stability is not None else []
+    if not places:
+        return None
+    said = "; ".join(f"{escape(where)} ({why}, {count(runs, 'run')})" for where, why, runs in places)
+    return Sentence(f"Degenerate cells, left out of the fits and the paired tests (they carry no information about "
+                    f"any arm): {said}.", links)
 
 
 NO_AXIS_LEAD = (f"No level of this sweep meets a mismatch (every level dose is float rounding, at most {KL_FLOOR:g}), "
@@ -239,14 +300,17 @@ def map_lead(found: list[Placement], classes: pd.DataFrame | None = None) -> str
                         "steps they ran, as runs stopped within them")
 
 
-def map_items(found: list[Placement], links: tuple) -> tuple[Sentence, ...]:
-    """The items under the lead sentence: one per arm, then which arms are not told apart; where no arm
-    is on the dose axis, each arm's failed runs alone (no place to give, nothing to tell apart)."""
+def map_items(found: list[Placement], links: tuple, tests: list[PairTest] | None = None,
+              stability: StabilityMap | None = None) -> tuple[Sentence, ...]:
+    """The items under the lead sentence: one per arm (where no arm is on the dose axis, its failed runs
+    alone: no place to give), then the degenerate cells left out, then which pairs of arms the paired test
+    tells apart (`tests`: analysis.evidence.placement.pair_tests)."""
     if on_no_axis(found):
-        return tuple(Sentence(f"**{escape(p.arm)}**: {p.failures} of {count(p.runs, 'run')} failed.", links)
-                     for p in found)
-    apart = apart_sentence(found, links)
-    return tuple(arm_item(p, links) for p in found) + ((apart,) if apart is not None else ())
+        arms = tuple(Sentence(f"**{escape(p.arm)}**: {p.failures} of {count(p.runs, 'run')} failed.", links) for p in found)
+    else:
+        arms = tuple(arm_item(p, links) for p in found)
+    extra = (degenerate_sentence(stability, links), pairs_sentence(tests or [], links))
+    return arms + tuple(sentence for sentence in extra if sentence is not None)
 
 
 # ------------------------------------------------------------------------------ the numbers behind the items
@@ -313,3 +377,35 @@ def placement_rows(found: Placement) -> list[dict]:
                          "exact two-sided Clopper-Pearson at 95%, this level's runs only",
                          f"failure rate {level.failures / level.runs:.3g} [{level.low:.3g}, {level.high:.3g}]"))
     return rows
+
+
+def pair_family(test: PairTest, tests: list[PairTest]) -> str:
+    """The family a pair's p is adjusted in, in words."""
+    declared = sum(t.declared for t in tests)
+    if test.declared:
+        return f"declared, Holm over the {count(declared, 'declared pair')}"
+    return "exploratory, unadjusted" if declared else f"exploratory (no declared family), Holm over the {count(len(tests), 'pair')}"
+
+
+def pair_rows(tests: list[PairTest]) -> list[dict]:
+    """One row per pair of arms: the cells where only one of the two failed, per level, the test and its p."""
+    rows = []
+    for t in tests:
+        levels = ", ".join(f"{cell} {a}/{b}" for cell, a, b in t.levels)
+        adjusted = math.isfinite(t.adjusted)
+        verdict = ("tells apart" if t.separates else "does not tell apart") if adjusted else "exploratory: no claim"
+        rows.append(_row(f"{t.first} against {t.second}: cells where only {t.first} / only {t.second} failed, per level",
+                         f"{t.first_only} / {t.second_only} of {count(t.cells, 'shared cell')}" + (f" ({levels})" if levels else ""),
+                         f"McNemar's exact test stratified by level: two-sided, Binomial(n, 1/2) on the "
+                         f"{count(t.first_only + t.second_only, 'cell')} where exactly one failed, pooled over "
+                         f"{count(len(t.levels), 'level')}; {pair_family(t, tests)}",
+                         f"p = {p_text(t.p)}" + (f", Holm-adjusted {p_text(t.adjusted)}" if adjusted else "") + f": {verdict}"))
+    return rows
+
+
+def degenerate_rows(stability: StabilityMap) -> list[dict]:
+    """One row per level with degenerate cells and reason: where, the runs left out, the rule."""
+    return [_row(f"degenerate cells at {where}", f"{count(runs, 'run')} left out of the fits and the paired tests",
+                 "analysis.evidence.stability.degenerate_cells: every run's reward and gradient zero at every step, or "
+                 "every arm's run the same metrics bit for bit", why)
+            for where, why, runs in degenerate_places(stability)]

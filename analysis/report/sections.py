@@ -223,9 +223,9 @@ def _stability(c: Context) -> list[Section]:
     if c.stability is None:
         return []
     return [Section(anchors.STABILITY, "Stability map: each run's outcome class (fixed before any run) and what it is "
-                    "plotted against", ST.class_table(c.stability.classes)),
+                    "plotted against", ST.class_table(c.stability.every_run)),
             Section(anchors.STABILITY_RULES, "How the outcome classes and the boundary are defined",
-                    ST.rules_text(c.stability.classes))]
+                    ST.rules_text(c.stability.every_run))]
 
 
 def _margins(c: Context) -> list[Section]:

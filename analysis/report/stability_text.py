@@ -46,10 +46,15 @@ V2_RULES = f"""\
 Outcome rules v2 (a suite's `analysis: {{rules: v2}}`) change one rule: the points below from one point to the end make a **collapse** only where they span at least {COLLAPSE_SHARE:.0%} of the run's evaluated steps (from the first of them to the last point, against the first point to the last); a shorter sustained drop leaves the run **degraded** (two evaluations one step apart at the end of a long run are not a collapse). Every other rule is as above."""
 
 
+COMPARISON_RULES = """\
+Added after the stability stages ran, for every map alike: a **degenerate cell** (a level and a seed) carries no information about any arm and is left out of the fits, the bounds and the paired tests (named in the answer, marked in the per-run table): every run there has training reward and gradient norm 0 at every step, or runs of two or more arms there have the same metrics bit for bit (every column all of them logged, less time, throughput and GPU memory). A level's dose is measured over all its runs as before. Two arms are compared **cell by cell**: on the cells they share (the same level and seed), by McNemar's exact test of failure stratified by level (the cells where exactly one of the two failed, pooled over the levels; two-sided, Binomial(n, 1/2); null: within every cell the two arms' outcomes are exchangeable). The family is the suite's declared pairs, Holm over them, every other pair exploratory; without a declared family every pair is exploratory, Holm over all of them. A pair is told apart at a Holm-adjusted p below 0.05; the arms' intervals on the dose axis describe where each fails and test no pair."""
+
+
 def rules_text(classes: pd.DataFrame) -> str:
-    """The rules section: RULES (v1), which rules each suite used, and V2_RULES where a suite used v2."""
+    """The rules section: RULES (v1), COMPARISON_RULES (degenerate cells, pairs of arms), which rules each
+    suite used, and V2_RULES where a suite used v2."""
     used = dict(zip(classes["suite"], classes["rules"]))
-    return "\n\n".join([RULES, rules_sentence(used), *([V2_RULES] if V2 in used.values() else [])])
+    return "\n\n".join([RULES, COMPARISON_RULES, rules_sentence(used), *([V2_RULES] if V2 in used.values() else [])])
 
 
 def bound_text(n: int, cells: int = 1, fewest: int | None = None) -> str:
@@ -157,20 +162,26 @@ def boundary_sentence(found: Boundary, links: tuple) -> Sentence:
                     f"({escape(found.why_no_fit)}): {cells} ({measured}){off}.", links)
 
 
-def classes_sentence(classes: pd.DataFrame, links: tuple, too_short: int = 0) -> Sentence:
-    """How many runs of each arm fell in each class, and how many finished runs were too short to judge."""
+def classes_sentence(classes: pd.DataFrame, links: tuple, too_short: int = 0, left_out: int = 0) -> Sentence:
+    """How many runs of each arm fell in each class, how many finished runs were too short to judge, and
+    how many runs of degenerate cells were left out."""
     per_arm = []
     for arm, frame in classes.groupby("arm", sort=False):
         counts = frame["outcome"].value_counts()
         per_arm.append(f"{escape(arm)} " + ", ".join(f"{int(counts.get(c, 0))} {c}" for c in CLASSES))
     return Sentence(f"**Stability map** over {count(len(classes), 'run')} (finished or collapsed) in "
                     f"{count(classes['cell'].nunique(), 'cell')}, each run classed by rules fixed before any run: "
-                    f"{'; '.join(per_arm)}{short_words(too_short)}.", links)
+                    f"{'; '.join(per_arm)}{short_words(too_short)}{degenerate_words(left_out)}.", links)
 
 
 def short_words(too_short: int) -> str:
     return (f"; {count(too_short, 'finished run')} too short for the learnability gate (fewer than two training "
             "steps in either window) not judged" if too_short else "")
+
+
+def degenerate_words(left_out: int) -> str:
+    return (f"; {count(left_out, 'run')} of degenerate cells (no information about any arm) left out of the fits and "
+            "the paired tests" if left_out else "")
 
 
 def collapse_sentence(classes: pd.DataFrame, links: tuple) -> Sentence:
@@ -221,7 +232,7 @@ def stability_sentences(found: StabilityMap, figures: set[str]) -> list[Sentence
     classes = found.classes
     table = ("table", anchors.STABILITY)
     sentences = [classes_sentence(classes, (table, ("rules", anchors.STABILITY_RULES),
-                                             *_links(anchors.CELLS, figures)), found.too_short)]
+                                             *_links(anchors.CELLS, figures)), found.too_short, len(found.left_out))]
     links = (*_links(anchors.COLLAPSE_PROBABILITY, figures), *_links(anchors.CHANGE_VS_KL, figures))
     sentences += [boundary_sentence(b, links) for b in found.bounds]
     sentences.append(collapse_sentence(classes, _links(anchors.SURVIVAL, figures)))
@@ -243,7 +254,8 @@ def resolution_sentences(classes: pd.DataFrame) -> list[Sentence]:
 def class_table(classes: pd.DataFrame) -> pd.DataFrame:
     """One row per judged run: its cell, arm, seed, class, the step it happened and why, the reward it was
     judged on and what the map plots it against (its level's dose), with the run's own median KL beside
-    as the secondary view (partly an outcome: never fitted)."""
+    as the secondary view (partly an outcome: never fitted); where a run lies in a degenerate cell
+    (`classes`: StabilityMap.every_run), why, in a last column."""
     o = classes
     return pd.DataFrame({
         "cell": o["cell"], "arm": o["arm"], "seed": o["seed"], "status": o["status"], "class": o["outcome"],
@@ -251,4 +263,5 @@ def class_table(classes: pd.DataFrame) -> pd.DataFrame:
         "change": o["change"], "level dose per token": o["dose"], "level dose per response": o["dose_response"],
         "run-median mismatch KL (not fitted)": o["kl"], "tokens outside [1/2, 2] (median)": o["frac_gt_ln2"],
         "experts changed after 1 update": o["drift_expert_1"], "router lr scale": o["router_lr_scale"],
-        "failed": failed(o).map({True: "yes", False: "no"})})
+        "failed": failed(o).map({True: "yes", False: "no"}),
+        **({"left out: degenerate cell": o["degenerate"]} if "degenerate" in o and o["degenerate"].astype(bool).any() else {})})
