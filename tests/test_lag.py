@@ -50,14 +50,22 @@ def schedule(setting, last=100, seed=0) -> LagSchedule:
     return LagSchedule(setting, lambda step: step_seed(seed, step, LAG_STREAM), last)
 
 
+def marked(step: int, version: int) -> RolloutBatch:
+    """A one-row batch that says which step it is for and which policy version sampled it."""
+    return RolloutBatch(input_ids=torch.zeros(1, 3, dtype=torch.long), attention_mask=torch.ones(1, 3),
+                        response_mask=torch.ones(1, 1, dtype=torch.bool), sampling_logp=torch.zeros(1, 1), routing=None,
+                        rewards=torch.zeros(1), advantages=torch.tensor([float(step), float(version)]),
+                        finite=torch.tensor(True))
+
+
 def trained_versions(plan: LagSchedule, steps: int) -> list[tuple[int, int, int]]:
     """(step, the step whose batch it trained on, the policy version that sampled it) of a hand-made run: the
-    "policy" is its version, the number of updates it has had; a batch is (its step, that version)."""
+    "policy" is its version, the number of updates it has had; its batch says (its step, that version)."""
     waiting: dict[int, Sampled] = {}
     version, seen = 0, []
     for step in range(1, steps + 1):
-        taken = take_batch(waiting, plan, step, lambda u, v=version: (u, v))  # type: ignore[arg-type,return-value]
-        seen.append((step, *taken.batch))
+        taken = take_batch(waiting, plan, step, lambda u, v=version: marked(u, v))
+        seen.append((step, *map(int, taken.batch.advantages.tolist())))
         version += 1  # the step's update
     return seen
 
@@ -92,8 +100,8 @@ def test_nothing_is_sampled_past_the_last_step_and_a_missing_batch_is_sampled_at
     plan = schedule(3, last=5)
     assert plan.to_sample(1) == [1, 2, 3, 4] and plan.to_sample(2) == [5] and plan.to_sample(3) == []
     waiting: dict[int, Sampled] = {}
-    taken = take_batch(waiting, plan, 6, lambda u: ("now", u))  # type: ignore[arg-type,return-value]
-    assert (taken.batch, taken.lag, waiting) == (("now", 6), 0, {})  # (a budget raised on resume)
+    taken = take_batch(waiting, plan, 6, lambda u: marked(u, 99))
+    assert (taken.batch.advantages.tolist(), taken.lag, waiting) == ([6, 99], 0, {})  # (a budget raised on resume)
     assert last_step(BudgetConfig(kind="steps", value=7.5)) == 8
     assert last_step(BudgetConfig(kind="flops", value=1e9, max_steps=40)) == 40
 

@@ -6,7 +6,8 @@ learner's policy (s - 1 updates old) samples every batch whose sampling step is 
 and sampling seed of the step that will train on it (so a lagged run sees the same prompts in the same
 order as a synchronous one, only from an older policy), and those batches wait, keyed by that step,
 until it comes. Nothing is forwarded twice and no weights are copied: a waiting batch is its tokens,
-the sampler's log-probs mu and routes, and its rewards (a few kB here), and any engine can fill it.
+the sampler's log-probs mu and routes, and its rewards (a few kB here), kept in host memory until its
+step, and any engine can fill it.
 
 Step u's lag is L_u = min(drawn, u - 1), drawn = the fixed lag S, or (`{uniform: S}`) an integer drawn
 uniformly from 0..S by a generator seeded with (run seed, u) alone (stream 5 of `step_seed`), so the
@@ -88,6 +89,12 @@ class Sampled:
     def lag(self) -> int:
         return self.step - self.sampled_at
 
+    def on(self, device: torch.device | str) -> Sampled:
+        """The same batch with its tensors on `device` (rewards stay on the host), copied exactly."""
+        moved = {f.name: getattr(self.batch, f.name) for f in dataclasses.fields(self.batch)}
+        moved = {k: v.to(device) if isinstance(v, torch.Tensor) and k != "rewards" else v for k, v in moved.items()}
+        return dataclasses.replace(self, batch=RolloutBatch(**moved))
+
     def record(self) -> dict[str, Any]:
         """What a checkpoint keeps of it: plain tensors and numbers (`from_record` reads them back)."""
         batch = {f.name: getattr(self.batch, f.name) for f in dataclasses.fields(self.batch)}
@@ -97,19 +104,21 @@ class Sampled:
     def from_record(cls, record: dict[str, Any]) -> Sampled:
         """The batch as `record` kept it (its tensors where the checkpoint was loaded to; rewards on the host)."""
         batch = record["batch"]
-        return cls(RolloutBatch(**{**batch, "rewards": batch["rewards"].cpu()}), record["step"], record["sampled_at"])
+        return cls(RolloutBatch(**batch), record["step"], record["sampled_at"]).on("cpu")
 
 
 def take_batch(waiting: dict[int, Sampled], schedule: LagSchedule, step: int,
-               sample: Callable[[int], RolloutBatch]) -> Sampled:
-    """Step `step`'s batch: the policy now (at the start of `step`) samples, with `sample(u)`, the batch of
-    every step u the schedule gives it (one not already waiting), they join `waiting`, and the one for
-    `step` leaves it (sampled now if it was not waiting)."""
+               sample: Callable[[int], RolloutBatch], device: torch.device | str = "cpu") -> Sampled:
+    """Step `step`'s batch, on `device` (the training device): the policy now (at the start of `step`)
+    samples, with `sample(u)`, the batch of every step u the schedule gives it (one not already waiting);
+    those for later steps wait in `waiting`, in host memory (S batches of routes and log-probs need not
+    hold device memory), and the one for `step` is taken (sampled now if it was not waiting)."""
     for u in schedule.to_sample(step):
         if u not in waiting:
-            waiting[u] = Sampled(sample(u), step=u, sampled_at=step)
+            sampled = Sampled(sample(u), step=u, sampled_at=step)
+            waiting[u] = sampled if u == step else sampled.on("cpu")
     taken = waiting.pop(step, None)
-    return taken if taken is not None else Sampled(sample(step), step=step, sampled_at=step)
+    return taken.on(device) if taken is not None else Sampled(sample(step), step=step, sampled_at=step)
 
 
 def lag_columns(sampled: Sampled) -> dict[str, torch.Tensor]:

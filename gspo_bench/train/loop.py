@@ -133,8 +133,7 @@ def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> 
     start = time.perf_counter()
     reset_peak_memory(policy.device)  # gpu/peak_mem_gib: this step's own peak
     # ------------------------------------------------------------------ rollout (this step's, and those it samples ahead)
-    schedule = LagSchedule(rollout_cfg.lag, lambda u: step_seed(seed, u, LAG_STREAM), last_step(suite.budget))
-    sampled = take_batch({} if waiting is None else waiting, schedule, step, lambda u: sample_batch(run, u))
+    sampled = step_batch(run, step, {} if waiting is None else waiting)
     batch, replay = sampled.batch, entry.replay_source if entry.use_replay else None
     t_rollout = time.perf_counter() - start
     # ------------------------------------------------------------------ old-policy pass (no grad)
@@ -184,6 +183,14 @@ def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> 
         flops=outcome.compute.flops(run.n_active), step_s=t_step, peak_flops=device_peak_flops(policy.device),
         gpus=policy.world.size, peak_mem_gib=peak_memory_gib(policy.device)))
     return outcome
+
+
+def step_batch(run: Run, step: int, waiting: dict[int, Sampled]) -> Sampled:
+    """Step `step`'s batch, on the training device: sampled now, or under `rollout.lag` earlier and taken
+    from `waiting`, where the batches the policy now samples for later steps go (`train.lag`)."""
+    seed = run.spec.seed
+    schedule = LagSchedule(run.suite.rollout.lag, lambda u: step_seed(seed, u, LAG_STREAM), last_step(run.suite.budget))
+    return take_batch(waiting, schedule, step, lambda u: sample_batch(run, u), run.policy.device)
 
 
 def sample_batch(run: Run, step: int) -> RolloutBatch:
