@@ -204,11 +204,11 @@ def test_yaml_exponents_and_ints_stay_numbers_and_booleans_stay_booleans(tmp_pat
     path = tmp_path / "s.yaml"
     path.write_text(text.replace("value: 3", "value: 3e0"))
     assert "lr: 1e-3" in text
-    suite = load_suite(path, parse_overrides(["train.grad_clip=2", "model.aux_loss=yes", "train.weight_decay=1e-2",
+    suite = load_suite(path, parse_overrides(["train.grad_clip=2", "train.activation_checkpointing=yes", "train.weight_decay=1e-2",
                                               "rollout.engine_options={router_noise: 2e-1}"]))
     assert suite.train.lr == 1e-3 and suite.collapse.reward_floor == 0.02 and suite.budget.value == 3.0
     assert suite.train.grad_clip == 2.0 and isinstance(suite.train.grad_clip, float)
-    assert suite.model.aux_loss is True and suite.train.weight_decay == 0.01
+    assert suite.train.activation_checkpointing is True and suite.train.weight_decay == 0.01
     # free-form settings are not converted by the schema: YAML itself reads 1e-1 as the number
     assert suite.objectives[0].params == {"delta": 0.1} and suite.rollout.engine_options == {"router_noise": 0.2}
 
@@ -412,3 +412,17 @@ def test_validate_says_what_a_suite_path_that_is_no_file_is(tmp_path, cli, kind,
         path.symlink_to(tmp_path / "gone.yaml")
     error = one_line_error(cli("validate", path))
     assert f"{path}: {shown}" in error, error
+
+
+def test_a_load_balancing_loss_the_update_never_adds_is_refused(tmp_path):
+    """`model.aux_loss: true` made the model compute router logits and its load-balancing loss, which the update
+    never read (the objective's loss is the whole loss): a setting that changed nothing the run trained on.
+    Refused in one line until the update adds it."""
+    from gspo_bench.config import SuiteError
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(tiny_suite(tmp_path / "cache")))
+    with pytest.raises(SuiteError, match="model.aux_loss: the load-balancing loss is not added to the update"):
+        load_suite(path, parse_overrides(["model.aux_loss=true"]))
+    assert load_suite(path, parse_overrides(["model.aux_loss=false"])).model.aux_loss is False
+

@@ -121,7 +121,8 @@ class ModelConfig(Strict):
     num_heads: int = Field(4, ge=1, le=MAX_EXPERTS)
     num_kv_heads: int = Field(2, ge=1, le=MAX_EXPERTS)
     expert_hidden: int = Field(64, ge=1, le=MAX_WIDTH, description="intermediate size of one routed expert")
-    aux_loss: bool = Field(False, description="add the load-balancing loss (off as in the paper's setup)")
+    aux_loss: bool = Field(False, description="the load-balancing loss: off, as in the paper's setup (true is "
+                           "refused: the update does not add it)")
     norm_topk_prob: bool | None = Field(None, description="renormalise the top-k gate weights to sum to 1 "
                                         "(default: the family's choice: qwen3_moe yes, qwen2_moe/olmoe no; "
                                         "fixed in mixtral, gpt_oss, granitemoe, deepseek_v2, jamba, ...)")
@@ -137,6 +138,14 @@ class ModelConfig(Strict):
                                 f"initialisation, {MIN_ROUTER_SCALE:g}..{MAX_ROUTER_SCALE:g}: router logits scale by "
                                 "it, Adam's steps do not, so below 1 more tokens sit near a routing tie and above 1 "
                                 "routing is sharper (tiny models only)")
+
+    @field_validator("aux_loss")
+    @classmethod
+    def _aux_loss_not_added(cls, v: bool) -> bool:
+        if v:  # the model would compute router logits and the loss, and the update would never read them
+            raise ValueError("the load-balancing loss is not added to the update (the objective's loss is the whole "
+                             "loss), so true would change nothing the run trains on; leave it false")
+        return v
 
     @field_validator("family")
     @classmethod
