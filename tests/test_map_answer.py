@@ -37,6 +37,7 @@ from analysis.report.map_answer import (
     arm_item,
     map_items,
     map_lead,
+    pair_phrase,
     pair_rows,
     placement_rows,
 )
@@ -351,6 +352,11 @@ def test_each_pair_is_compared_on_the_cells_both_ran_with_its_discordant_cells_p
     assert (ac.cells, ac.levels, ac.p) == (4, (("low", 2, 1),), 1.0)
     assert (bc.cells, bc.first_only, bc.second_only) == (4, 0, 1)
     assert not any(t.declared for t in (ab, ac, bc)) and pairs_told_apart([ab, ac, bc]) == ([], [ab, ac, bc])
+    assert pair_phrase(ab) == "only a failed in 3 of its 8 cells shared with b, only b in 0 (p = 0.25, Holm 0.75)"
+    (same,) = pair_tests(pd.concat([outcomes("d", {"low": [1, 0]}), outcomes("e", {"low": [1, 0]})]))
+    assert pair_phrase(same) == "in none of the 2 cells d and e share did only one fail (p = 1, Holm 1)"
+    (apart,) = pair_tests(three_arms(), [("a", "q")])[:1]
+    assert pair_phrase(apart) == "a and q share no cell (nothing tested)"
     row = pair_rows([ab, ac, bc])[0]
     assert row["value"] == "3 / 0 of 8 shared cells (low 2/0, high 1/0)"
     assert "3 cells where exactly one failed, pooled over 2 levels; exploratory (no declared family), Holm over the " \

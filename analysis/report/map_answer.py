@@ -155,10 +155,16 @@ PAIRED_TEST = "Paired by cell (the same level and seed), McNemar's exact test of
 
 def pair_phrase(test: PairTest) -> str:
     """"only grpo_icepop failed in 10 of its 26 cells shared with grpo_rr, only grpo_rr in 0 (p = 0.002,
-    Holm 0.07)": the arm alone failed in more cells named first; Holm where the pair is in the family."""
+    Holm 0.07)": the arm alone failed in more cells named first; Holm where the pair is in the family; in
+    words where no shared cell has only one failed, or the two share none."""
+    held = f", Holm {p_text(test.adjusted)}" if math.isfinite(test.adjusted) else ""
+    if not test.cells:
+        return f"{escape(test.first)} and {escape(test.second)} share no cell (nothing tested)"
+    if not test.first_only + test.second_only:
+        return (f"in none of the {count(test.cells, 'cell')} {escape(test.first)} and {escape(test.second)} share did "
+                f"only one fail (p = {p_text(test.p)}{held})")
     (more, many), (less, few) = sorted(((test.first, test.first_only), (test.second, test.second_only)),
                                        key=lambda side: -side[1])
-    held = f", Holm {p_text(test.adjusted)}" if math.isfinite(test.adjusted) else ""
     return (f"only {escape(more)} failed in {many} of its {count(test.cells, 'cell')} shared with {escape(less)}, only "
             f"{escape(less)} in {few} (p = {p_text(test.p)}{held})")
 
