@@ -161,8 +161,9 @@ def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> 
     # ------------------------------------------------------------------ the row (one host copy)
     passes = 2 + (policy.reference is not None) + bool(after) + SCORING_PASSES * bool(scores)  # gen, old, ref, after, scoring
     # the sampler's forwards are this batch's generation, counted once, here, whenever it was sampled
+    lag = lag_columns(sampled)
     values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor | scores
-    values |= lag_columns(sampled)
+    values |= lag
     layers = update.layers
     if train.minibatches == 1 and after:  # no minibatch 2..K: the step's drift is the one after its update
         layers, one = one_update_drift(after, applied=update.metrics["nonfinite/minibatches"] == 0)
@@ -198,12 +199,12 @@ def sample_batch(run: Run, step: int) -> RolloutBatch:
     advantages (under `rollout.lag` the policy now is that of an earlier step than `step`)."""
     suite, entry, seed, policy = run.suite, run.spec.entry, run.spec.seed, run.policy
     train = suite.train
-    examples = draw_examples(run.task, suite.rollout.prompts_per_step, step_seed(seed, step, 0))
     replay = entry.replay_source if entry.use_replay else None
-    return collect_rollout(policy, run.engine, run.tokenizer, run.task, examples,
-                           sampling_params(suite, seed, step, policy.world,
-                                           routing=train.measure or replay == "rollout" or train.replay_scoring),
-                           train.advantage_scale, step_penalty=entry.step_penalty if entry.credit == "step" else None,
+    params = sampling_params(suite, seed, step, policy.world,
+                             routing=train.measure or replay == "rollout" or train.replay_scoring)
+    examples = draw_examples(run.task, suite.rollout.prompts_per_step, step_seed(seed, step, 0))
+    return collect_rollout(policy, run.engine, run.tokenizer, run.task, examples, params, train.advantage_scale,
+                           step_penalty=entry.step_penalty if entry.credit == "step" else None,
                            prompt_format=run.prompt_format)
 
 
