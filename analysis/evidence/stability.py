@@ -484,9 +484,13 @@ class StabilityMap:
     @property
     def every_run(self) -> pd.DataFrame:
         """Every judged run, those of degenerate cells marked (`degenerate`: the cell's why, "" elsewhere)."""
-        why = {(r.suite, r.cell, r.seed): r.why for r in self.degenerate.itertuples()} if len(self.degenerate) else {}
+        cells = self.degenerate
+        why: dict[tuple, str] = dict(zip(zip(cells["suite"], cells["cell"], cells["seed"]), cells["why"].astype(str))) \
+            if len(cells) else {}
         both = pd.concat([self.classes, self.left_out], ignore_index=True) if len(self.left_out) else self.classes
-        return both.assign(degenerate=[why.get(key, "") for key in zip(both["suite"], both["cell"], both["seed"])])
+        marks = pd.Series([why.get(key, "") for key in zip(both["suite"], both["cell"], both["seed"])], index=both.index,
+                          dtype=object)
+        return both.assign(degenerate=marks)
 
 
 def stability_map(results: Results) -> StabilityMap | None:

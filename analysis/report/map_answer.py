@@ -195,9 +195,9 @@ def pairs_sentence(tests: list[PairTest], links: tuple) -> Sentence | None:
         verb = "tells" if told else "does not tell"
         return Sentence(f"{PAIRED_TEST} {verb} these 2 arms apart ({family}): {pair_phrase(closest)}.", links)
     if told:
-        rest = "; no other pair" if not_told else ""
+        tail = "; no other pair" if not_told else ""
         return Sentence(f"{PAIRED_TEST} tells apart {len(told)} of the {count(len(tests), 'pair')} ({family}): "
-                        f"{'; '.join(pair_phrase(t) for t in told)}{rest}.", links)
+                        f"{'; '.join(pair_phrase(t) for t in told)}{tail}.", links)
     arms = len({arm for t in tests for arm in (t.first, t.second)})
     return Sentence(f"{PAIRED_TEST} tells no two of these {arms} arms apart ({family}); the closest: "
                     f"{pair_phrase(closest)}.", links)
