@@ -314,3 +314,18 @@ def test_a_degenerate_level_is_named_and_left_out_of_the_fits_and_the_paired_tes
     assert row["what"] == "degenerate cells at logit_noise=3, seeds 0 and 1" and row["result"] == INERT
     every = found.every_run
     assert len(every) == 18 and sorted(every.loc[every["degenerate"] != "", "seed"]) == [0, 0, 1, 1]
+
+
+def test_a_map_whose_every_cell_is_degenerate_is_not_drawn(tmp_path):
+    """grpo and gspo, 2 seeds at 2 logit-noise levels, every run inert: nothing is left to place or compare,
+    so there is no map (the report then compares final rewards per sweep point, as without one); one run
+    that moves leaves its cell, and so the map, in."""
+    for noise in (1.0, 2.0):
+        for seed in range(2):
+            for label in ("grpo", "gspo"):
+                swept_run(tmp_path, label, seed, {"logit_noise": noise},
+                          {"mismatch/k3_kl": noise, "reward/mean": 0.0, "grad/norm": 0.0})
+    assert stability_map(load_results(tmp_path / "synth")) is None
+    swept_run(tmp_path, "gspo", 1, {"logit_noise": 2.0}, {"mismatch/k3_kl": 2.0})  # rewritten: it moves
+    found = stability_map(load_results(tmp_path / "synth"))
+    assert found is not None and len(found.classes) == 2 and len(found.left_out) == 6

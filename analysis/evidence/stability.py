@@ -56,7 +56,7 @@ training reward and gradient norm are 0 at every step (INERT: nothing was ever r
 any policy, so each run's outcome is its warm start's under the level's noise), or where runs of two or
 more arms all have the same metrics bit for bit (IDENTICAL: every column all of them logged, less those
 that measure the machine: time, throughput, GPU memory). A level whose every cell is degenerate leaves the
-map. The level's dose stays the one its runs' first steps measured: their mismatch is measured alike.
+map; a map whose every cell is, is not drawn. The level's dose stays the one its runs' first steps measured: their mismatch is measured alike.
 """
 
 from __future__ import annotations
@@ -495,8 +495,9 @@ class StabilityMap:
 
 def stability_map(results: Results) -> StabilityMap | None:
     """The map of `results` (every run: it judges the finished and the collapsed ones), or None where it
-    does not apply (map_applies) or no run is long enough to judge. The runs of degenerate cells
-    (degenerate_cells) are left out of `classes`, so of every fit, bound and test, and kept in `left_out`."""
+    does not apply (map_applies), no run is long enough to judge or every judged run lies in a degenerate
+    cell (degenerate_cells: nothing would be left to place or compare). The runs of degenerate cells are
+    left out of `classes`, so of every fit, bound and test, and kept in `left_out`."""
     if not map_applies(results):
         return None
     rows = class_rows(results)
@@ -506,5 +507,7 @@ def stability_map(results: Results) -> StabilityMap | None:
         return None
     cells = degenerate_cells(judged_rows, judged(results).metrics)
     out = in_cells(judged_rows, cells)
+    if out.all():  # nothing on the map says anything about an arm: no map
+        return None
     classes, left_out = judged_rows[~out].reset_index(drop=True), judged_rows[out].reset_index(drop=True)
     return StabilityMap(classes, boundaries(classes), int(short.sum()), left_out, cells)
