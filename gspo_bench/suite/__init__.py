@@ -1,9 +1,10 @@
 """Running a suite: a session loads the suite with its overrides and checks it (`session`,
-`preflight`), plans its runs and their compute and memory (`plan`), gives each its starting weights
-and runs them one after another, side by side or on Ray (`runner`, `launch`, `process_server`,
-`outcomes`), draws the progress (`progress`) on a console that shows user text's control characters
-as escapes (`console`), and lists what is registered (`catalog`). The library packages below know
-nothing of it."""
+`preflight`), checks what its results folder already holds (`folder_checks`), plans its runs and their
+compute and memory (`plan`), and conducts it (`session.Session.run`): a tuned suite's trials and choice
+(`tuning_runs`, `selection`), then each run from its starting weights, one after another, side by side
+or on Ray (`runner`, `launch`, `process_server`, `outcomes`); it draws the progress (`progress`) on a
+console that shows user text's control characters as escapes (`console`), and lists what is registered
+(`catalog`). The library packages below know nothing of it."""
 
 from __future__ import annotations
 
