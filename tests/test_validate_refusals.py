@@ -426,3 +426,19 @@ def test_a_load_balancing_loss_the_update_never_adds_is_refused(tmp_path):
         load_suite(path, parse_overrides(["model.aux_loss=true"]))
     assert load_suite(path, parse_overrides(["model.aux_loss=false"])).model.aux_loss is False
 
+
+
+@pytest.mark.parametrize("kind", ["tis", "mis", "icepop"])
+def test_a_correction_by_pi_old_over_mu_is_refused_where_pi_old_is_the_samplers_own(tmp_path, kind):
+    """With `train.old_logp: rollout` pi_old is the sampler's mu, so tis, mis and icepop (weight rho = pi_old / mu)
+    weigh every token by 1: an arm that changes nothing, refused in one line naming the correction. OPSM, which
+    compares the current policy with mu, and the default recompute stay valid."""
+    path = tmp_path / "s.yaml"
+    data = tiny_suite(tmp_path / "cache", objectives=[{"name": "grpo", "correction": {"kind": kind}}])
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SuiteError, match=f"correction {kind}'s weight pi_old / mu is 1 on every token"):
+        load_suite(path, parse_overrides(["train.old_logp=rollout"]))
+    assert load_suite(path).objectives[0].correction["kind"] == kind  # recompute: the correction sees the mismatch
+    data["objectives"] = [{"name": "grpo", "correction": {"kind": "opsm"}}]
+    path.write_text(yaml.safe_dump(data))
+    assert load_suite(path, parse_overrides(["train.old_logp=rollout"])).train.old_logp == "rollout"

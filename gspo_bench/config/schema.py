@@ -109,6 +109,11 @@ def finite_settings(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return value
 
 
+# the built-in corrections whose weight is rho = pi_old / mu (gspo_bench.objectives.corrections): inert where
+# pi_old is the sampler's own mu (train.old_logp: rollout)
+RHO_CORRECTIONS = ("tis", "mis", "icepop")
+
+
 class ModelConfig(Strict):
     family: str = Field("qwen3_moe", description=f"tiny MoE family: one of {', '.join(SUPPORTED_FAMILIES)}")
     path: str | None = Field(None, description="local HF checkpoint directory of a real MoE (overrides the sizes)")
@@ -875,7 +880,13 @@ class SuiteConfig(Strict):
         """Why the runs of `entry` make no sense under this suite (its arm's, `set:` applied), or None: the
         decoupled treatment (`train.old_logp: decoupled`, each token weighted by pi_prox / mu) beside a
         correction, whose weight is that ratio again, or beside an objective that takes its ratio against
-        the sampler's mu itself."""
+        the sampler's mu itself; and `train.old_logp: rollout` (pi_old is the sampler's mu) beside a correction
+        whose weight is rho = pi_old / mu (tis, mis, icepop): rho is 1 on every token, so it would change nothing."""
+        kind = entry.correction["kind"] if entry.correction is not None else None
+        if self.train.old_logp == "rollout" and kind in RHO_CORRECTIONS:
+            return (f"train.old_logp rollout takes pi_old from the sampler, so correction {kind}'s weight pi_old / mu "
+                    "is 1 on every token and would change nothing: use old_logp recompute (the default), where "
+                    "pi_old is the trainer's and the correction sees the mismatch")
         if self.train.old_logp != "decoupled":
             return None
         if entry.correction is not None:
