@@ -109,8 +109,11 @@ def config_changes(run_dir: Path, spec: RunSpec) -> list[str]:
     config.yaml and the one `spec` resolves to differ (`gspo_bench.config.changes`: the rule the report
     groups suites by); [] for a run that recorded none."""
     recorded = read_run_config(Path(run_dir))
-    if recorded is None:
-        return []
+    return [] if recorded is None else changes_since(recorded, spec)
+
+
+def changes_since(recorded: dict[str, Any], spec: RunSpec) -> list[str]:
+    """"field: recorded -> now" between a run's recorded config.yaml (`read_run_config`) and `spec`'s."""
     return settings_changes(recorded, yaml.safe_load(spec.config))
 
 

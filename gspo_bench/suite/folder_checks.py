@@ -9,11 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gspo_bench.config import RunSpec, SuiteConfig
 from gspo_bench.config.changes import settings_changes
-from gspo_bench.config.run import read_run_config
+from gspo_bench.config.run import changes_since, read_run_config
 from gspo_bench.config.yamlread import read_yaml
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.rundir.lock import check_free
@@ -67,7 +65,7 @@ def check_outputs(runs: list[RunSpec], resume: bool, allow_changed: bool = False
             if recorded is None and not allow_changed:
                 raise ValueError(f"{run.run_dir / 'config.yaml'} is missing: --resume cannot check that the suite is "
                                  "the one the run started with; pass --allow-changed to continue it anyway")
-            changes = settings_changes(recorded, yaml.safe_load(run.config)) if recorded is not None else []
+            changes = changes_since(recorded, run) if recorded is not None else []
             if changes and not allow_changed:
                 raise ValueError(f"{run.run_dir}: the suite changed since this run started ({'; '.join(changes)}); "
                                  "resume it unchanged, or pass --allow-changed to continue with the new settings")
