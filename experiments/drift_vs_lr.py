@@ -22,9 +22,9 @@ from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.objectives import get_objective
 from gspo_bench.runtime.kernels import pin_kernels
 from gspo_bench.suite.probe import ProbeConfig, probe_batch
-from gspo_bench.train.measurements import to_host
 from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
+from gspo_bench.train.row import to_host
 from gspo_bench.train.update import UpdateSettings, drift_after_update, update_policy
 
 

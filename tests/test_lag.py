@@ -136,7 +136,7 @@ def test_route_diff_on_a_hand_routed_batch():
     learner = torch.tensor([[[[1, 0], [2, 0], [3, 2]]], [[[2, 3], [0, 1], [0, 1]]]])
     apart = routes_apart(sampler, learner, torch.ones(1, 3))
     assert apart["moe/drift_expert_layer"].tolist() == [0.25, 1.0] and float(apart["moe/drift_expert"]) == 0.625
-    old = OldPolicy(logp=torch.zeros(1, 1), entropy=torch.zeros(1, 1), routing=None, replay=None,
+    old = OldPolicy(logp=torch.zeros(1, 1), entropy=torch.zeros(1, 1), entropy_mean=torch.zeros(()), routing=None, replay=None,
                     route_diff=apart["moe/drift_expert_layer"])
     rows = with_sampler_routes({"moe/drift": torch.zeros(3, 2)}, old)  # 3 measured minibatches
     assert rows["lag/route_diff"].tolist() == [[0.25, 1.0]] * 3 and with_sampler_routes({}, old) == {}
@@ -178,7 +178,7 @@ def test_decoupled_loss_is_areals(cap):
     logp = (prox + torch.randn(2, 4) * 0.3).requires_grad_()
     advantages = torch.tensor([0.8, -1.1])
     weights, _ = decoupled_weights(prox, mu, valid, cap)
-    old = OldPolicy(logp=prox, entropy=torch.zeros(2, 4), routing=None, replay=None, weights=weights)
+    old = OldPolicy(logp=prox, entropy=torch.zeros(2, 4), entropy_mean=torch.zeros(()), routing=None, replay=None, weights=weights)
     batch = dataclasses.replace(hand_batch(mu, valid), advantages=advantages)
     ours, _ = policy_loss(get_objective("dapo"), logp, old, batch, torch.arange(2), UpdateSettings())
     theirs = areal_decoupled_loss(logp, prox, mu, advantages[:, None].expand(2, 4), valid, 0.2, 0.28, cap)

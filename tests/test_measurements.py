@@ -12,7 +12,8 @@ from torch.testing import assert_close
 from gspo_bench.objectives import get_objective, list_objectives, objective_spec
 from gspo_bench.objectives.metrics import measurements_off, term_share_metrics
 from gspo_bench.objectives.reduce import recording_terms
-from gspo_bench.train.measurements import MeanOf, StepMeasurements, TokenRatios, to_host
+from gspo_bench.train.measurements import MeanOf, StepMeasurements, TokenRatios
+from gspo_bench.train.row import to_host
 
 KEPT, SKIPPED = torch.tensor(True), torch.tensor(False)
 

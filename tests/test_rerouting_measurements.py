@@ -16,7 +16,8 @@ from gspo_bench.objectives import get_objective
 from gspo_bench.tasks import Example
 from gspo_bench.tasks.countdown import step_verdicts
 from gspo_bench.train.credit import step_advantages
-from gspo_bench.train.measurements import RatioByRouting, to_host
+from gspo_bench.train.measurements import RatioByRouting
+from gspo_bench.train.row import to_host
 from tests.helpers.runs import metrics, run_suite, signal_suite, tiny_suite
 
 # ---------------------------------------------------------------------------------------- ratios by routing

@@ -17,11 +17,11 @@ from gspo_bench.config import TrainConfig
 from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import routing_drift
 from gspo_bench.objectives import get_objective
-from gspo_bench.train.measurements import to_host
 from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
 from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.precision import Precision
+from gspo_bench.train.row import to_host
 from gspo_bench.train.update import UpdateSettings, update_minibatch, update_policy
 from tests.helpers.rollouts import tiny_spread_rollout
 

@@ -20,12 +20,12 @@ from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.objectives import get_objective, group_advantages
 from gspo_bench.objectives.kl import k3
 from gspo_bench.rollout import SamplingParams, make_engine
-from gspo_bench.train.measurements import to_host
 from gspo_bench.train.old_policy import OldPolicy, old_policy_pass
 from gspo_bench.train.optim import guarded_step, make_optimizer
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.precision import Precision
 from gspo_bench.train.rollout import collect_rollout, draw_examples
+from gspo_bench.train.row import to_host
 from gspo_bench.train.update import UpdateSettings, update_minibatch, update_policy
 from tests.helpers.phases import EXPERTS, rollout, shifted
 

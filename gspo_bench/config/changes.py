@@ -114,3 +114,10 @@ def settings_changes(recorded: Mapping[str, Any], now: Mapping[str, Any], sectio
     config.yaml holds them (`section` as `run_settings` reads it) differ: what `--resume` lists."""
     return [f"{key}: {before!r} -> {after!r}" for key, before, after in
             changed_settings(run_settings(recorded, section), run_settings(now, section), section)]
+
+
+def entry_differences(ran: dict[str, Any], planned: dict[str, Any]) -> list[str]:
+    """"field: ran -> planned now" for each field of two dumped objective entries that differs."""
+    before, now = flatten(ran), flatten(planned)
+    return [f"{key}: {before.get(key)!r} ran, {now.get(key)!r} planned now" for key in dict.fromkeys([*before, *now])
+            if before.get(key) != now.get(key)]

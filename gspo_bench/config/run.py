@@ -112,9 +112,34 @@ def config_changes(run_dir: Path, spec: RunSpec) -> list[str]:
     return [] if recorded is None else changes_since(recorded, spec)
 
 
+def resume_changes(spec: RunSpec, run_dir: Path, allow_changed: bool) -> list[str]:
+    """The settings changed since the run in `run_dir` started (`config_changes`), checked before any weights
+    load: ValueError listing them unless `allow_changed`."""
+    changes = config_changes(run_dir, spec)
+    if changes and not allow_changed:
+        raise ValueError(f"{run_dir}: the suite changed since this run started ({'; '.join(changes)}); resume it "
+                         "unchanged, or pass --allow-changed to continue with the new settings")
+    return changes
+
+
 def changes_since(recorded: dict[str, Any], spec: RunSpec) -> list[str]:
     """"field: recorded -> now" between a run's recorded config.yaml (`read_run_config`) and `spec`'s."""
     return settings_changes(recorded, yaml.safe_load(spec.config))
+
+
+def optimizer_layout_change(recorded: dict[str, Any], run: RunSpec) -> str | None:
+    """Why the run's checkpointed optimizer state cannot be loaded under its settings now, even with
+    --allow-changed, or None: train.router_lr_scale moved to or from 1 changes the optimizer's param
+    groups (one group at 1, the routers a group of their own otherwise: gspo_bench.train.optim), and
+    the resume failed on it with KeyError 'param_groups.0.name' (after suite.yaml was rewritten). `recorded`:
+    the run's config.yaml."""
+    train = (recorded.get("suite") or {}).get("train") or {}
+    before, now = float(train.get("router_lr_scale", 1.0)), float(run.suite.train.router_lr_scale)
+    if (before == 1.0) == (now == 1.0):
+        return None
+    return (f"train.router_lr_scale {before:g} -> {now:g} changes the optimizer's parameter groups (the routers are a "
+            "group of their own unless the scale is 1), so the run's checkpointed optimizer state cannot be loaded: "
+            f"resume it at router_lr_scale {before:g}, or run it again in a new folder")
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any] | None:

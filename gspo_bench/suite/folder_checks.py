@@ -7,11 +7,10 @@ folder's (`check_unstarted_keep_settings`). Each compares settings by the one ru
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from gspo_bench.config import RunSpec, SuiteConfig
 from gspo_bench.config.changes import settings_changes
-from gspo_bench.config.run import changes_since, read_run_config
+from gspo_bench.config.run import changes_since, optimizer_layout_change, read_run_config
 from gspo_bench.config.yamlread import read_yaml
 from gspo_bench.rundir.folder import RunDir
 from gspo_bench.rundir.lock import check_free
@@ -65,30 +64,15 @@ def check_outputs(runs: list[RunSpec], resume: bool, allow_changed: bool = False
             if recorded is None and not allow_changed:
                 raise ValueError(f"{run.run_dir / 'config.yaml'} is missing: --resume cannot check that the suite is "
                                  "the one the run started with; pass --allow-changed to continue it anyway")
+            layout = optimizer_layout_change(recorded or {}, run)
             changes = changes_since(recorded, run) if recorded is not None else []
             if changes and not allow_changed:
                 raise ValueError(f"{run.run_dir}: the suite changed since this run started ({'; '.join(changes)}); "
                                  "resume it unchanged, or pass --allow-changed to continue with the new settings")
-            layout = optimizer_layout_change(recorded or {}, run)
             if layout:
                 raise ValueError(f"{run.run_dir}: {layout}")
             todo.append(run)
     return todo
-
-
-def optimizer_layout_change(recorded: dict[str, Any], run: RunSpec) -> str | None:
-    """Why the run's checkpointed optimizer state cannot be loaded under its settings now, even with
-    --allow-changed, or None: train.router_lr_scale moved to or from 1 changes the optimizer's param
-    groups (one group at 1, the routers a group of their own otherwise: gspo_bench.train.optim), and
-    the resume failed on it with KeyError 'param_groups.0.name' (after suite.yaml was rewritten). `recorded`:
-    the run's config.yaml."""
-    train = (recorded.get("suite") or {}).get("train") or {}
-    before, now = float(train.get("router_lr_scale", 1.0)), float(run.suite.train.router_lr_scale)
-    if (before == 1.0) == (now == 1.0):
-        return None
-    return (f"train.router_lr_scale {before:g} -> {now:g} changes the optimizer's parameter groups (the routers are a "
-            "group of their own unless the scale is 1), so the run's checkpointed optimizer state cannot be loaded: "
-            f"resume it at router_lr_scale {before:g}, or run it again in a new folder")
 
 
 def check_unstarted_keep_settings(suite: SuiteConfig, root: Path, todo: list[RunSpec]) -> None:

@@ -37,6 +37,13 @@ def check_runnable(suite: SuiteConfig, source: str = "<suite>") -> None:
         raise SuiteError(problems_text(source, problems))
 
 
+def check_seeds(suite: SuiteConfig, seeds: list[int] | None) -> None:
+    """ValueError for --seeds that are a tuned suite's trial seeds (the comparison runs on other seeds)."""
+    if suite.tuning is not None and set(seeds or []) & set(suite.tuning.seeds):
+        raise ValueError(f"--seeds {seeds}: {sorted(set(seeds or []) & set(suite.tuning.seeds))} are trial seeds "
+                         "(tuning.seeds); the comparison runs on other seeds")
+
+
 def _check_cache(suite: SuiteConfig) -> list[str]:
     """The warm-start cache of every sweep point that warm-starts can be made: its nearest existing
     folder is a folder this process may write in. Named with where it was set (warm_start.cache_dir,

@@ -150,7 +150,7 @@ def run_suite(suite: SuiteConfig, todo: list[RunSpec], root: Path, *, resume: bo
     only where one of them did not fail (a failed resume, its settings refused by the checkpoint, left
     suite.yaml saying settings no run ran with, and the next resume with the run's own was refused)."""
     observer = observer or Observer()
-    continuing = resume and allow_changed
+    continuing, suite_sha256 = resume and allow_changed, suite_file_sha256(suite)
     if world.is_main and not continuing:
         write_suite_file(suite, root)
     weights = {}
@@ -159,13 +159,13 @@ def run_suite(suite: SuiteConfig, todo: list[RunSpec], root: Path, *, resume: bo
         if key not in weights:
             seed, cfg = init_seed(planned.start, planned.seed), planned.start.warm_start
             on_eval = functools.partial(_warm_start_eval, observer, seed, cfg)
+            if not world.is_main:  # under torchrun the other ranks wait for rank 0 to train or find them
+                barrier(world)
+            weights[key] = starting_weights(planned.start, planned.seed, log=log, on_eval=on_eval)
             if world.is_main:
-                weights[key] = starting_weights(planned.start, planned.seed, log=log, on_eval=on_eval)
                 observer.warm_start_done(seed)
-            barrier(world)
-            if not world.is_main:
-                weights[key] = starting_weights(planned.start, planned.seed, log=log, on_eval=on_eval)
-    specs = [p.with_weights(weights[weights_key(p)], suite_file_sha256(suite)) for p in todo]
+                barrier(world)
+    specs = [p.with_weights(weights[weights_key(p)], suite_sha256) for p in todo]
     mode = {"resume": resume, "allow_changed": allow_changed}
     if ray_address is not False:
         statuses = run_on_ray(specs, mode, observer, ray_address)

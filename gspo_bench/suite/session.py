@@ -156,12 +156,14 @@ def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = N
         check_suite_folder,
         check_unstarted_keep_settings,
     )
+    from gspo_bench.suite.preflight import check_seeds
+    from gspo_bench.suite.runner import plan_runs
     from gspo_bench.suite.tuning_runs import Trials
 
     suite, overrides = load_runnable(suite_path, items)
+    check_seeds(suite, seeds)
     root = out if out is not None else Path(suite.output_dir)
     check_suite_folder(suite, root, allow_changed=resume and allow_changed)
-    check_seeds(suite, seeds)
     session = Session(suite=suite, root=root, todo=[], only=only, seeds=seeds, overrides=overrides, resume=resume,
                       allow_changed=allow_changed)
     if suite.tuning is not None:
@@ -172,7 +174,8 @@ def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = N
                                       awaiting_choice=compared is None)
     else:
         compared = suite
-    todo = [] if compared is None else comparison_todo(compared, session)
+    runs = [] if compared is None else plan_runs(compared, root, only=only, seeds=seeds, overrides=overrides)
+    todo = check_outputs(runs, resume, allow_changed=allow_changed)
     if resume and allow_changed:
         check_unstarted_keep_settings(suite, root, todo)
     return dataclasses.replace(session, todo=todo)
@@ -184,6 +187,7 @@ def dry_run_rows(suite_path: Path, items: list[str] | None = None, only: list[st
     labels, `--seeds`: the runs, their count and the suite's FLOPs are theirs alone), a tuned suite's trials
     after them. Needs no weights and no GPU; SuiteError, PlanError or ValueError on a problem."""
     from gspo_bench.suite.plan import plan_rows, plan_suite, plans_by_suite
+    from gspo_bench.suite.preflight import check_seeds
     from gspo_bench.suite.runner import plan_runs
     from gspo_bench.suite.tuning_runs import tuning_rows
 
@@ -193,13 +197,6 @@ def dry_run_rows(suite_path: Path, items: list[str] | None = None, only: list[st
     plan = dataclasses.replace(plan_suite(suite), runs=len(runs))
     groups = plans_by_suite([(run.name, run.suite) for run in runs], known=(suite, plan))  # arms' set:, sweep points
     return suite, plan_rows(suite, plan, [run.name for run in runs], groups) + tuning_rows(suite, plan)
-
-
-def check_seeds(suite: SuiteConfig, seeds: list[int] | None) -> None:
-    """ValueError for --seeds that are a tuned suite's trial seeds (the comparison runs on other seeds)."""
-    if suite.tuning is not None and set(seeds or []) & set(suite.tuning.seeds):
-        raise ValueError(f"--seeds {seeds}: {sorted(set(seeds or []) & set(suite.tuning.seeds))} are trial seeds "
-                         "(tuning.seeds); the comparison runs on other seeds")
 
 
 def comparison_todo(compared: SuiteConfig, session: Session) -> list[RunSpec]:

@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from gspo_bench.config import RunSpec, SuiteConfig
+from gspo_bench.config.changes import entry_differences
 from gspo_bench.config.tuning import (
     TRIALS_FOLDER,
     Trial,
@@ -241,15 +242,6 @@ def recorded_entry(run_dir: Path, label: str) -> dict[str, Any] | None:
     except ValidationError as err:
         raise ValueError(f"{run_dir / 'config.yaml'}: its entry {label!r} no longer validates "
                          f"({err.errors()[0]['msg']}): move the run folder away and run it again") from None
-
-
-def entry_differences(ran: dict[str, Any], planned: dict[str, Any]) -> list[str]:
-    """"field: ran -> planned now" for each field of two dumped objective entries that differs."""
-    from gspo_bench.config.changes import flatten
-
-    before, now = flatten(ran), flatten(planned)
-    return [f"{key}: {before.get(key)!r} ran, {now.get(key)!r} planned now" for key in dict.fromkeys([*before, *now])
-            if before.get(key) != now.get(key)]
 
 
 def finite(value: float) -> float | None:

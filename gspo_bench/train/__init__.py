@@ -36,9 +36,6 @@ if TYPE_CHECKING:
     from gspo_bench.train.loop import (
         train_run as train_run,
     )
-    from gspo_bench.train.measurements import (
-        to_host as to_host,
-    )
     from gspo_bench.train.old_policy import (
         OldPolicy as OldPolicy,
     )
@@ -56,6 +53,9 @@ if TYPE_CHECKING:
     )
     from gspo_bench.train.rollout import (
         draw_examples as draw_examples,
+    )
+    from gspo_bench.train.row import (
+        to_host as to_host,
     )
     from gspo_bench.train.setup import (
         check_replay_engine as check_replay_engine,
@@ -102,7 +102,7 @@ FACE = {  # name -> the module of this package that defines it, imported on firs
     "resolve_tasks": "evaluation",
     "run_prompt_format": "setup",
     "step_seed": "loop",
-    "to_host": "measurements",
+    "to_host": "row",
     "train_run": "loop",
     "unknown_eval_tasks": "evaluation",
     "update_policy": "update",

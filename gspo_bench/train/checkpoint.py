@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gspo_bench.config.run import RunSpec, config_changes
+from gspo_bench.config.run import RunSpec
 from gspo_bench.models.families import hf_model
 from gspo_bench.rundir.checksums import CHECKSUMS, damage, write_checksums
 from gspo_bench.rundir.folder import RunDir, atomic_leftovers, now, provenance, remove_entry, share
@@ -140,14 +140,10 @@ def load_checkpoint_state(checkpoint: Path, model: torch.nn.Module, optimizer: t
 
 
 def restore(spec: RunSpec, out: RunDir, checkpoint: Path, policy: Policy, device: torch.device,
-            allow_changed: bool) -> tuple[RunState, ProvenanceRecord]:
-    """The loop state and provenance at `checkpoint`, the optimizer restored. A suite edited since the
-    run started is refused unless `allow_changed`; then its settings (the lr too, which the restored
-    optimizer state would otherwise bring back) apply, and the change is recorded in provenance."""
-    changes = config_changes(out.path, spec)
-    if changes and not allow_changed:
-        raise ValueError(f"{out.path}: the suite changed since this run started ({'; '.join(changes)}); resume it "
-                         "unchanged, or pass --allow-changed to continue with the new settings")
+            changes: list[str]) -> tuple[RunState, ProvenanceRecord]:
+    """The loop state and provenance at `checkpoint`, the optimizer restored. `changes`: the settings
+    changed since the run started (`resume_changes`, allowed by the caller), which apply (the lr too,
+    which the restored optimizer state would otherwise bring back) and are recorded in provenance."""
     scalars = load_checkpoint_state(checkpoint, policy.model, policy.trainer(), device)
     check_tables(out, scalars["step"], spec.suite.eval.enabled)
     state = RunState.restored(scalars, out.read_rows("metrics.parquet"), out.read_rows("layers.parquet"),

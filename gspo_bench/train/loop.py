@@ -87,7 +87,7 @@ def _train_run(spec: RunSpec, resume: bool, on_step: Callable[[dict], None] | No
         while not budget_spent(suite.budget, state):
             state.step += 1
             outcome = run_step(run, state.step, state.waiting)
-            state.rows.append(outcome.row | compute_columns(state, outcome, run.n_active))
+            state.rows.append(outcome.row | state.add_compute(outcome.compute, run.n_active))
             state.layer_rows += outcome.layer_rows
             out.write_rows("metrics.parquet", state.rows, columns=REQUIRED_COLUMNS)
             out.write_status("running", step=state.step)
@@ -222,15 +222,6 @@ def sampling_params(suite: SuiteConfig, seed: int, step: int, world: World, rout
     return SamplingParams(group_size=r.group_size, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
                           top_p=r.top_p, seed=step_seed(seed, step, 1), capture_routing=routing,
                           ignore_eos=r.ignore_eos, synced=world.distributed)
-
-
-def compute_columns(state: RunState, outcome: StepRow, n_active: int) -> dict:
-    """The step's compute (FLOPs from active parameters) added to the run's running totals."""
-    flops = outcome.compute.flops(n_active)
-    state.cum_tokens += outcome.compute.tokens
-    state.cum_flops += flops
-    return {"compute/tokens": outcome.compute.tokens, "compute/cum_tokens": state.cum_tokens,
-            "compute/flops": flops, "compute/cum_flops": state.cum_flops}
 
 
 def evaluate(run: Run, state: RunState) -> None:

@@ -1,5 +1,5 @@
 """A step's measurements, accumulated over every minibatch (not just the last one) as device
-tensors, and copied to the host once, when the step's row is built."""
+tensors, and copied to the host once, when the step's row is built (`train.row.to_host`)."""
 
 from __future__ import annotations
 
@@ -11,24 +11,6 @@ from gspo_bench.objectives.inputs import LOG_RATIO_CLAMP
 _RESPONSE_WEIGHTED = ("ratio/seq_", "clip/seq_frac")
 # Metrics combined over minibatches as a maximum (besides the `*_max` ones)
 _MAXIMA = ("loss/max_token_share",)
-
-
-def to_host(values: dict[str, torch.Tensor | float | int]) -> dict[str, float | list[float]]:
-    """Every tensor of `values` in one device->host copy: 0-d tensors become floats, others flat
-    lists of floats; plain numbers pass through as floats."""
-    tensors = {k: v.detach().reshape(-1) for k, v in values.items() if isinstance(v, torch.Tensor)}
-    scalar = {k: v.dim() == 0 for k, v in values.items() if isinstance(v, torch.Tensor)}
-    out: dict[str, float | list[float]] = {k: float(v) for k, v in values.items() if k not in tensors}
-    if not tensors:
-        return out
-    device = next((t.device for t in tensors.values() if t.device.type != "cpu"), torch.device("cpu"))
-    flat = torch.cat([t.to(device=device, dtype=torch.float64) for t in tensors.values()]).tolist()
-    start = 0
-    for key, tensor in tensors.items():
-        part = flat[start : start + tensor.numel()]
-        start += tensor.numel()
-        out[key] = part[0] if scalar[key] else part
-    return out
 
 
 class StepMeasurements:

@@ -10,6 +10,7 @@ import torch
 from gspo_bench.models.forward import response_forward
 from gspo_bench.moe import RoutingCapture, routing_drift
 from gspo_bench.moe.confidence import routing_confidence
+from gspo_bench.objectives.metrics import masked_mean
 from gspo_bench.rollout.mismatch import logprob_mismatch
 from gspo_bench.runtime.distributed import gather_rows
 from gspo_bench.train.lag import decoupled_weights, routes_apart, sampler_gap
@@ -23,6 +24,7 @@ ReplaySource = Literal["old_pass", "rollout"]
 class OldPolicy:
     logp: torch.Tensor  # [B, T] pi_old of every response token, as the objective uses it
     entropy: torch.Tensor  # [B, T] entropy of pi_old's predictive distributions
+    entropy_mean: torch.Tensor  # 0-d: `entropy`'s mean over the response tokens (NaN where there are none)
     routing: torch.Tensor | None  # [L_moe, B, L, k] experts the model chose (drift is measured against it)
     replay: torch.Tensor | None  # [L_moe, B, L, k] experts the update forwards must use (replay runs), else None
     ref_logp: torch.Tensor | None = None  # [B, T] under the frozen reference, when a KL penalty is on
@@ -73,6 +75,7 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
     if entropy is None:
         raise RuntimeError("response_forward(with_entropy=True) returned no entropy")
     logp, entropy = gather_rows(world, logp, rows), gather_rows(world, entropy, rows)
+    entropy_mean = torch.where(batch.response_mask.any(), masked_mean(entropy.double(), batch.response_mask), float("nan"))
     routing = gather_rows(world, capture.routing, rows, dim=1) if capture is not None else None
     scores = gather_rows(world, captured(capture).gate_scores, rows, dim=1) if gate_scores else None
     pairs, pair_logits = None, None
@@ -92,7 +95,7 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
     if logp_source == "rollout":
         logp = batch.sampling_logp.to(logp.device)
     replayed = {"old_pass": routing, "rollout": batch.routing, None: None}[replay]
-    return OldPolicy(logp=logp, entropy=entropy, routing=routing, replay=replayed,
+    return OldPolicy(logp=logp, entropy=entropy, entropy_mean=entropy_mean, routing=routing, replay=replayed,
                      ref_logp=reference_logp(policy, batch, temperature, head_chunk), metrics=metrics, gate_scores=scores,
                      margin_pairs=pairs, pair_logits=pair_logits, route_conf=route_conf, weights=weights,
                      route_diff=route_diff)

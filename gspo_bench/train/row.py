@@ -6,9 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo_bench.objectives.metrics import masked_mean
 from gspo_bench.train.compute import StepCompute
-from gspo_bench.train.measurements import to_host
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.rollout import RolloutBatch
 from gspo_bench.train.update import UpdateResult
@@ -28,12 +26,11 @@ def step_values(batch: RolloutBatch, old: OldPolicy, update: UpdateResult, after
     """The step's measurements by column name, still on the device."""
     lengths = batch.response_mask.sum(-1).double()  # [B]
     rewards = batch.rewards.double()
-    entropy = masked_mean(old.entropy.double(), batch.response_mask)
     return {
         "reward/mean": rewards.mean(), "reward/std": rewards.std(), "reward/accuracy": (rewards >= 1.0).double().mean(),
         "response/len_mean": lengths.mean(), "response/len_max": lengths.max(),
         **update.metrics,
-        "entropy/mean": torch.where(batch.response_mask.any(), entropy, float("nan")),
+        "entropy/mean": old.entropy_mean,
         **{k: v for k, v in after.items() if not k.endswith("_layer") and not k.startswith("layer:")}, **old.metrics,
         "compute/tokens_forward": tokens_forward, "compute/tokens_trained": update.tokens_trained,
     }
@@ -79,6 +76,24 @@ def build_row(identity: dict, values: dict[str, torch.Tensor], layers: dict[str,
                    "updates": j + 1, **{name: per_layer[name][j * n_layers + i] for name in per_layer}}
                   for j in range(n_measured) for i in range(n_layers)]
     return StepRow({**identity, **host}, layer_rows, compute, rollout_finite, params_finite)
+
+
+def to_host(values: dict[str, torch.Tensor | float | int]) -> dict[str, float | list[float]]:
+    """Every tensor of `values` in one device->host copy: 0-d tensors become floats, others flat
+    lists of floats; plain numbers pass through as floats."""
+    tensors = {k: v.detach().reshape(-1) for k, v in values.items() if isinstance(v, torch.Tensor)}
+    scalar = {k: v.dim() == 0 for k, v in values.items() if isinstance(v, torch.Tensor)}
+    out: dict[str, float | list[float]] = {k: float(v) for k, v in values.items() if k not in tensors}
+    if not tensors:
+        return out
+    device = next((t.device for t in tensors.values() if t.device.type != "cpu"), torch.device("cpu"))
+    flat = torch.cat([t.to(device=device, dtype=torch.float64) for t in tensors.values()]).tolist()
+    start = 0
+    for key, tensor in tensors.items():
+        part = flat[start : start + tensor.numel()]
+        start += tensor.numel()
+        out[key] = part[0] if scalar[key] else part
+    return out
 
 
 def _number(host: dict[str, float | list[float]], key: str) -> float:

@@ -15,7 +15,7 @@ import yaml
 
 from gspo_bench.config import ObjectiveEntry, SuiteConfig
 from gspo_bench.config.load import load_suite_plugins
-from gspo_bench.config.run import RunSpec, code_edited
+from gspo_bench.config.run import RunSpec, code_edited, resume_changes
 from gspo_bench.models.chat import PromptFormat, resolve_prompt_format
 from gspo_bench.rollout import RolloutEngine, make_engine
 from gspo_bench.rundir.folder import RunDir, provenance
@@ -91,15 +91,16 @@ def open_run(spec: RunSpec, resume: bool, allow_changed: bool = False) -> tuple[
                                "process); use --resume to continue an unfinished run, or --out to write elsewhere")
         if lock is not None:  # this process owns the folder now: what a killed one left half-written goes
             remove_half_written(out.path)
+        checkpoint = find_checkpoint(out.path) if resume else None
+        changes = resume_changes(spec, out.path, allow_changed) if checkpoint is not None else []
         if world.distributed:
             check_distributed(suite, world)
-        checkpoint = find_checkpoint(out.path) if resume else None
         weights = checkpoint / "model" if checkpoint is not None else init_weights
         policy, tokenizer, n_active = load_policy(spec, weights, init_weights, device, world)
         state, prov = RunState(), provenance(str(device))
         prov["overrides"], prov["kernels"], prov["suite_sha256"] = spec.overrides, kernel_state(), spec.suite_sha256
         if checkpoint is not None:
-            state, prov = restore(spec, out, checkpoint, policy, device, allow_changed)
+            state, prov = restore(spec, out, checkpoint, policy, device, changes)
         prov["warm_start"] = warm_start_record(spec, init_weights)
         prov["plugins"] = [plugin.record() for plugin in plugins]
         prov["task_baseline"] = recorded_task_baseline(suite)

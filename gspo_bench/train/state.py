@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from gspo_bench.config import BudgetConfig, CollapseConfig
+from gspo_bench.train.compute import StepCompute
 from gspo_bench.train.lag import Sampled
 
 
@@ -24,6 +25,14 @@ class RunState:
     layer_rows: list[dict] = field(default_factory=list)  # layers.parquet
     eval_rows: list[dict] = field(default_factory=list)  # eval.parquet
     waiting: dict[int, Sampled] = field(default_factory=dict)  # batches sampled ahead (rollout.lag), by their step
+
+    def add_compute(self, compute: StepCompute, n_active: int) -> dict:
+        """The step's compute columns (FLOPs from active parameters), its totals added to the run's."""
+        flops = compute.flops(n_active)
+        self.cum_tokens += compute.tokens
+        self.cum_flops += flops
+        return {"compute/tokens": compute.tokens, "compute/cum_tokens": self.cum_tokens,
+                "compute/flops": flops, "compute/cum_flops": self.cum_flops}
 
     def scalars(self) -> dict:
         """What a checkpoint keeps besides the weights and the optimizer state: the loop's numbers and,
