@@ -137,6 +137,23 @@ def test_resume_refuses_an_edited_suite_unless_told_and_then_applies_and_records
     assert config["run"]["lr"] == config["suite"]["train"]["lr"] == 5e-3
 
 
+def test_a_worker_refuses_a_resume_under_changed_settings_before_loading_any_weights(tmp_path, cache, monkeypatch):
+    """The suite's own check aside (a worker may be handed a run directly), train_run refuses to resume a
+    run whose settings changed since it started, naming the change, before it loads the model."""
+    import gspo_bench.train.setup as setup
+
+    data = interrupted_run(cache, tmp_path / "out", train={"lr": 2e-4})
+    edited = {**data, "train": {**data["train"], "lr": 5e-3}}
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("weights loaded before the settings were checked")
+
+    monkeypatch.setattr(setup, "load_policy", no_weights)
+    with pytest.raises(ValueError, match=r"suite changed since this run started \(run.lr: 0.0002 -> 0.005; suite.train.lr"):
+        run_suite(edited, tmp_path / "out", resume=True)
+    assert RunDir(tmp_path / "out" / "tiny" / "gspo-s0").read_status()["status"] == "failed"
+
+
 # ------------------------------------------------------------------ 3. schema independent of progress
 
 def test_a_run_that_collapses_in_its_first_step_has_every_column_and_is_reported(tmp_path, cache):
