@@ -27,6 +27,7 @@ from gspo_bench.train.lag import (
     Sampled,
     decoupled_weights,
     last_step,
+    record_lagged_routes,
     routes_apart,
     sampler_gap,
     take_batch,
@@ -232,6 +233,38 @@ def test_r3_under_lag_replays_the_samplers_routes_and_r2_the_learners(parts):
     assert not torch.equal(batch.routing[:, :, :-1], own.routing[:, :, :-1])  # the two differ here
 
 
+@pytest.mark.parametrize(("lag", "delta"), [(3, 1), (3, 2), (2, 2), ({"uniform": 4}, 2)])
+def test_lagged_r2_replays_the_learners_routes_of_delta_updates_before_the_step(lag, delta):
+    """On a hand-made policy sequence (version = updates so far): step t replays the routes the learner chose at
+    the start of step t - delta (version t - 1 - delta) where its batch's sampler is older than that (lag > delta),
+    and the sampler's own routes (none recorded) where it is not."""
+    plan = schedule(UniformLag(uniform=lag["uniform"]) if isinstance(lag, dict) else lag)
+    waiting: dict[int, Sampled] = {}
+    version, recorded_any = 0, False
+    for step in range(1, 21):
+        record_lagged_routes(waiting, step, delta, lambda b, v=version: torch.full((1, 1, 3, 1), v))
+        taken = take_batch(waiting, plan, step, lambda u, v=version: marked(u, v))
+        routes = taken.batch.lagged_routing
+        if plan.lag(step) > delta:
+            assert routes is not None and int(routes.flatten()[0]) == step - 1 - delta, step
+            recorded_any = True
+        else:
+            assert routes is None, step
+        version += 1
+    assert recorded_any == (plan.largest > delta)  # at lag = delta the sampler is the policy delta updates back
+
+
+def test_old_pass_under_lagged_r2_replays_the_recorded_routes_else_the_samplers(parts):
+    batch, learner = lagged_batch(parts)
+    with torch.no_grad(), RoutingCapture(learner) as own:
+        response_forward(learner, batch.input_ids, batch.attention_mask, batch.n_response)
+    recorded = dataclasses.replace(batch, lagged_routing=own.routing)
+    assert torch.equal(old_policy_pass(Policy(learner), recorded, temperature=1.0, replay="lagged").replay, own.routing)
+    assert torch.equal(old_policy_pass(Policy(learner), batch, temperature=1.0, replay="lagged").replay, batch.routing)
+    with pytest.raises(ValueError, match="lagged routing replay needs the engine's routing"):
+        old_policy_pass(Policy(learner), dataclasses.replace(batch, routing=None), temperature=1.0, replay="lagged")
+
+
 # ------------------------------------------------------------------ a lagged run, end to end
 
 class _RecordingEngine:
@@ -289,12 +322,33 @@ def test_a_lagged_run_trains_step_t_on_its_batch_sampled_lag_updates_before_and_
         assert row["lag/mean"] == row["lag/max"] == min(2, t - 1)
 
 
-@pytest.mark.parametrize(("objective", "lag"), [("grpo_r3", 2), ("gspo", {"uniform": 2})])
+def test_a_lagged_r2_run_counts_its_route_forward_in_the_step_that_replays_it(tmp_path, cache):
+    """lag 2, replay_lag 1: steps 3-5 (lag 2 > 1) replay routes recorded a step before, a forward of their
+    batch counted with its generation and old pass (3 x its tokens); steps 1 and 2 replay the sampler's."""
+    from gspo_bench.rollout import list_engines, register_engine
+
+    if "recording" not in list_engines():
+        register_engine("recording")(_RecordingEngine)
+    _RecordingEngine.calls = []
+    data = tiny_suite(cache, rollout={"engine": "recording", "lag": 2}, budget={"kind": "steps", "value": 5},
+                      objectives=[{"name": "grpo", "label": "lagged", "replay_from": "lagged", "replay_lag": 1}])
+    run_suite(data, tmp_path / "out")
+    by_seed = {call["seed"]: call for call in _RecordingEngine.calls}
+    rows = metrics(tmp_path / "out", "tiny", "lagged-s0")
+    passes = [row["compute/tokens_forward"] / by_seed[step_seed(0, t, 1)]["tokens"]
+              for t, row in zip(range(1, 6), rows.to_dict("records"), strict=True)]
+    assert passes == [2, 2, 3, 3, 3] and rows["replay"].all()
+
+
+@pytest.mark.parametrize(("objective", "lag"), [("grpo_r3", 2), ("gspo", {"uniform": 2}), ("lagged", 2)])
 def test_a_lagged_run_resumed_mid_queue_equals_an_uninterrupted_one(tmp_path, cache, objective, lag):
-    """A fixed lag with R3 (the waiting batches carry the sampler's routes) and a uniform one, stopped after
-    step 3's row (its checkpoint at step 2 holds the batches sampled for later steps: 3 and 4 at lag 2) and
-    resumed: every row equals the straight run's, save the time columns."""
-    data = tiny_suite(cache, rollout={"lag": lag}, budget={"kind": "steps", "value": 5}, objectives=[{"name": objective}])
+    """A fixed lag with R3 (the waiting batches carry the sampler's routes), a uniform one and lagged R2 (the
+    batch of step 4 carries the routes step 3 recorded... after the checkpoint at step 2: the resumed run
+    records them again), stopped after step 3's row (its checkpoint at step 2 holds the batches sampled for
+    later steps: 3 and 4 at lag 2) and resumed: every row equals the straight run's, save the time columns."""
+    entry = {"name": "grpo", "label": "lagged", "replay_from": "lagged", "replay_lag": 1} if objective == "lagged" \
+        else {"name": objective}
+    data = tiny_suite(cache, rollout={"lag": lag}, budget={"kind": "steps", "value": 5}, objectives=[entry])
     run_suite(data, tmp_path / "full")
     run_interrupted(data, tmp_path / "cut", at_step=3)
     run = tmp_path / "cut" / "tiny" / f"{objective}-s0"
@@ -315,6 +369,8 @@ def test_a_lagged_run_resumed_mid_queue_equals_an_uninterrupted_one(tmp_path, ca
     (["rollout.lag={uniform: -2}"], "rollout.lag: a lag counts updates: expected 0..1024 (got {'uniform': -2})"),
     (["rollout.lag=yes"], "rollout.lag: expected a number of updates 0..1024 or {uniform: S}"),
     (["rollout.lag={every: 2}"], "rollout.lag: expected a number of updates 0..1024 or {uniform: S}"),
+    (["objectives.0={name: grpo, replay_from: lagged}"], "replay_from: lagged and replay_lag go together"),
+    (["objectives.0={name: grpo_rr, replay_lag: 2}"], "replay_from: lagged and replay_lag go together"),
     (["train.decoupled_cap=5"], "decoupled_cap (5.0) caps the decoupled weight pi_prox / mu; old_logp is recompute"),
     (["train.old_logp=decoupled", "train.decoupled_cap=1"], "train.decoupled_cap: Input should be greater than 1"),
     (["train.old_logp=decoupled"], "objectives.1 (tis): train.old_logp decoupled weights each token by pi_prox / mu "

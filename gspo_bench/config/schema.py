@@ -518,9 +518,13 @@ class ObjectiveEntry(Strict):
     clip_low: float | None = Field(None, description="default: the objective's (the paper's)")
     clip_high: float | None = None
     replay: bool | None = Field(None, description="routing replay in the update forwards")
-    replay_from: Literal["old_pass", "rollout"] | None = Field(
+    replay_from: Literal["old_pass", "rollout", "lagged"] | None = Field(
         None, description="which routing is replayed: the old-policy training pass's (Routing Replay, "
-        "default) or the rollout engine's (R3; needs an engine that returns routed experts)")
+        "default), the rollout engine's (R3; needs an engine that returns routed experts) or, under "
+        "rollout.lag, the learner's of replay_lag updates before the step (lagged R2; the engine's where the "
+        "batch's sampler is no older)")
+    replay_lag: int | None = Field(None, ge=1, le=1024, description="with replay_from: lagged, how many updates "
+                                   "before the step the replayed routes' policy is")
     lr: float | None = Field(None, gt=0, description="override train.lr for this entry")
     params: dict[str, Any] = Field(default_factory=dict, description="the objective's parameters beyond the clip "
                                    "range (see `gspo-bench ls`; `kwargs:` is their old spelling)")
@@ -591,6 +595,10 @@ class ObjectiveEntry(Strict):
         self._check_kwargs_are_settings(spec.inputs)
         if self.replay is False and self.replay_from is not None:
             raise ValueError(f"replay_from: {self.replay_from} needs routing replay, but replay is false")
+        if (self.replay_from == "lagged") != (self.replay_lag is not None):
+            raise ValueError("replay_from: lagged and replay_lag go together (e.g. {name: grpo, replay_from: lagged, "
+                             f"replay_lag: 4}}); got replay_from {shown(self.replay_from)}, replay_lag "
+                             f"{shown(self.replay_lag)}")
         if self.credit == "step" and spec.advantages != "token":
             raise ValueError(f"credit: step gives per-token advantages; {self.objective} takes one per response")
         return self
@@ -630,8 +638,8 @@ class ObjectiveEntry(Strict):
         return self.replay_from is not None or ALGORITHMS.get(self.name, {}).get("replay", False)
 
     @property
-    def replay_source(self) -> Literal["old_pass", "rollout"]:
-        """`old_pass` or `rollout` (meaningful when `use_replay`)."""
+    def replay_source(self) -> Literal["old_pass", "rollout", "lagged"]:
+        """`old_pass`, `rollout` or `lagged` (meaningful when `use_replay`)."""
         if self.replay_from is not None:
             return self.replay_from
         return "rollout" if ALGORITHMS.get(self.name, {}).get("replay_from") == "rollout" else "old_pass"

@@ -121,6 +121,21 @@ def take_batch(waiting: dict[int, Sampled], schedule: LagSchedule, step: int,
     return taken.on(device) if taken is not None else Sampled(sample(step), step=step, sampled_at=step)
 
 
+def record_lagged_routes(waiting: dict[int, Sampled], step: int, delta: int,
+                         routes_of: Callable[[RolloutBatch], torch.Tensor], device: torch.device | str = "cpu") -> None:
+    """Lagged R2 (`replay_from: lagged`, `replay_lag` delta): at the start of step `step`, the learner's routes
+    (`routes_of`, a no-grad forward on `device`) on the waiting batch of step `step` + delta, kept with it
+    (`lagged_routing`, in host memory) for that step to replay: the routes of the policy delta updates before
+    it. Only where that batch was sampled before `step`: a sampler no older than delta updates leaves the batch
+    its own routes, which the step replays instead. The forward is counted in the compute of the step that
+    trains on the batch, as its generation is."""
+    later = waiting.get(step + delta)
+    if later is None or later.sampled_at >= step or later.batch.lagged_routing is not None:
+        return
+    routes = routes_of(later.on(device).batch).cpu()
+    waiting[step + delta] = dataclasses.replace(later, batch=dataclasses.replace(later.batch, lagged_routing=routes))
+
+
 def lag_columns(sampled: Sampled) -> dict[str, torch.Tensor]:
     """`lag/mean`, `lag/max`: the lag of the trained tokens' sampler (one batch, one sampler: equal), as 0-d
     tensors on the host (the row's other values are copied with them)."""

@@ -31,8 +31,16 @@ from gspo_bench.runtime.distributed import World
 from gspo_bench.runtime.hardware import device_peak_flops, peak_memory_gib, reset_peak_memory, step_figures
 from gspo_bench.runtime.kernels import torch_threads
 from gspo_bench.train.checkpoint import save_checkpoint
-from gspo_bench.train.lag import LAG_STREAM, LagSchedule, Sampled, lag_columns, last_step, take_batch
-from gspo_bench.train.old_policy import nondeterminism_floor, old_policy_pass
+from gspo_bench.train.lag import (
+    LAG_STREAM,
+    LagSchedule,
+    Sampled,
+    lag_columns,
+    last_step,
+    record_lagged_routes,
+    take_batch,
+)
+from gspo_bench.train.old_policy import learner_routes, nondeterminism_floor, old_policy_pass
 from gspo_bench.train.replay_scoring import SCORING_PASSES, step_replay_scores
 from gspo_bench.train.rollout import RolloutBatch, collect_rollout, draw_examples
 from gspo_bench.train.row import StepRow, build_row, step_values, with_route_confidence, with_sampler_routes
@@ -160,10 +168,10 @@ def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> 
                                  head_chunk=train.logprob_chunk_tokens) if train.measure and step == 1 else {}
     # ------------------------------------------------------------------ the row (one host copy)
     passes = 2 + (policy.reference is not None) + bool(after) + SCORING_PASSES * bool(scores)  # gen, old, ref, after, scoring
+    passes += batch.lagged_routing is not None  # lagged R2's routes: a forward of this batch, replay_lag steps ago
     # the sampler's forwards are this batch's generation, counted once, here, whenever it was sampled
     lag = lag_columns(sampled)
-    values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor | scores
-    values |= lag
+    values = step_values(batch, old, update, after, tokens_forward=passes * batch.attention_mask.sum()) | floor | scores | lag
     layers = update.layers
     if train.minibatches == 1 and after:  # no minibatch 2..K: the step's drift is the one after its update
         layers, one = one_update_drift(after, applied=update.metrics["nonfinite/minibatches"] == 0)
@@ -189,9 +197,12 @@ def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> 
 def step_batch(run: Run, step: int, waiting: dict[int, Sampled]) -> Sampled:
     """Step `step`'s batch, on the training device: sampled now, or under `rollout.lag` earlier and taken
     from `waiting`, where the batches the policy now samples for later steps go (`train.lag`)."""
-    seed = run.spec.seed
+    seed, entry, policy = run.spec.seed, run.spec.entry, run.policy
     schedule = LagSchedule(run.suite.rollout.lag, lambda u: step_seed(seed, u, LAG_STREAM), last_step(run.suite.budget))
-    return take_batch(waiting, schedule, step, lambda u: sample_batch(run, u), run.policy.device)
+    if entry.use_replay and entry.replay_source == "lagged" and entry.replay_lag is not None:  # before any update
+        record_lagged_routes(waiting, step, entry.replay_lag,
+                             lambda b: learner_routes(policy, b, run.suite.train.logprob_chunk_tokens), policy.device)
+    return take_batch(waiting, schedule, step, lambda u: sample_batch(run, u), policy.device)
 
 
 def sample_batch(run: Run, step: int) -> RolloutBatch:
@@ -201,7 +212,7 @@ def sample_batch(run: Run, step: int) -> RolloutBatch:
     train = suite.train
     replay = entry.replay_source if entry.use_replay else None
     params = sampling_params(suite, seed, step, policy.world,
-                             routing=train.measure or replay == "rollout" or train.replay_scoring)
+                             routing=train.measure or replay in ("rollout", "lagged") or train.replay_scoring)
     examples = draw_examples(run.task, suite.rollout.prompts_per_step, step_seed(seed, step, 0))
     return collect_rollout(policy, run.engine, run.tokenizer, run.task, examples, params, train.advantage_scale,
                            step_penalty=entry.step_penalty if entry.credit == "step" else None,

@@ -17,7 +17,7 @@ from gspo_bench.train.lag import decoupled_weights, routes_apart, sampler_gap
 from gspo_bench.train.policy import Policy, captured, capturing
 from gspo_bench.train.rollout import RolloutBatch
 
-ReplaySource = Literal["old_pass", "rollout"]
+ReplaySource = Literal["old_pass", "rollout", "lagged"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,9 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
                     decoupled_cap: float | None = None) -> OldPolicy:
     """pi_old's log-probs and entropies of the batch at the sampling temperature, the experts it
     routed each token to and, for replay runs, the routing the update forwards will replay:
-    the old pass's own (Routing Replay: the learner's at the step's start) or the engine's (R3: the
-    sampler's, under `rollout.lag` those of the policy that sampled the batch, which this pass replays too).
+    the old pass's own (Routing Replay: the learner's at the step's start), the engine's (R3: the
+    sampler's, under `rollout.lag` those of the policy that sampled the batch) or the learner's `replay_lag`
+    updates before the step (lagged R2: `given_routes`), the last two replayed by this pass too.
     `logp_source="rollout"` takes pi_old from the engine's log-probs (naive; the paper's section 5.4);
     `logp_source="decoupled"` keeps this pass's as pi_old (pi_prox) and gives every token the weight
     pi_prox / mu (`weights`; `train.lag.decoupled_weights`, capped at `decoupled_cap`);
@@ -63,9 +64,8 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
     world, model = policy.world, policy.model
     rows = torch.arange(len(batch), device=batch.input_ids.device)
     mine = world.rows(rows)  # this rank's rows (all of them in one process)
-    if replay == "rollout" and batch.routing is None:
-        raise ValueError("rollout routing replay (R3) needs the engine's routing; this rollout has none")
-    forced = batch.routing[:, mine] if replay == "rollout" and batch.routing is not None else None
+    given = given_routes(batch, replay)
+    forced = given[:, mine] if given is not None else None
     with torch.no_grad(), policy.precision.autocast(), \
             capturing(model, record_routing or gate_scores or replay is not None, replay=forced,
                       margins=record_routing, confidence=record_routing and measure) as capture:
@@ -94,11 +94,38 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
         metrics |= masked if measure else {}
     if logp_source == "rollout":
         logp = batch.sampling_logp.to(logp.device)
-    replayed = {"old_pass": routing, "rollout": batch.routing, None: None}[replay]
+    replayed = routing if replay == "old_pass" else given
     return OldPolicy(logp=logp, entropy=entropy, entropy_mean=entropy_mean, routing=routing, replay=replayed,
                      ref_logp=reference_logp(policy, batch, temperature, head_chunk), metrics=metrics, gate_scores=scores,
                      margin_pairs=pairs, pair_logits=pair_logits, route_conf=route_conf, weights=weights,
                      route_diff=route_diff)
+
+
+def given_routes(batch: RolloutBatch, replay: ReplaySource | None) -> torch.Tensor | None:
+    """The routes a replay takes from outside the old pass: the sampler's (R3), or the learner's `replay_lag`
+    updates before the step (lagged R2: `batch.lagged_routing`, recorded by `train.lag.record_lagged_routes`;
+    the sampler's where none was recorded, the sampler being no older); None for R2 and no replay. ValueError
+    where the engine returned no routing to take."""
+    if replay not in ("rollout", "lagged"):
+        return None
+    if replay == "lagged" and batch.lagged_routing is not None:
+        return batch.lagged_routing
+    if batch.routing is None:
+        name = "rollout routing replay (R3)" if replay == "rollout" else "lagged routing replay"
+        raise ValueError(f"{name} needs the engine's routing; this rollout has none")
+    return batch.routing
+
+
+@torch.no_grad()
+def learner_routes(policy: Policy, batch: RolloutBatch, head_chunk: int | None = None) -> torch.Tensor:
+    """[L_moe, B, L, k] the experts the policy now routes every position of `batch` to (one no-grad forward in
+    the training precision, no replay): what lagged R2 replays `replay_lag` updates later."""
+    world, rows = policy.world, torch.arange(len(batch), device=batch.input_ids.device)
+    mine = world.rows(rows)
+    with policy.precision.autocast(), RoutingCapture(policy.model) as capture:
+        response_forward(policy.model, batch.input_ids[mine], batch.attention_mask[mine], batch.n_response, 1.0,
+                         head_chunk=head_chunk)
+    return gather_rows(world, capture.routing, rows, dim=1)
 
 
 def engine_gap(train_logp: torch.Tensor, train_routing: torch.Tensor | None, batch: RolloutBatch) -> dict[str, torch.Tensor]:
@@ -138,9 +165,8 @@ def nondeterminism_floor(policy: Policy, batch: RolloutBatch, replay: ReplaySour
         passes["precision"] = policy.rollout_precision
     world, rows = policy.world, torch.arange(len(batch), device=batch.input_ids.device)
     mine = world.rows(rows)
-    if replay == "rollout" and batch.routing is None:
-        raise ValueError("rollout routing replay (R3) needs the engine's routing; this rollout has none")
-    forced = batch.routing[:, mine] if replay == "rollout" and batch.routing is not None else None  # the old pass's own replay, if any
+    given = given_routes(batch, replay)
+    forced = given[:, mine] if given is not None else None  # the old pass's own replay, if any
     seen = {}
     for name, precision in passes.items():
         with torch.no_grad(), precision.autocast(), RoutingCapture(policy.model, replay=forced) as capture:

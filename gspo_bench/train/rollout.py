@@ -34,6 +34,8 @@ class RolloutBatch:
     advantages: torch.Tensor  # [B] group advantages A_i, on the training device
     finite: torch.Tensor  # 0-d bool: the engine's sampling distributions were finite
     token_advantages: torch.Tensor | None = None  # [B, T] step-level credit A_it (see train.credit), or None
+    lagged_routing: torch.Tensor | None = None  # [L_moe, B, L, k] the learner's experts replay_lag updates before
+    #                                             the step that trains on it (lagged R2: train.lag), or None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

@@ -170,9 +170,11 @@ def run_prompt_format(suite: SuiteConfig, tokenizer: PreTrainedTokenizerBase) ->
 
 
 def check_replay_engine(entry: ObjectiveEntry, engine: RolloutEngine, suite: SuiteConfig) -> None:
-    """ValueError where `entry` replays the rollout's routing (R3) and `engine` returns none."""
-    if entry.use_replay and entry.replay_source == "rollout" and not getattr(engine, "returns_routing", False):
-        raise ValueError(f"{entry.run_label}: rollout routing replay (R3) needs an engine that returns "
+    """ValueError where `entry` replays the rollout's routing (R3, or lagged R2 where the sampler is no older than
+    its replay_lag) and `engine` returns none."""
+    if entry.use_replay and entry.replay_source in ("rollout", "lagged") and not getattr(engine, "returns_routing", False):
+        kind = "rollout routing replay (R3)" if entry.replay_source == "rollout" else "lagged routing replay"
+        raise ValueError(f"{entry.run_label}: {kind} needs an engine that returns "
                          f"routed experts; rollout.engine {suite.rollout.engine} does not (hf does)")
 
 
