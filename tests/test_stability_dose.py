@@ -57,6 +57,20 @@ def test_a_run_that_fails_later_does_not_move_its_levels_dose():
         assert doses.loc["noise=1", "dose"] == pytest.approx(0.55)
 
 
+def test_a_lag_levels_dose_is_measured_from_the_first_step_at_its_lag():
+    """A lag-3 run trains steps 1-3 at lags 0, 1, 2 (k3 0.01 each), then at lag 3 (k3 1..6): its window is steps
+    4-8, k3 1..5, median 3 (its warm-up would give 0.01). A uniform lag's run reaches its largest lag (2) at
+    step 3: its window is steps 3-7 whatever their lags, median of 0.3, 0.4, 0.5, 0.6, 0.7 = 0.5. A run without
+    the column keeps its first five."""
+    fixed = steps("a", [0.01, 0.01, 0.01, 1, 2, 3, 4, 5, 6], 1).assign(**{"lag/max": [0, 1, 2, 3, 3, 3, 3, 3, 3]})
+    uniform = steps("b", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], 1).assign(**{"lag/max": [0, 1, 2, 0, 1, 2, 0, 1]})
+    levels = pd.DataFrame({"suite": "s", "label": ["a", "b"], "seed": 0, "cell": ["lag=3", "lag=u2"]})
+    doses = level_doses(first_steps(pd.concat([fixed, uniform])), levels).set_index("cell")
+    assert doses.loc["lag=3", "dose"] == pytest.approx(3.0) and doses.loc["lag=3", "dose_steps"] == 5
+    assert doses.loc["lag=u2", "dose"] == pytest.approx(0.5)
+    assert first_steps(fixed.drop(columns="lag/max"))["step"].tolist() == [1, 2, 3, 4, 5]
+
+
 def test_the_per_response_dose_is_the_sum_of_the_responses_token_k3():
     """Two responses, log r = ln 2 (k3 = 1 - ln 2) or 0 per token: the first [ln2, 0] sums to
     1 - ln 2, the second [ln2, ln2, ln2, 0] to 3 (1 - ln 2); their mean 2 (1 - ln 2). The step's
