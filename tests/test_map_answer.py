@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.evidence.dose import DOSE_STEPS
 from analysis.evidence.placement import (
     BEYOND,
     BOUNDARY,
@@ -32,6 +33,7 @@ from analysis.report.answer_differs import stability_rows
 from analysis.report.answer_words import plain_text, words
 from analysis.report.html import sentence_html
 from analysis.report.map_answer import (
+    LEAD,
     MAX_ITEM_WORDS,
     NO_AXIS_LEAD,
     arm_item,
@@ -385,3 +387,14 @@ def test_a_declared_family_is_holm_adjusted_alone_and_every_other_pair_is_explor
     xy, xz, yz = pair_tests(separating_arms())
     assert xy.adjusted == pytest.approx(3 * 2 / 4096) and xz.adjusted == pytest.approx(3 * 2 / 4096)  # step-down, monotone
     assert yz.adjusted == 1.0 and pairs_told_apart([xy, xz, yz]) == ([xy, xz], [yz])
+
+
+def test_a_lag_maps_lead_says_its_dose_is_measured_at_each_levels_lag():
+    """A map swept over rollout.lag measures a level's dose from the first step at its lag
+    (analysis.evidence.dose.first_steps): the lead says so; a map of another sweep keeps the plain lead."""
+    frame = arm_rows("grpo", [0, 1, 3, 6])
+    assert map_lead(placed(frame), frame) == LEAD
+    lagged = frame.assign(**{"sweep/lag": 4})
+    assert map_lead(placed(lagged), lagged) == LEAD.replace(f"over the first {DOSE_STEPS} steps of its runs",
+                                                            f"over the first {DOSE_STEPS} steps of its runs at the "
+                                                            "level's lag")

@@ -303,12 +303,13 @@ def map_lead(found: list[Placement], classes: pd.DataFrame | None = None) -> str
                 f"held at any dose measured; rate bounds are {CLOPPER_PEARSON}:")
     if on_no_axis(found):
         return unmeasured_lead(found) if any(p.unmeasured for p in found) else NO_AXIS_LEAD
-    short = short_levels(classes)
+    short, lead, window = short_levels(classes), LEAD, f"over the first {DOSE_STEPS} steps of its runs"
+    if any(name.startswith("sweep/") and name.endswith("lag") for name in classes.columns):  # analysis.evidence.dose
+        lead, window = lead.replace(window, f"{window} at the level's lag"), f"{window} at the level's lag"
     if not len(short):
-        return LEAD
-    return LEAD.replace(f"over the first {DOSE_STEPS} steps of its runs",
-                        f"over the first {DOSE_STEPS} steps of its runs, or at {count(len(short), 'level')} the finite "
-                        "steps they ran, as runs stopped within them")
+        return lead
+    return lead.replace(window, f"{window}, or at {count(len(short), 'level')} the finite steps they ran, as runs "
+                                "stopped within them")
 
 
 def map_items(found: list[Placement], links: tuple, tests: list[PairTest] | None = None,
