@@ -320,6 +320,13 @@ def test_a_lagged_run_trains_step_t_on_its_batch_sampled_lag_updates_before_and_
         assert row["response/len_mean"] == pytest.approx(call["len_mean"], abs=0), t
         assert row["compute/tokens_forward"] == 2 * call["tokens"], t
         assert row["lag/mean"] == row["lag/max"] == min(2, t - 1)
+    from analysis.data.load import load_results
+    from analysis.report.figure_table import report_figures
+    from analysis.report.sections import Context, build_sections
+
+    context = Context(load_results(tmp_path / "out"), 0.0, False, frozenset())
+    assert {"sampler-vs-learner", "sampler-vs-learner-reading"} <= {s.anchor for s in build_sections(context)}
+    assert "lag_routes" in {figure.name for figure in report_figures(context.sources)}
 
 
 def test_a_lagged_r2_run_counts_its_route_forward_in_the_step_that_replays_it(tmp_path, cache):

@@ -22,12 +22,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.evidence.lag import at_full_lag
 from analysis.stats.library import ALPHA
 from analysis.stats.logistic import zero_event_bound
 
 DOSE_STEPS = 5  # the first steps of a run, before its policy has parted from where it started
 KL_COLUMN, LENGTH_COLUMN = "mismatch/k3_kl", "response/len_mean"
-LAG_COLUMN = "lag/max"  # a step's sampler lag in updates (train.lag), where the run has one
 DOSE, DOSE_RESPONSE = "dose", "dose_response"  # the outcome table's columns
 RUN_KEY = ["suite", "label", "seed"]
 LEVEL_KEY = ["suite", "cell"]
@@ -36,18 +36,14 @@ LEVEL_KEY = ["suite", "cell"]
 def first_steps(metrics: pd.DataFrame, n: int = DOSE_STEPS) -> pd.DataFrame:
     """Per run (suite, label, seed) its first `n` steps by step number past its lag's warm-up, with
     `per_token` (the step's k3) and `per_response` (k3 x mean response length): one row per step. Under
-    `rollout.lag` (a `lag/max` column) the first steps train on the starting policy's batches at lags 0, 1,
-    ...: a run's window starts at the first step its lag reached its largest (`lag/max`'s maximum: step S + 1
-    at a fixed lag S; under a uniform lag the steps from there on mix its lags as the rest of the run does),
-    so a lag level's dose is measured at that lag (the warm-up's steps would give every level the dose of the
+    `rollout.lag` the first steps train on the starting policy's batches at lags 0, 1, ...: a run's window
+    starts at the first step at its largest lag (`analysis.evidence.lag.at_full_lag`: step S + 1 at a fixed
+    lag S; under a uniform lag the steps from there on mix its lags as the rest of the run does), so a lag
+    level's dose is measured at that lag (the warm-up's steps would give every level the dose of the
     smallest lags)."""
     if not len(metrics) or KL_COLUMN not in metrics:
         return pd.DataFrame(columns=[*RUN_KEY, "step", "per_token", "per_response"])
-    ordered = metrics.sort_values([*RUN_KEY, "step"], kind="stable")
-    if LAG_COLUMN in ordered:
-        lag = ordered[LAG_COLUMN].fillna(0.0)
-        at_largest = lag >= lag.groupby([ordered[k] for k in RUN_KEY], sort=False).transform("max")
-        ordered = ordered[at_largest.groupby([ordered[k] for k in RUN_KEY], sort=False).cummax().to_numpy()]
+    ordered = at_full_lag(metrics.sort_values([*RUN_KEY, "step"], kind="stable"))
     first = ordered.groupby(RUN_KEY, sort=False).head(n)
     per_token = first[KL_COLUMN].to_numpy(dtype=float)
     length = first[LENGTH_COLUMN].to_numpy(dtype=float) if LENGTH_COLUMN in first else np.full(len(first), np.nan)

@@ -22,11 +22,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.data.load import Results
+from analysis.evidence import lag as L
 from analysis.evidence import margins as M
 from analysis.evidence import stability as S
 from analysis.evidence.gather import Evidence
 from analysis.figures import curves as F
 from analysis.figures import curves_interactive as plotly_figures
+from analysis.figures import lag as LF
 from analysis.figures import margins as MF
 from analysis.figures import margins_interactive as MFI
 from analysis.figures import stability as SF
@@ -150,6 +152,11 @@ def layered(sources: Sources) -> list[str]:
     return [label for label in sources.shown.objectives if label in found]
 
 
+def lagged(sources: Sources) -> bool:
+    """The lag figure needs a run that trained on lagged batches (`rollout.lag`)."""
+    return measured(sources) and L.lagged(sources.shown.metrics)
+
+
 def tuned(sources: Sources) -> bool:
     return sources.tuned
 
@@ -183,6 +190,11 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("fig3_routing_replay", "Figure 3: GRPO with / without Routing Replay",
                lambda s: whole(F.replay(s.shown.metrics)), lambda s: plotly_figures.replay(s.shown), applies=measured,
                needs=("reward/mean",)),
+    FigureSpec("lag_routes", "Sampler against learner under rollout lag: experts apart and k3 per response by lag "
+               "(finished runs, steps at each run's full lag; the GSPO paper's ~10% per update dashed)",
+               lambda s: LF.lag_routes(L.lag_runs(s.shown.metrics)),
+               lambda s: LF.lag_routes_interactive(L.lag_runs(s.shown.metrics)), applies=lagged,
+               needs=("lag/route_diff",)),
     FigureSpec("ratio_variance", "Importance-ratio variance (medians over seeds of rolling medians, log scale)",
                lambda s: whole(F.ratio_variance(s.shown.metrics)), lambda s: plotly_figures.ratio_variance(s.shown),
                applies=measured, needs=("ratio/token_var", "ratio/seq_var")),

@@ -26,11 +26,13 @@ from analysis.data.load import Results, finished, unfinished
 from analysis.data.matching import check_matched, compute_by_arm, compute_table, is_unmatched
 from analysis.data.tuning import tuning_records
 from analysis.evidence import divergence as D
+from analysis.evidence import lag as L
 from analysis.evidence import margins as M
 from analysis.evidence import stability as S
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.primary import declarations
 from analysis.report import anchors
+from analysis.report import lag_text as LT
 from analysis.report import stability_text as ST
 from analysis.report import tables as T
 from analysis.report import tuning as TU
@@ -228,6 +230,14 @@ def _stability(c: Context) -> list[Section]:
                     ST.rules_text(c.stability.every_run))]
 
 
+def _lag(c: Context) -> list[Section]:
+    if not L.lagged(c.shown.metrics):
+        return []
+    runs = L.lag_runs(c.shown.metrics)
+    return [Section("sampler-vs-learner", LT.TITLE, LT.lag_table(runs)),
+            Section("sampler-vs-learner-reading", "Where the lag reaches the paper's routing change", LT.crossing_text(runs))]
+
+
 def _margins(c: Context) -> list[Section]:
     return [Section("router-margins", "Router margins against drift: an independence check (means over steps and "
                     "seeds)", M.margin_table(c.shown.metrics)),
@@ -277,6 +287,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("by-sweep-point", _by_point, when="with a sweep"),
     SectionSpec("stability-map", _stability, when="with finished or collapsed runs in several groups, or a swept "
                 "mismatch or volatility knob (analysis.evidence.stability.map_applies)"),
+    SectionSpec("sampler-vs-learner", _lag, when="with runs that trained on lagged batches (rollout.lag)"),
     SectionSpec("tuning", lambda c: [Section("tuning", "Tuning: ruleset per arm, chosen settings, tuning and comparison "
                                              "FLOPs", "\n".join(filter(None, [TU.tuning_text(c.results),
                                                                              TU.untuned_text(c.results)]))), Section(

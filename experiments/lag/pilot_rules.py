@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import typer
 
 from analysis.data.load import load_results
+from analysis.evidence.lag import PAPER_ROUTE_SHARE as PAPER_SHARE
+from analysis.evidence.lag import route_crossing
 from analysis.evidence.stability import FAILED, class_rows
-
-PAPER_SHARE = 0.10  # the GSPO paper's share of activated experts that change per update on its MoE
 
 
 def past_warm_up(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -36,20 +35,6 @@ def run_medians(metrics: pd.DataFrame) -> pd.DataFrame:
         ess=("lag/ess", "median"), clip=("clip/frac", "median")).reset_index()
 
 
-def crossing(curve: pd.Series, share: float = PAPER_SHARE) -> float | None:
-    """The lag at which `curve` (median share by lag, lag > 0 ascending) first reaches `share`, linear in log
-    lag between the two levels around it; None where no level reaches it."""
-    levels = curve[curve.index > 0].sort_index()
-    above = np.flatnonzero(levels.to_numpy() >= share)
-    if not len(above):
-        return None
-    i = int(above[0])
-    if i == 0:
-        return float(levels.index[0])
-    (x0, y0), (x1, y1) = (np.log(levels.index[i - 1]), levels.iloc[i - 1]), (np.log(levels.index[i]), levels.iloc[i])
-    return float(np.exp(x0 + (share - y0) * (x1 - x0) / (y1 - y0)))
-
-
 def main(results: Path, csv: Path | None = None) -> None:
     loaded = load_results(results)
     classes = class_rows(loaded)
@@ -67,7 +52,7 @@ def main(results: Path, csv: Path | None = None) -> None:
     print("\nper arm and lag, medians over seeds of the run medians past the warm-up:")
     print(curve.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     recomputed = curve[curve["arm"] == "grpo"].set_index("lag")["route_diff"]
-    at = crossing(recomputed)
+    at = route_crossing(recomputed)
     print(f"\nrule 2: GRPO recomputed's lag/route_diff reaches {PAPER_SHARE:.0%} at lag {at:.3g}" if at is not None else
           f"\nrule 2: GRPO recomputed's lag/route_diff reaches {PAPER_SHARE:.0%} at no lag tried "
           f"(largest {recomputed.max():.3g}, at lag {int(recomputed.idxmax())})")
