@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: quickstart test test-browser regress perf vllm-env test-vllm test-gpu gpu-check lint types clean
+.PHONY: quickstart test test-browser regress perf vllm-env test-vllm test-gpu gpu-check lint types clean ship-warm-starts
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ regress: $(VENV)/.installed
 	rm -rf $(VENV)/ci-run
 	GSPO_BENCH_CACHE=$(VENV)/ci-run/cache $(BIN)/gspo-bench run experiments/ci.yaml --seeds 0 --out $(VENV)/ci-run --parallel 2
 	$(BIN)/gspo-bench regress $(VENV)/ci-run/ci --baseline results/ci-baseline
+
+## the warm starts the package ships (gspo_bench/warmstarts/: the quickstart's, the lag and stability maps' two),
+## each trained afresh under its cache key: a cache without them takes them instead of training
+ship-warm-starts: $(VENV)/.installed
+	OMP_NUM_THREADS=1 $(BIN)/python experiments/ship_warm_starts.py
 
 $(VENV)/.installed-perf: pyproject.toml $(VENV)/.installed
 	$(PIP) install -q -e ".[perf]"

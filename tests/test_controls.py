@@ -166,7 +166,7 @@ def test_each_warm_start_is_cached_on_its_own_key(tmp_path, monkeypatch):
 
     keys = []
 
-    def fake_warm_start(build, tokenizer, task, params, key_parts, cache, on_eval):
+    def fake_warm_start(build, tokenizer, task, params, key_parts, cache, on_eval, shipped=None):
         keys.append((key_parts["seed"], params.seed))
         return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.0, "steps": 0}
 

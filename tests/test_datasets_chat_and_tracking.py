@@ -360,7 +360,7 @@ def test_the_warm_start_cache_key_holds_the_chat_format(tmp_path, monkeypatch):
 
     keys = []
 
-    def fake_warm_start(build, tokenizer, task, params, key_parts, cache, on_eval):
+    def fake_warm_start(build, tokenizer, task, params, key_parts, cache, on_eval, shipped=None):
         keys.append(key_parts)
         return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.0, "steps": 0}
 

@@ -100,7 +100,7 @@ def test_the_warm_start_cache_key_holds_router_scale_only_where_it_is_set(tmp_pa
 
     keys, built = [], []
 
-    def fake_warm_start(build, tokenizer, task, params, key_parts, cache, on_eval):
+    def fake_warm_start(build, tokenizer, task, params, key_parts, cache, on_eval, shipped=None):
         keys.append(key_parts)
         built.append(build())
         return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.0, "steps": 0}

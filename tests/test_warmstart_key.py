@@ -22,7 +22,7 @@ def tiny_suite(**warm_start) -> object:
 def test_warm_start_steps_reach_the_warm_start(tmp_path, monkeypatch):
     seen = {}
 
-    def fake(build, tokenizer, task, params, key_parts, cache, on_eval=None):
+    def fake(build, tokenizer, task, params, key_parts, cache, on_eval=None, shipped=None):
         seen["params"] = params
         return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.3, "steps": params.steps}
 
@@ -59,7 +59,7 @@ def threads_seen(tmp_path: Path, monkeypatch, **warm_start) -> int:
 
     seen = {}
 
-    def fake(build, tokenizer, task, params, key_parts, cache, on_eval=None):
+    def fake(build, tokenizer, task, params, key_parts, cache, on_eval=None, shipped=None):
         seen["threads"] = torch.get_num_threads()
         return None, {"path": str(tmp_path), "cached": True, "accuracy": 0.3, "steps": 1}
 

@@ -3,7 +3,7 @@
 # and warm-start caches, every output line timestamped, then the wall time of each phase.
 #   bash experiments/perf/fresh_quickstart.sh [REPO]
 # Phases: install (up to .venv/.installed), start-up (to the warm start's first line), warm start (to
-# its "trained:" line), RL runs (to "results:"), report (to the answer), then the answer's lines.
+# its "trained:" line, or "shipped with the package:" where the package ships it), RL runs (to "results:"), report (to the answer), then the answer's lines.
 set -u
 repo=${1:-$(git -C "$(dirname "$0")" rev-parse --show-toplevel)}
 d=$(mktemp -d "${TMPDIR:-/tmp}/fresh-quickstart-XXXX")
@@ -15,7 +15,7 @@ make quickstart 2>&1 | while IFS= read -r line; do echo "$(date +%s.%N) $line"; 
 echo "$(date +%s.%N) END rc=${PIPESTATUS[0]}" >> "$log"
 grep -v "WARNING: Location" "$log"
 awk 'NR == 1 { t0 = $1 } { t = $1 - t0 }
-     /touch .venv\/.installed/ && !i { i = t } /starting weights/ && !w { w = t } /trained: accuracy/ && !r { r = t }
+     /touch .venv\/.installed/ && !i { i = t } /starting weights/ && !w { w = t } /(trained|reused|shipped with the package): accuracy/ && !r { r = t }
      $2 == "results:" && !e { e = t } $2 == "answer:" && !a { a = t } /END rc=/ { z = t }
      END { printf "phases (s): install %.0f, start-up %.0f, warm start %.0f, RL runs %.0f, report %.0f; total %.0f (%.1f min)\n",
            i, w - i, r - w, e - r, a - e, z, z / 60 }' "$log"

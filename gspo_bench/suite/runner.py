@@ -53,11 +53,12 @@ def default_cache_dir() -> Path:
 
 
 def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] = print,
-                     on_eval: Callable[[int, float], None] | None = None) -> Path:
+                     on_eval: Callable[[int, float], None] | None = None, shipped: bool = True) -> Path:
     """Directory of the weights (with tokenizer) every objective of `seed` starts from.
 
     Tiny models: built from the config with `seed`, then warm-started (cached under a hash of
-    everything that affects them); each of its evaluations goes to `on_eval(step, accuracy)` (a
+    everything that affects them; where the cache holds none, the entry of that hash shipped with the
+    package, unless not `shipped`); each of its evaluations goes to `on_eval(step, accuracy)` (a
     progress bar), or as a line to `log`. Real models: the checkpoint directory itself.
     """
     from gspo_bench import __version__
@@ -67,6 +68,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     from gspo_bench.runtime.kernels import torch_threads
     from gspo_bench.tasks import make_task
     from gspo_bench.train import WarmStartParams, warm_start
+    from gspo_bench.train.warmstart import SHIPPED
 
     if suite.model.path is not None:
         if not (Path(suite.model.path) / "config.json").is_file():
@@ -103,10 +105,14 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
         _, info = warm_start(
             build, tokenizer, make_task(suite.task.name, **suite.task.params), params, key_parts, cache,
             on_eval=on_eval or (lambda step, acc: log(f"  warm start step {step}: sampled test accuracy {acc:.3f}")),
+            shipped=SHIPPED if shipped else None,
         )
     if info.get("rebuilt"):
         log(f"  the cached warm start was damaged ({info['rebuilt']}): removed and rebuilt")
-    log(f"  {'reused' if info['cached'] else 'trained'}: accuracy {info['accuracy']:.3f} after {info['steps']} steps")
+    if info.get("shipped_damaged"):
+        log(f"  {info['shipped_damaged']}: trained instead")
+    done = "shipped with the package" if info.get("shipped") else "reused" if info["cached"] else "trained"
+    log(f"  {done}: accuracy {info['accuracy']:.3f} after {info['steps']} steps")
     return Path(info["path"])
 
 

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
+# Warm starts shipped with the package (`make ship-warm-starts`): a cache entry each, under its key, checksummed
+SHIPPED = Path(__file__).resolve().parent.parent / "warmstarts"
+
+
 @dataclass(frozen=True)
 class WarmStartParams:
     lr: float = 3e-3
@@ -227,10 +231,14 @@ def sft_step(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: T
 
 def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrainedTokenizerBase, task: Task,
                params: WarmStartParams, key_parts: dict[str, Any], cache_dir: Path,
-               on_eval: Callable[[int, float], None] | None = None) -> tuple[torch.nn.Module, dict[str, Any]]:
+               on_eval: Callable[[int, float], None] | None = None,
+               shipped: Path | None = SHIPPED) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Warm-started `(model, info)`, loaded from `cache_dir/<key>` when its files match their
-    checksums, or trained and saved there atomically. A damaged entry (a file cut short or gone,
-    warmstart.json or the checksums missing) is removed and rebuilt; `info["rebuilt"]` says why."""
+    checksums, or, where the cache holds none, from the entry of that key shipped with the package
+    (`shipped`; installed into the cache once its files match their checksums: `info["shipped"]`), or
+    trained and saved there atomically. A damaged entry (a file cut short or gone, warmstart.json or
+    the checksums missing) is removed and rebuilt; `info["rebuilt"]` says why, and
+    `info["shipped_damaged"]` why a shipped entry was not used."""
     from transformers import AutoModelForCausalLM
 
     # the device only where it is not the CPU: the key (and the cache) of before it existed
@@ -241,17 +249,52 @@ def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrained
     key = cache_key({**key_parts, "warm_start": settings, **({"kernels": kernels} if kernels else {})})
     target = Path(cache_dir) / f"warmstart-{key}"
     problem = cache_damage(target)
+    found = shipped_entry(target.name, shipped) if not target.exists() or problem is not None else None
+    if isinstance(found, Path):
+        if problem is not None:
+            _discard(target)
+        install_entry(found, target)
+        problem = None
     if target.exists() and problem is None:
         info = json.loads((target / "warmstart.json").read_text())
         model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(target, local_files_only=True, dtype=torch.float32)
-        return model, {**info, "cached": True, "path": str(target)}
+        return model, {**info, "cached": True, "path": str(target), **({"shipped": True} if isinstance(found, Path) else {})}
     if problem is not None:
         _discard(target)
     model = build_model()
     info = finetune(model, tokenizer, task, params, on_eval=on_eval)
     info["key"], info["kernels"] = key, kernels
     save_entry(model, tokenizer, info, target)
-    return model, {**info, "cached": False, "path": str(target), **({"rebuilt": problem} if problem else {})}
+    return model, {**info, "cached": False, "path": str(target), **({"rebuilt": problem} if problem else {}),
+                   **({"shipped_damaged": found} if isinstance(found, str) else {})}
+
+
+def shipped_entry(name: str, shipped: Path | None = SHIPPED) -> Path | str | None:
+    """The warm start `name` (`warmstart-<key>`) shipped with the package under `shipped`: its folder where
+    every file matches its checksum, one line saying why not where it does not (it is then not used), None
+    where none ships."""
+    folder = None if shipped is None else Path(shipped) / name
+    if folder is None or not folder.is_dir():
+        return None
+    problem = cache_damage(folder)
+    return folder if problem is None else f"the shipped warm start {folder} is damaged: {problem}"
+
+
+def install_entry(source: Path, target: Path) -> None:
+    """Copy the entry `source` to `target` in the cache, aside first and renamed into place (another
+    process's finished copy is kept)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        shutil.copytree(source, tmp / "entry")
+        share(tmp / "entry")
+        try:
+            (tmp / "entry").rename(target)
+        except OSError:  # another process installed it first
+            if cache_damage(target) is not None:
+                raise WarmStartError(f"another process wrote a damaged warm start to {target}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def cache_damage(target: Path) -> str | None:
