@@ -68,7 +68,6 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     from gspo_bench.runtime.kernels import torch_threads
     from gspo_bench.tasks import make_task
     from gspo_bench.train import WarmStartParams, warm_start
-    from gspo_bench.train.warmstart import SHIPPED
 
     if suite.model.path is not None:
         if not (Path(suite.model.path) / "config.json").is_file():
@@ -105,12 +104,10 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
         _, info = warm_start(
             build, tokenizer, make_task(suite.task.name, **suite.task.params), params, key_parts, cache,
             on_eval=on_eval or (lambda step, acc: log(f"  warm start step {step}: sampled test accuracy {acc:.3f}")),
-            shipped=SHIPPED if shipped else None,
-        )
-    if info.get("rebuilt"):
-        log(f"  the cached warm start was damaged ({info['rebuilt']}): removed and rebuilt")
-    if info.get("shipped_damaged"):
-        log(f"  {info['shipped_damaged']}: trained instead")
+            shipped=shipped)
+    for why in filter(None, (info.get("rebuilt") and f"the cached warm start was damaged ({info['rebuilt']}): removed "
+                             "and rebuilt", info.get("shipped_damaged") and f"{info['shipped_damaged']}: trained instead")):
+        log(f"  {why}")
     done = "shipped with the package" if info.get("shipped") else "reused" if info["cached"] else "trained"
     log(f"  {done}: accuracy {info['accuracy']:.3f} after {info['steps']} steps")
     return Path(info["path"])

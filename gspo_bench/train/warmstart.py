@@ -232,10 +232,11 @@ def sft_step(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: T
 def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrainedTokenizerBase, task: Task,
                params: WarmStartParams, key_parts: dict[str, Any], cache_dir: Path,
                on_eval: Callable[[int, float], None] | None = None,
-               shipped: Path | None = SHIPPED) -> tuple[torch.nn.Module, dict[str, Any]]:
+               shipped: Path | bool = True) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Warm-started `(model, info)`, loaded from `cache_dir/<key>` when its files match their
     checksums, or, where the cache holds none, from the entry of that key shipped with the package
-    (`shipped`; installed into the cache once its files match their checksums: `info["shipped"]`), or
+    (`shipped`: True for SHIPPED, read when called, False for none, or a folder of entries; installed into
+    the cache once its files match their checksums: `info["shipped"]`), or
     trained and saved there atomically. A damaged entry (a file cut short or gone, warmstart.json or
     the checksums missing) is removed and rebuilt; `info["rebuilt"]` says why, and
     `info["shipped_damaged"]` why a shipped entry was not used."""
@@ -249,7 +250,8 @@ def warm_start(build_model: Callable[[], torch.nn.Module], tokenizer: PreTrained
     key = cache_key({**key_parts, "warm_start": settings, **({"kernels": kernels} if kernels else {})})
     target = Path(cache_dir) / f"warmstart-{key}"
     problem = cache_damage(target)
-    found = shipped_entry(target.name, shipped) if not target.exists() or problem is not None else None
+    entries = SHIPPED if shipped is True else None if shipped is False else shipped
+    found = shipped_entry(target.name, entries) if not target.exists() or problem is not None else None
     if isinstance(found, Path):
         if problem is not None:
             _discard(target)
