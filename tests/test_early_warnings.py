@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from analysis.evidence.early_warnings import AlarmRule, alarm_step, auc, lead_time, run_score, score_rule
+from analysis.evidence.early_warnings import (
+    AlarmRule,
+    alarm_step,
+    auc,
+    choose_threshold,
+    lead_time,
+    run_score,
+    score_rule,
+    signal_runs,
+)
 
 STEPS = np.arange(1, 11, dtype=float)
 RULE = AlarmRule("grad/norm", threshold=4.0, direction="above", persist=2)
@@ -50,3 +59,29 @@ def test_the_auc_equals_scikit_learns_with_ties():
     # 0.9 beats all 5; each 0.7 beats 3 and ties 2 (half each): 4; 0.4 beats 3: (5 + 4 + 4 + 3) / 20
     assert ours == pytest.approx(theirs) and ours == pytest.approx(16 / 20)
     assert np.isnan(auc(failed, np.array([np.nan])))
+
+
+def test_a_threshold_is_chosen_on_some_runs_within_its_false_alarm_rate():
+    """Held runs peak at 2 and 6; failed runs peak at 5 and 8 before their onsets. Allowing no false alarm, the
+    threshold must exceed 6: 8 warns one failed run (at step 3), and nothing larger warns more. Allowing one
+    false alarm in two, 5 warns both."""
+    steps = np.arange(1, 6, dtype=float)
+    runs = [(steps, np.array([0, 2, 0, 0, 0.0]), np.nan), (steps, np.array([0, 6, 0, 0, 0.0]), np.nan),
+            (steps, np.array([0, 0, 5, 0, 9.0]), 5.0), (steps, np.array([0, 0, 8, 0, 0.0]), 4.0)]
+    rule = AlarmRule("grad/norm", threshold=0.0)
+    strict = choose_threshold(rule, runs, max_false_alarm=0.0)
+    assert strict.threshold == 8.0 and score_rule(strict, runs, np.random.default_rng(0)).warned == 1
+    loose = choose_threshold(rule, runs, max_false_alarm=0.5)
+    assert loose.threshold == 5.0 and score_rule(loose, runs, np.random.default_rng(0)).warned == 2
+
+
+def test_signal_runs_take_the_onset_from_the_outcome_class():
+    import pandas as pd
+
+    metrics = pd.DataFrame({"suite": "s", "label": ["a"] * 3 + ["b"] * 3, "seed": 0, "step": [1, 2, 3] * 2,
+                            "grad/norm": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]})
+    classes = pd.DataFrame({"suite": "s", "label": ["a", "b"], "seed": 0, "outcome": ["collapsed", "learned"],
+                            "step": [2.0, float("nan")]})
+    (a_steps, a_values, a_onset), (_, b_values, b_onset) = signal_runs(metrics, classes, "grad/norm")
+    assert a_onset == 2.0 and a_values.tolist() == [1.0, 2.0, 3.0] and np.isnan(b_onset) and b_values[0] == 4.0
+    assert signal_runs(metrics, classes, "lag/ess") == []

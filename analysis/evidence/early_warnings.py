@@ -17,10 +17,13 @@ is known (issue #61's scoring, from the run folders alone).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
+import pandas as pd
+
+from analysis.evidence.stability import FAILED
 
 Direction = Literal["above", "below"]
 
@@ -131,3 +134,47 @@ def score_rule(rule: AlarmRule, runs: list[tuple[np.ndarray, np.ndarray, float]]
     low, high = auc_interval(np.array(scores_failed), np.array(scores_held), rng)
     return Scored(rule, len(leads), len(warned), float(np.median(warned)) if warned else float("nan"),
                   len(scores_held), false_alarms, auc(np.array(scores_failed), np.array(scores_held)), low, high)
+
+
+Run = tuple[np.ndarray, np.ndarray, float]  # (steps, the signal's values, onset: NaN for a run that held)
+
+
+def signal_runs(metrics: pd.DataFrame, classes: pd.DataFrame, signal: str) -> list[Run]:
+    """Per judged run of `classes` (the map's rows: suite, label, seed, outcome, step) its `signal` by step from
+    `metrics` and its onset: the class's step for a failed run (degraded or collapsed), NaN for one that held. A
+    failed run without an onset step, or without the signal, is left out."""
+    if signal not in metrics:
+        return []
+    found = []
+    for row in classes[["suite", "label", "seed", "outcome", "step"]].to_dict("records"):
+        onset = float(row["step"]) if row["outcome"] in FAILED else float("nan")
+        if row["outcome"] in FAILED and not np.isfinite(onset):
+            continue
+        own = metrics[(metrics["suite"] == row["suite"]) & (metrics["label"] == row["label"])
+                      & (metrics["seed"] == row["seed"])]
+        own = own.sort_values("step")
+        if len(own):
+            found.append((own["step"].to_numpy(dtype=float), own[signal].to_numpy(dtype=float), onset))
+    return found
+
+
+def choose_threshold(rule: AlarmRule, runs: list[Run], max_false_alarm: float = 0.1) -> AlarmRule:
+    """`rule` with the threshold, among the held and failed runs' scores, that warns the most failed runs ahead
+    of their onset while its false-alarm rate on the held runs stays at most `max_false_alarm` (the most
+    conservative of equals: the largest threshold "above", the smallest "below"): chosen on `runs` alone, to be
+    scored on others. `rule` itself where no candidate keeps the rate."""
+    scores = np.array([run_score(rule, steps, values, before=onset) for steps, values, onset in runs])
+    sign = 1.0 if rule.direction == "above" else -1.0  # run_score negates a "below" signal's minimum
+    candidates = sorted({sign * v for v in scores[np.isfinite(scores)]}, reverse=rule.direction == "above")
+    best, best_warned = rule, -1
+    for value in candidates:
+        trial = replace(rule, threshold=float(value))
+        held = [r for r in runs if not np.isfinite(r[2])]
+        alarms = sum(np.isfinite(alarm_step(trial, steps, values)) for steps, values, _ in held)
+        if held and alarms / len(held) > max_false_alarm:
+            continue
+        warned = sum(np.isfinite(lead_time(onset, alarm_step(trial, steps, values, before=onset)))
+                     for steps, values, onset in runs if np.isfinite(onset))
+        if warned > best_warned:
+            best, best_warned = trial, warned
+    return best
