@@ -85,3 +85,10 @@ def test_signal_runs_take_the_onset_from_the_outcome_class():
     (a_steps, a_values, a_onset), (_, b_values, b_onset) = signal_runs(metrics, classes, "grad/norm")
     assert a_onset == 2.0 and a_values.tolist() == [1.0, 2.0, 3.0] and np.isnan(b_onset) and b_values[0] == 4.0
     assert signal_runs(metrics, classes, "lag/ess") == []
+
+
+def test_no_threshold_within_the_false_alarm_rate_gives_a_rule_that_never_fires():
+    steps = np.arange(1, 4, dtype=float)
+    runs = [(steps, np.array([9.0, 9.0, 9.0]), np.nan), (steps, np.array([1.0, 1.0, 1.0]), 3.0)]
+    rule = choose_threshold(AlarmRule("grad/norm", threshold=0.0), runs, max_false_alarm=0.0)
+    assert np.isnan(rule.threshold) and np.isnan(alarm_step(rule, steps, np.array([9.0, 9.0, 9.0])))

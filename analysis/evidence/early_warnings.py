@@ -162,11 +162,11 @@ def choose_threshold(rule: AlarmRule, runs: list[Run], max_false_alarm: float = 
     """`rule` with the threshold, among the held and failed runs' scores, that warns the most failed runs ahead
     of their onset while its false-alarm rate on the held runs stays at most `max_false_alarm` (the most
     conservative of equals: the largest threshold "above", the smallest "below"): chosen on `runs` alone, to be
-    scored on others. `rule` itself where no candidate keeps the rate."""
+    scored on others. Where no candidate keeps the rate, the threshold is NaN: a rule that never fires."""
     scores = np.array([run_score(rule, steps, values, before=onset) for steps, values, onset in runs])
     sign = 1.0 if rule.direction == "above" else -1.0  # run_score negates a "below" signal's minimum
     candidates = sorted({sign * v for v in scores[np.isfinite(scores)]}, reverse=rule.direction == "above")
-    best, best_warned = rule, -1
+    best, best_warned = replace(rule, threshold=float("nan")), -1
     for value in candidates:
         trial = replace(rule, threshold=float(value))
         held = [r for r in runs if not np.isfinite(r[2])]
