@@ -163,10 +163,14 @@ def no_data(ax: plt.Axes, column: str) -> plt.Axes:
     return ax
 
 
+WEAK_GRADIENT = "clip/grad_weak_frac"
+
+
 def clip_fraction(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:
     """Figure 2: fraction of clipped tokens per objective: the mean over seeds of each seed's mean over
-    steps (bar), every seed (dots) and the band (`band`), log scale. Objectives that never logged it are
-    named in the title, not drawn; with none that did, the axes say so."""
+    steps (bar), every seed (dots) and the band (`band`), log scale; where runs logged it, beside it the
+    share one measure counts as cut for every family (`clip/grad_weak_frac`, `weak_bars`). Objectives that
+    never logged it are named in the title, not drawn; with none that did, the axes say so."""
     ax = axes(ax)
     colors = palette(labels_of(metrics))
     found = seed_means(metrics, "clip/frac")
@@ -179,21 +183,54 @@ def clip_fraction(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes
         low, high = band(per_seed[:, None], rng)
         values.append(per_seed.mean())
         errs.append((per_seed.mean() - low[0], high[0] - per_seed.mean()))
-    floor = min([v for v in values if v > 0], default=1e-6) / 10
+    weak = seed_means(metrics, WEAK_GRADIENT) if WEAK_GRADIENT in metrics.columns else {}
+    floor = min([v for v in values if v > 0] + [w.mean() for w in weak.values() if w.mean() > 0], default=1e-6) / 10
     shown = [max(v, floor) for v in values]
-    ax.bar(labels, shown, color=[colors[lbl] for lbl in labels], yerr=np.array(errs).T, capsize=3)
+    offset = 0.2 if weak else 0.0  # with the gradient-weight share, each objective's two bars side by side
+    where = np.arange(len(labels)) - offset
+    if weak:
+        ax.bar(where, shown, width=0.4, color=[colors[lbl] for lbl in labels], yerr=np.array(errs).T, capsize=3,
+               label="clip/frac (the family's own cut)")
+        ax.set_xticks(np.arange(len(labels)), labels)
+    else:
+        ax.bar(labels, shown, color=[colors[lbl] for lbl in labels], yerr=np.array(errs).T, capsize=3)
     for i, (v, per_seed) in enumerate(zip(values, seeds)):
-        ax.scatter([i] * len(per_seed), np.maximum(per_seed, floor), color="#222", s=10, zorder=3)
-        ax.annotate(f"{v:.2g}", (i, shown[i]), ha="center", va="bottom", fontsize=8,
+        ax.scatter([where[i]] * len(per_seed), np.maximum(per_seed, floor), color="#222", s=10, zorder=3)
+        ax.annotate(f"{v:.2g}", (where[i], shown[i]), ha="center", va="bottom", fontsize=8,
                     xytext=(0, 3), textcoords="offset points")
+    tops = list(shown)
+    if weak:
+        tops += weak_bars(ax, labels, weak, floor, colors)
     ax.set_yscale("log")
-    ax.set_ylim(top=max(shown) * 4)  # room for the value labels under the title
+    ax.set_ylim(top=max(tops) * 4)  # room for the value labels under the title
     ax.set_ylabel("clipped token fraction")
     missing = [label for label in labels_of(metrics) if label not in found]
     ax.set_title(f"Clipping fraction (dots: seeds; {band_words(metrics)})"
                  + (f"\nnot logged by {', '.join(missing)}" if missing else ""), fontsize=9)
     ax.tick_params(axis="x", rotation=20)
     return ax
+
+
+def weak_bars(ax: plt.Axes, labels: list[str], weak: dict[str, np.ndarray], floor: float,
+              colors: dict[str, tuple]) -> list[float]:
+    """Figure 2's second bar per objective: `clip/grad_weak_frac`, the share of tokens with an advantage whose
+    gradient is under half the plain policy gradient's (one measure for hard clips, masks and soft gates
+    alike), hatched, right of the objective's own `clip/frac`; its seeds as open dots. Returns the heights."""
+    heights: list[float] = []
+    for i, label in enumerate(labels):
+        if label not in weak:
+            continue
+        per_seed = weak[label]
+        height = max(float(per_seed.mean()), floor)
+        ax.bar([i + 0.2], [height], width=0.4, color=colors[label], alpha=0.45, hatch="//", edgecolor="#222",
+               label=("clip/grad_weak_frac (gradient < 1/2 of the plain one)" if not heights else None))
+        ax.scatter([i + 0.2] * len(per_seed), np.maximum(per_seed, floor), facecolors="none", edgecolors="#222",
+                   s=10, zorder=3)
+        ax.annotate(f"{per_seed.mean():.2g}", (i + 0.2, height), ha="center", va="bottom", fontsize=8,
+                    xytext=(0, 3), textcoords="offset points")
+        heights.append(height)
+    ax.legend(fontsize=7, loc="upper left")
+    return heights
 
 
 def replay(metrics: pd.DataFrame, ax: plt.Axes | None = None) -> plt.Axes:

@@ -13,6 +13,7 @@ from analysis.data.load import Results
 from analysis.data.robust import robust_curves
 from analysis.figures.curves import (
     COMPUTE,
+    WEAK_GRADIENT,
     band,
     band_words,
     clip_by_length_table,
@@ -121,6 +122,16 @@ def clip_fraction(results: Results) -> list[go.Figure]:
             fig.add_trace(go.Scatter(x=[label], y=[v], mode="markers", name=f"{label} s{seed}", legendgroup=label,
                                      marker=dict(color="#222", size=6, symbol="circle-open"),
                                      hovertemplate=f"{label} seed {seed}: %{{y:.4g}}<extra></extra>"))
+        if WEAK_GRADIENT in frame.columns:
+            weak = frame.groupby("seed")[WEAK_GRADIENT].mean().dropna()
+            if not weak.empty:
+                fig.add_trace(go.Bar(x=[label], y=[weak.mean()], name=f"{label} gradient < 1/2", legendgroup=label,
+                                     marker=dict(color=colors[str(label)], opacity=0.5, pattern_shape="/"),
+                                     hovertemplate=(f"{label}: share of tokens with an advantage whose gradient is "
+                                                    f"under half the plain one %{{y:.4g}} ({len(weak)} seeds)"
+                                                    "<extra></extra>")))
+    if WEAK_GRADIENT in m.columns:
+        fig.update_layout(barmode="group")
     title = f"Clipped token fraction (Figure 2; {band_words(m)})" + (
         ": no run logged clip/frac" if len(missing) == len(labels_of(m)) else
         f"; not logged by {', '.join(missing)}" if missing else "")

@@ -15,6 +15,10 @@ are population variances (0 for a single element).
 `count/*` values are counts, to be summed (not averaged) across minibatches and steps.
 - `loss/max_token_share` (`term_share_metrics`): the largest |contribution| of one token to the loss
   over the sum of every token's |contribution| (from `reduce.recording_terms`); 0 where every term is 0.
+- `clip/grad_weak_frac`, `clip/grad_weight_mean` (`gradient_weight_metrics`): one clip measure for every
+  family, hard or soft: each token's gradient against the plain policy gradient's under the same
+  reduction, the share passing less than half of it and the mean; over the `count/grad_tokens` valid
+  tokens with a nonzero advantage, which also weigh them across minibatches.
 
 `measurements_off()` makes both functions return {} (the performance benchmark uses it to measure
 what the measurements cost); objectives need no change for it.
@@ -42,6 +46,11 @@ def measurements_off(off: bool = True) -> Iterator[None]:
         yield
     finally:
         _ENABLED.reset(token)
+
+
+def measuring() -> bool:
+    """Whether measurements are on here (not within `measurements_off()`)."""
+    return _ENABLED.get()
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -94,6 +103,40 @@ def term_share_metrics(recorded: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     total = per_token.sum()
     share = per_token.max() / total.clamp(min=torch.finfo(torch.float64).tiny) if per_token.numel() else total
     return {"loss/max_token_share": torch.where(total > 0, share, 0.0)}
+
+
+# A token whose gradient is less than this share of the plain policy gradient's counts as cut in
+# `clip/grad_weak_frac` (the threshold SAPO's and VESPO's `clip/frac` use for their soft cut)
+WEAK_GRADIENT_WEIGHT = 0.5
+
+
+@torch.no_grad()
+def gradient_weight_metrics(grad_logp: torch.Tensor, token_weights: torch.Tensor, advantages: torch.Tensor,
+                            mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The clip measure that reads the same for every objective: each token's gradient weight
+
+        omega_it = -(d loss / d log pi_it) / (A_it c_it)
+
+    from the loss's gradient `grad_logp` [B, T] and the reduction's weight c_it of each token
+    (`token_weights` [B, T], `reduce.recording_token_weights`): the token's gradient over the plain
+    policy gradient's, A_it grad log pi_it under the same reduction. omega = 1 on-policy for GRPO, r for an
+    unclipped token ratio, 0 for a hard-clipped or masked token, SAPO's gate derivative, VESPO's phi,
+    CISPO's clipped weight, 1 - beta log r / A for DRO's penalty; a correction's weight multiplies it.
+    Over valid tokens with A_it != 0 (tokens without advantage have no plain gradient to compare with):
+    `clip/grad_weak_frac`, the share with omega < WEAK_GRADIENT_WEIGHT (so a hard clip, a mask and a soft
+    gate that passes less than half the gradient count alike: TRL PR #6713's point that a hard-clip
+    share misreads soft-gated losses), `clip/grad_weight_mean` and `count/grad_tokens` (their count, which
+    weighs them across minibatches; both 0 where it is 0)."""
+    if not _ENABLED.get():
+        return {}
+    adv = advantages if advantages.dim() == 2 else advantages[:, None].expand_as(mask)  # [B, T]
+    plain = adv.double() * token_weights.double()  # d(plain J) / d log pi per token
+    seen = mask & (plain != 0)
+    omega = torch.where(seen, -grad_logp.double() / torch.where(seen, plain, 1.0), 0.0)  # [B, T]
+    n = seen.sum()
+    return {"clip/grad_weak_frac": (seen & (omega < WEAK_GRADIENT_WEIGHT)).sum() / n.clamp(min=1),
+            "clip/grad_weight_mean": omega.sum() / n.clamp(min=1),
+            "count/grad_tokens": n.to(torch.float64)}
 
 
 @torch.no_grad()

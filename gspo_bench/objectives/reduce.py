@@ -13,7 +13,10 @@ IcePop, MIS and OPSM formulas).
 Within `recording_terms()`, every `aggregate` call also hands over its per-token contributions
 (x_it times the reduction's weight of that token: they sum to the value it returns), detached, so the
 training loop can measure how much of a loss one token makes (`loss/max_token_share`) without any
-objective returning them.
+objective returning them. Within `recording_token_weights()`, each call hands over the reduction's own
+weight of each token (what multiplies x_it in the sum: 1/(B' |y_i|), 1/sum_i |y_i| or 1/(B' T_max); 0 at
+padding), from which the loop measures each token's gradient against the plain policy gradient under
+the same reduction (`objectives.metrics.gradient_weight_metrics`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from gspo_bench.objectives.inputs import PolicyBatch
 Reduction = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 REDUCTIONS: tuple[str, ...] = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 _RECORDED: ContextVar[list[torch.Tensor] | None] = ContextVar("gspo_bench_recorded_terms", default=None)
+_TOKEN_WEIGHTS: ContextVar[list[torch.Tensor] | None] = ContextVar("gspo_bench_token_weights", default=None)
 
 
 @contextmanager
@@ -42,6 +46,18 @@ def recording_terms() -> Iterator[list[torch.Tensor]]:
         yield recorded
     finally:
         _RECORDED.reset(token)
+
+
+@contextmanager
+def recording_token_weights() -> Iterator[list[torch.Tensor]]:
+    """Within the block, each `aggregate` call appends its reduction's weight of each token [B, T]
+    (detached, 0 at padding: the factor its value gives x_it) to the list this yields."""
+    recorded: list[torch.Tensor] = []
+    token = _TOKEN_WEIGHTS.set(recorded)
+    try:
+        yield recorded
+    finally:
+        _TOKEN_WEIGHTS.reset(token)
 
 
 def aggregate(
@@ -62,10 +78,12 @@ def aggregate(
         lengths = batch.lengths.clamp(min=1.0)  # [B]
         if recorded is not None:
             recorded.append((masked / lengths[:, None] / n_resp).detach())
+        record_weights(batch, 1.0 / lengths[:, None] / n_resp)
         return (masked.sum(-1) / lengths).sum() / n_resp
     if reduction == "token_mean":
         if recorded is not None:
             recorded.append((masked / batch.n_tokens.clamp(min=1)).detach())
+        record_weights(batch, 1.0 / batch.n_tokens.clamp(min=1))
         return masked.sum() / batch.n_tokens.clamp(min=1)
     if reduction == "seq_mean_token_sum_norm":
         if max_tokens is None:
@@ -76,5 +94,15 @@ def aggregate(
             t_max = terms.new_tensor(float(max_tokens))
         if recorded is not None:
             recorded.append((masked / (n_resp * t_max)).detach())
+        record_weights(batch, 1.0 / (n_resp * t_max))
         return masked.sum() / (n_resp * t_max)
     raise ValueError(f"unknown reduction {reduction!r}; valid: {', '.join(REDUCTIONS)}")
+
+
+def record_weights(batch: PolicyBatch, weight: torch.Tensor) -> None:
+    """Hand the reduction's weight of each token (`weight`, broadcast to [B, T], 0 at padding) to
+    `recording_token_weights`, when recording."""
+    recorded = _TOKEN_WEIGHTS.get()
+    if recorded is not None:
+        full = torch.broadcast_to(torch.as_tensor(weight, dtype=torch.float32, device=batch.mask.device), batch.mask.shape)
+        recorded.append(torch.where(batch.mask, full.detach(), 0.0))

@@ -11,6 +11,8 @@ from gspo_bench.objectives.inputs import LOG_RATIO_CLAMP
 _RESPONSE_WEIGHTED = ("ratio/seq_", "clip/seq_frac")
 # Metrics combined over minibatches as a maximum (besides the `*_max` ones)
 _MAXIMA = ("loss/max_token_share",)
+# Metrics over the tokens with a nonzero advantage, weighted by their count in each minibatch
+_SIGNAL_WEIGHTED, _SIGNAL_COUNT = "clip/grad_", "count/grad_tokens"
 
 
 class StepMeasurements:
@@ -33,9 +35,16 @@ class StepMeasurements:
             elif key.endswith("_min") or key.endswith("_max") or key in _MAXIMA:
                 self._extreme(key, value, kept)
             else:
-                weight = torch.where(kept, n_responses if key.startswith(_RESPONSE_WEIGHTED) else n_tokens, 0.0)
+                weight = torch.where(kept, self._weight(key, metrics, n_tokens, n_responses), 0.0)
                 self.sums[key] = self.sums.get(key, 0.0) + torch.where(kept, weight * value, 0.0)
                 self.weights[key] = self.weights.get(key, 0.0) + weight
+
+    @staticmethod
+    def _weight(key: str, metrics: dict[str, torch.Tensor | float], n_tokens: torch.Tensor,
+                n_responses: torch.Tensor) -> torch.Tensor:
+        if key.startswith(_SIGNAL_WEIGHTED):
+            return torch.as_tensor(metrics[_SIGNAL_COUNT], dtype=torch.float64, device=n_tokens.device)
+        return n_responses if key.startswith(_RESPONSE_WEIGHTED) else n_tokens
 
     def _extreme(self, key: str, value: torch.Tensor, kept: torch.Tensor) -> None:
         largest = key.endswith("_max") or key in _MAXIMA

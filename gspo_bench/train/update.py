@@ -12,8 +12,14 @@ from gspo_bench.models.padding import position_ids
 from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
 from gspo_bench.moe.margins import margin_stats
 from gspo_bench.objectives.kl import k3
-from gspo_bench.objectives.metrics import masked_mean, measurements_off, term_share_metrics
-from gspo_bench.objectives.reduce import recording_terms
+from gspo_bench.objectives.metrics import (
+    gradient_weight_metrics,
+    masked_mean,
+    measurements_off,
+    measuring,
+    term_share_metrics,
+)
+from gspo_bench.objectives.reduce import recording_terms, recording_token_weights
 from gspo_bench.objectives.registry import Metrics
 from gspo_bench.objectives.rspo import router_shift_from_scores
 from gspo_bench.runtime.distributed import World, gather_rows, local_tensor, with_local_grad
@@ -218,9 +224,11 @@ def accumulate_gradient(policy: Policy, objective: Objective, batch: RolloutBatc
         set_gradient_sync(policy.model, True)
     forward = gathered(world, joined(pieces), rows)
     rewind(settings.generator, draws)
-    with torch.no_grad(), measurements_off(not settings.measure):
-        loss, metrics = policy_loss(objective, forward.logp, old, batch, rows, settings, forward.router_shift)
-    return forward, loss, metrics
+    # the gradient reaches these log-probs only (for the gradient weights), never the model
+    probe = forward.logp.detach().requires_grad_(settings.measure)
+    with measurements_off(not settings.measure):
+        loss, metrics = policy_loss(objective, probe, old, batch, rows, settings, forward.router_shift)
+    return forward, loss.detach(), metrics
 
 
 def no_grad_pass(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor, plan: list[MicroBatch],
@@ -271,7 +279,9 @@ def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch:
     given, or by the decoupled treatment's pi_prox / mu (`old.weights`; never both), plus kl_coef * KL(pi_theta || pi_ref) (k3, samples from pi_old ~ pi_theta) when a reference
     is given. The objective gets the extra inputs it declares (`settings.inputs`, see
     `objectives.registry.EXTRA_INPUTS`). `loss/max_token_share`: the largest share of one token's
-    |contribution| in the objective's sum of them (`objectives.metrics.term_share_metrics`)."""
+    |contribution| in the objective's sum of them (`objectives.metrics.term_share_metrics`); where `logp`
+    carries a gradient, each token's gradient weight against the plain policy gradient's
+    (`objectives.metrics.gradient_weight_metrics`, the objective's loss alone, KL to pi_ref left out)."""
     mask = batch.response_mask[rows]  # [b, T]
     advantages = batch.token_advantages if batch.token_advantages is not None else batch.advantages  # [B, T] or [B]
     weights, corrected = (None if old.weights is None else old.weights[rows]), {}
@@ -281,15 +291,30 @@ def policy_loss(objective: Objective, logp: torch.Tensor, old: OldPolicy, batch:
                              "weight it by the sampler's ratio twice")
         weights, corrected = settings.correction(old_logp=old.logp[rows], sampling_logp=batch.sampling_logp[rows],
                                                  logp=logp.detach(), advantages=advantages[rows], mask=mask)
-    with recording_terms() as terms:  # the per-token contributions of the loss: how much one token makes of it
+    # the per-token contributions of the loss (how much one token makes of it) and the reduction's weights
+    with recording_terms() as terms, recording_token_weights() as token_weights:
         loss, metrics = objective(logp=logp, old_logp=old.logp[rows], advantages=advantages[rows], mask=mask,
                                   weights=weights, **extra_inputs(settings, batch, rows, router_shift))
-    metrics = {**metrics, **corrected, **term_share_metrics(terms)}
+    metrics = {**metrics, **corrected, **term_share_metrics(terms),
+               **gradient_weights(loss, logp, token_weights, advantages[rows], mask)}
     if old.ref_logp is not None and settings.kl_coef > 0:
         kl_ref = masked_mean(k3(old.ref_logp[rows].float() - logp.float()), mask)
         loss = loss + settings.kl_coef * kl_ref
         metrics = {**metrics, "kl/ref": kl_ref.detach()}
     return loss, metrics
+
+
+def gradient_weights(loss: torch.Tensor, logp: torch.Tensor, token_weights: list[torch.Tensor],
+                     advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`gradient_weight_metrics` of `loss` at `logp` under the reduction of the objective's first
+    `aggregate` (its main term's); {} where measurements are off, `logp` carries no gradient or nothing
+    was reduced. The gradient reaches `logp` only, not the model: the update's backward is unchanged."""
+    if not token_weights or not logp.requires_grad or not loss.requires_grad or not measuring():
+        return {}
+    (grad_logp,) = torch.autograd.grad(loss, logp, retain_graph=True, allow_unused=True)
+    if grad_logp is None:
+        return {}
+    return gradient_weight_metrics(grad_logp, token_weights[0], advantages, mask)
 
 
 def extra_inputs(settings: UpdateSettings, batch: RolloutBatch, rows: torch.Tensor,
