@@ -88,3 +88,36 @@ def test_ipo_masks_a_far_moved_token_whatever_its_advantage_and_keeps_the_penalt
     # the anchor is mu: another old_logp changes the ratio measurements only
     other, _, _ = grad("ipo", pi, mu, adv, mask, sampling_logp=mu, kl_tau=0.1)
     assert other.item() == pytest.approx(loss.item())
+
+
+# ---------------------------------------------------------------------------------------- MinPRO
+
+def test_minpro_weighs_each_token_by_its_ratio_times_the_smallest_ratio_before_it():
+    """Row 0 (A = +1): r = (0.5, 2, 1.1, pad): m = (1, 0.5, 0.5): weights m r = (0.5, 1, 0.55), none above
+    1.28. Row 1 (A = -1): r = (1.2, 1.5, 1.0, 0.4): m = (1, 1.2, 1.2, 1): m r = (1.2, 1.8 -> cut to 1.28, 1.2,
+    0.4). The prefix ratio would give 0.5, 1, 1.1 and 1.2, 1.8, 1.8, 0.72. Seven tokens, token mean; the weight
+    is detached, so d loss / d log pi = -w A / 7."""
+    old = torch.tensor([[-1.0, -0.5, -2.0, -3.0], [-0.2, -1.5, -0.7, -0.9]])
+    r = torch.tensor([[0.5, 2.0, 1.1, 1.0], [1.2, 1.5, 1.0, 0.4]])
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    adv = torch.tensor([1.0, -1.0])
+    loss, g, metrics = grad("minpro", old + r.log(), old, adv, mask)
+    w = torch.tensor([[0.5, 1.0, 0.55, 0.0], [1.2, 1.28, 1.2, 0.4]])
+    logp = (old + r.log()) * mask
+    assert loss.item() == pytest.approx(-float((w * adv[:, None] * logp).sum()) / 7, rel=1e-6)
+    assert_close(g, -w * adv[:, None] / 7)
+    assert metrics["clip/frac"].item() == pytest.approx(1 / 7) and metrics["clip/frac_high"].item() == pytest.approx(1 / 7)
+    m = (1 + 0.5 + 0.5 + 1 + 1.2 + 1.2 + 1.0) / 7
+    assert metrics["minpro/prefix_min_mean"].item() == pytest.approx(m, rel=1e-6)
+    assert metrics["minpro/prefix_min_lt_half"].item() == 0.0
+    _, g_on, _ = grad("minpro", old, old, adv, mask)  # on policy: every m = r = 1, the plain policy gradient
+    assert_close(g_on, -mask.float() * adv[:, None] / 7)
+
+
+def test_minpro_prefix_minimum_skips_padding_and_starts_at_one():
+    """Padding inside a row (a masked prompt token, say) is skipped by the minimum; an all-padding row stays 1."""
+    from gspo_bench.objectives.minpro import log_prefix_min
+
+    log_r = torch.log(torch.tensor([[0.1, 0.5, 2.0, 0.8], [3.0, 3.0, 3.0, 3.0]]))
+    mask = torch.tensor([[False, True, True, True], [False, False, False, False]])
+    assert_close(log_prefix_min(log_r, mask).exp(), torch.tensor([[1.0, 1.0, 0.5, 0.5], [1.0, 1.0, 1.0, 1.0]]))

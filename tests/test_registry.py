@@ -24,7 +24,7 @@ from tests.helpers.contracts import package_objectives, parametrized
 def test_all_objectives_registered():
     assert list_objectives() == sorted(
         ["grpo", "gspo", "gspo_token", "dapo", "dr_grpo", "gmpo", "sapo", "cispo",
-         "rspo", "m2po", "dppo_binary_tv", "luspo", "kl_cov", "clip_cov", "vespo", "dro", "ipo"]
+         "rspo", "m2po", "dppo_binary_tv", "luspo", "kl_cov", "clip_cov", "vespo", "dro", "ipo", "minpro"]
     )
 
 

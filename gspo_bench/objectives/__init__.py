@@ -18,6 +18,7 @@ from gspo_bench.objectives import (  # noqa: F401  (registers)
     ipo,
     luspo,
     m2po,
+    minpro,
     rspo,
     sapo,
     vespo,
