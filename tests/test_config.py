@@ -62,8 +62,7 @@ def test_the_moe_rl_methods_suite_builds_a_grouped_deepseek_v3_with_a_dense_firs
     assert {"grpo_icepop", "gspo", "rspo", "grpo_r3"} <= {o.run_label for o in suite.objectives}
     assert suite.rollout.dtype == "bfloat16"
     assert next(o for o in suite.objectives if o.run_label == "grpo_icepop").correction["kind"] == "icepop"
-    sizes = suite.model.model_dump(exclude={"path", "architecture"})
-    config = tiny_config(TinyMoESpec(**sizes))
+    config = tiny_config(TinyMoESpec(family=suite.model.family, **suite.model.tiny_sizes()))
     assert (config.first_k_dense_replace, config.n_group, config.topk_group) == (1, 2, 1)
 
 

@@ -181,3 +181,16 @@ def test_clip_cov_draws_repeat_from_run_to_run(tmp_path, cache):
         rows.append(metrics(out, "tiny", "clip_cov-s0").iloc[0])
     assert rows[0]["cov/frac"] > 0.1
     assert rows[0]["loss"] == rows[1]["loss"] and rows[0]["grad/norm"] == rows[1]["grad/norm"]
+
+
+def test_the_load_balancing_loss_enters_a_runs_updates_with_its_coefficient(tmp_path, cache):
+    """model.router_aux_loss_coef reaches the updates: a run at 0.5 logs the family's load-balancing loss
+    (loss/router_aux, Switch-style: about top_k at a balanced router) and its loss is the objective's plus
+    half of it; at the default 0 no aux loss is computed."""
+    one_step(cache, tmp_path / "aux", model={"router_aux_loss_coef": 0.5}, train={"minibatches": 1},
+             objectives=[{"name": "grpo"}])
+    one_step(cache, tmp_path / "off", train={"minibatches": 1}, objectives=[{"name": "grpo"}])
+    aux, off = metrics(tmp_path / "aux", "tiny", "grpo-s0").iloc[0], metrics(tmp_path / "off", "tiny", "grpo-s0").iloc[0]
+    assert 1.0 < aux["loss/router_aux"] < 4.0 and "loss/router_aux" not in off.index
+    # K = 1: the same on-policy batch and update forward, so the loss differs by exactly half the aux loss
+    assert aux["loss"] - off["loss"] == pytest.approx(0.5 * aux["loss/router_aux"], rel=1e-4)

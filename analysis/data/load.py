@@ -241,6 +241,8 @@ def _meta(run_dir: Path, status: StatusRecord, config: dict, prov: ProvenanceRec
         "clip_high": run_cfg.get("clip_high"),
         "lr": run_cfg.get("lr"),
         "router_lr_scale": float((suite_cfg.get("train") or {}).get("router_lr_scale", 1.0)),  # as the run trained
+        # the MoE load-balancing loss's coefficient in the update (0: none, also for runs that predate the setting)
+        "router_aux_loss_coef": float((suite_cfg.get("model") or {}).get("router_aux_loss_coef", 0.0)),
         "arm_settings": arm_settings(run_cfg, suite_cfg),
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),

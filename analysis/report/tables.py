@@ -293,7 +293,8 @@ def suite_summary(results: Results, spread: float, allow_unmatched: bool, eviden
         f"{runs['seed'].nunique()} seed(s), {len(runs)} runs ({done} finished and compared, {len(runs) - done} not "
         f"finished: {', '.join(f'{n} {s}' for s, n in unfinished(results)['status'].value_counts().items()) or 'none'}). "
         f"Budget: {escape(runs['budget_kind'].iloc[0])} = {runs['budget_value'].iloc[0]:.4g}; spent compute spread "
-        f"between finished runs: {'n/a' if spread != spread else f'{spread:.2%}'}{unmatched}.\n"
+        f"between finished runs: {'n/a' if spread != spread else f'{spread:.2%}'}{unmatched}. "
+        f"{aux_loss_text(runs)}\n"
         f"Final reward: mean of the last {FINAL_FRACTION:.0%} of steps. Intervals are 95% Student-t intervals over "
         "seeds (differences: paired by seed), which assume the per-seed values (differences) roughly normal; "
         f"{_p_method_text(evidence)}, {_holm_words(evidence)}; P(X > Y) is rliable's "
@@ -301,6 +302,18 @@ def suite_summary(results: Results, spread: float, allow_unmatched: bool, eviden
         f"and bootstrap intervals only from {MIN_BOOTSTRAP_SEEDS} seeds on. AUC: mean reward over compute; other "
         "columns: means over all steps (heavy-tailed ones with their medians in their own table)."
     )
+
+
+def aux_loss_text(runs: pd.DataFrame) -> str:
+    """The MoE load-balancing loss the runs' updates added (model.router_aux_loss_coef), a setting libraries
+    default differently (drift compares across runs only at the same one)."""
+    coefs = sorted(runs["router_aux_loss_coef"].unique()) if "router_aux_loss_coef" in runs else [0.0]
+    if coefs == [0.0]:
+        return "Load-balancing loss in the update: none (model.router_aux_loss_coef = 0)."
+    if len(coefs) == 1:
+        return f"Load-balancing loss in the update: the family's, x {coefs[0]:g} (model.router_aux_loss_coef)."
+    return ("Load-balancing loss in the update **differs between runs** (model.router_aux_loss_coef "
+            f"{', '.join(f'{c:g}' for c in coefs)}): their drift and routing figures are not comparable.")
 
 
 def _p_method_text(evidence: Evidence) -> str:

@@ -32,7 +32,7 @@ from pydantic import (
 from gspo_bench.config.numbers import boolean_message, boolean_numbers, check_settings
 from gspo_bench.config.shown import shown
 from gspo_bench.config.tuning import TuningConfig, check_tuning
-from gspo_bench.models.families import SUPPORTED_FAMILIES
+from gspo_bench.models.families import NO_AUX_LOSS_FAMILIES, SUPPORTED_FAMILIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -126,8 +126,12 @@ class ModelConfig(Strict):
     num_heads: int = Field(4, ge=1, le=MAX_EXPERTS)
     num_kv_heads: int = Field(2, ge=1, le=MAX_EXPERTS)
     expert_hidden: int = Field(64, ge=1, le=MAX_WIDTH, description="intermediate size of one routed expert")
-    aux_loss: bool = Field(False, description="the load-balancing loss: off, as in the paper's setup (true is "
-                           "refused: the update does not add it)")
+    aux_loss: bool = Field(False, description="the old switch for the load-balancing loss (true is refused: "
+                           "set router_aux_loss_coef)")
+    router_aux_loss_coef: float = Field(0.0, ge=0.0, le=1.0, description="the MoE load-balancing loss's coefficient "
+                                        "in the RL update: loss + coef x the family's transformers aux_loss (0: off, "
+                                        "as in the paper's setup; trainers differ: transformers' configs carry 0.001-0.01, some add it); "
+                                        "families whose transformers model computes one only")
     norm_topk_prob: bool | None = Field(None, description="renormalise the top-k gate weights to sum to 1 "
                                         "(default: the family's choice: qwen3_moe yes, qwen2_moe/olmoe no; "
                                         "fixed in mixtral, gpt_oss, granitemoe, deepseek_v2, jamba, ...)")
@@ -148,8 +152,8 @@ class ModelConfig(Strict):
     @classmethod
     def _aux_loss_not_added(cls, v: bool) -> bool:
         if v:  # the model would compute router logits and the loss, and the update would never read them
-            raise ValueError("the load-balancing loss is not added to the update (the objective's loss is the whole "
-                             "loss), so true would change nothing the run trains on; leave it false")
+            raise ValueError("aux_loss: true would change nothing the run trains on; the load-balancing loss enters "
+                             "the update through model.router_aux_loss_coef (> 0) instead")
         return v
 
     @field_validator("family")
@@ -158,6 +162,19 @@ class ModelConfig(Strict):
         if v not in SUPPORTED_FAMILIES:
             raise ValueError(f"expected one of {', '.join(SUPPORTED_FAMILIES)}")
         return v
+
+    def tiny_sizes(self) -> dict[str, Any]:
+        """The fields a tiny model is built from (`models.tiny.TinyMoESpec`), the family left out: not
+        where a checkpoint comes from nor what the update adds (router_aux_loss_coef)."""
+        return self.model_dump(exclude={"family", "path", "architecture", "router_aux_loss_coef"})
+
+    @model_validator(mode="after")
+    def _aux_loss_family(self) -> ModelConfig:
+        if self.router_aux_loss_coef > 0 and self.family in NO_AUX_LOSS_FAMILIES:
+            raise ValueError(f"router_aux_loss_coef: transformers' {self.family} model computes no load-balancing loss "
+                             f"(it balances by a bias in expert selection); families with one: "
+                             f"{', '.join(f for f in SUPPORTED_FAMILIES if f not in NO_AUX_LOSS_FAMILIES)}")
+        return self
 
     @model_validator(mode="after")
     def _sizes(self) -> ModelConfig:
@@ -168,9 +185,8 @@ class ModelConfig(Strict):
             return self
         from gspo_bench.models.tiny import TinyMoESpec, tiny_config
 
-        sizes = self.model_dump(exclude={"path", "architecture"})
         try:
-            tiny_config(TinyMoESpec(**sizes))  # the tiny model's own checks: divisibility, top-k, experts
+            tiny_config(TinyMoESpec(family=self.family, **self.tiny_sizes()))  # the tiny model's own checks: divisibility, top-k, experts
         except ValueError as err:
             raise ValueError(str(err)) from None
         return self
@@ -857,6 +873,14 @@ class SuiteConfig(Strict):
         if self.train.minibatches > responses:
             raise ValueError(f"train.minibatches ({self.train.minibatches}) is more than the {responses} responses "
                              "of a step (prompts_per_step x group_size): every minibatch needs a response")
+        return self
+
+    @model_validator(mode="after")
+    def _aux_loss_in_one_forward(self) -> SuiteConfig:
+        if self.model.router_aux_loss_coef > 0 and self.train.micro_batch_tokens is not None:
+            raise ValueError("model.router_aux_loss_coef > 0 with train.micro_batch_tokens: the load-balancing loss "
+                             "is a product of two means over the minibatch's tokens, not a sum over micro-batches; "
+                             "unset one of them")
         return self
 
     @model_validator(mode="after")

@@ -35,6 +35,12 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "llama4_text": "Llama4ForCausalLM",
 }
 
+# Families whose transformers model computes no load-balancing `aux_loss` under output_router_logits (they
+# balance by a bias in expert selection, or have none): model.router_aux_loss_coef is refused for them.
+# Measured on transformers 5.19 (tests/test_router_aux_loss.py builds each family and checks both ways).
+NO_AUX_LOSS_FAMILIES: frozenset[str] = frozenset(
+    {"deepseek_v3", "glm4_moe", "dots1", "deepseek_v2", "hunyuan_v1_moe", "llama4_text"})
+
 
 class UnsupportedModelError(ValueError):
     """A model or checkpoint that is not one of the supported MoE families."""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import torch
 
 from gspo_bench.models.logprobs import entropies, fused_head, gather_logprobs
@@ -36,3 +40,31 @@ def response_forward(
     logp = gather_logprobs(logits, targets, temperature)  # [B, T]
     entropy = entropies(logits, temperature) if with_entropy else None
     return logp, entropy
+
+
+@contextmanager
+def router_aux_loss(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Within the block, every call of `model` runs with `output_router_logits=True` and appends the
+    family's load-balancing loss (transformers' `aux_loss`: its `load_balancing_loss_func` over the call's
+    router logits, padding masked by the attention mask) to the list this yields, with its gradient; a
+    model whose output carries none is refused (`models.families.NO_AUX_LOSS_FAMILIES`). The call's other
+    outputs are unchanged: the router logits are only collected."""
+    found: list[torch.Tensor] = []
+
+    def ask(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return args, {**kwargs, "output_router_logits": True}
+
+    def take(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        aux = getattr(output, "aux_loss", None)
+        if aux is None:
+            raise RuntimeError(f"{type(module).__name__} returned no aux_loss under output_router_logits=True: "
+                               "its family computes no load-balancing loss (set model.router_aux_loss_coef: 0)")
+        found.append(aux)
+
+    handles = [model.register_forward_pre_hook(ask, with_kwargs=True),
+               model.register_forward_hook(take, with_kwargs=True)]
+    try:
+        yield found
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -175,7 +175,7 @@ def planning_config(suite: SuiteConfig) -> tuple[PretrainedConfig, str]:
         raise PlanError(f"model.path {model.path} is not on this machine; to plan without it, set "
                         "model.architecture to a directory with the checkpoint's config.json "
                         "(experiments/models/ has some)")
-    sizes = model.model_dump(exclude={"family", "path", "architecture"})
+    sizes = model.tiny_sizes()
     spec = TinyMoESpec(family=model.family, vocab_size=len(build_char_tokenizer()), **sizes)
     return tiny_config(spec), f"tiny {model.family} built from the suite"
 

@@ -128,7 +128,7 @@ def _meta_model(suite: SuiteConfig) -> tuple:
         from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 
         tokenizer = build_char_tokenizer()
-        sizes = suite.model.model_dump(exclude={"family", "path", "architecture"})
+        sizes = suite.model.tiny_sizes()
         with torch.device("meta"):
             return build_tiny_moe(suite.model.family, vocab_size=len(tokenizer), **sizes), tokenizer
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

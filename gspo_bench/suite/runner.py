@@ -78,7 +78,7 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     if suite.rollout.chat_template:  # a tiny model asked to chat: its tokenizer gets the tiny template
         tokenizer.chat_template = TINY_CHAT_TEMPLATE
     prompt_format = resolve_prompt_format(suite.rollout.chat_template, suite.rollout.system_prompt, tokenizer, tiny=True)
-    sizes = suite.model.model_dump(exclude={"family", "path", "architecture"})
+    sizes = suite.model.tiny_sizes()
 
     def build():
         return build_tiny_moe(suite.model.family, seed=seed, vocab_size=len(tokenizer), **sizes)
@@ -86,8 +86,9 @@ def starting_weights(suite: SuiteConfig, seed: int, log: Callable[[str], None] =
     ws = suite.warm_start
     cache = Path(ws.cache_dir) if ws.cache_dir else default_cache_dir()
     key_parts = {
-        # router_scale only where it is set: at 1 the key (and the cache) of before it existed
-        "model": suite.model.model_dump(mode="json", exclude={"architecture"} | (
+        # router_scale only where it is set: at 1 the key (and the cache) of before it existed; the warm start
+        # never adds the load-balancing loss (router_aux_loss_coef is the RL update's)
+        "model": suite.model.model_dump(mode="json", exclude={"architecture", "router_aux_loss_coef"} | (
             {"router_scale"} if suite.model.router_scale == 1.0 else set())), "task": suite.task.model_dump(mode="json"),
         "alphabet": DEFAULT_ALPHABET, "seed": seed, "gspo_bench": __version__, "torch": torch.__version__,
         "enabled": ws.enabled, **({"prompt_format": asdict(prompt_format)} if prompt_format.chat else {}),

@@ -158,7 +158,8 @@ def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> 
                               # objectives that draw at random (clip_cov) repeat per run, on their own stream
                               generator=torch.Generator().manual_seed(step_seed(seed, step, 4)),
                               coupled=objective.coupled,
-                              micro_batch_tokens=train.micro_batch_tokens, head_chunk=train.logprob_chunk_tokens)
+                              micro_batch_tokens=train.micro_batch_tokens, head_chunk=train.logprob_chunk_tokens,
+                              aux_coef=suite.model.router_aux_loss_coef)
     update = update_policy(policy, run.objective, batch, old, order, train.minibatches, settings)
     after = {}
     if train.measure and (train.drift_after_update or train.minibatches == 1):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
 
-from gspo_bench.models.forward import response_forward
+from gspo_bench.models.forward import response_forward, router_aux_loss
 from gspo_bench.models.padding import position_ids
 from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
 from gspo_bench.moe.margins import margin_stats
@@ -45,6 +46,7 @@ class UpdateSettings:
     coupled: bool = False  # the objective couples rows (ObjectiveSpec.coupled): micro-batches need every row's logp first
     micro_batch_tokens: int | None = None  # train.micro_batch_tokens: None, one forward/backward per minibatch
     head_chunk: int | None = None  # train.logprob_chunk_tokens: log-probs from hidden states in chunks (fused head)
+    aux_coef: float = 0.0  # model.router_aux_loss_coef: the family's load-balancing loss added to the update's
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class MinibatchForward:
     router_shift: torch.Tensor | None  # [b, T] RSPO's gate-score change, when the objective declares it
     routing: torch.Tensor | None  # [L, b, L_seq - 1, k] this forward's experts, when its drift is measured
     pair_logits: torch.Tensor | None  # [L, b, L_seq, 2] router logits at pi_old's margin pairs, when measured
+    aux_loss: torch.Tensor | None = None  # 0-d, with gradient: the load-balancing loss, when settings.aux_coef > 0
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class MicroForward:
     router_shift: torch.Tensor | None  # [m, T] RSPO's gate-score change, when the objective declares it
     routing: torch.Tensor | None  # [L, m, L_seq, k] this forward's experts (pi_old's outside its columns), when measured
     pair_logits: torch.Tensor | None  # [L, m, L_seq, 2] router logits at pi_old's margin pairs, when measured
+    aux_loss: torch.Tensor | None = None  # 0-d, with gradient: the load-balancing loss, when settings.aux_coef > 0
 
     def detached(self) -> MicroForward:
         return MicroForward(self.logp.detach(), self.router_shift, self.routing, self.pair_logits)
@@ -97,10 +101,17 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
     drift of this forward's routing from the old policy's (`measure_drift`). With
     `settings.micro_batch_tokens`, the forward/backward runs in micro-batches (`accumulate_gradient`)."""
     plan = plan_micro_batches(batch.attention_mask[rows], batch.n_response, settings.micro_batch_tokens, policy.world)
+    if settings.aux_coef > 0 and (len(plan) > 1 or policy.world.size > 1):
+        raise ValueError("model.router_aux_loss_coef > 0 needs the whole minibatch in one forward on one process: "
+                         "the load-balancing loss is a product of two means over its tokens, not a sum over "
+                         "micro-batches or ranks (unset train.micro_batch_tokens, run without torchrun)")
     if len(plan) == 1:
         forward = forward_minibatch(policy, batch, old, rows, plan[0], settings, measure_drift)
         with measurements_off(not settings.measure):
             loss, metrics = policy_loss(objective, forward.logp, old, batch, rows, settings, forward.router_shift)
+        if forward.aux_loss is not None:  # model.router_aux_loss_coef: the family's load-balancing loss
+            loss = loss + settings.aux_coef * forward.aux_loss
+            metrics = {**metrics, "loss/router_aux": forward.aux_loss.detach()}
         grad_norm, applied = backward_and_step(policy, loss, settings.grad_clip)
     else:
         forward, loss, metrics = accumulate_gradient(policy, objective, batch, old, rows, plan, settings, measure_drift)
@@ -126,7 +137,8 @@ def forward_minibatch(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows:
     local = forward_micro(policy, batch, old, rows, micro, settings, measure_drift)
     forward = gathered(policy.world, local, rows)
     return MinibatchForward(logp=with_local_grad(policy.world, forward.logp, local.logp),
-                            router_shift=forward.router_shift, routing=forward.routing, pair_logits=forward.pair_logits)
+                            router_shift=forward.router_shift, routing=forward.routing, pair_logits=forward.pair_logits,
+                            aux_loss=local.aux_loss)
 
 
 def forward_micro(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: torch.Tensor, micro: MicroBatch,
@@ -144,8 +156,10 @@ def forward_micro(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: tor
     replay = window(old.replay) if old.replay is not None else None
     probe = window(experts) if experts is not None else None
     pairs = window(old.margin_pairs) if measure_drift and old.margin_pairs is not None else None
+    balance: AbstractContextManager[list[torch.Tensor]] = (
+        router_aux_loss(policy.model) if settings.aux_coef > 0 else nullcontext([]))  # model.router_aux_loss_coef
     with policy.precision.autocast(), \
-            capturing(policy.model, measure_drift, replay=replay, probe=probe, pairs=pairs) as capture:
+            capturing(policy.model, measure_drift, replay=replay, probe=probe, pairs=pairs) as capture, balance as aux:
         logp, _ = response_forward(policy.model, batch.input_ids[index, columns], batch.attention_mask[index, columns],
                                    n_response, settings.temperature, head_chunk=settings.head_chunk)  # [m, T']
     if n_response < batch.n_response:
@@ -161,7 +175,8 @@ def forward_micro(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: tor
     if pairs is not None:
         old_pair_logits = old.recorded("pair_logits")
         pair_logits = widen(captured(capture).pair_logits, micro, width, lambda: old_pair_logits[:, index])
-    return MicroForward(logp=logp, router_shift=shift, routing=routing, pair_logits=pair_logits)
+    return MicroForward(logp=logp, router_shift=shift, routing=routing, pair_logits=pair_logits,
+                        aux_loss=aux[0] if aux else None)
 
 
 def widen(inside: torch.Tensor, micro: MicroBatch, width: int, outside: Callable[[], torch.Tensor],
