@@ -182,3 +182,20 @@ def test_preflight_runs_every_objective_with_its_declared_inputs_and_names_a_bad
     bad = GOOD | {"objectives": [{"name": "clip_cov", "kwargs": {"ratio_k": 2.0}}]}
     with pytest.raises(SuiteError, match=r"objectives.0 \(clip_cov\): clip_cov: ratio_k must be in \(0, 1\]"):
         check_runnable(parse_suite(bad), "s.yaml")
+
+
+def test_full_replay_takes_the_old_pass_routes_only():
+    """replay_weights replays the old pass's combine weights: refused without replay, with R3's and with the
+    lagged routes (neither records weights); grpo_rr_full is GRPO + Routing Replay with them."""
+    from pydantic import ValidationError
+
+    from gspo_bench.config.schema import ObjectiveEntry
+
+    full = ObjectiveEntry(name="grpo_rr_full")
+    assert full.objective == "grpo" and full.use_replay and full.replay_source == "old_pass" and full.replays_weights
+    assert ObjectiveEntry(name="grpo", replay=True, replay_weights=True).replays_weights
+    assert not ObjectiveEntry(name="grpo_rr").replays_weights
+    for bad in ({"name": "grpo", "replay_weights": True}, {"name": "grpo_r3", "replay_weights": True},
+                {"name": "grpo_rr_full", "replay": False}):
+        with pytest.raises(ValidationError, match="replay_weights"):
+            ObjectiveEntry(**bad)

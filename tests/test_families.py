@@ -181,6 +181,26 @@ def test_a_replayed_expert_outside_the_live_top_k_gets_its_weight_and_gradient(f
     assert router.weight.grad[outside].abs().sum() > 0
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_full_replay_after_the_router_moved_is_the_recorded_forward_and_freezes_the_router(family):
+    """Full replay (experts and combine weights, grpo_rr_full): after the routers moved, the forward is the
+    recorded one (only the routers changed, and nothing they compute reaches the output) and no gradient
+    reaches them, so the update leaves them where they were."""
+    model = tiny(family)
+    ids, am = batch()
+    cap, reference = captured(model, ids, am)
+    perturb_routers(model)
+    model.zero_grad(set_to_none=True)
+    with RoutingCapture(model, replay=cap.routing, replay_weights=cap.weights):
+        out = model(input_ids=ids, attention_mask=am).logits
+    assert_close(out, reference, rtol=1e-5, atol=1e-6)
+    out[am.bool()].pow(2).mean().backward()
+    for router in find_routers(model):
+        grad = router.weight.grad
+        assert grad is None or not grad.any(), router.name
+    assert any(p.grad is not None and p.grad.any() for p in model.parameters())  # the rest trains
+
+
 def hand_confidence(family, logits, ids):
     """Routing confidence: the share of the router's score mass on experts `ids` [N, k], the scores being
     the softmax over all experts, or each expert's sigmoid (normalised here over all experts)."""

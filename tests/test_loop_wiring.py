@@ -194,3 +194,21 @@ def test_the_load_balancing_loss_enters_a_runs_updates_with_its_coefficient(tmp_
     assert 1.0 < aux["loss/router_aux"] < 4.0 and "loss/router_aux" not in off.index
     # K = 1: the same on-policy batch and update forward, so the loss differs by exactly half the aux loss
     assert aux["loss"] - off["loss"] == pytest.approx(0.5 * aux["loss/router_aux"], rel=1e-4)
+
+
+def test_full_replay_runs_leave_the_routers_where_they_started(tmp_path, cache):
+    """grpo_rr_full replays the old pass's experts and combine weights: after a step of 2 updates its router
+    weights are the starting ones bit for bit while the rest moved; grpo_rr's routers moved. Its config.yaml
+    says so."""
+    one_step(cache, tmp_path, train={"lr": 3e-3, "minibatches": 2}, objectives=[{"name": "grpo_rr_full"}, {"name": "grpo_rr"}])
+    from gspo_bench.config import parse_suite
+    from gspo_bench.suite.runner import starting_weights
+
+    start = load_file(starting_weights(parse_suite(suite(cache)), 0, log=lambda m: None) / "model.safetensors")
+    routers = [name for name in start if name.endswith("mlp.gate.weight")]
+    assert routers
+    for label, frozen in (("grpo_rr_full", True), ("grpo_rr", False)):
+        end = load_file(tmp_path / "tiny" / f"{label}-s0" / "checkpoint" / "model" / "model.safetensors")
+        assert all(torch.equal(start[n], end[n]) for n in routers) == frozen, label
+        assert any(not torch.equal(start[n], end[n]) for n in start if n not in routers), label
+    assert "replay_weights: true" in (tmp_path / "tiny" / "grpo_rr_full-s0" / "config.yaml").read_text()

@@ -76,6 +76,7 @@ def resolved_config(spec: RunSpec) -> str:
            "replay": entry.use_replay, "replay_from": entry.replay_source if entry.use_replay else None,
            "seed": spec.seed, "lr": spec.lr, **entry.clip_range(), "params": entry.params, "sweep": spec.sweep,
            "correction": entry.correction, "set": entry.set, "overrides": spec.overrides,
+           **({"replay_weights": True} if entry.replays_weights else {}),
            **({"plugins": spec.code} if spec.code else {})}
     return yaml.safe_dump({"run": run, "suite": spec.suite.model_dump(mode="json")}, sort_keys=False)
 

@@ -70,6 +70,10 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     # GRPO + Rollout Routing Replay (R3): the experts chosen while *generating* are replayed in the
     # old-policy pass and in every update forward, so training routes as the rollout engine did
     "grpo_r3": {"objective": "grpo", "replay": True, "replay_from": "rollout"},
+    # GRPO + full Routing Replay: the old pass's experts *and* their combine weights replayed in every update
+    # forward, so no gradient reaches the routers and they stay frozen through the update (the weight replay of
+    # prime-rl's draft "Total Router Recall", from the learner's routes at the step's start)
+    "grpo_rr_full": {"objective": "grpo", "replay": True, "replay_weights": True},
 }
 
 
@@ -541,6 +545,9 @@ class ObjectiveEntry(Strict):
         "batch's sampler is no older)")
     replay_lag: int | None = Field(None, ge=1, le=1024, description="with replay_from: lagged, how many updates "
                                    "before the step the replayed routes' policy is")
+    replay_weights: bool | None = Field(None, description="with routing replay from the old pass: replay the "
+                                        "recorded combine weights too (full replay: the routers get no gradient "
+                                        "and stay frozen through the update; grpo_rr_full)")
     lr: float | None = Field(None, gt=0, description="override train.lr for this entry")
     params: dict[str, Any] = Field(default_factory=dict, description="the objective's parameters beyond the clip "
                                    "range (see `gspo-bench ls`; `kwargs:` is their old spelling)")
@@ -615,6 +622,10 @@ class ObjectiveEntry(Strict):
             raise ValueError("replay_from: lagged and replay_lag go together (e.g. {name: grpo, replay_from: lagged, "
                              f"replay_lag: 4}}); got replay_from {shown(self.replay_from)}, replay_lag "
                              f"{shown(self.replay_lag)}")
+        if self.replays_weights and not (self.use_replay and self.replay_source == "old_pass"):
+            raise ValueError("replay_weights replays the old pass's combine weights: it needs routing replay from the "
+                             f"old pass (replay_from: old_pass), got replay {shown(self.use_replay)}, replay_from "
+                             f"{shown(self.replay_source)} (the engine's and the lagged routes carry no weights)")
         if self.credit == "step" and spec.advantages != "token":
             raise ValueError(f"credit: step gives per-token advantages; {self.objective} takes one per response")
         return self
@@ -659,6 +670,13 @@ class ObjectiveEntry(Strict):
         if self.replay_from is not None:
             return self.replay_from
         return "rollout" if ALGORITHMS.get(self.name, {}).get("replay_from") == "rollout" else "old_pass"
+
+    @property
+    def replays_weights(self) -> bool:
+        """Full replay: the combine weights replayed with the experts (`replay_weights`, or its algorithm's)."""
+        if self.replay_weights is not None:
+            return self.replay_weights
+        return bool(ALGORITHMS.get(self.name, {}).get("replay_weights", False))
 
     @property
     def run_label(self) -> str:

@@ -148,7 +148,7 @@ def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> 
     old = old_policy_pass(policy, batch, temperature=rollout_cfg.temperature, replay=replay,
                           record_routing=train.measure, logp_source=train.old_logp, measure=train.measure,
                           gate_scores="router_shift" in objective.inputs, head_chunk=train.logprob_chunk_tokens,
-                          decoupled_cap=train.decoupled_cap)
+                          decoupled_cap=train.decoupled_cap, replay_weights=entry.use_replay and entry.replays_weights)
     scores = step_replay_scores(policy, batch, train.replay_scoring, temperature=rollout_cfg.temperature,
                                 head_chunk=train.logprob_chunk_tokens)  # before any update: replay_scoring
     # ------------------------------------------------------------------ K minibatch updates

@@ -35,6 +35,7 @@ class OldPolicy:
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # engine mismatch, rollout routing gap, lag/*
     weights: torch.Tensor | None = None  # [B, T] the decoupled treatment's pi_prox / mu per token (train.lag), else None
     route_diff: torch.Tensor | None = None  # [L_moe] lag/route_diff per MoE layer, where the sampler's routes are known
+    replay_weights: torch.Tensor | None = None  # [L_moe, B, L, k] the combine weights of `replay` (full replay), else None
 
     def recorded(self, name: str) -> torch.Tensor:
         """The optional record `name` (routing, replay, gate_scores, ...); RuntimeError naming it where
@@ -48,7 +49,7 @@ class OldPolicy:
 def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, replay: ReplaySource | None = None,
                     record_routing: bool = True, logp_source: str = "recompute", measure: bool = True,
                     gate_scores: bool = False, head_chunk: int | None = None,
-                    decoupled_cap: float | None = None) -> OldPolicy:
+                    decoupled_cap: float | None = None, replay_weights: bool = False) -> OldPolicy:
     """pi_old's log-probs and entropies of the batch at the sampling temperature, the experts it
     routed each token to and, for replay runs, the routing the update forwards will replay:
     the old pass's own (Routing Replay: the learner's at the step's start), the engine's (R3: the
@@ -60,7 +61,11 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
     `gate_scores=True` records the gate scores of the experts pi_old routed to (RSPO's router shift);
     with `record_routing` and `measure`, pi_old's routing confidence (`moe/route_conf`, per layer in
     `route_conf`: `moe.confidence`);
-    `head_chunk` (train.logprob_chunk_tokens) computes log-probs and entropies with the fused head."""
+    `head_chunk` (train.logprob_chunk_tokens) computes log-probs and entropies with the fused head;
+    `replay_weights` (full replay, with `replay="old_pass"` only) keeps this pass's combine weights for the
+    update forwards to replay with its experts (`replay_weights`)."""
+    if replay_weights and replay != "old_pass":
+        raise ValueError(f"full replay replays the old pass's combine weights; replay {replay!r} carries none")
     world, model = policy.world, policy.model
     rows = torch.arange(len(batch), device=batch.input_ids.device)
     mine = world.rows(rows)  # this rank's rows (all of them in one process)
@@ -95,7 +100,9 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
     if logp_source == "rollout":
         logp = batch.sampling_logp.to(logp.device)
     replayed = routing if replay == "old_pass" else given
+    combine = gather_rows(world, captured(capture).weights, rows, dim=1) if replay_weights else None
     return OldPolicy(logp=logp, entropy=entropy, entropy_mean=entropy_mean, routing=routing, replay=replayed,
+                     replay_weights=combine,
                      ref_logp=reference_logp(policy, batch, temperature, head_chunk), metrics=metrics, gate_scores=scores,
                      margin_pairs=pairs, pair_logits=pair_logits, route_conf=route_conf, weights=weights,
                      route_diff=route_diff)

@@ -44,13 +44,15 @@ def checkpoint_activations(model: torch.nn.Module) -> int:
 
 def capturing(model: torch.nn.Module, enabled: bool, replay: torch.Tensor | None = None,
               probe: torch.Tensor | None = None, margins: bool = False,
-              pairs: torch.Tensor | None = None, confidence: bool = False) -> AbstractContextManager[RoutingCapture | None]:
-    """A RoutingCapture (recording, replaying `replay`, reading the live gate scores of the experts in
-    `probe`, the router margins or the logits at `pairs`: `moe.margins`, the routing confidence:
-    `moe.confidence`), or a block yielding None when not `enabled` and there is nothing to replay or probe."""
+              pairs: torch.Tensor | None = None, confidence: bool = False,
+              replay_weights: torch.Tensor | None = None) -> AbstractContextManager[RoutingCapture | None]:
+    """A RoutingCapture (recording, replaying `replay` (with `replay_weights`: full replay, the recorded
+    combine weights too), reading the live gate scores of the experts in `probe`, the router margins or
+    the logits at `pairs`: `moe.margins`, the routing confidence: `moe.confidence`), or a block yielding
+    None when not `enabled` and there is nothing to replay or probe."""
     if enabled or replay is not None or probe is not None:
-        return RoutingCapture(model, replay=replay, probe=probe, margins=margins and enabled, pairs=pairs,
-                              confidence=confidence and enabled)
+        return RoutingCapture(model, replay=replay, replay_weights=replay_weights, probe=probe,
+                              margins=margins and enabled, pairs=pairs, confidence=confidence and enabled)
     return nullcontext()
 
 

@@ -154,12 +154,14 @@ def forward_micro(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: tor
 
     experts = old_experts_to_probe(settings.inputs, old)
     replay = window(old.replay) if old.replay is not None else None
+    replay_weights = window(old.replay_weights) if old.replay_weights is not None else None  # full replay
     probe = window(experts) if experts is not None else None
     pairs = window(old.margin_pairs) if measure_drift and old.margin_pairs is not None else None
     balance: AbstractContextManager[list[torch.Tensor]] = (
         router_aux_loss(policy.model) if settings.aux_coef > 0 else nullcontext([]))  # model.router_aux_loss_coef
     with policy.precision.autocast(), \
-            capturing(policy.model, measure_drift, replay=replay, probe=probe, pairs=pairs) as capture, balance as aux:
+            capturing(policy.model, measure_drift, replay=replay, probe=probe, pairs=pairs,
+                      replay_weights=replay_weights) as capture, balance as aux:
         logp, _ = response_forward(policy.model, batch.input_ids[index, columns], batch.attention_mask[index, columns],
                                    n_response, settings.temperature, head_chunk=settings.head_chunk)  # [m, T']
     if n_response < batch.n_response:
