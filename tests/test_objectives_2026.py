@@ -121,3 +121,35 @@ def test_minpro_prefix_minimum_skips_padding_and_starts_at_one():
     log_r = torch.log(torch.tensor([[0.1, 0.5, 2.0, 0.8], [3.0, 3.0, 3.0, 3.0]]))
     mask = torch.tensor([[False, True, True, True], [False, False, False, False]])
     assert_close(log_prefix_min(log_r, mask).exp(), torch.tensor([[1.0, 1.0, 0.5, 0.5], [1.0, 1.0, 1.0, 1.0]]))
+
+
+# ---------------------------------------------------------------------------------------- VCPO
+
+def test_vcpo_truncates_each_sequence_weight_and_scales_the_step_by_the_ess():
+    """Against mu: row 0 (A = +1) log w = ln 2 + ln 5 = ln 10 -> truncated at 8; row 1 (A = -1) log w = ln 0.5.
+    Per-response token means (2 and 1 tokens) over B' = 2. rho = (10 + 0.5)^2 / (2 (100 + 0.25)) = 0.55;
+    the lr factor sqrt(0.55)."""
+    mu = torch.tensor([[-1.0, -0.5], [-2.0, -7.0]])
+    logp = mu + torch.tensor([[math.log(2.0), math.log(5.0)], [-math.log(2.0), 0.0]])
+    mask = torch.tensor([[True, True], [True, False]])
+    adv = torch.tensor([1.0, -1.0])
+    loss, g, metrics = grad("vcpo", logp, logp.detach(), adv, mask, sampling_logp=mu)
+    j = (8.0 * float(logp[0].sum()) / 2 - 0.5 * float(logp[1, 0])) / 2
+    assert loss.item() == pytest.approx(-j, rel=1e-6)
+    assert_close(g, -torch.tensor([[8.0 / 4, 8.0 / 4], [-0.5 / 2, 0.0]]))
+    rho = 10.5**2 / (2 * 100.25)
+    assert metrics["vcpo/ess"].item() == pytest.approx(rho, rel=1e-6)
+    assert metrics["optim/lr_scale"].item() == pytest.approx(math.sqrt(rho), rel=1e-6)
+    assert metrics["clip/frac"].item() == pytest.approx(2 / 3)  # row 0's tokens: its weight was truncated
+    _, _, on = grad("vcpo", mu, mu, adv, mask, sampling_logp=mu)  # on the sampler: every weight 1, full step
+    assert on["optim/lr_scale"].item() == 1.0 and on["vcpo/ess"].item() == pytest.approx(1.0)
+
+
+def test_vcpo_returns_its_step_factor_with_measurements_off():
+    from gspo_bench.objectives.metrics import measurements_off
+
+    mu = torch.zeros(2, 2)
+    with measurements_off():
+        _, metrics = get_objective("vcpo")(logp=mu + torch.tensor([[1.0, 0.0], [0.0, 0.0]]), old_logp=mu,
+                                           advantages=torch.ones(2), mask=torch.ones(2, 2).bool(), sampling_logp=mu)
+    assert set(metrics) == {"optim/lr_scale"} and metrics["optim/lr_scale"].item() < 1

@@ -24,7 +24,7 @@ from tests.helpers.contracts import package_objectives, parametrized
 def test_all_objectives_registered():
     assert list_objectives() == sorted(
         ["grpo", "gspo", "gspo_token", "dapo", "dr_grpo", "gmpo", "sapo", "cispo",
-         "rspo", "m2po", "dppo_binary_tv", "luspo", "kl_cov", "clip_cov", "vespo", "dro", "ipo", "minpro"]
+         "rspo", "m2po", "dppo_binary_tv", "luspo", "kl_cov", "clip_cov", "vespo", "dro", "ipo", "minpro", "vcpo"]
     )
 
 
@@ -87,7 +87,7 @@ def test_declared_inputs_must_match_the_signature(monkeypatch):
 def test_the_registered_objectives_declare_their_extra_inputs():
     declared = {name: set(objective_spec(name).inputs) for name in list_objectives() if objective_spec(name).inputs}
     assert declared == {"dppo_binary_tv": {"sampling_logp"}, "rspo": {"router_shift"}, "clip_cov": {"generator"},
-                        "ipo": {"sampling_logp"}}
+                        "ipo": {"sampling_logp"}, "vcpo": {"sampling_logp"}}
 
 
 def token_weights(batch, reduction: str) -> torch.Tensor:

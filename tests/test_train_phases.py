@@ -381,3 +381,33 @@ def test_under_torchrun_each_rank_generates_its_own_rows_with_their_global_keys(
     result = phase.generate(policy, Recording(), prompts, SamplingParams(group_size=2, max_new_tokens=4))
     assert result == (1, "local rollout", 8)
     assert seen == {"prompts": [[5, 6], [7], [8, 9, 10], [11]], "keys": (1, 3, 5, 7), "group": 1}
+
+
+def test_an_objective_that_scales_the_learning_rate_steps_at_lr_times_its_factor(parts):
+    """VCPO on a batch sampled by another policy (mu off the learner): its update equals the same loss stepped
+    by an optimizer at lr x the factor it returned; the factor below 1, the lr restored after."""
+    from gspo_bench.objectives import objective_spec
+
+    batch = rollout(parts)
+    old = old_policy_pass(Policy(parts[1]), batch, temperature=1.0)
+    gen = torch.Generator().manual_seed(3)
+    batch = dataclasses.replace(batch, sampling_logp=torch.where(
+        batch.response_mask, old.logp + 0.4 * torch.randn(old.logp.shape, generator=gen), 0.0))
+    rows = torch.tensor([6, 1, 3, 4])
+    vcpo = objective_spec("vcpo").fn
+    scaled = new_policy(parts[1], lr=1e-2)
+    result = update_minibatch(scaled, vcpo, batch, old, rows, UpdateSettings(inputs=frozenset({"sampling_logp"})))
+    factor = float(result.metrics["optim/lr_scale"])
+    assert 0.1 < factor < 0.99
+    assert all(group["lr"] == 1e-2 for group in scaled.trainer().param_groups)
+    def unscaled(**kw):  # the same loss, without the factor
+        loss, metrics = vcpo(**kw)
+        return loss, {k: v for k, v in metrics.items() if k != "optim/lr_scale"}
+
+    by_hand = new_policy(parts[1], lr=1e-2 * factor)
+    update_minibatch(by_hand, unscaled, batch, old, rows, UpdateSettings(inputs=frozenset({"sampling_logp"})))
+    for (name, a), b in zip(scaled.model.named_parameters(), by_hand.model.parameters()):
+        assert_close(a, b, rtol=1e-5, atol=1e-7, msg=name)
+    plain = new_policy(parts[1], lr=1e-2)
+    update_minibatch(plain, unscaled, batch, old, rows, UpdateSettings(inputs=frozenset({"sampling_logp"})))
+    assert any(not torch.allclose(a, b) for a, b in zip(scaled.model.parameters(), plain.model.parameters()))

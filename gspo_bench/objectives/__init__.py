@@ -21,6 +21,7 @@ from gspo_bench.objectives import (  # noqa: F401  (registers)
     minpro,
     rspo,
     sapo,
+    vcpo,
     vespo,
 )
 from gspo_bench.objectives.advantages import group_advantages

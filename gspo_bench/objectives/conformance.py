@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from gspo_bench.objectives.registry import CONFORMANCE_PROPERTIES, ObjectiveSpec, objective_spec
+from gspo_bench.objectives.registry import CONFORMANCE_PROPERTIES, LR_SCALE, ObjectiveSpec, objective_spec
 from gspo_bench.runtime.time_limit import TimeLimitExceeded, time_limit
 
 TOLERANCE = 1e-5  # relative: max |difference| / (1 + max |reference|)
@@ -319,7 +319,8 @@ def inputs_used(spec: ObjectiveSpec, seed: int) -> Finding:
 
 def metrics(spec: ObjectiveSpec, seed: int) -> Finding:
     """Required measurements missing, not scalar, not finite or out of range (fractions in [0, 1],
-    variances >= 0, token ratio min <= mean <= max)."""
+    variances >= 0, token ratio min <= mean <= max, a learning-rate factor in (0, 1], returned exactly by the
+    objectives that declare `scales_lr`)."""
     batch = random_batch(seed, scale=0.3)
     _, raw = call(spec, batch)
     scalar = {k: not isinstance(v, torch.Tensor) or v.dim() == 0 for k, v in raw.items()}  # the contract's numbers
@@ -328,7 +329,10 @@ def metrics(spec: ObjectiveSpec, seed: int) -> Finding:
     problems += [k for k, v in values.items() if not math.isfinite(v)]
     ranges = {k: (0.0, 1.0) for k in ("clip/frac", "clip/frac_low", "clip/frac_high")} | {
         k: (0.0, math.inf) for k in ("ratio/token_var", "ratio/seq_var", "logratio/token_var", "ratio/token_min")}
+    ranges[LR_SCALE] = (1e-12, 1.0)
     problems += [k for k, (lo, hi) in ranges.items() if k in values and not lo <= values[k] <= hi]
+    if (LR_SCALE in raw) != spec.scales_lr:  # the step hook is declared exactly where it is returned
+        problems.append(LR_SCALE + (" (declared scales_lr, not returned)" if spec.scales_lr else " (returned, scales_lr undeclared)"))
     if {"ratio/token_min", "ratio/token_mean", "ratio/token_max"} <= set(values) and not (
             values["ratio/token_min"] <= values["ratio/token_mean"] + 1e-6 <= values["ratio/token_max"] + 2e-6):
         problems.append("ratio/token_mean")

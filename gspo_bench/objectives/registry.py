@@ -74,6 +74,7 @@ class ObjectiveSpec:
     coupled: bool = False  # the loss couples rows through their log-probs (batch statistics, top-k selections)
     reduction: str = "seq_mean_token_mean"  # how its token terms become the loss (gspo_bench.objectives.reduce)
     exempt: tuple[tuple[str, str], ...] = ()  # (conformance property, why it does not apply)
+    scales_lr: bool = False  # returns LR_SCALE, which the update applies to its optimizer step's learning rate
 
     def params(self) -> dict[str, object]:
         """The objective's keyword defaults beyond the clip range and the correction weights (what a
@@ -82,18 +83,24 @@ class ObjectiveSpec:
                 if p.default is not inspect.Parameter.empty and name not in ("clip_low", "clip_high", "weights")}
 
 
+# What an objective declaring `scales_lr` returns among its metrics: the factor (0-d, in (0, 1]) on the
+# learning rate of the optimizer step that follows its loss (VCPO's effective-sample-size scaling)
+LR_SCALE = "optim/lr_scale"
+
 _REGISTRY: Registry[ObjectiveSpec] = Registry("objective", unknown=UnknownObjectiveError)
 
 
 def register_objective(
     name: str, *, description: str, reference: str, advantages: AdvantageLevel = "token", inputs: tuple[str, ...] = (),
     coupled: bool = False, reduction: str = "seq_mean_token_mean", exempt: dict[str, str] | None = None,
+    scales_lr: bool = False,
 ) -> Callable[[ObjectiveFn], ObjectiveFn]:
     """Decorator registering `fn` under `name` with its extra `inputs` (names from EXTRA_INPUTS) and
     whether its loss couples rows (`coupled`, see the module docstring), the reduction its token terms
     go through (`reduction`, one of REDUCTIONS: the conformance kit checks its on-policy gradient against
     it; a loss taking a keyword-only `reduction` argument is handed it) and the conformance properties
-    that do not apply to it with why (`exempt`); a second registration of the same name, or a
+    that do not apply to it with why (`exempt`), and whether it scales its update's learning rate (`scales_lr`:
+    it returns the 0-d factor under LR_SCALE, also with measurements off); a second registration of the same name, or a
     declaration that disagrees with `fn`'s arguments, is refused. Returns the registered function."""
 
     def decorate(body: ObjectiveFn) -> ObjectiveFn:
@@ -122,6 +129,7 @@ def register_objective(
             coupled=coupled,
             reduction=reduction,
             exempt=tuple(sorted((exempt or {}).items())),
+            scales_lr=scales_lr,
         ), origin)
         return fn
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from gspo_bench.config import TrainConfig
@@ -101,3 +104,24 @@ def guarded_step(optimizer: torch.optim.Optimizer, finite: torch.Tensor) -> None
             del optimizer.found_inf  # type: ignore[attr-defined]  # (as above)
     elif bool(finite):
         optimizer.step()
+
+
+@contextmanager
+def scaled_lr(optimizer: torch.optim.Optimizer, scale: torch.Tensor | None) -> Iterator[None]:
+    """Within the block, every parameter group's learning rate times `scale` (0-d, copied to the host once),
+    restored on exit (an objective's declared step hook: VCPO's ESS scaling); nothing changes where `scale`
+    is None."""
+    if scale is None:
+        yield
+        return
+    factor = float(scale)
+    if not 0.0 < factor <= 1.0:
+        raise ValueError(f"a learning-rate scale must be in (0, 1], got {factor}")
+    saved = [group["lr"] for group in optimizer.param_groups]
+    for group, lr in zip(optimizer.param_groups, saved):
+        group["lr"] = lr * factor
+    try:
+        yield
+    finally:
+        for group, lr in zip(optimizer.param_groups, saved):
+            group["lr"] = lr

@@ -21,13 +21,13 @@ from gspo_bench.objectives.metrics import (
     term_share_metrics,
 )
 from gspo_bench.objectives.reduce import recording_terms, recording_token_weights
-from gspo_bench.objectives.registry import Metrics
+from gspo_bench.objectives.registry import LR_SCALE, Metrics
 from gspo_bench.objectives.rspo import router_shift_from_scores
 from gspo_bench.runtime.distributed import World, gather_rows, local_tensor, with_local_grad
 from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements, TokenRatios
 from gspo_bench.train.micro_batches import MicroBatch, plan_micro_batches
 from gspo_bench.train.old_policy import OldPolicy
-from gspo_bench.train.optim import guarded_step
+from gspo_bench.train.optim import guarded_step, scaled_lr
 from gspo_bench.train.policy import Policy, captured, capturing
 from gspo_bench.train.rollout import RolloutBatch
 
@@ -112,10 +112,10 @@ def update_minibatch(policy: Policy, objective: Objective, batch: RolloutBatch, 
         if forward.aux_loss is not None:  # model.router_aux_loss_coef: the family's load-balancing loss
             loss = loss + settings.aux_coef * forward.aux_loss
             metrics = {**metrics, "loss/router_aux": forward.aux_loss.detach()}
-        grad_norm, applied = backward_and_step(policy, loss, settings.grad_clip)
+        grad_norm, applied = backward_and_step(policy, loss, settings.grad_clip, lr_scale(metrics))
     else:
         forward, loss, metrics = accumulate_gradient(policy, objective, batch, old, rows, plan, settings, measure_drift)
-        grad_norm, applied = clip_and_step(policy, loss, settings.grad_clip)
+        grad_norm, applied = clip_and_step(policy, loss, settings.grad_clip, lr_scale(metrics))
     drift, rerouted = minibatch_drift(old, forward.routing, batch, rows)
     layers = None
     if drift is not None:
@@ -347,12 +347,20 @@ def extra_inputs(settings: UpdateSettings, batch: RolloutBatch, rows: torch.Tens
     return {name: available[name] for name in settings.inputs}
 
 
-def backward_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+def lr_scale(metrics: Metrics) -> torch.Tensor | None:
+    """The factor on this update's learning rate where the objective returned one (LR_SCALE: those that
+    declare `scales_lr` do, measurements on or off); None else."""
+    return metrics.get(LR_SCALE)
+
+
+def backward_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float,
+                      scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Backward, gradient clipping and an optimizer step that skips itself on a non-finite loss or
-    gradient; returns (the gradient norm before clipping, whether the step was applied)."""
+    gradient (at the learning rate times `scale`, where given); returns (the gradient norm before
+    clipping, whether the step was applied)."""
     policy.trainer().zero_grad(set_to_none=True)
     backward(policy, loss)
-    return clip_and_step(policy, loss, grad_clip)
+    return clip_and_step(policy, loss, grad_clip, scale)
 
 
 def backward(policy: Policy, loss: torch.Tensor, sync: bool = True) -> None:
@@ -368,11 +376,14 @@ def set_gradient_sync(model: torch.nn.Module, sync: bool) -> None:
         switch(sync)
 
 
-def clip_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradient clipping and the guarded optimizer step after the gradients are in."""
+def clip_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float,
+                  scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradient clipping and the guarded optimizer step after the gradients are in (its learning rate
+    times `scale`, where given: `optim.scaled_lr`)."""
     grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip))
     applied = torch.isfinite(loss.detach()) & torch.isfinite(grad_norm)
-    guarded_step(policy.trainer(), applied)
+    with scaled_lr(policy.trainer(), scale if scale is None or bool(applied) else None):
+        guarded_step(policy.trainer(), applied)
     return grad_norm, applied
 
 
