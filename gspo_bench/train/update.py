@@ -350,7 +350,8 @@ def extra_inputs(settings: UpdateSettings, batch: RolloutBatch, rows: torch.Tens
 def lr_scale(metrics: Metrics) -> torch.Tensor | None:
     """The factor on this update's learning rate where the objective returned one (LR_SCALE: those that
     declare `scales_lr` do, measurements on or off); None else."""
-    return metrics.get(LR_SCALE)
+    scale = metrics.get(LR_SCALE)
+    return None if scale is None else torch.as_tensor(scale)
 
 
 def backward_and_step(policy: Policy, loss: torch.Tensor, grad_clip: float,
