@@ -535,7 +535,10 @@ def reproduce(
     if differing:
         console.print(f"[red]{len(differing)} of {len(found)} runs differ[/red]")
         raise typer.Exit(1)
-    console.print(f"all {len(found)} runs identical")
+    added = sorted({column for run in found for column in run.added})
+    console.print(f"all {len(found)} runs identical" + (
+        f" in every column the reference records (the fresh runs also record {len(added)} newer measurements, "
+        f"not compared: {escape(', '.join(added))})" if added else ""))
 
 
 @app.command("eval")

@@ -52,3 +52,19 @@ def test_a_damaged_status_json_is_named_by_file(tmp_path, body, why):
     damaged.write_text(body)
     with pytest.raises(ValueError, match=f"^{damaged}: .*{why}"):
         compare_results(ref, new)
+
+
+def test_measurements_added_since_the_reference_are_named_and_not_a_difference(tmp_path):
+    """A fresh run recording a column the reference predates (a measurement added since) reproduces the
+    reference when every column the reference records is equal; the added one is named. A column the
+    reference has and the fresh run lacks stays a difference, and so does a changed value beside an added
+    column."""
+    ref, new = pair(tmp_path)
+    metrics = pd.read_parquet(new / "grpo-s0" / "metrics.parquet")
+    metrics.assign(**{"clip/grad_weak_frac": 0.1}).to_parquet(new / "grpo-s0" / "metrics.parquet")
+    [run] = compare_results(ref, new)
+    assert run.identical and run.added == ("metrics.parquet: clip/grad_weak_frac",)
+    metrics.assign(**{"clip/grad_weak_frac": 0.1, "loss": [0.5, 0.4, 0.31]}).to_parquet(new / "grpo-s0" / "metrics.parquet")
+    assert compare_results(ref, new)[0].difference.startswith("metrics.parquet: loss at step 3")
+    metrics.drop(columns="loss").to_parquet(new / "grpo-s0" / "metrics.parquet")
+    assert compare_results(ref, new)[0].difference == "metrics.parquet: columns differ (missing ['loss'])"

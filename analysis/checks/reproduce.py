@@ -32,6 +32,7 @@ class RunReproduction:
     identical: bool
     difference: str  # the first difference ("" where identical)
     kernels: tuple[str | None, str | None]  # (reference, fresh): what computed each
+    added: tuple[str, ...] = ()  # "table: column" the fresh run records and the reference does not (newer measurements)
 
 
 def compared_columns(frame: pd.DataFrame) -> list[str]:
@@ -39,12 +40,14 @@ def compared_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def first_difference(reference: pd.DataFrame, fresh: pd.DataFrame, table: str) -> str:
-    """Where two versions of one table first differ ("" where they are equal): its shape, its columns,
-    or the first (row, column) whose values differ (NaN equals NaN)."""
+    """Where two versions of one table first differ ("" where they are equal): its shape, a column the
+    reference records and the fresh one lacks, or the first (row, column) of the reference's columns whose
+    values differ (NaN equals NaN). Columns only the fresh table has (measurements added since the reference
+    was made) are not compared: `added_columns` names them."""
     ref, new = reference[compared_columns(reference)], fresh[compared_columns(fresh)]
-    if list(ref.columns) != list(new.columns):
-        missing, extra = sorted(set(ref.columns) - set(new.columns)), sorted(set(new.columns) - set(ref.columns))
-        return f"{table}: columns differ (missing {missing}, extra {extra})"
+    missing = sorted(set(ref.columns) - set(new.columns))
+    if missing:
+        return f"{table}: columns differ (missing {missing})"
     if len(ref) != len(new):
         return f"{table}: {len(new)} rows, the reference {len(ref)}"
     for column in ref.columns:
@@ -57,6 +60,11 @@ def first_difference(reference: pd.DataFrame, fresh: pd.DataFrame, table: str) -
             return (f"{table}: {column} at {where}: {_plain(b[row])!r}, the reference {_plain(a[row])!r} "
                     f"({len(bad)} of {len(a)} differ)")
     return ""
+
+
+def added_columns(reference: pd.DataFrame, fresh: pd.DataFrame, table: str) -> list[str]:
+    """The compared columns only `fresh` records, as "table: column"."""
+    return [f"{table}: {c}" for c in compared_columns(fresh) if c not in set(reference.columns)]
 
 
 def _plain(value: object) -> object:
@@ -100,6 +108,7 @@ def compare_run(reference: Path, fresh: Path) -> RunReproduction:
     plugin = plugin_difference(_provenance(reference), _provenance(fresh))
     if plugin:  # other code ran: that is the difference to name
         return RunReproduction(reference.name, False, plugin, kernels)
+    added: list[str] = []
     for table in TABLES:
         have = (reference / table).is_file(), (fresh / table).is_file()
         if have != (True, True):
@@ -107,13 +116,15 @@ def compare_run(reference: Path, fresh: Path) -> RunReproduction:
                 continue
             return RunReproduction(reference.name, False, f"{table}: only in {'the reference' if have[0] else 'the fresh run'}",
                                    kernels)
-        difference = first_difference(_table(reference / table), _table(fresh / table), table)
+        ref_table, fresh_table = _table(reference / table), _table(fresh / table)
+        difference = first_difference(ref_table, fresh_table, table)
         if difference:
             return RunReproduction(reference.name, False, difference, kernels)
+        added += added_columns(ref_table, fresh_table, table)
     if _status(reference) != _status(fresh):
         return RunReproduction(reference.name, False, f"status.json: {_status(fresh)}, the reference {_status(reference)}",
-                               kernels)
-    return RunReproduction(reference.name, True, "", kernels)
+                               kernels, tuple(added))
+    return RunReproduction(reference.name, True, "", kernels, tuple(added))
 
 
 def compare_results(reference: Path, fresh: Path) -> list[RunReproduction]:
