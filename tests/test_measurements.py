@@ -155,3 +155,25 @@ def test_the_step_keeps_the_largest_share_of_its_applied_minibatches():
     for share, kept in ((0.3, KEPT), (0.6, KEPT), (0.9, SKIPPED)):
         acc.add({"loss/max_token_share": t(share)}, n_tokens=t(10), n_responses=t(2), kept=kept)
     assert to_host(acc.result())["loss/max_token_share"] == pytest.approx(0.6)
+
+
+def test_gradient_cosines_between_consecutive_applied_updates_by_hand():
+    """Gradients (1, 0 | r 2), (1, 1 | r 0: no router gradient), a skipped update's (9, -9 | r 5), (0, 1 | r 1):
+    whole-model cosines 1/sqrt(2) (pair 1-2) and 1/sqrt(2) (2-4, the skipped one left out); router cosines
+    NaN (a zero gradient) and NaN: their mean NaN."""
+    from gspo_bench.train.measurements import GradientCosines
+
+    w, r = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
+    cosines = GradientCosines(lambda: [w, r], lambda: [r])
+    for grad, router, applied in (([1.0, 0.0], 2.0, True), ([1.0, 1.0], 0.0, True), ([9.0, -9.0], 5.0, False),
+                                  ([0.0, 1.0], 1.0, True)):
+        w.grad, r.grad = torch.tensor(grad), torch.tensor([router])
+        cosines.add(torch.tensor(applied))
+    out = cosines.result()
+    first = (1.0 + 0.0 + 0.0) / (math.sqrt(5.0) * math.sqrt(2.0))  # (1, 0, 2) . (1, 1, 0)
+    second = (0.0 + 1.0 + 0.0) / (math.sqrt(2.0) * math.sqrt(2.0))  # (1, 1, 0) . (0, 1, 1)
+    assert float(out["grad/cos_prev"]) == pytest.approx((first + second) / 2)
+    assert math.isnan(float(out["grad/cos_prev_router"]))
+    single = GradientCosines(lambda: [w], lambda: [r])
+    single.add(torch.tensor(True))
+    assert math.isnan(float(single.result()["grad/cos_prev"]))  # one update: no pair

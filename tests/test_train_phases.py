@@ -411,3 +411,27 @@ def test_an_objective_that_scales_the_learning_rate_steps_at_lr_times_its_factor
     plain = new_policy(parts[1], lr=1e-2)
     update_minibatch(plain, unscaled, batch, old, rows, UpdateSettings(inputs=frozenset({"sampling_logp"})))
     assert any(not torch.allclose(a, b) for a, b in zip(scaled.model.parameters(), plain.model.parameters()))
+
+
+def test_update_policy_logs_the_cosine_of_consecutive_update_gradients(parts):
+    """K = 3 updates: grad/cos_prev is the mean of the two cosines between consecutive minibatches' gradients,
+    computed here from the same updates run one by one; the routers' alone too."""
+    from gspo_bench.moe.routers import router_parameters
+
+    batch = rollout(parts)
+    old = off_policy(old_policy_pass(Policy(parts[1]), batch, temperature=1.0), batch)
+    order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(0))
+    result = update_policy(new_policy(parts[1], lr=1e-2), GRPO, batch, old, order, 3, UpdateSettings())
+    one_by_one = new_policy(parts[1], lr=1e-2)
+    grads, routers = [], []
+    for rows in torch.tensor_split(order, 3):
+        update_minibatch(one_by_one, GRPO, batch, old, rows, UpdateSettings())
+        grads.append(torch.cat([p.grad.reshape(-1) for p in one_by_one.model.parameters() if p.grad is not None]))
+        routers.append(torch.cat([p.grad.reshape(-1) for p in router_parameters(one_by_one.model)]))
+
+    def mean_cos(vectors):
+        return sum(float(torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=0))
+                   for a, b in zip(vectors, vectors[1:])) / 2
+
+    assert float(result.metrics["grad/cos_prev"]) == pytest.approx(mean_cos(grads), rel=1e-6)
+    assert float(result.metrics["grad/cos_prev_router"]) == pytest.approx(mean_cos(routers), rel=1e-6)

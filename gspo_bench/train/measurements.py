@@ -3,6 +3,8 @@ tensors, and copied to the host once, when the step's row is built (`train.row.t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from gspo_bench.objectives.inputs import LOG_RATIO_CLAMP
@@ -139,3 +141,55 @@ class RatioByRouting:
             out[f"ratio/token_var_{name}"] = (s2 / n - mean**2).clamp(min=0.0)
         out["moe/rerouted_token_frac"] = self.sums["rerouted0"] / (self.sums["rerouted0"] + self.sums["stable0"])
         return out
+
+
+class GradientCosines:
+    """The cosine between the gradients of consecutive applied updates within a step (`grad/cos_prev`: the
+    whole model's; `grad/cos_prev_router`: the routers' parameters alone), the mean over the step's pairs
+    (K - 1 of them; NaN with one update, or where a gradient is zero: frozen routers). A persistently high cosine means successive updates push the same
+    way (an early warning of collapse in the gradient-alignment literature). Gradients are read after each
+    update's backward (clipping scales them: the cosine is unchanged), this rank's shards summed over ranks;
+    one copy of the gradient kept between updates, nothing copied to the host."""
+
+    def __init__(self, params: Callable[[], list[torch.nn.Parameter]], routers: Callable[[], list[torch.nn.Parameter]],
+                 distributed: bool = False):
+        # looked up at each update: under FSDP2 the modules' parameter objects change between forwards
+        self.groups = {"grad/cos_prev": params, "grad/cos_prev_router": routers}
+        self.distributed = distributed
+        self.previous: dict[str, torch.Tensor] = {}
+        self.have_previous = torch.tensor(False)
+        self.sums: dict[str, torch.Tensor] = {}
+        self.count = torch.tensor(0.0, dtype=torch.float64)
+
+    @staticmethod
+    def flat(params: list[torch.nn.Parameter]) -> torch.Tensor:
+        """This rank's gradient of `params` as one fp32 vector (zeros where a parameter has none)."""
+        pieces = []
+        for p in params:
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            g = g.to_local() if hasattr(g, "to_local") else g
+            pieces.append(g.detach().float().reshape(-1))
+        return torch.cat(pieces) if pieces else torch.zeros(0)
+
+    def cosine(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        sums = torch.stack([(a * b).sum(), (a * a).sum(), (b * b).sum()]).double()
+        if self.distributed:
+            torch.distributed.all_reduce(sums)
+        norms = torch.sqrt(sums[1] * sums[2])
+        return torch.where(norms > 0, sums[0] / norms.clamp(min=torch.finfo(torch.float64).tiny), float("nan"))
+
+    def add(self, applied: torch.Tensor) -> None:
+        """After an update's backward: its gradient against the previous applied update's."""
+        current = {key: self.flat(params()) for key, params in self.groups.items()}
+        both = applied & self.have_previous
+        self.count = self.count.to(applied.device) + both.double()
+        for key, grad in current.items():
+            if key in self.previous:
+                cos = torch.where(both, self.cosine(self.previous[key], grad), 0.0)
+                self.sums[key] = self.sums.get(key, torch.zeros((), dtype=torch.float64, device=grad.device)) + cos
+            self.previous[key] = torch.where(applied, grad, self.previous[key]) if key in self.previous else grad
+        self.have_previous = self.have_previous.to(applied.device) | applied
+
+    def result(self) -> dict[str, torch.Tensor]:
+        """The mean cosine per group over the step's pairs of applied updates; NaN where there were none."""
+        return {key: self.sums.get(key, torch.zeros((), dtype=torch.float64)) / self.count for key in self.groups}

@@ -12,6 +12,7 @@ from gspo_bench.models.forward import response_forward, router_aux_loss
 from gspo_bench.models.padding import position_ids
 from gspo_bench.moe import RoutingCapture, rerouted_positions, routing_drift
 from gspo_bench.moe.margins import margin_stats
+from gspo_bench.moe.routers import router_parameters
 from gspo_bench.objectives.kl import k3
 from gspo_bench.objectives.metrics import (
     gradient_weight_metrics,
@@ -24,7 +25,13 @@ from gspo_bench.objectives.reduce import recording_terms, recording_token_weight
 from gspo_bench.objectives.registry import LR_SCALE, Metrics
 from gspo_bench.objectives.rspo import router_shift_from_scores
 from gspo_bench.runtime.distributed import World, gather_rows, local_tensor, with_local_grad
-from gspo_bench.train.measurements import MeanOf, RatioByRouting, StepMeasurements, TokenRatios
+from gspo_bench.train.measurements import (
+    GradientCosines,
+    MeanOf,
+    RatioByRouting,
+    StepMeasurements,
+    TokenRatios,
+)
 from gspo_bench.train.micro_batches import MicroBatch, plan_micro_batches
 from gspo_bench.train.old_policy import OldPolicy
 from gspo_bench.train.optim import guarded_step, scaled_lr
@@ -433,6 +440,8 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
     (means) and that of minibatch 2 alone, after exactly one update (`moe/drift_1`, `moe/drift_expert_1`:
     NaN where minibatch 1's update was skipped as non-finite, so that minibatch 2 ran after none)."""
     measured, drift, by_routing, ratios = StepMeasurements(), MeanOf(), RatioByRouting(), TokenRatios()
+    cosines = GradientCosines(lambda: list(policy.model.parameters()), lambda: router_parameters(policy.model),
+                              policy.world.distributed) if settings.measure else None
     after_one: dict[str, torch.Tensor] = {}
     first_applied = torch.tensor(False)
     per_layer: list[dict[str, torch.Tensor]] = []
@@ -452,6 +461,8 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
         tokens_trained = tokens_trained + result.tokens_trained
         if settings.measure:
             ratios.add(result.log_ratio, batch.response_mask[rows], result.applied)
+        if cosines is not None:
+            cosines.add(result.applied)
         if result.drift is not None and result.layers is not None:  # measured together
             drift.add({**result.drift, **layer_means(result.layers)})
             per_layer.append(result.layers)
@@ -460,7 +471,8 @@ def update_policy(policy: Policy, objective: Objective, batch: RolloutBatch, old
             by_routing.add(result.log_ratio, batch.response_mask[rows], result.rerouted)
     means = drift.result()
     metrics = {"loss": torch.stack(losses).nanmean(), "grad/norm": torch.stack(grad_norms).nanmean(),
-               **measured.result(), "nonfinite/minibatches": torch.as_tensor(skipped), **ratios.result(), **after_one}
+               **measured.result(), "nonfinite/minibatches": torch.as_tensor(skipped), **ratios.result(), **after_one,
+               **(cosines.result() if cosines is not None else {})}
     metrics |= {k: v for k, v in means.items() if not k.endswith("_layer")} | by_routing.result()
     layers = {key: torch.stack([p[key] for p in per_layer]) for key in per_layer[0]} if per_layer else {}
     return UpdateResult(metrics=metrics, layers=layers, tokens_trained=torch.as_tensor(tokens_trained))

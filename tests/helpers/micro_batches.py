@@ -95,7 +95,9 @@ def assert_same_update(setting, objective_name: str, correction: str | None = No
     assert error <= 1e-5 * norm, f"relative gradient error {float(error / norm):.2e}"
     for name, g in plain_grads.items():
         assert_close(grads[name], g, rtol=1e-5, atol=1e-6 * float(g.abs().max()), msg=name)
-    assert_close(micro.loss, plain.loss, rtol=1e-5, atol=1e-7)
+    # a loss that carries log pi (VESPO, DRO, VCPO with weights up to 8) cancels to ~1e-3 from terms of ~1: its
+    # float noise is absolute (measured: VCPO 1.03e-6 at 3.45e-3)
+    assert_close(micro.loss, plain.loss, rtol=1e-5, atol=2e-6)
     assert micro.metrics.keys() == plain.metrics.keys()
     for key, value in plain.metrics.items():  # every measurement is the whole minibatch's
         assert_close(micro.metrics[key], value, rtol=1e-5, atol=1e-7, msg=key)
