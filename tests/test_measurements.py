@@ -158,21 +158,21 @@ def test_the_step_keeps_the_largest_share_of_its_applied_minibatches():
 
 
 def test_gradient_cosines_between_consecutive_applied_updates_by_hand():
-    """Gradients (1, 0 | r 2), (1, 1 | r 0: no router gradient), a skipped update's (9, -9 | r 5), (0, 1 | r 1):
-    whole-model cosines 1/sqrt(2) (pair 1-2) and 1/sqrt(2) (2-4, the skipped one left out); router cosines
-    NaN (a zero gradient) and NaN: their mean NaN."""
+    """Gradients (1, 0 | r 2), (1, 1 | r 1), a skipped update's (9, -9 | r 5), (0, 1 | r 1), (0, 2 | r 0): the pairs
+    of consecutive applied updates are 1-2 and 4-5 (the skipped update breaks 2-3 and 3-4). Whole model:
+    cos((1, 0, 2), (1, 1, 1)) = 3 / (sqrt 5 sqrt 3) and cos((0, 1, 1), (0, 2, 0)) = 1 / sqrt 2; routers: 1 and
+    NaN (a zero gradient), so their mean is NaN."""
     from gspo_bench.train.measurements import GradientCosines
 
     w, r = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
     cosines = GradientCosines(lambda: [w, r], lambda: [r])
-    for grad, router, applied in (([1.0, 0.0], 2.0, True), ([1.0, 1.0], 0.0, True), ([9.0, -9.0], 5.0, False),
-                                  ([0.0, 1.0], 1.0, True)):
+    for grad, router, applied in (([1.0, 0.0], 2.0, True), ([1.0, 1.0], 1.0, True), ([9.0, -9.0], 5.0, False),
+                                  ([0.0, 1.0], 1.0, True), ([0.0, 2.0], 0.0, True)):
         w.grad, r.grad = torch.tensor(grad), torch.tensor([router])
         cosines.add(torch.tensor(applied))
     out = cosines.result()
-    first = (1.0 + 0.0 + 0.0) / (math.sqrt(5.0) * math.sqrt(2.0))  # (1, 0, 2) . (1, 1, 0)
-    second = (0.0 + 1.0 + 0.0) / (math.sqrt(2.0) * math.sqrt(2.0))  # (1, 1, 0) . (0, 1, 1)
-    assert float(out["grad/cos_prev"]) == pytest.approx((first + second) / 2)
+    expected = (3 / (math.sqrt(5.0) * math.sqrt(3.0)) + 1 / math.sqrt(2.0)) / 2
+    assert float(out["grad/cos_prev"]) == pytest.approx(expected)
     assert math.isnan(float(out["grad/cos_prev_router"]))
     single = GradientCosines(lambda: [w], lambda: [r])
     single.add(torch.tensor(True))

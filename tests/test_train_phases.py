@@ -433,5 +433,5 @@ def test_update_policy_logs_the_cosine_of_consecutive_update_gradients(parts):
         return sum(float(torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=0))
                    for a, b in zip(vectors, vectors[1:])) / 2
 
-    assert float(result.metrics["grad/cos_prev"]) == pytest.approx(mean_cos(grads), rel=1e-6)
-    assert float(result.metrics["grad/cos_prev_router"]) == pytest.approx(mean_cos(routers), rel=1e-6)
+    assert float(result.metrics["grad/cos_prev"]) == pytest.approx(mean_cos(grads), abs=1e-7)  # fp32 dot products
+    assert float(result.metrics["grad/cos_prev_router"]) == pytest.approx(mean_cos(routers), abs=1e-7)

@@ -144,12 +144,13 @@ class RatioByRouting:
 
 
 class GradientCosines:
-    """The cosine between the gradients of consecutive applied updates within a step (`grad/cos_prev`: the
-    whole model's; `grad/cos_prev_router`: the routers' parameters alone), the mean over the step's pairs
-    (K - 1 of them; NaN with one update, or where a gradient is zero: frozen routers). A persistently high cosine means successive updates push the same
-    way (an early warning of collapse in the gradient-alignment literature). Gradients are read after each
-    update's backward (clipping scales them: the cosine is unchanged), this rank's shards summed over ranks;
-    one copy of the gradient kept between updates, nothing copied to the host."""
+    """The cosine between the gradients of consecutive updates within a step (`grad/cos_prev`: the whole
+    model's; `grad/cos_prev_router`: the routers' parameters alone), the mean over the step's pairs of
+    consecutive updates both applied (K - 1 of them; a skipped, non-finite update breaks the chain; NaN with
+    one update, or where a gradient is zero: frozen routers). A persistently high cosine means successive
+    updates push the same way (an early warning of collapse in the gradient-alignment literature). Gradients
+    are read after each update's backward (clipping scales them: the cosine is unchanged), this rank's shards
+    summed over ranks; one copy of the gradient kept between updates, nothing copied to the host."""
 
     def __init__(self, params: Callable[[], list[torch.nn.Parameter]], routers: Callable[[], list[torch.nn.Parameter]],
                  distributed: bool = False):
@@ -157,7 +158,7 @@ class GradientCosines:
         self.groups = {"grad/cos_prev": params, "grad/cos_prev_router": routers}
         self.distributed = distributed
         self.previous: dict[str, torch.Tensor] = {}
-        self.have_previous = torch.tensor(False)
+        self.previous_applied = torch.tensor(False)
         self.sums: dict[str, torch.Tensor] = {}
         self.count = torch.tensor(0.0, dtype=torch.float64)
 
@@ -172,23 +173,23 @@ class GradientCosines:
         return torch.cat(pieces) if pieces else torch.zeros(0)
 
     def cosine(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        sums = torch.stack([(a * b).sum(), (a * a).sum(), (b * b).sum()]).double()
+        sums = torch.stack([torch.dot(a, b), torch.dot(a, a), torch.dot(b, b)]).double()
         if self.distributed:
             torch.distributed.all_reduce(sums)
         norms = torch.sqrt(sums[1] * sums[2])
         return torch.where(norms > 0, sums[0] / norms.clamp(min=torch.finfo(torch.float64).tiny), float("nan"))
 
     def add(self, applied: torch.Tensor) -> None:
-        """After an update's backward: its gradient against the previous applied update's."""
-        current = {key: self.flat(params()) for key, params in self.groups.items()}
-        both = applied & self.have_previous
+        """After an update's backward: its gradient against the previous update's, where both were applied."""
+        both = applied & self.previous_applied.to(applied.device)
         self.count = self.count.to(applied.device) + both.double()
-        for key, grad in current.items():
+        for key, params in self.groups.items():
+            grad = self.flat(params())
             if key in self.previous:
                 cos = torch.where(both, self.cosine(self.previous[key], grad), 0.0)
                 self.sums[key] = self.sums.get(key, torch.zeros((), dtype=torch.float64, device=grad.device)) + cos
-            self.previous[key] = torch.where(applied, grad, self.previous[key]) if key in self.previous else grad
-        self.have_previous = self.have_previous.to(applied.device) | applied
+            self.previous[key] = grad
+        self.previous_applied = applied
 
     def result(self) -> dict[str, torch.Tensor]:
         """The mean cosine per group over the step's pairs of applied updates; NaN where there were none."""
