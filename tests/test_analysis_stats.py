@@ -6,6 +6,7 @@ exact test stratified by level (a map's pairs of arms) by hand and against scipy
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pandas as pd
@@ -224,3 +225,24 @@ def test_the_stratified_exact_mcnemar_p_is_scipys_exact_binomial_test_on_the_poo
         b, c = sum(t[0] for t in table), sum(t[1] for t in table)
         expected = stats.binomtest(b, b + c, 0.5).pvalue if b + c else 1.0
         assert stratified_mcnemar_p(table) == pytest.approx(expected, rel=1e-12), table
+
+
+def test_mcnemar_power_by_enumeration_and_its_exact_edges():
+    """Every cell discordant one way: the exact test rejects at 5% from 6 discordant cells (2 / 2^6 =
+    0.031), not at 5 (2 / 2^5 = 0.0625). On 3 cells with rates 0.3 / 0.1, the power equals the enumeration
+    of all 3^3 outcomes (only-first, only-second, concordant) with their p by stratified_mcnemar_p."""
+    import itertools
+
+    from analysis.stats.library import mcnemar_power, mcnemar_seeds_needed, stratified_mcnemar_p
+
+    assert mcnemar_power(1.0, 0.0, 6) == pytest.approx(1.0) and mcnemar_power(1.0, 0.0, 5) == 0.0
+    assert mcnemar_seeds_needed(1.0, 0.0, levels=1) == 6 and mcnemar_seeds_needed(0.2, 0.2, levels=6) is None
+    rates = {"first": 0.3, "second": 0.1, "same": 0.6}
+    by_hand = 0.0
+    for outcome in itertools.product(rates, repeat=7):
+        prob = math.prod(rates[o] for o in outcome)
+        b, c = outcome.count("first"), outcome.count("second")
+        by_hand += prob * (stratified_mcnemar_p([(b, c)]) <= 0.05)
+    assert mcnemar_power(0.3, 0.1, 7) == pytest.approx(by_hand, rel=1e-9)
+    assert mcnemar_seeds_needed(0.3, 0.1, levels=6) == min(
+        s for s in range(1, 50) if mcnemar_power(0.3, 0.1, 6 * s) >= 0.8)

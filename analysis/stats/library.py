@@ -225,3 +225,35 @@ def stratified_mcnemar_p(discordant: Sequence[tuple[int, int]]) -> float:
         return 1.0
     tail = sum(math.comb(n, i) for i in range(min(b, c) + 1))
     return min(1.0, 2 * tail / 2**n)
+
+
+def mcnemar_power(first_only: float, second_only: float, cells: int, alpha: float = ALPHA) -> float:
+    """Power of `stratified_mcnemar_p` at level `alpha` over `cells` shared cells, each independently
+    discordant with only the first arm failing at rate `first_only` and only the second at `second_only`
+    (the rest concordant): P(p <= alpha), summed exactly over the number of discordant cells D ~
+    Binomial(cells, first_only + second_only) and, given D, the first arm's share B ~ Binomial(D, first_only /
+    (first_only + second_only)). The test pools the strata, so the rates are the pooled ones."""
+    if not (0 <= first_only and 0 <= second_only and first_only + second_only <= 1) or cells < 0:
+        raise ValueError(f"rates must be >= 0 with a sum <= 1 and cells >= 0, got {first_only}, {second_only}, {cells}")
+    rate = first_only + second_only
+    if rate == 0 or cells == 0:
+        return 0.0
+    d = np.arange(1, cells + 1)
+    # the largest count k of the rarer side at which the two-sided exact p 2 P(Binomial(d, 1/2) <= k) <= alpha
+    k = stats.binom.ppf(alpha / 2, d, 0.5)
+    k = np.where(stats.binom.cdf(k, d, 0.5) <= alpha / 2, k, k - 1)
+    share = first_only / rate
+    rejected = np.where(k >= 0, stats.binom.cdf(k, d, share) + stats.binom.sf(d - k - 1, d, share), 0.0)
+    return float((stats.binom.pmf(d, cells, rate) * rejected).sum())
+
+
+def mcnemar_seeds_needed(first_only: float, second_only: float, levels: int, alpha: float = ALPHA,
+                         power: float = 0.8, most: int = 400) -> int | None:
+    """The fewest seeds per level (cells = levels x seeds) at which `mcnemar_power` reaches `power`; None
+    where even `most` seeds do not (or the rates are equal: no difference to find)."""
+    if first_only == second_only:
+        return None
+    for seeds in range(1, most + 1):
+        if mcnemar_power(first_only, second_only, levels * seeds, alpha) >= power:
+            return seeds
+    return None
