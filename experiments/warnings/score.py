@@ -1,7 +1,9 @@
-"""Early warnings scored on the stability map's runs (experiments/warnings/README.md): each signal's threshold
-chosen on stages 1-3, then scored on stage 4 and the length points.
+"""Early warnings scored on the map's runs (experiments/warnings/README.md): each signal's threshold chosen on
+one part of the runs, then scored on another. The first reading chose on the stability stages 1-3 and scored
+stage 4 and the length points; the second (`--reading lag`) chooses on the lag pilot and scores stage 5.
 
     python experiments/warnings/score.py --csv results/warnings/scores.csv
+    python experiments/warnings/score.py --reading lag --csv results/warnings/lag_scores.csv
 """
 
 from __future__ import annotations
@@ -16,29 +18,36 @@ from analysis.data.load import load_results
 from analysis.evidence.early_warnings import AlarmRule, choose_threshold, score_rule, signal_runs
 from analysis.evidence.stability import TOO_SHORT, class_rows
 
-ROOT = Path(__file__).resolve().parent.parent.parent / "results" / "stability_cpu"
-CHOOSE = ["stage1", "stage2", "stage3"]
-SCORE = ["stage4", "length", "length_short"]
+RESULTS = Path(__file__).resolve().parent.parent.parent / "results"
+READINGS = {  # (the folders rules are chosen on, the folders they are scored on), under results/
+    "stability": (["stability_cpu/stage1", "stability_cpu/stage2", "stability_cpu/stage3"],
+                  ["stability_cpu/stage4", "stability_cpu/length", "stability_cpu/length_short"]),
+    "lag": (["lag_cpu/pilot"], ["lag_cpu/stage5"]),
+}
 RULES = [AlarmRule(signal, 0.0, "above", persist=2) for signal in
          ("grad/norm", "response/len_mean", "clip/frac", "kl/old_new", "mismatch/k3_kl", "moe/drift")]
 RULES.append(AlarmRule("entropy/mean", 0.0, "below", persist=2))
+LAG_RULES = [AlarmRule("lag/ess", 0.0, "below", persist=2), AlarmRule("lag/k3_response", 0.0, "above", persist=2)]
 
 
 def judged(folders: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The metrics and the judged runs' classes of the stages `folders`, pooled."""
     metrics, classes = [], []
     for folder in folders:
-        loaded = load_results(ROOT / folder)
+        loaded = load_results(RESULTS / folder)
         rows = class_rows(loaded)
         classes.append(rows[rows["outcome"] != TOO_SHORT])
         metrics.append(loaded.metrics)
     return pd.concat(metrics, ignore_index=True), pd.concat(classes, ignore_index=True)
 
 
-def main(csv: Path | None = None) -> None:
-    chosen_on, scored_on = judged(CHOOSE), judged(SCORE)
+def main(csv: Path | None = None, reading: str = typer.Option("stability", help="stability or lag")) -> None:
+    if reading not in READINGS:
+        raise typer.BadParameter(f"--reading must be one of {', '.join(READINGS)}, got {reading!r}")
+    choose, score = READINGS[reading]
+    chosen_on, scored_on = judged(choose), judged(score)
     rows = []
-    for template in RULES:
+    for template in RULES + (LAG_RULES if reading == "lag" else []):
         rule = choose_threshold(template, signal_runs(*chosen_on, template.signal), max_false_alarm=0.1)
         found = score_rule(rule, signal_runs(*scored_on, rule.signal), np.random.default_rng(0))
         rows.append({"signal": rule.signal, "direction": rule.direction, "threshold": rule.threshold,
