@@ -398,3 +398,19 @@ def test_a_lag_maps_lead_says_its_dose_is_measured_at_each_levels_lag():
     assert map_lead(placed(lagged), lagged) == LEAD.replace(f"over the first {DOSE_STEPS} steps of its runs",
                                                             f"over the first {DOSE_STEPS} steps of its runs at the "
                                                             "level's lag")
+
+
+def test_a_lag_maps_answer_says_which_lag_each_level_dose_is():
+    """Every arm is placed on the level dose; on a lag map an item names each level's lag with its dose, by
+    dose, and the levels that meet no mismatch (lag 0): so each arm's dose reads on the lag axis. Other maps
+    have no such item."""
+    from analysis.report.map_answer import lag_levels_sentence
+
+    frame = pd.DataFrame({"cell": ["lag=0", "lag=8", "lag=2"], "dose": [0.0, 0.5, 0.08], "sweep/lag": [0, 8, 2]})
+    said = lag_levels_sentence(frame, ())
+    assert said is not None and said.text == ("The levels by lag: lag=2 at dose 0.08, lag=8 at 0.5 per token; lag=0 "
+                                              "meets no mismatch.")
+    assert lag_levels_sentence(frame.drop(columns="sweep/lag"), ()) is None
+    classes = arm_rows("grpo", [0, 1, 3, 6]).assign(**{"sweep/lag": 4})
+    texts = [plain_text(s.text) for s in map_items(placed(classes), (), [], StabilityMap(classes, boundaries(classes)))]
+    assert any(text.startswith("The levels by lag: noise=0 at dose") for text in texts)  # the answer carries it

@@ -304,7 +304,7 @@ def map_lead(found: list[Placement], classes: pd.DataFrame | None = None) -> str
     if on_no_axis(found):
         return unmeasured_lead(found) if any(p.unmeasured for p in found) else NO_AXIS_LEAD
     short, lead, window = short_levels(classes), LEAD, f"over the first {DOSE_STEPS} steps of its runs"
-    if any(name.startswith("sweep/") and name.endswith("lag") for name in classes.columns):  # analysis.evidence.dose
+    if is_lag_sweep(classes):  # analysis.evidence.dose
         lead, window = lead.replace(window, f"{window} at the level's lag"), f"{window} at the level's lag"
     if not len(short):
         return lead
@@ -312,16 +312,40 @@ def map_lead(found: list[Placement], classes: pd.DataFrame | None = None) -> str
                                 "stopped within them")
 
 
+def is_lag_sweep(classes: pd.DataFrame) -> bool:
+    """Whether the map sweeps rollout lag (its level dose is read at each level's lag: analysis.evidence.dose)."""
+    return any(name.startswith("sweep/") and name.endswith("lag") for name in classes.columns)
+
+
+def lag_levels_sentence(classes: pd.DataFrame | None, links: tuple) -> Sentence | None:
+    """Where the map sweeps rollout lag, which lag each level dose is, so that every arm's dose reads on the lag
+    axis: "The levels by lag: lag=2 at dose 0.0811 per token, lag=4 at 0.123, ...; lag=0 meets no mismatch."
+    (each level's cell name and dose, by dose); None for other maps."""
+    if classes is None or not is_lag_sweep(classes) or DOSE not in classes or "cell" not in classes:
+        return None
+    levels = classes[["cell", DOSE]].drop_duplicates("cell")
+    on_axis = levels[levels[DOSE].astype(float) > KL_FLOOR].sort_values(DOSE)
+    if not len(on_axis):
+        return None
+    said = ", ".join(f"{escape(str(cell))} at {'dose ' if i == 0 else ''}{dose:.3g}"
+                     for i, (cell, dose) in enumerate(zip(on_axis["cell"], on_axis[DOSE].astype(float))))
+    off = [escape(str(c)) for c in levels.loc[~levels["cell"].isin(on_axis["cell"]), "cell"]]
+    tail = f"; {listed(off)} {'meets' if len(off) == 1 else 'meet'} no mismatch" if off else ""
+    return Sentence(f"The levels by lag: {said} per token{tail}.", links)
+
+
 def map_items(found: list[Placement], links: tuple, tests: list[PairTest] | None = None,
               stability: StabilityMap | None = None) -> tuple[Sentence, ...]:
     """The items under the lead sentence: one per arm (where no arm is on the dose axis, its failed runs
-    alone: no place to give), then the degenerate cells left out, then which pairs of arms the paired test
-    tells apart (`tests`: analysis.evidence.placement.pair_tests)."""
+    alone: no place to give), then, for a lag sweep, which lag each level dose is, then the degenerate cells
+    left out, then which pairs of arms the paired test tells apart (`tests`:
+    analysis.evidence.placement.pair_tests)."""
     if on_no_axis(found):
         arms = tuple(Sentence(f"**{escape(p.arm)}**: {p.failures} of {count(p.runs, 'run')} failed.", links) for p in found)
     else:
         arms = tuple(arm_item(p, links) for p in found)
-    extra = (degenerate_sentence(stability, links), pairs_sentence(tests or [], links))
+    extra = (lag_levels_sentence(stability.classes if stability is not None else None, links),
+             degenerate_sentence(stability, links), pairs_sentence(tests or [], links))
     return arms + tuple(sentence for sentence in extra if sentence is not None)
 
 
