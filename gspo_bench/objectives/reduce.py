@@ -22,7 +22,7 @@ the same reduction (`objectives.metrics.gradient_weight_metrics`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Literal
 
@@ -37,27 +37,26 @@ _TOKEN_WEIGHTS: ContextVar[list[torch.Tensor] | None] = ContextVar("gspo_bench_t
 
 
 @contextmanager
-def recording_terms() -> Iterator[list[torch.Tensor]]:
+def _recording(into: ContextVar[list[torch.Tensor] | None]) -> Iterator[list[torch.Tensor]]:
+    """Within the block, `into` holds a fresh list, which this yields; restored on exit."""
+    recorded: list[torch.Tensor] = []
+    token = into.set(recorded)
+    try:
+        yield recorded
+    finally:
+        into.reset(token)
+
+
+def recording_terms() -> AbstractContextManager[list[torch.Tensor]]:
     """Within the block, each `aggregate` call appends its per-token contributions [B, T] (detached,
     0 at padding; their sum is the value it returns) to the list this yields."""
-    recorded: list[torch.Tensor] = []
-    token = _RECORDED.set(recorded)
-    try:
-        yield recorded
-    finally:
-        _RECORDED.reset(token)
+    return _recording(_RECORDED)
 
 
-@contextmanager
-def recording_token_weights() -> Iterator[list[torch.Tensor]]:
+def recording_token_weights() -> AbstractContextManager[list[torch.Tensor]]:
     """Within the block, each `aggregate` call appends its reduction's weight of each token [B, T]
     (detached, 0 at padding: the factor its value gives x_it) to the list this yields."""
-    recorded: list[torch.Tensor] = []
-    token = _TOKEN_WEIGHTS.set(recorded)
-    try:
-        yield recorded
-    finally:
-        _TOKEN_WEIGHTS.reset(token)
+    return _recording(_TOKEN_WEIGHTS)
 
 
 def aggregate(
