@@ -65,6 +65,16 @@ def timed(policy, batch, old, case: str) -> float:
         return time.perf_counter() - start
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform reports."""
+    info = Path("/proc/cpuinfo")
+    if info.is_file():
+        for line in info.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 @app.command()
 def main(repeats: int = typer.Option(15, min=3), threads: int = typer.Option(2, min=1),
          out: Path = typer.Option(Path("results/perf"), help="folder for signal_cost.csv and .md")) -> None:
@@ -82,7 +92,7 @@ def main(repeats: int = typer.Option(15, min=3), threads: int = typer.Option(2, 
     wide = frame.pivot(index="repeat", columns="case", values="update_s")
     base = statistics.median(wide["both on"])
     lines = [f"Command: `python experiments/perf/signal_cost.py --repeats {repeats} --threads {threads}`", "",
-             f"Machine: {platform.processor() or platform.machine()}, {threads} threads; update phase (K = 4 "
+             f"Machine: {cpu_model()}, {threads} threads; update phase (K = 4 "
              f"minibatches of 16 responses x 32 tokens, every measurement on): median {base:.3f} s.", ""]
     for name, off in (("gradient weights (clip/grad_*)", "gradient weights off"), ("gradient cosines (grad/cos_prev*)", "cosines off"),
                       ("both", "both off")):
