@@ -4,6 +4,7 @@ update, a stated setting (TRL's models default it on at 0.001, other stacks 0: a
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import pytest
 import torch
@@ -13,14 +14,24 @@ from torch.testing import assert_close
 from gspo_bench.config import TrainConfig
 from gspo_bench.config.schema import ModelConfig
 from gspo_bench.models.families import NO_AUX_LOSS_FAMILIES, SUPPORTED_FAMILIES
-from gspo_bench.models.forward import router_aux_loss
+from gspo_bench.models.forward import response_forward, router_aux_loss
 from gspo_bench.models.tiny import build_tiny_moe
+from gspo_bench.objectives import get_objective
 from gspo_bench.train.old_policy import old_policy_pass
 from gspo_bench.train.optim import make_optimizer
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.update import UpdateSettings, update_minibatch
 from tests.helpers.phases import rollout
-from tests.test_train_phases import GRPO, expected_loss
+
+GRPO = partial(get_objective("grpo"), clip_low=0.2, clip_high=0.27)
+
+
+def expected_loss(model, batch, old, rows):
+    """GRPO's loss of `rows` under `model`, computed outside the update."""
+    with torch.no_grad():
+        logp, _ = response_forward(model, batch.input_ids[rows], batch.attention_mask[rows], batch.n_response, 1.0)
+    loss, _ = GRPO(logp=logp, old_logp=old.logp[rows], advantages=batch.advantages[rows], mask=batch.response_mask[rows])
+    return loss
 
 FAST = ("qwen3_moe", "olmoe", "mixtral", "deepseek_v3", "llama4_text")  # both kinds, softmax and sigmoid routers
 

@@ -417,12 +417,13 @@ def test_validate_says_what_a_suite_path_that_is_no_file_is(tmp_path, cli, kind,
 def test_a_load_balancing_loss_the_update_never_adds_is_refused(tmp_path):
     """`model.aux_loss: true` made the model compute router logits and its load-balancing loss, which the update
     never read (the objective's loss is the whole loss): a setting that changed nothing the run trained on.
-    Refused in one line until the update adds it."""
+    Refused in one line, pointing to model.router_aux_loss_coef, through which the update adds it."""
     from gspo_bench.config import SuiteError
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(tiny_suite(tmp_path / "cache")))
-    with pytest.raises(SuiteError, match="model.aux_loss: the load-balancing loss is not added to the update"):
+    with pytest.raises(SuiteError, match="model.aux_loss: aux_loss: true would change nothing the run trains on; the "
+                                         "load-balancing loss enters the update through model.router_aux_loss_coef"):
         load_suite(path, parse_overrides(["model.aux_loss=true"]))
     assert load_suite(path, parse_overrides(["model.aux_loss=false"])).model.aux_loss is False
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from gspo_bench.objectives.inputs import LOG_RATIO_CLAMP, prepare
+from gspo_bench.objectives.inputs import LOG_RATIO_CLAMP, ieee_sqrt, prepare
 from gspo_bench.objectives.metrics import clip_metrics, masked_mean, ratio_metrics
 from gspo_bench.objectives.reduce import Reduction, aggregate
 from gspo_bench.objectives.registry import LR_SCALE, Metrics, register_objective
@@ -21,7 +21,7 @@ def ess_lr_scale(log_weight: torch.Tensor, has_tokens: torch.Tensor, ess_base: f
     w = torch.exp(shifted.double())  # [B] w_i / max_j w_j, 0 for empty rows
     n = has_tokens.sum().clamp(min=1).double()
     rho = torch.where(has_tokens.any(), w.sum() ** 2 / (n * (w**2).sum()), 1.0)
-    return rho, torch.sqrt(torch.clamp(rho / ess_base, max=1.0))
+    return rho, ieee_sqrt(torch.clamp(rho / ess_base, max=1.0))  # exact on every CPU (not MKL's vector math)
 
 
 @register_objective(

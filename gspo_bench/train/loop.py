@@ -132,6 +132,19 @@ def _train_run(spec: RunSpec, resume: bool, on_step: Callable[[dict], None] | No
             run.lock.release()
 
 
+def update_settings(run: Run, step: int) -> UpdateSettings:
+    """What the step's K minibatch updates take from the suite, the run's entry and its objective."""
+    suite, entry, train = run.suite, run.spec.entry, run.suite.train
+    objective = entry.spec()
+    return UpdateSettings(temperature=suite.rollout.temperature, grad_clip=train.grad_clip, kl_coef=train.kl_coef,
+                          measure=train.measure, correction=entry.correction_fn(), inputs=objective.inputs,
+                          # objectives that draw at random (clip_cov) repeat per run, on their own stream
+                          generator=torch.Generator().manual_seed(step_seed(run.spec.seed, step, 4)),
+                          coupled=objective.coupled,
+                          micro_batch_tokens=train.micro_batch_tokens, head_chunk=train.logprob_chunk_tokens,
+                          aux_coef=suite.model.router_aux_loss_coef)
+
+
 def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> StepRow:
     """One RL step: its batch (sampled now, or under `rollout.lag` earlier and kept in `waiting`, the
     run's batches sampled ahead) -> old-policy pass -> K minibatch updates -> the step's row."""
@@ -153,14 +166,7 @@ def run_step(run: Run, step: int, waiting: dict[int, Sampled] | None = None) -> 
                                 head_chunk=train.logprob_chunk_tokens)  # before any update: replay_scoring
     # ------------------------------------------------------------------ K minibatch updates
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(step_seed(seed, step, 2)))
-    settings = UpdateSettings(temperature=rollout_cfg.temperature, grad_clip=train.grad_clip, kl_coef=train.kl_coef,
-                              measure=train.measure, correction=entry.correction_fn(), inputs=objective.inputs,
-                              # objectives that draw at random (clip_cov) repeat per run, on their own stream
-                              generator=torch.Generator().manual_seed(step_seed(seed, step, 4)),
-                              coupled=objective.coupled,
-                              micro_batch_tokens=train.micro_batch_tokens, head_chunk=train.logprob_chunk_tokens,
-                              aux_coef=suite.model.router_aux_loss_coef)
-    update = update_policy(policy, run.objective, batch, old, order, train.minibatches, settings)
+    update = update_policy(policy, run.objective, batch, old, order, train.minibatches, update_settings(run, step))
     after = {}
     if train.measure and (train.drift_after_update or train.minibatches == 1):
         after = drift_after_update(policy, batch, old)

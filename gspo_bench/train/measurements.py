@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from gspo_bench.objectives.inputs import LOG_RATIO_CLAMP
+from gspo_bench.objectives.inputs import LOG_RATIO_CLAMP, ieee_sqrt
 
 # Metrics whose natural unit is the response (weighted by responses); the rest are token-weighted.
 _RESPONSE_WEIGHTED = ("ratio/seq_", "clip/seq_frac")
@@ -176,7 +176,7 @@ class GradientCosines:
         sums = torch.stack([torch.dot(a, b), torch.dot(a, a), torch.dot(b, b)]).double()
         if self.distributed:
             torch.distributed.all_reduce(sums)
-        norms = torch.sqrt(sums[1] * sums[2])
+        norms = ieee_sqrt(sums[1] * sums[2])  # exact on every CPU (not MKL's vector math)
         return torch.where(norms > 0, sums[0] / norms.clamp(min=torch.finfo(torch.float64).tiny), float("nan"))
 
     def add(self, applied: torch.Tensor) -> None:
