@@ -6,10 +6,12 @@ update drawn beside. Drawn from `analysis.evidence.lag.lag_runs`' rows."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.evidence.lag import PAPER_ROUTE_SHARE
+from analysis.evidence.lag_law import LawFit
 from analysis.figures.style import hex_colors, layout, palette
 
 PANELS = (("route_diff", "experts apart, sampler vs learner (lag/route_diff)"),
@@ -67,3 +69,40 @@ def lag_routes_interactive(runs: pd.DataFrame) -> list[go.Figure]:
             fig.update_yaxes(type="log")
         figures.append(fig)
     return figures
+
+
+def lag_lr_law(table: pd.DataFrame, fits: list[LawFit]) -> plt.Figure:
+    """The lag x lr law, a panel per treatment: each cell of the grid (`analysis.evidence.lag_law.cells`) a
+    square shaded by its failed share and labelled failed/runs (crossed where off the law), over lag (symlog:
+    lag 0 is the off-law check) and lr (log); the fitted boundary (P = 0.5) over the fitted lags, and the
+    constant-product line lag x lr = const through the boundary at the fit's geometric-mean lag."""
+    figure, panels = plt.subplots(1, len(fits), figsize=(4.2 * len(fits), 4.0), layout="constrained",
+                                  sharey=True, squeeze=False)
+    for ax, fit in zip(panels[0], fits, strict=True):
+        own = table[table["arm"] == fit.arm]
+        shade = ax.scatter(own["lag"], own["lr"], c=own["failed"] / own["runs"], cmap="Reds", vmin=0, vmax=1,
+                           marker="s", s=420, edgecolors="grey")
+        for row in own.itertuples():
+            ax.annotate(f"{row.failed}/{row.runs}" + (" x" if row.off_law else ""), (row.lag, row.lr),
+                        ha="center", va="center", fontsize=7)
+        if not fit.why:
+            lags = np.geomspace(max(own.loc[own["lag"] > 0, "lag"].min(), 1), own["lag"].max(), 50)
+            ax.plot(lags, fit.boundary_lr(lags), color="black",
+                    label=f"fitted boundary, slope {fit.slope:.2g} [{fit.low:.2g}, {fit.high:.2g}]")
+            middle = float(np.exp(np.mean(np.log(lags))))
+            ax.plot(lags, fit.boundary_lr(np.array([middle]))[0] * middle / lags, color="grey", linestyle="--",
+                    label="lag x lr = const (slope -1)")
+            ax.legend(fontsize=7, loc="lower left")
+        else:
+            ax.text(0.02, 0.02, f"no fit: {fit.why}", transform=ax.transAxes, fontsize=7, wrap=True)
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_yscale("log")
+        lags_run = sorted(own["lag"].unique())
+        ax.set_xticks(lags_run, [f"{lag:g}" for lag in lags_run])
+        ax.set_yticks(sorted(own["lr"].unique()), [f"{lr:.2g}" for lr in sorted(own["lr"].unique())])
+        ax.minorticks_off()
+        ax.set_xlabel("lag (updates)")
+        ax.set_title(f"{fit.arm} ({fit.failed} of {fit.runs} fitted runs failed)", fontsize=9)
+    panels[0][0].set_ylabel("learning rate")
+    figure.colorbar(shade, ax=panels[0].tolist(), label="failed share of the cell's seeds", shrink=0.8)
+    return figure

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import optimize, special, stats
 
 from analysis.stats.library import LEVEL
 
@@ -67,14 +67,23 @@ class LogisticFit:
         i.e. (b0 + b1 x)^2 <= z^2 se(x)^2: between the two roots of that quadratic where b1^2 > z^2 var(b1),
         else unbounded, (-inf, +inf) (the slope is not different from 0 at 1 - level). A slope of exactly
         0 (the same failure rate at every KL) crosses nowhere: the center is NaN."""
-        z2 = stats.norm.ppf(0.5 + level / 2) ** 2
-        b0, b1, v = self.intercept, self.slope, self.cov
-        a, b, c = b1 ** 2 - z2 * v[1, 1], 2 * (b0 * b1 - z2 * v[0, 1]), b0 ** 2 - z2 * v[0, 0]
-        center = -b0 / b1 if b1 != 0 else math.nan
-        if a <= 0:
-            return center, -math.inf, math.inf
-        root = math.sqrt(max(b * b - 4 * a * c, 0.0))  # >= 0 up to rounding: the center is in the set
-        return center, (-b - root) / (2 * a), (-b + root) / (2 * a)
+        v = self.cov
+        return fieller_ratio(-self.intercept, self.slope, v[0, 0], -v[0, 1], v[1, 1], level)
+
+
+def fieller_ratio(num: float, den: float, v_num: float, cov: float, v_den: float,
+                  level: float = LEVEL) -> tuple[float, float, float]:
+    """(num/den, low, high): the ratio of two jointly normal estimates (variances v_num, v_den, covariance
+    `cov`) and Fieller's interval, the theta with (num - theta den)^2 <= z^2 var(num - theta den): between
+    the two roots of that quadratic in theta where den^2 > z^2 v_den, else unbounded, (-inf, +inf) (den is not
+    different from 0 at 1 - level). A den of exactly 0 gives a NaN center."""
+    z2 = stats.norm.ppf(0.5 + level / 2) ** 2
+    a, b, c = den ** 2 - z2 * v_den, -2 * (num * den - z2 * cov), num ** 2 - z2 * v_num
+    center = num / den if den != 0 else math.nan
+    if a <= 0:
+        return center, -math.inf, math.inf
+    root = math.sqrt(max(b * b - 4 * a * c, 0.0))  # >= 0 up to rounding: the center is in the set
+    return center, (-b - root) / (2 * a), (-b + root) / (2 * a)
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray) -> LogisticFit:
@@ -104,6 +113,69 @@ def fit_logistic(x: np.ndarray, y: np.ndarray) -> LogisticFit:
     back = np.array([[1.0, -center / scale], [0.0, 1.0 / scale]])  # (b0, b1) in x from the scaled fit
     b0, b1 = back @ found
     return LogisticFit(float(b0), float(b1), back @ np.linalg.inv(hess(found)) @ back.T, len(x), int(y.sum()))
+
+
+def separated(design: np.ndarray, y: np.ndarray) -> bool:
+    """Whether the outcomes y are separated by the design's columns [n, k]: a direction w != 0 with
+    (2y - 1)_i x_i.w >= 0 on every row and > 0 on one, where the logistic likelihood has no maximum (complete
+    or quasi-complete separation, Albert and Anderson 1984; one outcome alone is such a case, along the
+    intercept). Found as Konis (2007) does, by the linear program max sum_i s_i subject to s_i = (2y - 1)_i
+    x_i.w >= 0 and -1 <= w <= 1: separation is an optimum above 0 (up to rounding)."""
+    signed = np.asarray(design, dtype=float) * (2.0 * np.asarray(y, dtype=bool) - 1.0)[:, None]
+    found = optimize.linprog(-signed.sum(0), A_ub=-signed, b_ub=np.zeros(len(signed)),
+                             bounds=[(-1.0, 1.0)] * signed.shape[1], method="highs")
+    if found.status != 0 or found.fun is None:
+        raise ValueError(f"separated: the linear program ended with {found.message!r}")
+    return -float(found.fun) > 1e-9 * max(1.0, float(np.abs(signed).sum()))
+
+
+@dataclass(frozen=True)
+class DesignFit:
+    """P(y) = expit(design @ coef), by maximum likelihood; `cov` the inverse observed information."""
+
+    coef: np.ndarray  # [k]
+    cov: np.ndarray  # [k, k]
+    n: int
+    events: int
+
+
+def fit_logistic_design(design: np.ndarray, y: np.ndarray) -> DesignFit:
+    """The maximum-likelihood logistic fit of y (booleans) on the columns of `design` [n, k] (the caller's
+    intercept column among them), as fit_logistic does on one variable: damped Newton on the columns centred
+    and scaled (a constant column kept as it is), mapped back. ValueError where the outcomes are `separated`
+    (no maximum exists) or the design's columns are not independent."""
+    design, y = np.asarray(design, dtype=float), np.asarray(y, dtype=bool)
+    if np.linalg.matrix_rank(design) < design.shape[1]:
+        raise ValueError("no logistic fit: the design's columns are not linearly independent")
+    if separated(design, y):
+        raise ValueError("no logistic fit: the outcomes are separated (the maximum-likelihood estimate is infinite)")
+    spread = design.std(0)
+    constant = spread == 0
+    # centred only where a constant column (the intercept) can absorb the offset
+    center = np.where(constant | ~constant.any(), 0.0, design.mean(0))
+    scale = np.where(constant, 1.0, spread)
+    scaled = (design - center) / scale
+    target = y.astype(float)
+
+    def loss(b: np.ndarray) -> float:
+        eta = scaled @ b
+        return float(np.sum(np.logaddexp(0.0, eta) - target * eta))
+
+    def grad(b: np.ndarray) -> np.ndarray:
+        return scaled.T @ (special.expit(scaled @ b) - target)
+
+    def hess(b: np.ndarray) -> np.ndarray:
+        p = special.expit(scaled @ b)
+        return (scaled * (p * (1 - p))[:, None]).T @ scaled
+
+    found = newton(loss, grad, hess, np.zeros(design.shape[1]))
+    # scaled = (design - center) / scale, so scaled @ b = design @ (b / scale) - center . (b / scale): the
+    # offset falls on the constant column (the intercept), whose value is its own (the mean of the column)
+    back = np.diag(1.0 / scale)
+    if constant.any():
+        where = int(np.flatnonzero(constant)[0])
+        back[where, :] -= (center / scale) / design[0, where]
+    return DesignFit(back @ found, back @ np.linalg.inv(hess(found)) @ back.T, len(y), int(y.sum()))
 
 
 def newton(loss: Callable[[np.ndarray], float], grad: Callable[[np.ndarray], np.ndarray],
