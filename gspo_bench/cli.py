@@ -241,7 +241,9 @@ def run(
                         parallel=parallel, ray_address=ray_address if (ray or ray_address) else False)
     except (ValueError, FileExistsError, RunBusyError) as err:  # SuiteError is a ValueError
         raise fail(str(err)) from None
-    show = ConsoleShow(console if launch.world.is_main else PrintableConsole(quiet=True))
+    from analysis import LiveWarnings
+
+    show = ConsoleShow(console if launch.world.is_main else PrintableConsole(quiet=True), watch=LiveWarnings)
     try:
         outcomes = session.run(launch, show)
     except OSError as err:

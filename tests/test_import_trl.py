@@ -106,6 +106,16 @@ def test_the_report_reads_an_imported_trl_run(trl_run, tmp_path):
     assert "Suite(s) **trl**: 1 objectives x 1 seed(s)" in text
     assert (tmp_path / "report" / "figures" / "fig2_clip_fraction.png").is_file()
     assert not math.isnan(results.metrics["clip/frac"].iloc[0])
+    # its signals scored with the package's early-warning rules: the run is listed, not judged, with the rules'
+    # signals TRL logs (grad/norm, response/len_mean; entropy is below no shipped rule) and every alarm they fired
+    warnings = text.split("## Each failed (or imported) run")[1].split("<a id=")[0]
+    from analysis.evidence.early_warnings import load_rules
+
+    carried = {r.rule.signal for r in load_rules() if results.metrics.get(r.rule.signal, pd.Series()).notna().any()}
+    assert carried == {"grad/norm", "response/len_mean"}
+    row = [line for line in warnings.splitlines() if "not judged" in line]
+    assert len(row) == 1 and [cell.strip() for cell in row[0].split("|")[1:7]] == ["trl", "grpo", "0", "not judged",
+                                                                                  "-", "2"]
 
 
 def test_a_trl_log_without_its_reward_names_the_missing_key(trl_run, tmp_path):

@@ -317,8 +317,16 @@ def test_validate_and_dry_run_show_the_overridden_suite(tmp_path):
     assert result.exit_code == 0 and "--set budget.value=7" in output and ">= 7 steps per run" in output
 
 
-def test_run_records_the_overrides_and_ends_with_the_report_command(tmp_path):
+def test_run_records_the_overrides_and_ends_with_the_report_command(tmp_path, monkeypatch):
+    """... and prints the live early warnings: with a rules file whose one rule fires on every step (reward/mean
+    at or above -1), its line once, at step 1."""
+    from analysis.evidence import early_warnings
+
     path, out = suite_file(tmp_path), tmp_path / "out"
+    rule = early_warnings.AlarmRule("reward/mean", -1.0, "above", 1)
+    early_warnings.rules_table([early_warnings.ShippedRule(rule, "hand", ("a",), ("b",), early_warnings.Scored(
+        rule, 4, 2, 3.0, 8, 1, 0.7, 0.6, 0.8))]).to_csv(tmp_path / "rules.csv", index=False)
+    monkeypatch.setattr(early_warnings, "SHIPPED_RULES", tmp_path / "rules.csv")
     result = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--set", "train.lr=2e-3",
                                       "--set", "objectives.0.clip_high=0.3"])
     assert result.exit_code == 0, result.output
@@ -333,6 +341,8 @@ def test_run_records_the_overrides_and_ends_with_the_report_command(tmp_path):
     assert provenance["suite_sha256"] == hashlib.sha256((out / "tiny" / "suite.yaml").read_bytes()).hexdigest()
     lines = result.output.strip().splitlines()
     assert "  warm start s0: step 0/2000" in result.output  # a fresh warm start, as plain lines here
+    alarms = [line for line in lines if "early warning" in line]
+    assert len(alarms) == 1 and alarms[0].startswith("[grpo-s0] early warning at step 1: reward/mean = ")
     answer = lines.index("answer:")  # the suite's answer in plain sentences, between the results and the report
     assert lines[answer - 1] == f"results: {out / 'tiny'}" and lines[-1] == f"report:  gspo-bench report {out / 'tiny'}"
     assert 1 <= len(lines[answer + 1:-1]) <= 5 and lines[answer + 1].startswith("  1 run finished: grpo on 1 seed")

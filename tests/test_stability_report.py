@@ -157,3 +157,24 @@ def test_the_report_of_a_swept_suite_shows_the_map(swept, tmp_path):
 def test_the_rules_in_the_report_are_the_rules_in_the_docs():
     """The classes are declared before any run: docs/report.md holds the report's rules word for word."""
     assert RULES in (ROOT / "docs" / "report.md").read_text()
+
+
+def test_the_early_warnings_section_reads_the_failed_runs_and_only_where_some_failed(swept, tmp_path):
+    """The swept suite's 6 failed grpo runs are each listed with their first alarm ahead (or none) under the
+    package's rules, ranked by held-out AUC; a suite whose runs all held (no map) has no such section."""
+    from analysis.evidence.early_warnings import load_rules
+    from analysis.report.sections import build_sections
+
+    results = load_results(swept)
+    found = {s.anchor: s for s in build_sections(Context(results, 0.0, False))}
+    assert found["early-warnings"].body.startswith("Exploratory. Each rule is an alarm on one logged signal")
+    assert "These runs took no part in choosing the rules" in found["early-warnings"].body
+    assert "Of the 6 failed runs, " in found["early-warnings"].body
+    ranked = found["early-warning-rules"].body
+    aucs = [float(v.split()[0]) for v in ranked["held out: AUC [95%]"]]
+    assert len(ranked) == len(load_rules()) and aucs == sorted(aucs, reverse=True)
+    runs = found["early-warning-runs"].body
+    assert len(runs) == 6 and set(runs["outcome"]) <= {COLLAPSED, DEGRADED} and runs["label"].str.startswith("grpo").all()
+    make_run(tmp_path, "grpo", 0)
+    held = {s.anchor for s in build_sections(Context(load_results(tmp_path / "synth"), 0.0, False))}
+    assert "early-warnings" not in held

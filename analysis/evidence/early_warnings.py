@@ -18,6 +18,7 @@ is known (issue #61's scoring, from the run folders alone).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -178,3 +179,130 @@ def choose_threshold(rule: AlarmRule, runs: list[Run], max_false_alarm: float = 
         if warned > best_warned:
             best, best_warned = trial, warned
     return best
+
+
+# ---------------------------------------------------------------------------------------------- shipped rules
+SHIPPED_RULES = Path(__file__).with_name("warning_rules.csv")  # written by experiments/warnings/score.py
+HELD_OUT_COLUMNS = ("failed", "warned", "median_lead", "held", "false_alarms", "auc", "auc_low", "auc_high")
+
+
+@dataclass(frozen=True)
+class ShippedRule:
+    """An alarm rule whose threshold was chosen on the runs of `chosen_on` (suite names) and scored on those of
+    `scored_on`, which took no part in the choice: `held_out` holds those scores (HELD_OUT_COLUMNS)."""
+
+    rule: AlarmRule
+    reading: str
+    chosen_on: tuple[str, ...]
+    scored_on: tuple[str, ...]
+    held_out: Scored
+
+    @property
+    def text(self) -> str:
+        """The rule in words: 'lag/ess at or below 0.115 on 2 consecutive steps'."""
+        side = "at or above" if self.rule.direction == "above" else "at or below"
+        return f"{self.rule.signal} {side} {self.rule.threshold:.3g} on {self.rule.persist} consecutive steps"
+
+
+def rules_table(rules: list[ShippedRule]) -> pd.DataFrame:
+    """The rules as the CSV holds them, one row per rule (a threshold of NaN: no candidate kept the false alarms
+    within the bound; such a rule never fires)."""
+    return pd.DataFrame([{"reading": r.reading, "signal": r.rule.signal, "direction": r.rule.direction,
+                          "threshold": r.rule.threshold, "persist": r.rule.persist,
+                          "chosen_on": " ".join(r.chosen_on), "scored_on": " ".join(r.scored_on),
+                          **{column: getattr(r.held_out, column) for column in HELD_OUT_COLUMNS}} for r in rules])
+
+
+def load_rules(path: Path | None = None) -> list[ShippedRule]:
+    """The rules of `path` (the package's, SHIPPED_RULES, by default) that can fire (a finite threshold), in its
+    order."""
+    path = SHIPPED_RULES if path is None else path
+    table = pd.read_csv(path)
+    missing = [c for c in ("reading", "signal", "direction", "threshold", "persist", "chosen_on", "scored_on",
+                           *HELD_OUT_COLUMNS) if c not in table]
+    if missing:
+        raise ValueError(f"{path}: not a rules file (experiments/warnings/score.py --rules-out): no column "
+                         f"{', '.join(missing)}")
+    found = []
+    for row in table.to_dict("records"):
+        if not np.isfinite(row["threshold"]):
+            continue
+        rule = AlarmRule(str(row["signal"]), float(row["threshold"]), row["direction"], int(row["persist"]))
+        scored = Scored(rule, int(row["failed"]), int(row["warned"]), float(row["median_lead"]), int(row["held"]),
+                        int(row["false_alarms"]), float(row["auc"]), float(row["auc_low"]), float(row["auc_high"]))
+        found.append(ShippedRule(rule, str(row["reading"]), tuple(str(row["chosen_on"]).split()),
+                                 tuple(str(row["scored_on"]).split()), scored))
+    return found
+
+
+class AlarmWatch:
+    """The rules watched live on one run's rows as they come (`gspo-bench run`): `update(row)` returns the rules
+    that fire at that row, each once per run, by the same rule as `alarm_step` (the value at or beyond the
+    threshold on `persist` consecutive rows; a missing or NaN value breaks the run of rows)."""
+
+    def __init__(self, rules: list[ShippedRule]):
+        self.rules = rules
+        self.streak = [0] * len(rules)
+        self.fired: set[int] = set()
+
+    def update(self, row: dict) -> list[ShippedRule]:
+        now = []
+        for i, shipped in enumerate(self.rules):
+            value = row.get(shipped.rule.signal)
+            beyond = value is not None and bool(shipped.rule.beyond(np.array([value], dtype=float))[0])
+            self.streak[i] = self.streak[i] + 1 if beyond else 0
+            if self.streak[i] >= shipped.rule.persist and i not in self.fired:
+                self.fired.add(i)
+                now.append(shipped)
+        return now
+
+
+class LiveWarnings:
+    """`gspo-bench run`'s live early warnings: called with a run's name and each row as it comes, it returns the
+    lines (`alarm_line`) of the shipped rules that fire there, each once per run (an `AlarmWatch` per run)."""
+
+    def __init__(self, rules: list[ShippedRule] | None = None):
+        self.rules = load_rules() if rules is None else rules
+        self.watches: dict[str, AlarmWatch] = {}
+
+    def __call__(self, name: str, row: dict) -> list[str]:
+        fired = self.watches.setdefault(name, AlarmWatch(self.rules)).update(row)
+        return [alarm_line(r, int(row["step"]), float(row[r.rule.signal])) for r in fired]
+
+
+def alarm_line(shipped: ShippedRule, step: int, value: float) -> str:
+    """The line `gspo-bench run` prints when a rule fires: the signal, its value, the rule, and its held-out
+    scores (warned failures, median lead, false-alarm rate)."""
+    out = shipped.held_out
+    lead = f", a median {out.median_lead:.3g} steps ahead" if np.isfinite(out.median_lead) else ""
+    return (f"early warning at step {step}: {shipped.rule.signal} = {value:.4g} ({shipped.text}). Held out on "
+            f"{' '.join(shipped.scored_on)}: it warned {out.warned} of {out.failed} failed runs{lead}, and fired on "
+            f"{out.false_alarm_rate:.0%} of the {out.held} runs that held")
+
+
+def runs_alarms(metrics: pd.DataFrame, classes: pd.DataFrame, rules: list[ShippedRule]) -> pd.DataFrame:
+    """Per run of `classes` (suite, label, seed, outcome, step: the onset of a failed one) the rules' alarms on
+    its steps before the onset (every step of a run that held or was not judged): `alarms` ('signal @ step',
+    in step order), and for a failed run the first of them with its lead (`first`, `alarm`, `lead`; empty and
+    NaN where none fired before the onset). `carried`: how many of the rules' signals the run logged (a finite value at some step)."""
+    rows = []
+    for run in classes[["suite", "label", "seed", "outcome", "step"]].to_dict("records"):
+        own = metrics[(metrics["suite"] == run["suite"]) & (metrics["label"] == run["label"])
+                      & (metrics["seed"] == run["seed"])].sort_values("step")
+        failed = run["outcome"] in FAILED and np.isfinite(run["step"])
+        onset = float(run["step"]) if failed else np.inf
+        fired = sorted((alarm_step(r.rule, own["step"].to_numpy(float), own[r.rule.signal].to_numpy(float),
+                                   before=onset), r.rule.signal) for r in rules if r.rule.signal in own)
+        fired = [(step, signal) for step, signal in fired if np.isfinite(step)]
+        first = fired[0] if fired and failed else (np.nan, "")
+        rows.append({**{k: run[k] for k in ("suite", "label", "seed", "outcome")},
+                     "onset": onset if failed else np.nan, "carried": sum(bool(own[r.rule.signal].notna().any()) for r in rules if r.rule.signal in own),
+                     "alarms": ", ".join(f"{signal} @ {step:g}" for step, signal in fired), "first": first[1],
+                     "alarm": first[0], "lead": lead_time(onset, first[0]) if failed else np.nan})
+    return pd.DataFrame(rows)
+
+
+def rules_on(metrics: pd.DataFrame, classes: pd.DataFrame, rules: list[ShippedRule]) -> list[Scored]:
+    """Each rule scored on the judged runs of `classes` (as on its held-out runs; seed 0 for the AUC's
+    bootstrap)."""
+    return [score_rule(r.rule, signal_runs(metrics, classes, r.rule.signal), np.random.default_rng(0)) for r in rules]

@@ -29,6 +29,7 @@ from analysis.evidence import divergence as D
 from analysis.evidence import lag as L
 from analysis.evidence import margins as M
 from analysis.evidence import stability as S
+from analysis.evidence.early_warnings import load_rules, runs_alarms
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.primary import declarations
 from analysis.report import anchors
@@ -36,6 +37,7 @@ from analysis.report import lag_text as LT
 from analysis.report import stability_text as ST
 from analysis.report import tables as T
 from analysis.report import tuning as TU
+from analysis.report import warnings_text as WT
 from analysis.report.anchors import (
     COMPARISONS,
     DETAIL,
@@ -238,6 +240,21 @@ def _lag(c: Context) -> list[Section]:
             Section("sampler-vs-learner-reading", "Where the lag reaches the paper's routing change", LT.crossing_text(runs))]
 
 
+def _warnings(c: Context) -> list[Section]:
+    runs = WT.warning_runs(c.results, c.stability)
+    if not WT.applies(runs):
+        return []
+    rules = load_rules()
+    alarms = runs_alarms(c.results.metrics, runs, rules)
+    return [Section("early-warnings", "Early warnings: the package's alarm rules on these runs (exploratory)",
+                    "\n\n".join([WT.provenance_text(rules, set(runs["suite"].astype(str))),
+                                  WT.first_alarms_text(alarms)])),
+            Section("early-warning-rules", "The alarm rules ranked by held-out AUC: held out, and on these runs",
+                    WT.rules_table(rules, c.results.metrics, runs)),
+            Section("early-warning-runs", "Each failed (or imported) run: its first alarm ahead of the onset, and "
+                    "every alarm", WT.run_table(alarms), folded=True)]
+
+
 def _margins(c: Context) -> list[Section]:
     return [Section("router-margins", "Router margins against drift: an independence check (means over steps and "
                     "seeds)", M.margin_table(c.shown.metrics)),
@@ -288,6 +305,8 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("stability-map", _stability, when="with finished or collapsed runs in several groups, or a swept "
                 "mismatch or volatility knob (analysis.evidence.stability.map_applies)"),
     SectionSpec("sampler-vs-learner", _lag, when="with runs that trained on lagged batches (rollout.lag)"),
+    SectionSpec("early-warnings", _warnings, when="with judged runs that failed, or imported runs "
+                "(analysis.report.warnings_text.applies)"),
     SectionSpec("tuning", lambda c: [Section("tuning", "Tuning: ruleset per arm, chosen settings, tuning and comparison "
                                              "FLOPs", "\n".join(filter(None, [TU.tuning_text(c.results),
                                                                              TU.untuned_text(c.results)]))), Section(

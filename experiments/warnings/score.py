@@ -3,7 +3,11 @@ one part of the runs, then scored on another. The first reading chose on the sta
 stage 4 and the length points; the second (`--reading lag`) chooses on the lag pilot and scores stage 5.
 
     python experiments/warnings/score.py --csv results/warnings/scores.csv
-    python experiments/warnings/score.py --reading lag --csv results/warnings/lag_scores.csv
+    python experiments/warnings/score.py --reading lag --csv results/warnings/lag_scores.csv \
+        --rules-out analysis/evidence/warning_rules.csv
+
+`--rules-out` writes the rules with their held-out scores as the package ships them (the report's early-warnings
+section and `gspo-bench run`'s live alarms read analysis/evidence/warning_rules.csv: the lag reading's).
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ import pandas as pd
 import typer
 
 from analysis.data.load import load_results
-from analysis.evidence.early_warnings import AlarmRule, choose_threshold, score_rule, signal_runs
+from analysis.evidence.early_warnings import (
+    AlarmRule,
+    ShippedRule,
+    choose_threshold,
+    rules_table,
+    score_rule,
+    signal_runs,
+)
 from analysis.evidence.stability import TOO_SHORT, class_rows
 
 RESULTS = Path(__file__).resolve().parent.parent.parent / "results"
@@ -41,15 +52,21 @@ def judged(folders: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.concat(metrics, ignore_index=True), pd.concat(classes, ignore_index=True)
 
 
-def main(csv: Path | None = None, reading: str = typer.Option("stability", help="stability or lag")) -> None:
+def suites_of(classes: pd.DataFrame) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(str(suite) for suite in classes["suite"]))
+
+
+def main(csv: Path | None = None, reading: str = typer.Option("stability", help="stability or lag"),
+         rules_out: Path | None = None) -> None:
     if reading not in READINGS:
         raise typer.BadParameter(f"--reading must be one of {', '.join(READINGS)}, got {reading!r}")
     choose, score = READINGS[reading]
     chosen_on, scored_on = judged(choose), judged(score)
-    rows = []
+    rows, shipped = [], []
     for template in RULES + (LAG_RULES if reading == "lag" else []):
         rule = choose_threshold(template, signal_runs(*chosen_on, template.signal), max_false_alarm=0.1)
         found = score_rule(rule, signal_runs(*scored_on, rule.signal), np.random.default_rng(0))
+        shipped.append(ShippedRule(rule, reading, suites_of(chosen_on[1]), suites_of(scored_on[1]), found))
         rows.append({"signal": rule.signal, "direction": rule.direction, "threshold": rule.threshold,
                      "failed": found.failed, "warned": found.warned, "median_lead": found.median_lead,
                      "held": found.held, "false_alarms": found.false_alarms, "auc": found.auc,
@@ -60,6 +77,10 @@ def main(csv: Path | None = None, reading: str = typer.Option("stability", help=
     if csv is not None:
         csv.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(csv, index=False, float_format="%.6g")
+    if rules_out is not None:
+        ranked = [shipped[i] for i in table.index]  # the table's order: held-out AUC, highest first
+        rules_table(ranked).to_csv(rules_out, index=False)  # full precision: the thresholds are fired on
+        print(f"wrote {rules_out}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,10 @@ from rich.text import Text
 from gspo_bench.config import BudgetConfig, RunSpec, SuiteConfig, WarmStartConfig
 from gspo_bench.suite.launch import Observer
 
+# the live early warnings (analysis.evidence.early_warnings.LiveWarnings, given by the command line): per row
+# of a run (its name, the row's PROGRESS_COLUMNS), the lines of the alarms that fire there
+Watch = Callable[[str, dict], list[str]]
+
 # seconds between two plain lines of one run: a minute keeps a log of `make quickstart` (8 runs of
 # about 75 s, two at a time) under 60 lines, and a long run to a line a minute
 PLAIN_INTERVAL_S = 60.0
@@ -118,8 +122,10 @@ class SuiteProgress(Observer):
     {run name: its suite}, for the memory plan printed beside a GPU run's measured peak at step 1."""
 
     def __init__(self, console: Console, budgets: dict[str, BudgetConfig], clock: Callable[[], float] = time.monotonic,
-                 interval: float = PLAIN_INTERVAL_S, suites: dict[str, SuiteConfig] | None = None):
+                 interval: float = PLAIN_INTERVAL_S, suites: dict[str, SuiteConfig] | None = None,
+                 watch: Watch | None = None):
         self.console, self.budgets, self.suites = console, budgets, suites or {}
+        self.watch = watch  # the live early warnings: a line per alarm, the run's bar marked
         self.fractions: dict[str, float] = {}
         self.finished = 0
         # a run's first plain line comes after `interval` (its end has a line of its own), a warm start's at once
@@ -180,6 +186,10 @@ class SuiteProgress(Observer):
         memory = memory_check(self.suites[name], row) if name in self.suites else None
         if memory is not None:
             self.say(f"[{name}] {memory}")
+        for line in self.watch(name, row) if self.watch is not None else []:
+            self.say(f"[{name}] {line}")
+            if self.progress is not None and name in self.tasks:
+                self.progress.update(self.tasks[name], description=f"! {name}")
         fraction = budget_fraction(self.budgets[name], row)
         self.fractions[name] = fraction
         left = self.time_left(name, fraction)
@@ -206,15 +216,16 @@ class ConsoleShow:
     """What a session shows as it runs (`gspo_bench.suite.session.Show`), drawn on `console`: plain lines (no
     markup read in them), a suite's progress (`SuiteProgress`) and the table of its runs' statuses."""
 
-    def __init__(self, console: Console):
-        self.console = console
+    def __init__(self, console: Console, watch: Callable[[], Watch] | None = None):
+        self.console, self.watch = console, watch  # watch: makes a suite's live early warnings
 
     def say(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False)
 
     def progress(self, runs: list[RunSpec]) -> SuiteProgress:
         return SuiteProgress(self.console, {run.run_dir.name: run.suite.budget for run in runs},
-                             suites={run.run_dir.name: run.suite for run in runs})
+                             suites={run.run_dir.name: run.suite for run in runs},
+                             watch=self.watch() if self.watch is not None else None)
 
     def statuses(self, outcomes: list[tuple[RunSpec, dict]], title: str) -> None:
         """One row per run: (planned run, its final status.json) as the suite left it."""

@@ -1,0 +1,112 @@
+"""The shipped early-warning rules (analysis.evidence.early_warnings): the live watch fires where the offline
+scoring's alarm is, once per run; the rules file round-trips and leaves out rules that cannot fire; every shipped
+rule's signal reaches the progress display; the progress display prints the alarm line; per-run alarms on a
+hand-made suite (first alarm ahead of the onset, none after it)."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from analysis.evidence.early_warnings import (
+    SHIPPED_RULES,
+    AlarmRule,
+    AlarmWatch,
+    LiveWarnings,
+    Scored,
+    ShippedRule,
+    alarm_step,
+    load_rules,
+    rules_table,
+    runs_alarms,
+)
+from gspo_bench.config import BudgetConfig
+from gspo_bench.suite.launch import PROGRESS_COLUMNS
+from gspo_bench.suite.progress import SuiteProgress
+
+
+def shipped(signal: str, threshold: float, direction: str = "above", persist: int = 2) -> ShippedRule:
+    rule = AlarmRule(signal, threshold, direction, persist)  # type: ignore[arg-type]
+    return ShippedRule(rule, "hand", ("pilot",), ("stage5",), Scored(rule, 10, 4, 7.0, 20, 2, 0.7, 0.6, 0.8))
+
+
+def test_the_live_watch_fires_where_the_offline_alarm_is_and_once():
+    """Values 5, 0, 5, 5, NaN, 5, 5 against 'above 4 on 2 steps': the offline alarm is step 4; the watch fires
+    there and not again at step 7 (after a NaN broke the streak)."""
+    values = [5.0, 0.0, 5.0, 5.0, math.nan, 5.0, 5.0]
+    rule = shipped("grad/norm", 4.0)
+    assert alarm_step(rule.rule, np.arange(1, 8, dtype=float), np.array(values)) == 4.0
+    watch = AlarmWatch([rule])
+    fired = [step for step, value in enumerate(values, 1) if watch.update({"step": step, "grad/norm": value})]
+    assert fired == [4]
+    below = AlarmWatch([shipped("lag/ess", 0.2, "below", persist=1)])
+    assert [bool(below.update({"lag/ess": v})) for v in (0.5, None, 0.1, 0.1)] == [False, False, True, False]
+
+
+def test_the_rules_file_round_trips_and_keeps_only_rules_that_fire(tmp_path):
+    rules = [shipped("grad/norm", 4.0), shipped("lag/ess", 0.115, "below"), shipped("clip/frac", math.nan)]
+    rules_table(rules).to_csv(tmp_path / "rules.csv", index=False)
+    loaded = load_rules(tmp_path / "rules.csv")
+    assert loaded == rules[:2]
+
+
+def test_every_shipped_rule_reaches_the_display_and_says_its_held_out_scores():
+    """The package's rules exist, each on a signal the launchers send to the display, and the alarm line names
+    the value, the rule and the held-out false-alarm rate."""
+    rules = load_rules(SHIPPED_RULES)
+    assert rules and {r.rule.signal for r in rules} <= set(PROGRESS_COLUMNS)
+    lines = LiveWarnings([shipped("lag/ess", 0.115, "below")])("run-a", {"step": 3, "lag/ess": 0.05})
+    lines += LiveWarnings([shipped("lag/ess", 0.115, "below")])("run-a", {"step": 4, "lag/ess": 0.05})
+    assert lines == [] and "lag/ess" in SHIPPED_RULES.read_text()
+    live = LiveWarnings([shipped("lag/ess", 0.115, "below")])
+    said = [live("run-a", {"step": s, "lag/ess": 0.05}) for s in (3, 4, 5)]
+    assert said[0] == [] and said[2] == [] and len(said[1]) == 1
+    assert said[1][0].startswith("early warning at step 4: lag/ess = 0.05 (lag/ess at or below 0.115 on 2")
+    assert "it warned 4 of 10 failed runs, a median 7 steps ahead, and fired on 10% of the 20 runs that held" in said[1][0]
+
+
+def test_the_progress_display_prints_the_alarm_once_per_run():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=300)
+    budget = BudgetConfig(kind="steps", value=10)
+    progress = SuiteProgress(console, {"a": budget, "b": budget}, watch=LiveWarnings([shipped("grad/norm", 4.0)]))
+    spent = {"compute/cum_tokens": 0.0, "compute/cum_flops": 0.0}
+    for step in (1, 2, 3):
+        progress.step("a", {"step": step, "grad/norm": 9.0, **spent})
+        progress.step("b", {"step": step, "grad/norm": 1.0, **spent})
+    lines = [line for line in out.getvalue().splitlines() if "early warning" in line]
+    assert lines == [lines[0]] and lines[0].startswith("[a] early warning at step 2: grad/norm = 9")
+
+
+def test_runs_alarms_on_a_hand_suite():
+    """Run f failed at step 6 with grad/norm alarms at step 3 (lead 3) and lag/ess at step 5; run g failed at
+    step 3 with its only alarm at step 4 (after the onset: no warning); run h held and alarmed at step 2."""
+    steps = np.arange(1, 9)
+    metrics = pd.concat([
+        pd.DataFrame({"suite": "s", "label": "f", "seed": 0, "step": steps,
+                      "grad/norm": [0, 9, 9, 0, 0, 0, 0, 0], "lag/ess": [1, 1, 1, 0.1, 0.1, 0.1, 1, 1]}),
+        pd.DataFrame({"suite": "s", "label": "g", "seed": 0, "step": steps,
+                      "grad/norm": [0, 0, 9, 9, 0, 0, 0, 0], "lag/ess": 1.0}),
+        pd.DataFrame({"suite": "s", "label": "h", "seed": 0, "step": steps,
+                      "grad/norm": [9, 9, 0, 0, 0, 0, 0, 0], "lag/ess": 1.0})])
+    classes = pd.DataFrame({"suite": "s", "label": ["f", "g", "h"], "seed": 0,
+                            "outcome": ["collapsed", "degraded", "held"], "step": [6.0, 3.0, math.nan]})
+    rules = [shipped("grad/norm", 4.0), shipped("lag/ess", 0.2, "below")]
+    found = runs_alarms(metrics, classes, rules).set_index("label")
+    assert found.loc["f", "first"] == "grad/norm" and found.loc["f", "lead"] == 3.0
+    assert found.loc["f", "alarms"] == "grad/norm @ 3, lag/ess @ 5"
+    assert found.loc["g", "first"] == "" and np.isnan(found.loc["g", "lead"]) and found.loc["g", "alarms"] == ""
+    assert found.loc["h", "alarms"] == "grad/norm @ 2" and np.isnan(found.loc["h", "onset"])
+    assert found["carried"].tolist() == [2, 2, 2]
+
+
+@pytest.mark.parametrize("column", ["threshold", "persist"])
+def test_a_rules_file_without_a_column_is_refused(tmp_path, column):
+    rules_table([shipped("grad/norm", 4.0)]).drop(columns=column).to_csv(tmp_path / "r.csv", index=False)
+    with pytest.raises(ValueError, match=f"not a rules file .*no column {column}"):
+        load_rules(tmp_path / "r.csv")
