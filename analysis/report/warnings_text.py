@@ -22,15 +22,15 @@ NOT_JUDGED = "not judged"
 def warning_runs(results: Results, stability: StabilityMap | None) -> pd.DataFrame:
     """The runs the section reads, as (suite, label, seed, outcome, step) rows: the map's judged runs, and every
     imported run the map did not judge (outcome NOT_JUDGED, no onset)."""
-    judged = stability.every_run[["suite", "label", "seed", "outcome", "step"]] if stability is not None else None
+    columns = ["suite", "label", "seed", "outcome", "step"]
+    frames = [stability.every_run[columns]] if stability is not None else []
     runs = results.runs
     imported = runs[runs["device"].astype(str).str.startswith(IMPORTED)][["suite", "label", "seed"]]
-    if judged is not None and len(imported):
-        known = set(zip(judged["suite"], judged["label"], judged["seed"]))
-        imported = imported[[key not in known for key in zip(imported["suite"], imported["label"], imported["seed"])]]
-    imported = imported.assign(outcome=NOT_JUDGED, step=np.nan)
-    return pd.concat([frame for frame in (judged, imported) if frame is not None and len(frame)], ignore_index=True) \
-        if (judged is not None and len(judged)) or len(imported) else pd.DataFrame()
+    known = {key for frame in frames for key in zip(frame["suite"], frame["label"], frame["seed"])}
+    imported = imported[[key not in known for key in zip(imported["suite"], imported["label"], imported["seed"])]]
+    frames.append(imported.assign(outcome=NOT_JUDGED, step=np.nan))
+    frames = [frame for frame in frames if len(frame)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
 def applies(runs: pd.DataFrame) -> bool:
