@@ -5,6 +5,8 @@ update drawn beside. Drawn from `analysis.evidence.lag.lag_runs`' rows."""
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -76,7 +78,7 @@ def lag_lr_law(table: pd.DataFrame, fits: list[LawFit]) -> plt.Figure:
     square shaded by its failed share and labelled failed/runs (crossed where off the law), over lag (symlog:
     lag 0 is the off-law check) and lr (log); the fitted boundary (P = 0.5) over the fitted lags, and the
     constant-product line lag x lr = const through the boundary at the fit's geometric-mean lag."""
-    figure, panels = plt.subplots(1, len(fits), figsize=(4.2 * len(fits), 4.0), layout="constrained",
+    figure, panels = plt.subplots(1, len(fits), figsize=(4.4 * len(fits), 4.6), layout="constrained",
                                   sharey=True, squeeze=False)
     for ax, fit in zip(panels[0], fits, strict=True):
         own = table[table["arm"] == fit.arm]
@@ -92,17 +94,20 @@ def lag_lr_law(table: pd.DataFrame, fits: list[LawFit]) -> plt.Figure:
             middle = float(np.exp(np.mean(np.log(lags))))
             ax.plot(lags, fit.boundary_lr(np.array([middle]))[0] * middle / lags, color="grey", linestyle="--",
                     label="lag x lr = const (slope -1)")
-            ax.legend(fontsize=7, loc="lower left")
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16))
         else:
-            ax.text(0.02, 0.02, f"no fit: {fit.why}", transform=ax.transAxes, fontsize=7, wrap=True)
+            ax.text(0.5, -0.2, "\n".join(textwrap.wrap(f"no fit: {fit.why}", 48)), transform=ax.transAxes,
+                    fontsize=7, ha="center", va="top")
         ax.set_xscale("symlog", linthresh=1.0)
         ax.set_yscale("log")
         lags_run = sorted(own["lag"].unique())
         ax.set_xticks(lags_run, [f"{lag:g}" for lag in lags_run])
-        ax.set_yticks(sorted(own["lr"].unique()), [f"{lr:.2g}" for lr in sorted(own["lr"].unique())])
+        rates = sorted(own["lr"].unique())
+        ax.set_yticks(rates, [f"{lr:.2g}" for lr in rates])
+        ax.set_ylim(rates[0] / 1.6, rates[-1] * 1.6)
         ax.minorticks_off()
         ax.set_xlabel("lag (updates)")
         ax.set_title(f"{fit.arm} ({fit.failed} of {fit.runs} fitted runs failed)", fontsize=9)
     panels[0][0].set_ylabel("learning rate")
-    figure.colorbar(shade, ax=panels[0].tolist(), label="failed share of the cell's seeds", shrink=0.8)
+    figure.colorbar(shade, ax=panels[0][-1], label="failed share of the cell's seeds")
     return figure
