@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from analysis.evidence.early_warnings import (
+    BURST,
     SHIPPED_RULES,
     AlarmRule,
     AlarmWatch,
@@ -21,9 +22,11 @@ from analysis.evidence.early_warnings import (
     Scored,
     ShippedRule,
     alarm_step,
+    clip_burstiness,
     load_rules,
     rules_table,
     runs_alarms,
+    with_derived,
 )
 from gspo_bench.config import BudgetConfig
 from gspo_bench.suite.launch import PROGRESS_COLUMNS
@@ -59,7 +62,8 @@ def test_every_shipped_rule_reaches_the_display_and_says_its_held_out_scores():
     """The package's rules exist, each on a signal the launchers send to the display, and the alarm line names
     the value, the rule and the held-out false-alarm rate."""
     rules = load_rules(SHIPPED_RULES)
-    assert rules and {r.rule.signal for r in rules} <= set(PROGRESS_COLUMNS)
+    assert rules and {r.rule.signal for r in rules} - {BURST} <= set(PROGRESS_COLUMNS)
+    assert "clip/frac" in PROGRESS_COLUMNS  # the live watch derives BURST from it
     lines = LiveWarnings([shipped("lag/ess", 0.115, "below")])("run-a", {"step": 3, "lag/ess": 0.05})
     lines += LiveWarnings([shipped("lag/ess", 0.115, "below")])("run-a", {"step": 4, "lag/ess": 0.05})
     assert lines == [] and "lag/ess" in SHIPPED_RULES.read_text()
@@ -110,3 +114,26 @@ def test_a_rules_file_without_a_column_is_refused(tmp_path, column):
     rules_table([shipped("grad/norm", 4.0)]).drop(columns=column).to_csv(tmp_path / "r.csv", index=False)
     with pytest.raises(ValueError, match=f"not a rules file .*no column {column}"):
         load_rules(tmp_path / "r.csv")
+
+
+def test_clip_burstiness_by_hand_and_the_live_watch_derives_it_as_offline():
+    """Window 10: steps 1-10 have no value; step 11's clip 0.3 over the median 0.1 of the ten before is 3;
+    a NaN step has none and is skipped in later baselines; a baseline of 0 is raised to the floor 0.05 / 3."""
+    clip = np.array([0.1] * 10 + [0.3, math.nan, 0.1])
+    found = clip_burstiness(clip)
+    assert np.isnan(found[:10]).all() and found[10] == pytest.approx(3.0) and np.isnan(found[11])
+    assert found[12] == pytest.approx(1.0)  # the median of 0.1 x 9 and 0.3 is 0.1
+    assert clip_burstiness(np.array([0.0] * 10 + [0.05]))[-1] == pytest.approx(3.0)
+    frame = pd.DataFrame({"suite": "s", "label": "a", "seed": 0, "step": np.arange(1, 14), "clip/frac": clip})
+    shuffled = with_derived(frame.sample(frac=1.0, random_state=0))  # any row order: computed in step order
+    assert np.allclose(shuffled.sort_values("step")[BURST].to_numpy(), found, equal_nan=True)
+    # the baseline is the ten steps before, never the step itself: 0.45 over the median 0.15 of 0.1 x 5 and
+    # 0.2 x 5 is 3 (with 0.45 in its own baseline it would be 0.45 / 0.2 = 2.25, below the rule's 2.5)
+    steps = np.array([0.1] * 5 + [0.2] * 5 + [0.45])
+    assert clip_burstiness(steps)[-1] == pytest.approx(3.0)
+    live = LiveWarnings([shipped(BURST, 2.5, persist=1)])
+    said = [live("a", {"step": step, "clip/frac": value}) for step, value in enumerate(steps, 1)]
+    assert [i + 1 for i, lines in enumerate(said) if lines] == [11]
+    assert said[10][0].startswith("early warning at step 11: clip/frac_burst = 3 ")
+    again = LiveWarnings([shipped(BURST, 0.9, persist=1)])  # NaN steps skipped as offline: step 13 at 1
+    assert [bool(again("b", {"step": i, "clip/frac": v})) for i, v in enumerate(clip, 1)][10:] == [True, False, False]

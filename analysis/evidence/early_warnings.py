@@ -17,6 +17,7 @@ is known (issue #61's scoring, from the run folders alone).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -100,6 +101,38 @@ def auc_interval(failed_scores: np.ndarray, held_scores: np.ndarray, rng: np.ran
     draws = [auc(rng.choice(failed, len(failed)), rng.choice(held, len(held))) for _ in range(reps)]
     tail = (1 - level) / 2
     return float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail))
+
+
+# ---------------------------------------------------------------------------------- derived signals
+BURST = "clip/frac_burst"  # the clip fraction against its own recent past (derived, not logged)
+BURST_WINDOW = 10  # earlier finite steps whose median is the baseline (analysis.evidence.divergence's WINDOW)
+BURST_FLOOR = 0.05 / 3  # the least baseline: a burst needs the clip fraction above 0.05 (divergence's floor) at 3x
+
+
+def clip_burstiness(clip: np.ndarray, window: int = BURST_WINDOW, floor: float = BURST_FLOOR) -> np.ndarray:
+    """Per step of one run's clip fraction (in step order): its value over the median of the `window` finite
+    values before it, that median raised to `floor` (a step at 3 is analysis.evidence.divergence's clip-fraction
+    burst where the clip fraction is also above 0.05); NaN at a NaN step and before `window` earlier values."""
+    clip = np.asarray(clip, dtype=float)
+    out = np.full(len(clip), np.nan)
+    earlier: list[float] = []
+    for i, value in enumerate(clip):
+        if len(earlier) >= window and np.isfinite(value):
+            out[i] = value / max(float(np.median(earlier[-window:])), floor)
+        if np.isfinite(value):
+            earlier.append(float(value))
+    return out
+
+
+def with_derived(metrics: pd.DataFrame) -> pd.DataFrame:
+    """`metrics` with the derived signals added per run (suite, label, seed; in step order): BURST from
+    `clip/frac`, where that column exists."""
+    if "clip/frac" not in metrics or metrics.empty:
+        return metrics
+    ordered = metrics.sort_values(["suite", "label", "seed", "step"], kind="stable")
+    burst = ordered.groupby(["suite", "label", "seed"], sort=False)["clip/frac"].transform(
+        lambda clip: pd.Series(clip_burstiness(clip.to_numpy(dtype=float)), index=clip.index))
+    return metrics.assign(**{BURST: burst.reindex(metrics.index)})
 
 
 @dataclass(frozen=True)
@@ -264,8 +297,16 @@ class LiveWarnings:
     def __init__(self, rules: list[ShippedRule] | None = None):
         self.rules = load_rules() if rules is None else rules
         self.watches: dict[str, AlarmWatch] = {}
+        self.clips: dict[str, deque[float]] = {}  # each run's last BURST_WINDOW finite clip fractions
 
     def __call__(self, name: str, row: dict) -> list[str]:
+        earlier = self.clips.setdefault(name, deque(maxlen=BURST_WINDOW))  # the last finite clip fractions
+        clip = float("nan") if row.get("clip/frac") is None else float(row["clip/frac"])
+        burst = clip / max(float(np.median(earlier)), BURST_FLOOR) \
+            if len(earlier) == BURST_WINDOW and np.isfinite(clip) else float("nan")
+        if np.isfinite(clip):
+            earlier.append(clip)
+        row = {**row, BURST: burst}  # the derived signal, as clip_burstiness computes it offline
         fired = self.watches.setdefault(name, AlarmWatch(self.rules)).update(row)
         return [alarm_line(r, int(row["step"]), float(row[r.rule.signal])) for r in fired]
 

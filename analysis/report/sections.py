@@ -29,7 +29,7 @@ from analysis.evidence import divergence as D
 from analysis.evidence import lag as L
 from analysis.evidence import margins as M
 from analysis.evidence import stability as S
-from analysis.evidence.early_warnings import load_rules, runs_alarms
+from analysis.evidence.early_warnings import load_rules, runs_alarms, with_derived
 from analysis.evidence.gather import Evidence, gather
 from analysis.evidence.primary import declarations
 from analysis.report import anchors
@@ -244,13 +244,13 @@ def _warnings(c: Context) -> list[Section]:
     runs = WT.warning_runs(c.results, c.stability)
     if not WT.applies(runs):
         return []
-    rules = load_rules()
-    alarms = runs_alarms(c.results.metrics, runs, rules)
+    rules, metrics = load_rules(), with_derived(c.results.metrics)  # clip/frac_burst
+    alarms = runs_alarms(metrics, runs, rules)
     return [Section("early-warnings", "Early warnings: the package's alarm rules on these runs (exploratory)",
                     "\n\n".join([WT.provenance_text(rules, set(runs["suite"].astype(str))),
                                   WT.first_alarms_text(alarms)])),
             Section("early-warning-rules", "The alarm rules ranked by held-out AUC: held out, and on these runs",
-                    WT.rules_table(rules, c.results.metrics, runs)),
+                    WT.rules_table(rules, metrics, runs)),
             Section("early-warning-runs", "Each failed (or imported) run: its first alarm ahead of the onset, and "
                     "every alarm", WT.run_table(alarms), folded=True)]
 

@@ -20,12 +20,14 @@ import typer
 
 from analysis.data.load import load_results
 from analysis.evidence.early_warnings import (
+    BURST,
     AlarmRule,
     ShippedRule,
     choose_threshold,
     rules_table,
     score_rule,
     signal_runs,
+    with_derived,
 )
 from analysis.evidence.stability import TOO_SHORT, class_rows
 
@@ -36,7 +38,7 @@ READINGS = {  # (the folders rules are chosen on, the folders they are scored on
     "lag": (["lag_cpu/pilot"], ["lag_cpu/stage5"]),
 }
 RULES = [AlarmRule(signal, 0.0, "above", persist=2) for signal in
-         ("grad/norm", "response/len_mean", "clip/frac", "kl/old_new", "mismatch/k3_kl", "moe/drift")]
+         ("grad/norm", "response/len_mean", "clip/frac", "kl/old_new", "mismatch/k3_kl", "moe/drift", BURST)]
 RULES.append(AlarmRule("entropy/mean", 0.0, "below", persist=2))
 LAG_RULES = [AlarmRule("lag/ess", 0.0, "below", persist=2), AlarmRule("lag/k3_response", 0.0, "above", persist=2)]
 
@@ -48,7 +50,7 @@ def judged(folders: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
         loaded = load_results(RESULTS / folder)
         rows = class_rows(loaded)
         classes.append(rows[rows["outcome"] != TOO_SHORT])
-        metrics.append(loaded.metrics)
+        metrics.append(with_derived(loaded.metrics))  # clip/frac_burst
     return pd.concat(metrics, ignore_index=True), pd.concat(classes, ignore_index=True)
 
 
