@@ -343,6 +343,8 @@ class RolloutConfig(Strict):
     temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE,
                                description=f"sampling temperature, {MIN_TEMPERATURE:g}..{MAX_TEMPERATURE:g}")
     top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="sample from the k most probable tokens only (0: off); applied before "
+                       "top_p, as transformers orders them")
     engine_options: dict[str, Any] = Field(default_factory=dict, description="engine keyword arguments "
                                            "(vllm: tensor_parallel_size, gpu_memory_utilization, ...)")
     _finite_options = field_validator("engine_options")(classmethod(lambda cls, v: finite_settings(v)))
@@ -455,6 +457,11 @@ class TrainConfig(Strict):
         None, ge=1, description="compute log-probs and entropies from the last hidden states this many token "
         "positions at a time (the fused head: no [tokens, vocabulary] logits or their gradient are kept), in the "
         "old-policy pass and every update. Default: the model's own head, then a chunked log-softmax")
+    sampling_mask: bool = Field(
+        False, description="with truncated sampling (rollout.top_k or top_p < 1): the engine records each token's "
+        "kept set and every training-side log-prob (pi_old, the update, the reference) is renormalised over it, "
+        "as the engine sampled (DeepSeek-V3.2, arXiv 2512.02556 section 3.1); `mismatch/k3_kl_unmasked` logs the "
+        "gap it removes (one more no-grad forward a step). hf engine, decode: generate, the model's own head")
     gpu_memory_gb: float = Field(80.0, gt=0, description="memory of one GPU in GB (as sold: 80 for an H100, "
                                  "141 for an H200) that the dry run checks the step's peak against")
 
@@ -899,6 +906,21 @@ class SuiteConfig(Strict):
             raise ValueError("model.router_aux_loss_coef > 0 with train.micro_batch_tokens: the load-balancing loss "
                              "is a product of two means over the minibatch's tokens, not a sum over micro-batches; "
                              "unset one of them")
+        return self
+
+    @model_validator(mode="after")
+    def _sampling_mask_has_a_mask(self) -> SuiteConfig:
+        if not self.train.sampling_mask:
+            return self
+        if self.rollout.top_k == 0 and self.rollout.top_p == 1.0:
+            raise ValueError("train.sampling_mask renormalises over the tokens truncated sampling keeps; with "
+                             "rollout.top_k 0 and top_p 1 every token is kept: set one, or drop sampling_mask")
+        if self.rollout.engine != "hf":
+            raise ValueError(f"train.sampling_mask needs the engine's kept set per token; the {self.rollout.engine} "
+                             "engine does not return it (use engine: hf)")
+        if self.train.logprob_chunk_tokens is not None:
+            raise ValueError("train.sampling_mask renormalises the [tokens, vocabulary] logits the fused head "
+                             "(train.logprob_chunk_tokens) never makes: unset one of them")
         return self
 
     @model_validator(mode="after")

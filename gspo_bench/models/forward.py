@@ -15,6 +15,7 @@ from gspo_bench.models.padding import position_ids
 def response_forward(
     model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, n_response: int,
     temperature: float = 1.0, with_entropy: bool = False, head_chunk: int | None = None,
+    kept: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [B, T] of the last `n_response` tokens, with the position ids `generate` used.
 
@@ -23,7 +24,9 @@ def response_forward(
     Only the T positions that predict a response token get logits (no [B, L, V] tensor), and the
     log-softmax runs in fp32 chunks (see `gather_logprobs`). With `head_chunk` (train.logprob_chunk_tokens)
     there are no [B, T, V] logits at all: the head computes log-probs from the hidden states in blocks
-    of `head_chunk` positions, forward and backward (`logprobs.fused_head`).
+    of `head_chunk` positions, forward and backward (`logprobs.fused_head`). With `kept` [B, T, K] (the
+    engine's sampling mask: `gather_logprobs`), the log-probs are renormalised over each position's kept
+    tokens; the entropy stays the full distribution's.
     """
     length = input_ids.shape[1]
     predicting = torch.arange(length - n_response - 1, length - 1, device=input_ids.device)  # position j predicts j + 1
@@ -31,13 +34,16 @@ def response_forward(
     call = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
                 logits_to_keep=predicting)
     if head_chunk is not None:
+        if kept is not None:
+            raise ValueError("train.sampling_mask renormalises over the kept tokens of [B, T, V] logits; the fused "
+                             "head (train.logprob_chunk_tokens) never makes them: unset one of the two")
         with fused_head(model, targets, temperature, head_chunk, with_entropy) as head:
             model(**call)
         if head.logp is None:
             raise RuntimeError(f"{type(model).__name__}'s forward never called its output head: no log-probs")
         return head.logp, head.entropy
     logits = model(**call).logits  # [B, T, V]
-    logp = gather_logprobs(logits, targets, temperature)  # [B, T]
+    logp = gather_logprobs(logits, targets, temperature, kept=kept)  # [B, T]
     entropy = entropies(logits, temperature) if with_entropy else None
     return logp, entropy
 

@@ -20,53 +20,74 @@ from gspo_bench.models.families import family_of, hf_model
 CHUNK_ROWS = 1024  # rows (token positions) per fp32 chunk: 1024 x 152k x 4 B = 0.6 GB at most
 
 
+def kept_logsumexp(part: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """logsumexp over each row's kept tokens: `part` [c, V] fp32, `kept` [c, K] token ids, -1 where a row keeps
+    fewer than K (a row that keeps none gets -inf)."""
+    gathered = part.gather(-1, kept.clamp(min=0)).masked_fill(kept < 0, float("-inf"))  # [c, K]
+    return torch.logsumexp(gathered, dim=-1)
+
+
 class _ChunkedLogprob(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int) -> torch.Tensor:
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, temperature: float, chunk: int,
+                kept: torch.Tensor | None) -> torch.Tensor:
         rows = logits.shape[0]
         logp = torch.empty(rows, dtype=torch.float32, device=logits.device)
         lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
         for start in range(0, rows, chunk):
             part = logits[start : start + chunk].float() / temperature  # [c, V] fp32 temporary
-            lse[start : start + chunk] = torch.logsumexp(part, dim=-1)
+            lse[start : start + chunk] = (torch.logsumexp(part, dim=-1) if kept is None
+                                          else kept_logsumexp(part, kept[start : start + chunk]))
             logp[start : start + chunk] = part.gather(-1, targets[start : start + chunk, None]).squeeze(-1)
         logp -= lse
-        ctx.save_for_backward(logits, targets, lse)
+        ctx.save_for_backward(logits, targets, lse, kept)
         ctx.temperature, ctx.chunk = temperature, chunk
         return logp
 
     @staticmethod
-    def backward(ctx: Any, grad_logp: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
-        logits, targets, lse = ctx.saved_tensors
+    def backward(ctx: Any, grad_logp: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None]:
+        logits, targets, lse, kept = ctx.saved_tensors
         temperature, chunk = ctx.temperature, ctx.chunk
         grad = torch.empty_like(logits)
         for start in range(0, logits.shape[0], chunk):
             stop = start + chunk
-            # d logp / d z = (onehot - softmax) / temperature, for z the raw logits
+            # d logp / d z = (onehot - softmax) / temperature, for z the raw logits; with a kept set, the
+            # softmax over the kept tokens (0 at every other token: they are not in the normaliser)
             part = logits[start:stop].float() / temperature
             softmax = torch.exp(part - lse[start:stop, None])  # [c, V]
+            if kept is not None:
+                inside = torch.zeros_like(softmax, dtype=torch.bool)
+                ids = kept[start:stop]
+                inside.scatter_(-1, ids.clamp(min=0), ids >= 0)
+                softmax = torch.where(inside, softmax, 0.0)
             g = grad_logp[start:stop, None].float() / temperature
             chunk_grad = -softmax * g
             chunk_grad.scatter_add_(-1, targets[start:stop, None], g)
             grad[start:stop] = chunk_grad.to(grad.dtype)
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
 def gather_logprobs(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, chunk: int = CHUNK_ROWS
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, chunk: int = CHUNK_ROWS,
+    kept: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """log softmax(logits / temperature)[targets] in fp32: logits [B, T, V], targets [B, T] -> [B, T].
 
-    No [B, T, V] fp32 tensor is ever made or kept for backward (see the module docstring); the
-    gradient flows to `logits` in their own dtype.
+    With `kept` [B, T, K] (token ids, -1 past a position's kept set: the sampling mask of a top-k / top-p
+    engine, `train.sampling_mask`), the softmax is renormalised over each position's kept tokens, as the
+    engine sampled from it. No [B, T, V] fp32 tensor is ever made or kept for backward (see the module
+    docstring); the gradient flows to `logits` in their own dtype.
     """
     if logits.shape[:-1] != targets.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} disagree")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if kept is not None and kept.shape[:-1] != targets.shape:
+        raise ValueError(f"kept {tuple(kept.shape)} and targets {tuple(targets.shape)} disagree")
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)  # a view when logits are contiguous in their last dims
-    logp: torch.Tensor = _ChunkedLogprob.apply(flat, targets.reshape(-1), float(temperature), int(chunk))
+    flat_kept = kept.reshape(-1, kept.shape[-1]).to(flat.device) if kept is not None else None
+    logp: torch.Tensor = _ChunkedLogprob.apply(flat, targets.reshape(-1), float(temperature), int(chunk), flat_kept)
     return logp.view(targets.shape)
 
 

@@ -26,9 +26,25 @@ def _pad_columns(x: torch.Tensor, left: int, right: int, value: float, dim: int 
     return torch.cat([parts[0], x, parts[1]], dim=dim)
 
 
-def pad_rollout(rollout: Rollout, prompt_width: int, response_width: int, pad_id: int) -> Rollout:
+def kept_ids(kept: torch.Tensor) -> torch.Tensor:
+    """[..., K] ids of the True entries of a kept mask [..., V], -1 past each row's set; K is the largest set
+    (the set's order: by id)."""
+    width = int(kept.sum(-1).max()) if kept.numel() else 0
+    order = torch.sort((~kept).to(torch.uint8), dim=-1, stable=True).indices[..., :width]  # kept ids first, by id
+    return torch.where(kept.gather(-1, order), order, -1)
+
+
+def pad_kept(kept: torch.Tensor, response_width: int, set_width: int) -> torch.Tensor:
+    """A rollout's kept ids [B, T, K] widened to `response_width` positions and `set_width` ids, with -1."""
+    return _pad_columns(_pad_columns(kept, 0, response_width - kept.shape[1], -1), 0, set_width - kept.shape[2], -1,
+                        dim=2)
+
+
+def pad_rollout(rollout: Rollout, prompt_width: int, response_width: int, pad_id: int,
+                set_width: int | None = None) -> Rollout:
     """The same rows with prompts left-padded to `prompt_width` and responses right-padded to
-    `response_width` (positions count attended tokens only, so no log-prob changes)."""
+    `response_width` (positions count attended tokens only, so no log-prob changes); kept ids to `set_width`
+    (default: as they are)."""
     left, right = prompt_width - rollout.prompt_width, response_width - rollout.response_mask.shape[1]
     if left < 0 or right < 0:
         raise ValueError("pad_rollout only widens a rollout")
@@ -41,12 +57,16 @@ def pad_rollout(rollout: Rollout, prompt_width: int, response_width: int, pad_id
         response_mask=_pad_columns(rollout.response_mask, 0, right, False),
         sampling_logp=_pad_columns(rollout.sampling_logp, 0, right, 0.0),
         routing=routing, finite=rollout.finite,
+        sampling_kept=None if rollout.sampling_kept is None else pad_kept(
+            rollout.sampling_kept, response_width, set_width or rollout.sampling_kept.shape[2]),
     )
 
 
 def gather_rollout(world: World, local: Rollout, n_rows: int, pad_id: int) -> Rollout:
     """The whole rollout batch of `n_rows` rows on every rank, from each rank's rows r, r + W, ...
     (`local`): padded to the widest prompt and response of any rank, then all-gathered."""
+    if local.sampling_kept is not None:
+        raise ValueError("train.sampling_mask does not run under torchrun yet: the ranks' kept sets are not gathered")
     device = local.input_ids.device
     widths = torch.tensor([local.prompt_width, local.response_mask.shape[1]], device=device)
     dist.all_reduce(widths, op=dist.ReduceOp.MAX)

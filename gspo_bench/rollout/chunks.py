@@ -51,7 +51,11 @@ def join_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
     """One rollout of `parts`' rows in order, their responses right-padded to the widest (all parts
     share the prompt width)."""
     width = max(part.response_mask.shape[1] for part in parts)
-    padded = [pad_rollout(part, part.prompt_width, width, pad_id) for part in parts]
+    kept = [part.sampling_kept for part in parts if part.sampling_kept is not None]
+    if kept and len(kept) != len(parts):
+        raise ValueError("some chunks of the rollout recorded their kept sets and some did not")
+    set_width = max((k.shape[2] for k in kept), default=None)
+    padded = [pad_rollout(part, part.prompt_width, width, pad_id, set_width) for part in parts]
     finite = [p.finite for p in padded if p.finite is not None]
     return Rollout(
         input_ids=torch.cat([p.input_ids for p in padded]),
@@ -60,6 +64,7 @@ def join_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
         sampling_logp=torch.cat([p.sampling_logp for p in padded]),
         routing=None if padded[0].routing is None else torch.cat(_every_routing(padded), dim=1),
         finite=torch.stack(finite).all() if finite else None,
+        sampling_kept=torch.cat([p.sampling_kept for p in padded if p.sampling_kept is not None]) if kept else None,
     )
 
 

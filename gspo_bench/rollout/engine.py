@@ -22,11 +22,13 @@ class SamplingParams:
     max_new_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # the k most probable tokens only (0: off), before top_p
     seed: int = 0
     capture_routing: bool = True
     ignore_eos: bool = False  # never sample </s>: every response is max_new_tokens long (benchmarks)
     synced: bool = False  # distributed ranks decode in lock step until all are done (FSDP2 forwards)
     row_keys: tuple[int, ...] | None = None  # each row's sampling key (hf engine); None: 0..B-1 in order
+    record_kept: bool = False  # return each token's kept set (Rollout.sampling_kept: train.sampling_mask)
 
 
 @dataclass
@@ -37,6 +39,8 @@ class Rollout:
     sampling_logp: torch.Tensor  # [B, T] fp32 log-prob of each token under the sampling distribution
     routing: torch.Tensor | None  # [L_moe, B, L - 1, k] experts chosen during generation, if captured
     finite: torch.Tensor | None = None  # 0-d bool: every sampling distribution was finite (None: not checked)
+    sampling_kept: torch.Tensor | None = None  # [B, T, K] ids of the tokens each position's truncated sampling
+    #                                            kept, -1 past its set (SamplingParams.record_kept), or None
 
     @property
     def prompt_width(self) -> int:

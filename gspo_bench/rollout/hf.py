@@ -48,13 +48,14 @@ from transformers import (
     LogitsProcessor,
     LogitsProcessorList,
     TemperatureLogitsWarper,
+    TopKLogitsWarper,
     TopPLogitsWarper,
 )
 
 from gspo_bench.models.families import hf_model
 from gspo_bench.models.padding import left_pad
 from gspo_bench.moe import RoutingCapture
-from gspo_bench.rollout.batching import mask_after_eos
+from gspo_bench.rollout.batching import kept_ids, mask_after_eos
 from gspo_bench.rollout.chunks import join_rollouts, kv_bytes_per_token, rows_per_chunk
 from gspo_bench.rollout.engine import Rollout, SamplingParams, check_prompt_lengths, register_engine
 from gspo_bench.rollout.logit_noise import LogitNoise
@@ -132,10 +133,12 @@ class _RecordSamplingLogprobs(LogitsProcessor):
     the rest of its step and marks the run collapsed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, record_kept: bool = False) -> None:
         self.pending: torch.Tensor | None = None  # [B, V]
         self.gathered: list[torch.Tensor] = []  # per step [B]
         self.finite: torch.Tensor | None = None  # 0-d bool
+        self.record_kept = record_kept  # each step's kept set (the tokens top-k / top-p left a finite score)
+        self.kept: list[torch.Tensor] = []  # per step [B, K_t] ids, -1 past a row's set
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         bad = (torch.isnan(scores) | torch.isposinf(scores)).any(-1, keepdim=True)  # [B, 1]
@@ -145,7 +148,16 @@ class _RecordSamplingLogprobs(LogitsProcessor):
         if self.pending is not None:
             self.collect(input_ids[:, -1])
         self.pending = torch.log_softmax(scores.float(), dim=-1)
+        if self.record_kept:
+            self.kept.append(kept_ids(torch.isfinite(scores)))
         return scores
+
+    def kept_sets(self, steps: int) -> torch.Tensor:
+        """[B, T, K] the kept ids of the first `steps` sampled positions, each step's padded with -1 to the
+        widest set."""
+        width = max(k.shape[1] for k in self.kept[:steps])
+        return torch.stack([torch.nn.functional.pad(k, (0, width - k.shape[1]), value=-1) for k in self.kept[:steps]],
+                           dim=1)
 
     def collect(self, tokens: torch.Tensor) -> None:
         if self.pending is None:
@@ -235,8 +247,11 @@ class HFEngine:
         graph = self.graph if self.graph is not None else prompt_ids.device.type == "cuda"
         if graph and prompt_ids.device.type != "cuda":
             raise ValueError("hf engine: graph: true needs a CUDA device")
+        if params.record_kept:
+            raise ValueError("hf engine: train.sampling_mask records each token's kept set with decode: generate; "
+                             "decode: static does not (set engine_options.decode: generate)")
         rule = DecodeRule(eos_id=self.eos_id, pad_id=self.pad_id, seed=params.seed, temperature=params.temperature,
-                          top_p=params.top_p, min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
+                          top_p=params.top_p, top_k=params.top_k, min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
                           logit_noise=self.logit_noise)
         state = static_decode(model, prompt_ids, prompt_mask, keys, params.max_new_tokens, rule,
                               params.capture_routing, graph, router_noise=self.router_noise)
@@ -248,12 +263,14 @@ class HFEngine:
 
     def _generate(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, keys: torch.Tensor,
                   params: SamplingParams) -> Rollout:  # model: a causal LM (generate's self-typing fits no nn.Module)
-        recorder = _RecordSamplingLogprobs()
+        recorder = _RecordSamplingLogprobs(params.record_kept)
         processors = LogitsProcessorList()
         if self.logit_noise:  # on the logits, before the sampling rule (as the static decoder adds it)
             processors.append(LogitNoise(self.logit_noise, params.seed, keys, prompt_ids.shape[1]))
         if params.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(params.temperature))
+        if params.top_k > 0:
+            processors.append(TopKLogitsWarper(params.top_k))
         if params.top_p < 1.0:
             processors.append(TopPLogitsWarper(params.top_p))
         processors.append(recorder)  # the sampling distribution, before the noise that samples from it
@@ -274,18 +291,24 @@ class HFEngine:
         # [L, B, L - 1, k]: under synced_gpus a rank that has finished keeps stepping (its forwards
         # are collective) and those dummy positions are routed too: cut them off
         routing = capture.routing[:, :, : seqs.shape[1] - 1] if capture is not None else None
+        kept = recorder.kept_sets(response.shape[1]) if params.record_kept else None
         return self._rollout(prompt_ids, prompt_mask, response, torch.stack(recorder.gathered, dim=1), routing,
-                             recorder.finite)
+                             recorder.finite, kept)
 
     def _rollout(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response: torch.Tensor,
-                 sampling_logp: torch.Tensor, routing: torch.Tensor | None, finite: torch.Tensor | None) -> Rollout:
-        """The rollout of sampled `response` [B, T] and its log-probs: masked after </s>, padded."""
+                 sampling_logp: torch.Tensor, routing: torch.Tensor | None, finite: torch.Tensor | None,
+                 kept: torch.Tensor | None = None) -> Rollout:
+        """The rollout of sampled `response` [B, T] and its log-probs (and kept sets [B, T, K]): masked after
+        </s>, padded."""
         response_mask = mask_after_eos(response, self.eos_id)  # [B, T]
+        if kept is not None:
+            kept = torch.where(response_mask[..., None], kept, -1)
         sampling_logp = torch.where(response_mask, sampling_logp, torch.zeros_like(sampling_logp))
         response = torch.where(response_mask, response, torch.full_like(response, self.pad_id))
         return Rollout(input_ids=torch.cat([prompt_ids, response], dim=1),
                        attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
-                       response_mask=response_mask, sampling_logp=sampling_logp, routing=routing, finite=finite)
+                       response_mask=response_mask, sampling_logp=sampling_logp, routing=routing, finite=finite,
+                       sampling_kept=kept)
 
 
 @register_engine("hf")

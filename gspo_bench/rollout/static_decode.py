@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
-from transformers import StaticCache, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import StaticCache, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from gspo_bench.models.families import hf_model
 from gspo_bench.moe.routers import find_routers
@@ -43,6 +43,7 @@ class DecodeRule:
     temperature: float
     top_p: float
     seed: int
+    top_k: int = 0  # the k most probable tokens only (0: off), before top_p
     logit_noise: float = 0.0  # std of the noise on the final logits (`rollout.logit_noise`; 0: off)
 
 
@@ -71,7 +72,7 @@ class DecodeState:
 
 def processed_scores(logits: torch.Tensor, state: DecodeState, rule: DecodeRule) -> torch.Tensor:
     """[B, V] fp32 scores of the sampling distribution at `state.step` (before the Gumbel noise): the
-    logits plus the logit noise where the rule has it, then </s> blocked, temperature, top-p; a row of
+    logits plus the logit noise where the rule has it, then </s> blocked, temperature, top-k, top-p; a row of
     NaN or +inf scores (a diverged policy) is zeroed and turns `state.finite` False."""
     scores = logits.float()
     if rule.logit_noise:
@@ -81,6 +82,8 @@ def processed_scores(logits: torch.Tensor, state: DecodeState, rule: DecodeRule)
         scores = scores.masked_fill(blocked, float("-inf"))
     if rule.temperature != 1.0:
         scores = TemperatureLogitsWarper(rule.temperature)(None, scores)
+    if rule.top_k > 0:
+        scores = TopKLogitsWarper(rule.top_k)(None, scores)
     if rule.top_p < 1.0:
         scores = TopPLogitsWarper(rule.top_p)(None, scores)
     bad = (torch.isnan(scores) | torch.isposinf(scores)).any(-1, keepdim=True)  # [B, 1]

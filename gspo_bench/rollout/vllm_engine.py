@@ -169,6 +169,9 @@ class VLLMEngine:
     def generate(self, model: torch.nn.Module, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         if params.synced:
             raise ValueError("the vllm engine does not run under torchrun yet; use rollout.engine: hf")
+        if params.record_kept:
+            raise ValueError("the vllm engine does not return each token's kept set (train.sampling_mask); use "
+                             "rollout.engine: hf")
         check_prompt_lengths(prompts, self.max_prompt_tokens)
         vllm = import_vllm()
         from vllm.inputs import TokensPrompt
@@ -177,7 +180,7 @@ class VLLMEngine:
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         sampling = [
             vllm.SamplingParams(
-                n=params.group_size, temperature=params.temperature, top_p=params.top_p, top_k=0,
+                n=params.group_size, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
                 max_tokens=params.max_new_tokens, ignore_eos=params.ignore_eos, stop_token_ids=[self.eos_id],
                 logprobs=0, seed=params.seed * 1_000_003 + i, detokenize=False,
             )

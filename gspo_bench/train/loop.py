@@ -238,8 +238,8 @@ def one_update_drift(after: dict, applied: torch.Tensor) -> tuple[dict, dict]:
 def sampling_params(suite: SuiteConfig, seed: int, step: int, world: World, routing: bool) -> SamplingParams:
     r = suite.rollout
     return SamplingParams(group_size=r.group_size, max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                          top_p=r.top_p, seed=step_seed(seed, step, 1), capture_routing=routing,
-                          ignore_eos=r.ignore_eos, synced=world.distributed)
+                          top_p=r.top_p, top_k=r.top_k, seed=step_seed(seed, step, 1), capture_routing=routing,
+                          ignore_eos=r.ignore_eos, synced=world.distributed, record_kept=suite.train.sampling_mask)
 
 
 def evaluate(run: Run, state: RunState) -> None:

@@ -76,7 +76,7 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
                       margins=record_routing, confidence=record_routing and measure) as capture:
         logp, entropy = response_forward(model, batch.input_ids[mine], batch.attention_mask[mine],
                                          batch.n_response, temperature, with_entropy=True,
-                                         head_chunk=head_chunk)  # [B, T] each
+                                         head_chunk=head_chunk, kept=batch.kept(mine))  # [B, T] each
     if entropy is None:
         raise RuntimeError("response_forward(with_entropy=True) returned no entropy")
     logp, entropy = gather_rows(world, logp, rows), gather_rows(world, entropy, rows)
@@ -87,7 +87,7 @@ def old_policy_pass(policy: Policy, batch: RolloutBatch, *, temperature: float, 
     if capture is not None and capture.margins:
         pairs = gather_rows(world, capture.margin_pairs, rows, dim=1)
         pair_logits = gather_rows(world, capture.pair_logits, rows, dim=1)
-    metrics = engine_gap(logp, routing, batch) if measure else {}
+    metrics = engine_gap(logp, routing, batch) | unmasked_gap(policy, batch, temperature, forced) if measure else {}
     route_diff = metrics.pop("lag/route_diff_layer", None)
     route_conf = None
     if capture is not None and capture.confidence:  # over every attended position, as drift
@@ -149,6 +149,22 @@ def engine_gap(train_logp: torch.Tensor, train_routing: torch.Tensor | None, bat
     return metrics
 
 
+def unmasked_gap(policy: Policy, batch: RolloutBatch, temperature: float,
+                 forced: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """`mismatch/k3_kl_unmasked`: the engine's log-probs against the learner's over the full vocabulary (one
+    more no-grad forward, the old pass's replay kept), the gap `train.sampling_mask` removes; beside it the
+    step's `mismatch/k3_kl` is the gap left after renormalising over the kept sets. Nothing without kept sets."""
+    if batch.sampling_kept is None:
+        return {}
+    world, rows = policy.world, torch.arange(len(batch), device=batch.input_ids.device)
+    mine = world.rows(rows)
+    with torch.no_grad(), policy.precision.autocast(), RoutingCapture(policy.model, replay=forced):
+        full, _ = response_forward(policy.model, batch.input_ids[mine], batch.attention_mask[mine], batch.n_response,
+                                   temperature)
+    gap = logprob_mismatch(gather_rows(world, full, rows), batch.sampling_logp, batch.response_mask)
+    return {"mismatch/k3_kl_unmasked": gap["mismatch/k3_kl"]}
+
+
 def reference_logp(policy: Policy, batch: RolloutBatch, temperature: float,
                    head_chunk: int | None = None) -> torch.Tensor | None:
     """[B, T] log-probs under the frozen reference model, or None without one."""
@@ -156,7 +172,7 @@ def reference_logp(policy: Policy, batch: RolloutBatch, temperature: float,
         return None
     with torch.no_grad(), policy.precision.autocast():
         logp, _ = response_forward(policy.reference, batch.input_ids, batch.attention_mask, batch.n_response,
-                                   temperature, head_chunk=head_chunk)
+                                   temperature, head_chunk=head_chunk, kept=batch.kept())
     return logp
 
 
@@ -178,7 +194,7 @@ def nondeterminism_floor(policy: Policy, batch: RolloutBatch, replay: ReplaySour
     for name, precision in passes.items():
         with torch.no_grad(), precision.autocast(), RoutingCapture(policy.model, replay=forced) as capture:
             logp, _ = response_forward(policy.model, batch.input_ids[mine], batch.attention_mask[mine],
-                                       batch.n_response, temperature, head_chunk=head_chunk)
+                                       batch.n_response, temperature, head_chunk=head_chunk, kept=batch.kept(mine))
         seen[name] = (gather_rows(world, logp, rows).double(), gather_rows(world, capture.routing, rows, dim=1))
     logp, routing = seen.pop("reference")
     floor = {}

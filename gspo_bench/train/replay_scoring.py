@@ -38,7 +38,7 @@ def scored(policy: Policy, batch: RolloutBatch, forced: torch.Tensor | None, *, 
     with torch.no_grad(), policy.precision.autocast(), \
             capturing(model, True, replay=None if forced is None else forced[:, mine]) as capture:
         logp, _ = response_forward(model, batch.input_ids[mine], batch.attention_mask[mine], batch.n_response,
-                                   temperature, head_chunk=head_chunk)  # [B, T]
+                                   temperature, head_chunk=head_chunk, kept=batch.kept(mine))  # [B, T]
     return gather_rows(world, logp, rows), gather_rows(world, captured(capture).routing, rows, dim=1)
 
 

@@ -36,6 +36,15 @@ class RolloutBatch:
     token_advantages: torch.Tensor | None = None  # [B, T] step-level credit A_it (see train.credit), or None
     lagged_routing: torch.Tensor | None = None  # [L_moe, B, L, k] the learner's experts replay_lag updates before
     #                                             the step that trains on it (lagged R2: train.lag), or None
+    sampling_kept: torch.Tensor | None = None  # [B, T, K] each response token's kept set under truncated
+    #                                            sampling (-1 padded; train.sampling_mask), or None
+
+    def kept(self, rows: torch.Tensor | slice = slice(None), n_response: int | None = None) -> torch.Tensor | None:
+        """The kept sets of `rows`, their first `n_response` positions (all by default), for a training forward
+        that renormalises over them; None where the engine recorded none."""
+        if self.sampling_kept is None:
+            return None
+        return self.sampling_kept[rows][:, : self.n_response if n_response is None else n_response]
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -58,6 +67,7 @@ class RolloutBatch:
             response_mask=rollout.response_mask.to(device), sampling_logp=rollout.sampling_logp.to(device),
             routing=routing, rewards=rewards.float(), finite=finite.to(device),
             advantages=group_advantages(rewards, group_size, scale=advantage_scale).to(device),
+            sampling_kept=rollout.sampling_kept.to(device) if rollout.sampling_kept is not None else None,
         )
 
 

@@ -170,7 +170,8 @@ def forward_micro(policy: Policy, batch: RolloutBatch, old: OldPolicy, rows: tor
             capturing(policy.model, measure_drift, replay=replay, probe=probe, pairs=pairs,
                       replay_weights=replay_weights) as capture, balance as aux:
         logp, _ = response_forward(policy.model, batch.input_ids[index, columns], batch.attention_mask[index, columns],
-                                   n_response, settings.temperature, head_chunk=settings.head_chunk)  # [m, T']
+                                   n_response, settings.temperature, head_chunk=settings.head_chunk,
+                                   kept=batch.kept(index, n_response))  # [m, T']
     if n_response < batch.n_response:
         logp = torch.nn.functional.pad(logp, (0, batch.n_response - n_response))  # [m, T]
     width, shift = batch.input_ids.shape[1], None
