@@ -18,10 +18,9 @@ def test_the_face_is_the_entry_points_from_their_rooms():
     from analysis.checks.regress import compare, load_tolerances
     from analysis.checks.reproduce import compare_results
     from analysis.data.load import load_results
+    from analysis.evidence.early_warnings import LiveWarnings
     from analysis.report.sections import console_answer
     from analysis.report.writer import write_figures, write_report
-
-    from analysis.evidence.early_warnings import LiveWarnings
 
     assert analysis.__all__ == ["LiveWarnings", "ResultsError", "UnmatchedComputeError", "check_cells", "check_notes", "compare",
                                 "compare_results", "console_answer", "load_results", "load_tolerances", "other_suite",
