@@ -40,11 +40,11 @@ if TYPE_CHECKING:
     from gspo_bench.config import RunSpec
     from gspo_bench.config.schema import WarmStartConfig
 
-# the step columns a progress display needs: all that crosses a process boundary every step
 # the signals the live early warnings may watch (analysis.evidence.early_warnings' shipped rules read them from
-# the rows the display receives: test_early_warnings holds every shipped rule's signal among them)
+# the rows the display receives: tests/test_early_warnings_live.py holds every shipped rule's signal among them)
 WATCHED_COLUMNS = ("grad/norm", "response/len_mean", "kl/old_new", "mismatch/k3_kl", "entropy/mean", "lag/ess",
                    "lag/k3_response", "grad/cos_prev", "grad/cos_prev_router", "clip/grad_weak_frac")
+# the step columns a progress display needs: all that crosses a process boundary every step
 PROGRESS_COLUMNS = ("step", "label", "seed", "reward/mean", "clip/frac", "moe/drift", "compute/cum_flops",
                     "compute/cum_tokens", "gpu/peak_mem_gib") + WATCHED_COLUMNS
 
