@@ -97,6 +97,15 @@ def fit_logistic(x: np.ndarray, y: np.ndarray) -> LogisticFit:
     center, scale = float(x.mean()), float(x.std())
     design = np.column_stack([np.ones_like(x), (x - center) / scale])  # [n, 2]
     target = y.astype(float)
+    found, information = maximum_likelihood(design, target, np.array([special.logit(target.mean()), 0.0]))
+    back = np.array([[1.0, -center / scale], [0.0, 1.0 / scale]])  # (b0, b1) in x from the scaled fit
+    b0, b1 = back @ found
+    return LogisticFit(float(b0), float(b1), back @ np.linalg.inv(information) @ back.T, len(x), int(y.sum()))
+
+
+def maximum_likelihood(design: np.ndarray, target: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The logistic likelihood's maximum on `design`'s columns [n, k] for the 0/1 `target` (`newton` from
+    `start`, exact gradient and Hessian) and the observed information there [k, k]."""
 
     def loss(b: np.ndarray) -> float:
         eta = design @ b
@@ -109,10 +118,8 @@ def fit_logistic(x: np.ndarray, y: np.ndarray) -> LogisticFit:
         p = special.expit(design @ b)
         return (design * (p * (1 - p))[:, None]).T @ design
 
-    found = newton(loss, grad, hess, np.array([special.logit(target.mean()), 0.0]))
-    back = np.array([[1.0, -center / scale], [0.0, 1.0 / scale]])  # (b0, b1) in x from the scaled fit
-    b0, b1 = back @ found
-    return LogisticFit(float(b0), float(b1), back @ np.linalg.inv(hess(found)) @ back.T, len(x), int(y.sum()))
+    found = newton(loss, grad, hess, start)
+    return found, hess(found)
 
 
 def separated(design: np.ndarray, y: np.ndarray) -> bool:
@@ -155,27 +162,14 @@ def fit_logistic_design(design: np.ndarray, y: np.ndarray) -> DesignFit:
     center = np.where(constant | ~constant.any(), 0.0, design.mean(0))
     scale = np.where(constant, 1.0, spread)
     scaled = (design - center) / scale
-    target = y.astype(float)
-
-    def loss(b: np.ndarray) -> float:
-        eta = scaled @ b
-        return float(np.sum(np.logaddexp(0.0, eta) - target * eta))
-
-    def grad(b: np.ndarray) -> np.ndarray:
-        return scaled.T @ (special.expit(scaled @ b) - target)
-
-    def hess(b: np.ndarray) -> np.ndarray:
-        p = special.expit(scaled @ b)
-        return (scaled * (p * (1 - p))[:, None]).T @ scaled
-
-    found = newton(loss, grad, hess, np.zeros(design.shape[1]))
+    found, information = maximum_likelihood(scaled, y.astype(float), np.zeros(design.shape[1]))
     # scaled = (design - center) / scale, so scaled @ b = design @ (b / scale) - center . (b / scale): the
     # offset falls on the constant column (the intercept), whose value is its own (the mean of the column)
     back = np.diag(1.0 / scale)
     if constant.any():
         where = int(np.flatnonzero(constant)[0])
         back[where, :] -= (center / scale) / design[0, where]
-    return DesignFit(back @ found, back @ np.linalg.inv(hess(found)) @ back.T, len(y), int(y.sum()))
+    return DesignFit(back @ found, back @ np.linalg.inv(information) @ back.T, len(y), int(y.sum()))
 
 
 def newton(loss: Callable[[np.ndarray], float], grad: Callable[[np.ndarray], np.ndarray],
