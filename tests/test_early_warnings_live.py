@@ -137,3 +137,20 @@ def test_clip_burstiness_by_hand_and_the_live_watch_derives_it_as_offline():
     assert said[10][0].startswith("early warning at step 11: clip/frac_burst = 3 ")
     again = LiveWarnings([shipped(BURST, 0.9, persist=1)])  # NaN steps skipped as offline: step 13 at 1
     assert [bool(again("b", {"step": i, "clip/frac": v})) for i, v in enumerate(clip, 1)][10:] == [True, False, False]
+
+
+def test_the_shipped_rules_were_chosen_on_runs_they_were_not_scored_on():
+    """Held out by construction: each reading's choice folders and scored folders are disjoint
+    (experiments/warnings/score.py), and so are the suites the shipped file names."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "experiments" / "warnings" / "score.py"
+    spec = importlib.util.spec_from_file_location("warnings_score", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for choose, score in script.READINGS.values():
+        assert choose and score and not set(choose) & set(score)
+    for rule in load_rules():
+        assert rule.chosen_on and rule.scored_on and not set(rule.chosen_on) & set(rule.scored_on)
