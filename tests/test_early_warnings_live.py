@@ -154,3 +154,29 @@ def test_the_shipped_rules_were_chosen_on_runs_they_were_not_scored_on():
         assert choose and score and not set(choose) & set(score)
     for rule in load_rules():
         assert rule.chosen_on and rule.scored_on and not set(rule.chosen_on) & set(rule.scored_on)
+
+
+def test_a_rule_in_a_tasks_own_units_fires_only_on_that_task():
+    """A response-length threshold chosen on sort runs stays silent on a countdown run (its responses are twice
+    as long), live and in the report's choice of rules; a rule on a unit-free signal fires on either."""
+    length = ShippedRule(AlarmRule("response/len_mean", 7.44, "above", 1), "hand", ("a",), ("b",),
+                         Scored(AlarmRule("response/len_mean", 7.44), 1, 1, 1.0, 1, 0, 0.5, 0.4, 0.6), ("sort",))
+    ess = shipped("lag/ess", 0.2, "below", persist=1)
+    assert length.applies_to("sort") and not length.applies_to("countdown") and length.applies_to(None)
+    assert ess.applies_to("countdown")
+    live = LiveWarnings([length, ess])
+    row = {"step": 1, "response/len_mean": 9.5, "lag/ess": 0.1}
+    lines = live("c", row, "countdown")
+    assert len(lines) == 1 and lines[0].startswith("early warning at step 1: lag/ess = 0.1 ")
+    assert len(LiveWarnings([length, ess])("s", row, "sort")) == 2
+    assert {r.rule.signal: r.tasks for r in load_rules()}["lag/ess"] == ("sort",)  # the shipped file names its task
+
+
+def test_the_report_names_the_rules_a_task_leaves_out():
+    from analysis.report.warnings_text import left_out_text
+
+    length = ShippedRule(AlarmRule("response/len_mean", 7.44, "above", 1), "hand", ("a",), ("b",),
+                         Scored(AlarmRule("response/len_mean", 7.44), 1, 1, 1.0, 1, 0, 0.5, 0.4, 0.6), ("sort",))
+    assert left_out_text([], ["countdown"]) == ""
+    assert left_out_text([length], ["countdown"]).startswith(
+        "Left out here: response/len_mean (chosen on sort). Each is measured in its task's own units")

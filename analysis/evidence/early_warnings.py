@@ -216,6 +216,9 @@ def choose_threshold(rule: AlarmRule, runs: list[Run], max_false_alarm: float = 
 
 # ---------------------------------------------------------------------------------------------- shipped rules
 SHIPPED_RULES = Path(__file__).with_name("warning_rules.csv")  # written by experiments/warnings/score.py
+# signals measured in a task's own units (tokens of a response): a threshold on one fires only on runs of the
+# tasks it was chosen on (a sort response is at most 12 tokens, a countdown one 24)
+TASK_SCALED = frozenset({"response/len_mean"})
 HELD_OUT_COLUMNS = ("failed", "warned", "median_lead", "held", "false_alarms", "auc", "auc_low", "auc_high")
 
 
@@ -229,6 +232,12 @@ class ShippedRule:
     chosen_on: tuple[str, ...]
     scored_on: tuple[str, ...]
     held_out: Scored
+    tasks: tuple[str, ...] = ()  # the tasks of the runs it was chosen on
+
+    def applies_to(self, task: str | None) -> bool:
+        """Whether the rule may fire on a run of `task`: every rule, but one on a TASK_SCALED signal only on the
+        tasks it was chosen on (a run of unknown task, or a rule of unknown tasks: yes)."""
+        return self.rule.signal not in TASK_SCALED or task is None or not self.tasks or task in self.tasks
 
     @property
     def text(self) -> str:
@@ -243,6 +252,7 @@ def rules_table(rules: list[ShippedRule]) -> pd.DataFrame:
     return pd.DataFrame([{"reading": r.reading, "signal": r.rule.signal, "direction": r.rule.direction,
                           "threshold": r.rule.threshold, "persist": r.rule.persist,
                           "chosen_on": " ".join(r.chosen_on), "scored_on": " ".join(r.scored_on),
+                          "tasks": " ".join(r.tasks),
                           **{column: getattr(r.held_out, column) for column in HELD_OUT_COLUMNS}} for r in rules])
 
 
@@ -263,8 +273,9 @@ def load_rules(path: Path | None = None) -> list[ShippedRule]:
         rule = AlarmRule(str(row["signal"]), float(row["threshold"]), row["direction"], int(row["persist"]))
         scored = Scored(rule, int(row["failed"]), int(row["warned"]), float(row["median_lead"]), int(row["held"]),
                         int(row["false_alarms"]), float(row["auc"]), float(row["auc_low"]), float(row["auc_high"]))
+        tasks = tuple(str(row["tasks"]).split()) if "tasks" in row and isinstance(row["tasks"], str) else ()
         found.append(ShippedRule(rule, str(row["reading"]), tuple(str(row["chosen_on"]).split()),
-                                 tuple(str(row["scored_on"]).split()), scored))
+                                 tuple(str(row["scored_on"]).split()), scored, tasks))
     return found
 
 
@@ -299,7 +310,9 @@ class LiveWarnings:
         self.watches: dict[str, AlarmWatch] = {}
         self.clips: dict[str, deque[float]] = {}  # each run's last BURST_WINDOW finite clip fractions
 
-    def __call__(self, name: str, row: dict) -> list[str]:
+    def __call__(self, name: str, row: dict, task: str | None = None) -> list[str]:
+        """The alarm lines of run `name` at `row`; `task`, the run's task, leaves out the rules that do not apply
+        to it (`ShippedRule.applies_to`)."""
         earlier = self.clips.setdefault(name, deque(maxlen=BURST_WINDOW))  # the last finite clip fractions
         clip = float("nan") if row.get("clip/frac") is None else float(row["clip/frac"])
         burst = clip / max(float(np.median(earlier)), BURST_FLOOR) \
@@ -307,7 +320,8 @@ class LiveWarnings:
         if np.isfinite(clip):
             earlier.append(clip)
         row = {**row, BURST: burst}  # the derived signal, as clip_burstiness computes it offline
-        fired = self.watches.setdefault(name, AlarmWatch(self.rules)).update(row)
+        watch = self.watches.setdefault(name, AlarmWatch([r for r in self.rules if r.applies_to(task)]))
+        fired = watch.update(row)
         return [alarm_line(r, int(row["step"]), float(row[r.rule.signal])) for r in fired]
 
 

@@ -244,11 +244,15 @@ def _warnings(c: Context) -> list[Section]:
     runs = WT.warning_runs(c.results, c.stability)
     if not WT.applies(runs):
         return []
-    rules, metrics = load_rules(), with_derived(c.results.metrics)  # clip/frac_burst
+    tasks = sorted({str(task) for task in c.results.runs["task"].dropna()})  # a run of unknown task: every rule
+    every = load_rules()
+    rules = [r for r in every if all(r.applies_to(task) for task in tasks)]  # a task-scaled rule on its tasks only
+    metrics = with_derived(c.results.metrics)  # clip/frac_burst
     alarms = runs_alarms(metrics, runs, rules)
     return [Section("early-warnings", "Early warnings: the package's alarm rules on these runs (exploratory)",
-                    "\n\n".join([WT.provenance_text(rules, set(runs["suite"].astype(str))),
-                                  WT.first_alarms_text(alarms)])),
+                    "\n\n".join(filter(None, [WT.provenance_text(rules, set(runs["suite"].astype(str))),
+                                              WT.left_out_text([r for r in every if r not in rules], tasks),
+                                              WT.first_alarms_text(alarms)]))),
             Section("early-warning-rules", "The alarm rules ranked by held-out AUC: held out, and on these runs",
                     WT.rules_table(rules, metrics, runs)),
             Section("early-warning-runs", "Each failed (or imported) run: its first alarm ahead of the onset, and "

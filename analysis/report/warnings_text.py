@@ -58,6 +58,15 @@ def provenance_text(rules: list[ShippedRule], suites: set[str]) -> str:
             "not shipped (the README lists them).")
 
 
+def left_out_text(left_out: list[ShippedRule], tasks: list[str]) -> str:
+    """Which rules these runs' tasks leave out (a threshold in another task's units), or nothing."""
+    if not left_out:
+        return ""
+    names = ", ".join(f"{r.rule.signal} (chosen on {' '.join(r.tasks)})" for r in left_out)
+    return (f"Left out here: {escape(names)}. Each is measured in its task's own units (tokens of a response), so "
+            f"its threshold does not carry to these runs' task ({escape(', '.join(tasks))}).")
+
+
 def rules_table(rules: list[ShippedRule], metrics: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per rule, ranked by its held-out AUC: the rule, its held-out scores, and its scores on these runs'
     judged ones."""

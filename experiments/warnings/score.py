@@ -43,15 +43,16 @@ RULES.append(AlarmRule("entropy/mean", 0.0, "below", persist=2))
 LAG_RULES = [AlarmRule("lag/ess", 0.0, "below", persist=2), AlarmRule("lag/k3_response", 0.0, "above", persist=2)]
 
 
-def judged(folders: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The metrics and the judged runs' classes of the stages `folders`, pooled."""
-    metrics, classes = [], []
+def judged(folders: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, tuple[str, ...]]:
+    """The metrics and the judged runs' classes of the stages `folders`, pooled, and their tasks."""
+    metrics, classes, tasks = [], [], []
     for folder in folders:
         loaded = load_results(RESULTS / folder)
         rows = class_rows(loaded)
         classes.append(rows[rows["outcome"] != TOO_SHORT])
         metrics.append(with_derived(loaded.metrics))  # clip/frac_burst
-    return pd.concat(metrics, ignore_index=True), pd.concat(classes, ignore_index=True)
+        tasks += [str(task) for task in loaded.runs["task"]]
+    return pd.concat(metrics, ignore_index=True), pd.concat(classes, ignore_index=True), tuple(dict.fromkeys(tasks))
 
 
 def suites_of(classes: pd.DataFrame) -> tuple[str, ...]:
@@ -63,12 +64,12 @@ def main(csv: Path | None = None, reading: str = typer.Option("stability", help=
     if reading not in READINGS:
         raise typer.BadParameter(f"--reading must be one of {', '.join(READINGS)}, got {reading!r}")
     choose, score = READINGS[reading]
-    chosen_on, scored_on = judged(choose), judged(score)
+    (*chosen_on, tasks), (*scored_on, _) = judged(choose), judged(score)
     rows, shipped = [], []
     for template in RULES + (LAG_RULES if reading == "lag" else []):
         rule = choose_threshold(template, signal_runs(*chosen_on, template.signal), max_false_alarm=0.1)
         found = score_rule(rule, signal_runs(*scored_on, rule.signal), np.random.default_rng(0))
-        shipped.append(ShippedRule(rule, reading, suites_of(chosen_on[1]), suites_of(scored_on[1]), found))
+        shipped.append(ShippedRule(rule, reading, suites_of(chosen_on[1]), suites_of(scored_on[1]), found, tasks))
         rows.append({"signal": rule.signal, "direction": rule.direction, "threshold": rule.threshold,
                      "failed": found.failed, "warned": found.warned, "median_lead": found.median_lead,
                      "held": found.held, "false_alarms": found.false_alarms, "auc": found.auc,

@@ -31,8 +31,8 @@ from gspo_bench.config import BudgetConfig, RunSpec, SuiteConfig, WarmStartConfi
 from gspo_bench.suite.launch import Observer
 
 # the live early warnings (analysis.evidence.early_warnings.LiveWarnings, given by the command line): per row
-# of a run (its name, the row's PROGRESS_COLUMNS), the lines of the alarms that fire there
-Watch = Callable[[str, dict], list[str]]
+# of a run (its name, the row's PROGRESS_COLUMNS, its task), the lines of the alarms that fire there
+Watch = Callable[[str, dict, str | None], list[str]]
 
 # seconds between two plain lines of one run: a minute keeps a log of `make quickstart` (8 runs of
 # about 75 s, two at a time) under 60 lines, and a long run to a line a minute
@@ -186,7 +186,8 @@ class SuiteProgress(Observer):
         memory = memory_check(self.suites[name], row) if name in self.suites else None
         if memory is not None:
             self.say(f"[{name}] {memory}")
-        for line in self.watch(name, row) if self.watch is not None else []:
+        task = self.suites[name].task.name if name in self.suites else None
+        for line in self.watch(name, row, task) if self.watch is not None else []:
             self.say(f"[{name}] {line}")
             if self.progress is not None and name in self.tasks:
                 self.progress.update(self.tasks[name], description=f"! {name}")
