@@ -180,3 +180,13 @@ def test_the_report_names_the_rules_a_task_leaves_out():
     assert left_out_text([], ["countdown"]) == ""
     assert left_out_text([length], ["countdown"]).startswith(
         "Left out here: response/len_mean (chosen on sort). Each is measured in its task's own units")
+
+
+def test_the_reports_provenance_marks_in_sample_runs_in_bold_and_escapes_suite_names():
+    from analysis.report.warnings_text import provenance_text
+
+    rule = shipped("lag/ess", 0.1, "below")  # chosen on suite "pilot", scored on "stage5"
+    assert "**In-sample here**: the runs of pilot chose the thresholds" in provenance_text([rule], {"pilot"})
+    assert "These runs (stage5) are the rules' held-out runs" in provenance_text([rule], {"stage5"})
+    assert "took no part in choosing the rules" in provenance_text([rule], {"other_*suite*"})
+    assert provenance_text([], {"x"}) == "No shipped rule applies to these runs."

@@ -40,21 +40,23 @@ def applies(runs: pd.DataFrame) -> bool:
 
 def provenance_text(rules: list[ShippedRule], suites: set[str]) -> str:
     """Where the rules come from, and whether these runs took part in choosing them."""
+    if not rules:
+        return "No shipped rule applies to these runs."
     chosen = sorted({suite for r in rules for suite in r.chosen_on})
     scored = sorted({suite for r in rules for suite in r.scored_on})
-    inside = sorted(suites & set(chosen))
-    held_out = sorted(suites & set(scored))
-    where = (f"**In-sample here**: the runs of {', '.join(inside)} chose the thresholds, so their scores below "
-             "flatter the rules. " if inside else
-             f"These runs ({', '.join(held_out)}) are the rules' held-out runs: the scores below repeat theirs. "
-             if held_out else "These runs took no part in choosing the rules: the scores below are held out too. ")
+    inside = escape(", ".join(sorted(suites & set(chosen))))
+    held_out = escape(", ".join(sorted(suites & set(scored))))
+    where = (f"**In-sample here**: the runs of {inside} chose the thresholds, so their scores below flatter the "
+             "rules. " if inside else
+             f"These runs ({held_out}) are the rules' held-out runs: the scores below repeat theirs. " if held_out
+             else "These runs took no part in choosing the rules: the scores below are held out too. ")
     return ("Exploratory. Each rule is an alarm on one logged signal, its value at or beyond a threshold on "
             "consecutive steps; its threshold was chosen on the suite(s) " + escape(", ".join(chosen)) +
             " (the most failed runs warned ahead of their onset with at most 10% false alarms) and scored on " +
             escape(", ".join(scored)) + ", which took no part in the choice (experiments/warnings/README.md, reading "
             f"'{escape(rules[0].reading)}'). A failed run's onset is the step of its outcome class (degraded or "
             "collapsed); an alarm at or after it is no warning, an alarm on a run that held is a false alarm. "
-            + escape(where) + "Rules whose threshold kept no false-alarm rate within 10% on the choice runs are "
+            + where + "Rules whose threshold kept no false-alarm rate within 10% on the choice runs are "
             "not shipped (the README lists them).")
 
 
