@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from analysis.data.errors import ResultsError
     from analysis.data.load import load_results
     from analysis.data.matching import UnmatchedComputeError
+    from analysis.evidence.adaptive_suite import AdaptivePlacer
     from analysis.evidence.early_warnings import LiveWarnings
     from analysis.report.sections import console_answer
     from analysis.report.writer import write_figures, write_report
@@ -39,6 +40,7 @@ FACE = {
     "ResultsError": "analysis.data.errors",  # every error for results that cannot be analysed as asked
     "UnmatchedComputeError": "analysis.data.matching",  # one of them: runs that spent different compute
     "load_results": "analysis.data.load",
+    "AdaptivePlacer": "analysis.evidence.adaptive_suite",  # `gspo-bench run`'s rule for an adaptive suite
     "LiveWarnings": "analysis.evidence.early_warnings",  # `gspo-bench run`'s live alarms (docs/warnings.md)
     "console_answer": "analysis.report.sections",
     "write_report": "analysis.report.writer",
@@ -52,7 +54,7 @@ FACE = {
     "update_baseline": "analysis.checks.regress",
     "compare_results": "analysis.checks.reproduce",
 }
-__all__ = ["LiveWarnings", "ResultsError", "UnmatchedComputeError", "check_cells", "check_notes", "compare", "compare_results",
+__all__ = ["AdaptivePlacer", "LiveWarnings", "ResultsError", "UnmatchedComputeError", "check_cells", "check_notes", "compare", "compare_results",
            "console_answer", "load_results", "load_tolerances", "other_suite", "regressions_text", "update_baseline",
            "write_figures", "write_report"]
 

@@ -241,11 +241,11 @@ def run(
                         parallel=parallel, ray_address=ray_address if (ray or ray_address) else False)
     except (ValueError, FileExistsError, RunBusyError) as err:  # SuiteError is a ValueError
         raise fail(str(err)) from None
-    from analysis import LiveWarnings
+    from analysis import AdaptivePlacer, LiveWarnings
 
     show = ConsoleShow(console if launch.world.is_main else PrintableConsole(quiet=True), watch=LiveWarnings)
     try:
-        outcomes = session.run(launch, show)
+        outcomes = session.run(launch, show, AdaptivePlacer)
     except OSError as err:
         raise fail(f"cannot write results under {session.root}: {err.strerror or err} "
                    f"({err.filename or session.root})") from None

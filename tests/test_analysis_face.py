@@ -18,17 +18,19 @@ def test_the_face_is_the_entry_points_from_their_rooms():
     from analysis.checks.regress import compare, load_tolerances
     from analysis.checks.reproduce import compare_results
     from analysis.data.load import load_results
+    from analysis.evidence.adaptive_suite import AdaptivePlacer
     from analysis.evidence.early_warnings import LiveWarnings
     from analysis.report.sections import console_answer
     from analysis.report.writer import write_figures, write_report
 
-    assert analysis.__all__ == ["LiveWarnings", "ResultsError", "UnmatchedComputeError", "check_cells", "check_notes", "compare",
+    assert analysis.__all__ == ["AdaptivePlacer", "LiveWarnings", "ResultsError", "UnmatchedComputeError", "check_cells", "check_notes", "compare",
                                 "compare_results", "console_answer", "load_results", "load_tolerances", "other_suite",
                                 "regressions_text", "update_baseline", "write_figures", "write_report"]
     assert (analysis.load_results, analysis.write_report, analysis.write_figures, analysis.console_answer,
-            analysis.compare, analysis.load_tolerances, analysis.compare_results, analysis.LiveWarnings) == (
+            analysis.compare, analysis.load_tolerances, analysis.compare_results, analysis.LiveWarnings,
+            analysis.AdaptivePlacer) == (
         load_results, write_report, write_figures, console_answer, compare, load_tolerances, compare_results,
-        LiveWarnings)
+        LiveWarnings, AdaptivePlacer)
 
 
 def test_a_name_off_the_face_is_refused():

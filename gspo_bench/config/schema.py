@@ -770,6 +770,30 @@ class AnalysisConfig(Strict):
         return data
 
 
+class AdaptiveConfig(Strict):
+    """Runs placed by a declared rule instead of the whole grid (analysis.evidence.adaptive; docs/suites.md):
+    the suite sweeps one setting, whose values, in the order given, are the levels by increasing dose; per
+    arm, the rule runs the lowest and the highest level first, then bisects between the highest level held
+    and the lowest failed (failed: degraded or collapsed by the map's rules), seeds taken in order."""
+
+    first_seeds: int = Field(2, ge=1, le=MAX_GROUP, description="runs at a level when it is first placed")
+    confirm_seeds: int | None = Field(None, ge=1, le=MAX_GROUP, description="the runs the held end of an arm's "
+                                      "bracket must have before its rule stops (one more at a time while seeds "
+                                      "last); default first_seeds")
+    spacing: Literal["log", "index"] = Field("log", description="where the middle of two levels lies: in the log "
+                                             "of the setting's values (all > 0) or in their index")
+    factor: float | None = Field(None, gt=1.0, description="stop an arm once its bracket's value ratio "
+                                 "(failed / held) is at most this (spacing log only); default: as narrow as the "
+                                 "levels allow")
+    budget: int | None = Field(None, ge=1, description="runs in all, every arm's together; default: the grid's")
+
+    @model_validator(mode="after")
+    def _factor_needs_log(self) -> AdaptiveConfig:
+        if self.factor is not None and self.spacing != "log":
+            raise ValueError("factor is a ratio of the setting's values: it needs spacing: log")
+        return self
+
+
 class SuiteConfig(Strict):
     name: str = Field(description="suite name (a directory name: letters, digits, _ . , = @ + -)")
     description: str = ""
@@ -847,6 +871,32 @@ class SuiteConfig(Strict):
             raise ValueError(f"{math.prod(sizes)} points ({' x '.join(map(str, sizes))}), more than {MAX_SWEEP_POINTS}: "
                              "split the sweep into several suites")
         return v
+
+    adaptive: AdaptiveConfig | None = Field(None, description="place the runs by a declared rule along the one "
+                                            "swept setting instead of running every level x seed "
+                                            "(first_seeds, confirm_seeds, spacing, factor, budget; docs/suites.md)")
+
+    @model_validator(mode="after")
+    def _adaptive_sweeps_one_setting(self) -> SuiteConfig:
+        if self.adaptive is None:
+            return self
+        if len(self.sweep) != 1 or "," in next(iter(self.sweep), ","):
+            raise ValueError(f"adaptive: places runs along one swept setting; this suite sweeps {len(self.sweep)} "
+                             f"({', '.join(self.sweep) or 'none'})")
+        if self.tuning is not None:
+            raise ValueError("adaptive: and tuning: together are not supported: tune first, then place the runs")
+        values = next(iter(self.sweep.values()))
+        if len(values) < 2:
+            raise ValueError("adaptive: needs two levels or more to place runs between")
+        if self.adaptive.first_seeds > len(self.seeds):
+            raise ValueError(f"adaptive.first_seeds ({self.adaptive.first_seeds}) is more than the suite's "
+                             f"{len(self.seeds)} seeds")
+        if self.adaptive.spacing == "log":
+            numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+            if len(numbers) < len(values) or any(v <= 0 for v in numbers) or numbers != sorted(set(numbers)):
+                raise ValueError(f"adaptive.spacing log: the swept values {values} must be numbers > 0, increasing "
+                                 "(the levels by dose); use spacing: index for others")
+        return self
 
     @model_validator(mode="after")
     def _warm_start_is_for_tiny_models(self) -> SuiteConfig:

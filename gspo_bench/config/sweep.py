@@ -112,9 +112,12 @@ def describe(point: dict[str, Any]) -> str:
 
 
 def apply(suite: BaseModel, point: dict[str, Any]) -> dict[str, Any]:
-    """The suite's data with the point's values set and no sweep left (validate it as a suite)."""
+    """The suite's data with the point's values set and no sweep left, so no adaptive placement along it
+    either (validate it as a suite)."""
     data = suite.model_dump(mode="json")
     data["sweep"] = {}
+    if "adaptive" in data:
+        data["adaptive"] = None
     for path, value in point.items():
         set_field(data, path, value)
     return data

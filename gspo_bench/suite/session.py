@@ -17,6 +17,7 @@ from gspo_bench.rundir.lock import RunBusyError
 from gspo_bench.runtime.distributed import World
 
 if TYPE_CHECKING:  # imported where used: `validate` loads no pandas
+    from gspo_bench.suite.adaptive import PlacerType
     from gspo_bench.suite.launch import Observer
     from gspo_bench.suite.tuning_runs import Trials
 
@@ -92,15 +93,20 @@ class Session:
     overrides: dict[str, Any] = field(default_factory=dict)
     resume: bool = False
     allow_changed: bool = False
+    grid: list[RunSpec] = field(default_factory=list)  # an adaptive suite's every possible run (`adaptive:`)
 
     @property
     def suite_dir(self) -> Path:
         return self.root / self.suite.name
 
-    def run(self, launch: Launch, show: Show) -> list[tuple[RunSpec, dict]]:
+    def run(self, launch: Launch, show: Show, placer: PlacerType | None = None) -> list[tuple[RunSpec, dict]]:
         """Run the session: a tuned suite's trial runs, each arm's choice (chosen.json), then the comparison's
-        runs; every run's (planned run, final status). OSError where results cannot be written; a stop
-        (Ctrl-C, SIGTERM) leaves the runs in progress failed and resumable, and goes up."""
+        runs; an adaptive suite's rounds as the placer built from `placer` (the command line's
+        analysis.AdaptivePlacer) places them (gspo_bench.suite.adaptive); every run's (planned run, final
+        status). OSError where results cannot be written; a stop (Ctrl-C, SIGTERM) leaves the runs in progress
+        failed and resumable, and goes up."""
+        if self.suite.adaptive is not None:
+            return self.run_adaptive(launch, show, placer)
         outcomes = []
         if self.trials:
             assert self.tuning is not None
@@ -113,6 +119,23 @@ class Session:
             return outcomes
         return outcomes + launch_runs(self.suite, todo, self.root, launch, show,
                                       f"suite {self.suite.name} -> {self.suite_dir}")
+
+    def run_adaptive(self, launch: Launch, show: Show, placer: PlacerType | None) -> list[tuple[RunSpec, dict]]:
+        """An adaptive suite's rounds (gspo_bench.suite.adaptive), each launched as `launch` says."""
+        from gspo_bench.suite.adaptive import run_adaptive, still_to_do
+
+        if placer is None:
+            raise ValueError(f"suite {self.suite.name} is adaptive: its runs need a placer (the command line's "
+                             "analysis.AdaptivePlacer)")
+
+        def run_round(names: list[str], index: int) -> list[tuple[RunSpec, dict]]:
+            todo = still_to_do(self, names)
+            show.say(f"adaptive round {index + 1}: {len(names)} runs ({len(todo)} to do)")
+            return launch_runs(self.suite, todo, self.root, launch, show,
+                               f"round {index + 1} of {self.suite.name}") if todo else []
+
+        values = next(iter(self.suite.sweep.values()))
+        return run_adaptive(self, placer(self.suite.adaptive, values), show.say, run_round)
 
     def chosen_todo(self) -> list[RunSpec]:
         """After a tuned suite's trials: each arm's choice written to chosen.json (kept where it already is),
@@ -175,10 +198,29 @@ def plan_session(suite_path: Path, items: list[str] | None, out: Path | None = N
     else:
         compared = suite
     runs = [] if compared is None else plan_runs(compared, root, only=only, seeds=seeds, overrides=overrides)
+    if suite.adaptive is not None:
+        return adaptive_session(session, runs)
     todo = check_outputs(runs, resume, allow_changed=allow_changed)
     if resume and allow_changed:
         check_unstarted_keep_settings(suite, root, todo)
     return dataclasses.replace(session, todo=todo)
+
+
+def adaptive_session(session: Session, runs: list[RunSpec]) -> Session:
+    """An adaptive suite's session: every possible run checked as a suite's are, none to do until the rule
+    places it (gspo_bench.suite.adaptive); ValueError for --only or --seeds, FileExistsError for results already
+    there without --resume."""
+    from gspo_bench.suite.adaptive import LOG
+    from gspo_bench.suite.folder_checks import check_outputs
+
+    if session.only or session.seeds is not None:
+        raise ValueError(f"suite {session.suite.name} is adaptive: its rule chooses the runs, so --only and --seeds "
+                         "do not apply")
+    if not session.resume and (session.suite_dir / LOG).exists():
+        raise FileExistsError(f"{session.suite_dir / LOG} is there: use --resume to continue the adaptive suite, or "
+                              "--out to write elsewhere")
+    check_outputs(runs, session.resume, allow_changed=session.allow_changed)
+    return dataclasses.replace(session, grid=runs)
 
 
 def dry_run_rows(suite_path: Path, items: list[str] | None = None, only: list[str] | None = None,
