@@ -3,6 +3,7 @@ runs it asks for in order, its conclusion after 25/50/75/100% of them, its runs 
 its bracket equals the grid's; then the same over random orders of the seeds.
 
     python experiments/adaptive/replay.py results/stability_cpu/stage3 --out results/adaptive
+    python experiments/adaptive/replay.py results/stability_cpu/stage3 --confirm-seeds 4 --out results/adaptive --tag rule2
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pandas as pd
 import typer
 
 from analysis.data.load import load_results
-from analysis.evidence.adaptive import Conclusion, GridLevel, after, grid_conclusion, replay
+from analysis.evidence.adaptive import Conclusion, GridLevel, Rule, after, grid_conclusion, replay
 from analysis.evidence.dose import DOSE
 from analysis.evidence.stability import failed, stability_map
 from analysis.stats.logistic import zero_event_bound
@@ -57,7 +58,10 @@ def same(a: Conclusion, b: Conclusion) -> bool:
     return (a.kind, a.held, a.failed) == (b.kind, b.held, b.failed)
 
 
-def main(results: Path, out: Path | None = None) -> None:
+def main(results: Path, out: Path | None = None,
+         confirm_seeds: int | None = typer.Option(None, help="rule 2: the held end confirmed to this many runs"),
+         tag: str = typer.Option("", help="written as stage3_<tag>_replay.csv (rule 1: no tag)")) -> None:
+    rule = Rule(confirm_seeds=confirm_seeds)
     found = stability_map(load_results(results))
     if found is None:
         raise typer.BadParameter(f"{results}: no stability map (a swept suite with judged runs)")
@@ -70,7 +74,7 @@ def main(results: Path, out: Path | None = None) -> None:
     for arm in dict.fromkeys(classes["arm"]):
         for number, order in enumerate(orders):
             levels = arm_levels(classes, str(arm), order)
-            asked, whole = replay(levels), grid_conclusion(levels)
+            asked, whole = replay(levels, rule), grid_conclusion(levels)
             grid_runs = sum(len(level.outcomes) for level in levels)
             final = after(asked, len(asked), len(levels))
             row = {"arm": arm, "order": number, "seeds": " ".join(map(str, order)), "runs": len(asked),
@@ -100,9 +104,10 @@ def main(results: Path, out: Path | None = None) -> None:
           f"{int(first['same_as_grid'].sum())} of {len(first)} brackets equal the grid's")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "stage3_replay.csv", index=False)
-        pd.DataFrame(runs_rows).to_csv(out / "stage3_runs.csv", index=False, float_format="%.6g")
-        print(f"wrote {out / 'stage3_replay.csv'}, {out / 'stage3_runs.csv'}")
+        stem = f"stage3_{tag}_" if tag else "stage3_"
+        table.to_csv(out / f"{stem}replay.csv", index=False)
+        pd.DataFrame(runs_rows).to_csv(out / f"{stem}runs.csv", index=False, float_format="%.6g")
+        print(f"wrote {out / f'{stem}replay.csv'}, {out / f'{stem}runs.csv'}")
 
 
 if __name__ == "__main__":
