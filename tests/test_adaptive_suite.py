@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from analysis.evidence.adaptive import GridLevel, Rule, next_level_for, next_round, replay
@@ -259,3 +260,19 @@ def test_run_places_an_adaptive_suite_round_by_round_and_resume_replays_it(tmp_p
     assert "adaptive round 2: 2 runs (0 to do)" in resumed.output
     only = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--resume", "--only", "grpo"])
     assert only.exit_code == 2 and "--only and --seeds do not apply" in only.output
+
+
+def test_the_report_says_how_the_runs_were_placed_and_where_each_arm_stands(tmp_path):
+    from analysis import load_results
+    from analysis.data.adaptive import adaptive_records
+    from analysis.report.adaptive_text import adaptive_text
+
+    conduct_in(tmp_path, False)
+    declared = {"name": SUITE, "objectives": [{"name": "grpo"}, {"name": "gspo"}], "seeds": list(SEEDS),
+                "sweep": {"x.noise": list(VALUES)}, "adaptive": {"first_seeds": 2, "confirm_seeds": 4, "budget": 50}}
+    (tmp_path / SUITE / "suite.yaml").write_text(yaml.safe_dump(declared))
+    text = adaptive_text(adaptive_records(load_results(tmp_path / SUITE)))
+    assert ("Suite synth placed its runs by the adaptive rule it declares (first_seeds 2, confirm_seeds 4, spacing "
+            "log, budget 50 runs): 5 rounds of 8, 4, 4, 1, 1 runs, 18 runs in all against the grid's 40 (2 arms x 5 "
+            "levels x 4 seeds, 45%).") in text
+    assert "- gspo: held at 8 (2 runs, failure rate <= 78%), most failed at 16 (2 runs); 8 runs judged; stopped" in text

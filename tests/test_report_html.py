@@ -214,7 +214,7 @@ def test_compute_is_matched_within_each_sweep_point_not_across_points(tmp_path):
 
 EXPECTED_SECTIONS = ["answer", "answer-numbers", "figures", "figures-left-out", "answer-detail", "suite-summary", "compute-matching", "unfinished", "learnability", "summary",
                      "primary-comparisons", "paired-vs-grpo", "comparisons", "paper-vs-run", "by-sweep-point", "stability-map",
-                     "sampler-vs-learner", "early-warnings",
+                     "sampler-vs-learner", "early-warnings", "adaptive",
                      "tuning", "held-out-evaluation", "clip-by-length", "heavy-tailed", "extreme-ratios", "ratio-variance-by-routing",
                      "router-margins", "gpu-figures", "late-divergence", "compute-matching-runs", "learnability-runs",
                      "provenance", "unreadable", "infinite-values"]

@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.data import gpu
 from analysis.data import robust as R
+from analysis.data.adaptive import adaptive_records
 from analysis.data.load import Results, finished, unfinished
 from analysis.data.matching import check_matched, compute_by_arm, compute_table, is_unmatched
 from analysis.data.tuning import tuning_records
@@ -38,6 +39,7 @@ from analysis.report import stability_text as ST
 from analysis.report import tables as T
 from analysis.report import tuning as TU
 from analysis.report import warnings_text as WT
+from analysis.report.adaptive_text import adaptive_text
 from analysis.report.anchors import (
     COMPARISONS,
     DETAIL,
@@ -240,6 +242,12 @@ def _lag(c: Context) -> list[Section]:
             Section("sampler-vs-learner-reading", "Where the lag reaches the paper's routing change", LT.crossing_text(runs))]
 
 
+def _adaptive(c: Context) -> list[Section]:
+    records = adaptive_records(c.results)
+    return [Section("adaptive", "Adaptive placement: the rule's rounds and where each arm stands",
+                    adaptive_text(records))] if records else []
+
+
 def _warnings(c: Context) -> list[Section]:
     runs = WT.warning_runs(c.results, c.stability)
     if not WT.applies(runs):
@@ -311,6 +319,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("sampler-vs-learner", _lag, when="with runs that trained on lagged batches (rollout.lag)"),
     SectionSpec("early-warnings", _warnings, when="with judged runs that failed, or imported runs "
                 "(analysis.report.warnings_text.applies)"),
+    SectionSpec("adaptive", _adaptive, when="with an adaptive suite's log (OUT/<suite>/adaptive.json)"),
     SectionSpec("tuning", lambda c: [Section("tuning", "Tuning: ruleset per arm, chosen settings, tuning and comparison "
                                              "FLOPs", "\n".join(filter(None, [TU.tuning_text(c.results),
                                                                              TU.untuned_text(c.results)]))), Section(
