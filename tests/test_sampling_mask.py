@@ -14,11 +14,12 @@ from gspo_bench.models import build_char_tokenizer, build_tiny_moe
 from gspo_bench.models.forward import response_forward
 from gspo_bench.models.logprobs import gather_logprobs
 from gspo_bench.rollout import SamplingParams, make_engine
-from gspo_bench.rollout.batching import kept_ids
+from gspo_bench.rollout.batching import kept_ids, pad_kept
 from gspo_bench.tasks import make_task
 from gspo_bench.train.old_policy import old_policy_pass
 from gspo_bench.train.policy import Policy
 from gspo_bench.train.rollout import collect_rollout, draw_examples
+from tests.helpers.distributed import gather_on_rank, rank_rollout
 
 SIZES = dict(num_layers=2, hidden_size=32, expert_hidden=32, num_experts=4, top_k=2)
 
@@ -160,3 +161,16 @@ def test_a_suite_asks_its_engine_for_the_top_k_and_the_kept_sets():
     plain = sampling_params(parse_suite({**suite(), "train": {"minibatches": 2}}), seed=0, step=1, world=World(),
                             routing=True)
     assert (plain.top_k, plain.record_kept) == (3, False)
+
+
+
+def test_under_torchrun_every_rank_gathers_every_rows_kept_set(tmp_path):
+    """Two gloo ranks (rank r holds rows r and r + 2): each ends with the 4 rows' kept sets, each padded with -1
+    to the widest response and kept set of any rank."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(gather_on_rank, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    parts = [pad_kept(rank_rollout(rank).sampling_kept, 4, 3) for rank in (0, 1)]
+    expected = torch.stack([parts[0][0], parts[1][0], parts[0][1], parts[1][1]])
+    for rank in (0, 1):
+        assert torch.equal(torch.load(tmp_path / f"{rank}.pt"), expected)

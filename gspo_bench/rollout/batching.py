@@ -64,19 +64,22 @@ def pad_rollout(rollout: Rollout, prompt_width: int, response_width: int, pad_id
 
 def gather_rollout(world: World, local: Rollout, n_rows: int, pad_id: int) -> Rollout:
     """The whole rollout batch of `n_rows` rows on every rank, from each rank's rows r, r + W, ...
-    (`local`): padded to the widest prompt and response of any rank, then all-gathered."""
-    if local.sampling_kept is not None:
-        raise ValueError("train.sampling_mask does not run under torchrun yet: the ranks' kept sets are not gathered")
+    (`local`): padded to the widest prompt and response (and kept set, with `train.sampling_mask`) of any
+    rank, then all-gathered."""
     device = local.input_ids.device
-    widths = torch.tensor([local.prompt_width, local.response_mask.shape[1]], device=device)
+    kept = local.sampling_kept
+    widths = torch.tensor([local.prompt_width, local.response_mask.shape[1], 0 if kept is None else kept.shape[2]],
+                          device=device)
     dist.all_reduce(widths, op=dist.ReduceOp.MAX)
-    padded = pad_rollout(local, int(widths[0]), int(widths[1]), pad_id)
+    padded = pad_rollout(local, int(widths[0]), int(widths[1]), pad_id,
+                         set_width=None if kept is None else int(widths[2]))
     rows = torch.arange(n_rows, device=device)
     finite = (padded.finite if padded.finite is not None else torch.tensor(True)).to(device).float()
     dist.all_reduce(finite, op=dist.ReduceOp.MIN)
     routing = None if padded.routing is None else gather_rows(world, padded.routing, rows, dim=1)
+    sampling_kept = None if padded.sampling_kept is None else gather_rows(world, padded.sampling_kept, rows)
     return Rollout(input_ids=gather_rows(world, padded.input_ids, rows),
                    attention_mask=gather_rows(world, padded.attention_mask, rows),
                    response_mask=gather_rows(world, padded.response_mask.long(), rows).bool(),
                    sampling_logp=gather_rows(world, padded.sampling_logp, rows),
-                   routing=routing, finite=finite.bool())
+                   routing=routing, finite=finite.bool(), sampling_kept=sampling_kept)
