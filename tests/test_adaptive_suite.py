@@ -247,6 +247,8 @@ def test_run_places_an_adaptive_suite_round_by_round_and_resume_replays_it(tmp_p
     """One arm, two learning rates, seeds 0 and 1, one seed per level: a 1-step run is too short to judge, so
     each run says nothing and the rule spends the next seed, then stops with no seed left: 2 rounds of 2."""
     path, out = write_suite(tmp_path / "suite.yaml", adaptive_suite(tmp_path)), tmp_path / "out"
+    planned = CliRunner().invoke(app, ["run", str(path), "--dry-run"])
+    assert planned.exit_code == 0 and "the rule places at most 4 of these 4 runs" in " ".join(planned.output.split())
     result = CliRunner().invoke(app, ["run", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
     log = json.loads((out / "tiny" / conduct.LOG).read_text())

@@ -238,7 +238,20 @@ def dry_run_rows(suite_path: Path, items: list[str] | None = None, only: list[st
     runs = plan_runs(suite, Path(suite.output_dir), only=only, seeds=seeds)
     plan = dataclasses.replace(plan_suite(suite), runs=len(runs))
     groups = plans_by_suite([(run.name, run.suite) for run in runs], known=(suite, plan))  # arms' set:, sweep points
-    return suite, plan_rows(suite, plan, [run.name for run in runs], groups) + tuning_rows(suite, plan)
+    return suite, plan_rows(suite, plan, [run.name for run in runs], groups) + tuning_rows(suite, plan) + adaptive_rows(
+        suite, len(runs))
+
+
+def adaptive_rows(suite: SuiteConfig, grid: int) -> list[tuple[str, str]]:
+    """The dry run's line on an adaptive suite: the runs above are the grid the rule places runs on."""
+    rule = suite.adaptive
+    if rule is None:
+        return []
+    arms, first = len(suite.objectives), 2 * rule.first_seeds
+    most = min(grid, rule.budget) if rule.budget is not None else grid
+    return [("adaptive", f"the rule places at most {most} of these {grid} runs, round by round: the first round "
+                         f"{arms * first} ({arms} arms x the lowest and highest level x {rule.first_seeds} seeds); "
+                         "the others as the outcomes decide (docs/suites.md)")]
 
 
 def comparison_todo(compared: SuiteConfig, session: Session) -> list[RunSpec]:

@@ -1,0 +1,74 @@
+"""The real adaptive suite read as experiments/adaptive/README.md ("Rule 2") declared: per arm, the runs the
+rule made, its final standing, and beside it the grid's bracket on stage 3's seeds 0-5 at the same levels.
+
+    python experiments/adaptive/read_suite.py results/adaptive/stage3_adaptive results/stability_cpu/stage3 \
+        --out results/adaptive/stage3_adaptive_reading.csv
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import typer
+import yaml
+
+from analysis.data.load import load_results
+from analysis.evidence.adaptive import Conclusion, GridLevel, grid_conclusion
+from analysis.evidence.adaptive_suite import AdaptivePlacer
+from analysis.evidence.stability import failed, stability_map
+from gspo_bench.config.schema import AdaptiveConfig
+from gspo_bench.suite.adaptive import LOG
+
+SWEPT = "sweep/logit_noise"
+
+
+def grid_levels(classes: pd.DataFrame, arm: str, values: list[float]) -> list[GridLevel]:
+    """`arm`'s outcomes on the grid at `values` (the suite's levels), seeds in ascending order."""
+    own = classes[classes["arm"] == arm].assign(failed=failed(classes[classes["arm"] == arm]).to_numpy())
+    levels = []
+    for value in values:
+        level = own[own[SWEPT].astype(float) == value].sort_values("seed")
+        levels.append(GridLevel(value, tuple(bool(x) for x in level["failed"])))
+    return levels
+
+
+def ends(found: Conclusion, values: list[float]) -> tuple[float, float]:
+    """The (held, failed) values of a conclusion, NaN where an end is missing."""
+    def at(i: int | None) -> float:
+        return float(values[i]) if i is not None else float("nan")
+    return at(found.held), at(found.failed)
+
+
+def main(suite_dir: Path, grid_dir: Path, out: Path | None = None) -> None:
+    declared = yaml.safe_load((suite_dir / "suite.yaml").read_text())
+    values = [float(v) for v in next(iter(declared["sweep"].values()))]
+    log = json.loads((suite_dir / LOG).read_text())
+    runs = [name for names in log["rounds"] for name in names]
+    grid = [(f"{o.get('label') or o['name']}@logit_noise={v:g}-s{s}", f"{o.get('label') or o['name']}@logit_noise={v:g}",
+             o.get("label") or o["name"], i, s) for i, v in enumerate(values) for s in declared["seeds"]
+            for o in declared["objectives"]]
+    placer = AdaptivePlacer(AdaptiveConfig(**declared["adaptive"]), values)
+    _, standing = placer(suite_dir, grid, set(runs))
+    stage3 = stability_map(load_results(grid_dir))
+    assert stage3 is not None
+    rows = []
+    for arm, line in zip(dict.fromkeys(row[2] for row in grid), standing, strict=True):
+        made = sum(1 for name in runs if name.startswith(f"{arm}@"))
+        whole = grid_conclusion(grid_levels(stage3.classes, arm, values))
+        rows.append({"arm": arm, "runs": made, "standing": line.split(": ", 1)[1], "grid_kind": whole.kind,
+                     "grid_held": ends(whole, values)[0], "grid_failed": ends(whole, values)[1],
+                     "grid_held_runs": whole.held_runs})
+    table = pd.DataFrame(rows)
+    pd.set_option("display.width", 250, "display.max_colwidth", 140)
+    print(table.to_string(index=False))
+    print(f"\n{len(runs)} runs in {len(log['rounds'])} rounds (sizes {[len(r) for r in log['rounds']]}); the grid: "
+          f"{len(grid)}")
+    if out is not None:
+        table.to_csv(out, index=False)
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
