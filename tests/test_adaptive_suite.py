@@ -205,6 +205,10 @@ def test_a_resumed_adaptive_suite_makes_the_same_choices(tmp_path):
     log = json.loads((tmp_path / "whole" / SUITE / conduct.LOG).read_text())
     assert [len(r) for r in log["rounds"]] == [8, 4, 4, 1, 1]
     assert lines[-2].startswith("  grpo: held at 1 (2 runs") and "stopped" in lines[-1]
+    after_first = lines.index("adaptive: after round 1:")  # the standing between rounds, each arm placing
+    assert lines[after_first + 1:after_first + 3] == [
+        "  grpo: held at 1 (2 runs, failure rate <= 78%), most failed at 16 (2 runs); 4 runs judged; placing",
+        "  gspo: held at 1 (2 runs, failure rate <= 78%), most failed at 16 (2 runs); 4 runs judged; placing"]
     with pytest.raises(KeyboardInterrupt):
         conduct_in(tmp_path / "cut", False, stop_at=1)
     cut = json.loads((tmp_path / "cut" / SUITE / conduct.LOG).read_text())["rounds"]

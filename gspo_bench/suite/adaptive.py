@@ -99,6 +99,10 @@ def run_adaptive(session: Any, placer: Placer, say: Callable[[str], None], run_r
         else:
             rounds.append(asked)
             write_log(suite_dir, rounds, standing)
+            if index:  # where the arms stand after the rounds so far, before the next one
+                say(f"adaptive: after round {index}:")
+                for line in standing:
+                    say(f"  {line}")
         done = run_round(asked, index)
         outcomes += done
         unended = [run.run_dir.name for run, status in done if status.get("status") not in ENDED]
