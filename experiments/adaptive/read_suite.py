@@ -16,7 +16,7 @@ import yaml
 
 from analysis.data.load import load_results
 from analysis.evidence.adaptive import Conclusion, GridLevel, grid_conclusion
-from analysis.evidence.adaptive_suite import AdaptivePlacer
+from analysis.evidence.adaptive_suite import AdaptivePlacer, GridRun, place, standing_line
 from analysis.evidence.stability import failed, stability_map
 from gspo_bench.config.schema import AdaptiveConfig
 from gspo_bench.suite.adaptive import LOG
@@ -50,20 +50,25 @@ def main(suite_dir: Path, grid_dir: Path, out: Path | None = None) -> None:
              o.get("label") or o["name"], i, s) for i, v in enumerate(values) for s in declared["seeds"]
             for o in declared["objectives"]]
     placer = AdaptivePlacer(AdaptiveConfig(**declared["adaptive"]), values)
-    _, standing = placer(suite_dir, grid, set(runs))
+    found = place(suite_dir, [GridRun(*row) for row in grid], set(runs), placer.doses, placer.rule, placer.budget,
+                  placer.values).standing
     stage3 = stability_map(load_results(grid_dir))
     assert stage3 is not None
     rows = []
-    for arm, line in zip(dict.fromkeys(row[2] for row in grid), standing, strict=True):
-        made = sum(1 for name in runs if name.startswith(f"{arm}@"))
+    for row in found.to_dict("records"):
+        arm = row["arm"]
         whole = grid_conclusion(grid_levels(stage3.classes, arm, values))
-        rows.append({"arm": arm, "runs": made, "standing": line.split(": ", 1)[1], "grid_kind": whole.kind,
-                     "grid_held": ends(whole, values)[0], "grid_failed": ends(whole, values)[1],
-                     "grid_held_runs": whole.held_runs})
+        held, fail = ends(whole, values)
+        same = row["kind"] == whole.kind and (row["held"], row["failed"]) == (held, fail)
+        rows.append({"arm": arm, "runs": sum(1 for name in runs if name.startswith(f"{arm}@")),
+                     "standing": standing_line(row).split(": ", 1)[1], "kind": row["kind"], "held": row["held"],
+                     "failed": row["failed"], "grid_kind": whole.kind, "grid_held": held, "grid_failed": fail,
+                     "grid_held_runs": whole.held_runs, "same_levels": same})
     table = pd.DataFrame(rows)
     pd.set_option("display.width", 250, "display.max_colwidth", 140)
     print(table.to_string(index=False))
-    print(f"\n{len(runs)} runs in {len(log['rounds'])} rounds (sizes {[len(r) for r in log['rounds']]}); the grid: "
+    print(f"\nsame levels as the grid's bracket: {int(table['same_levels'].sum())} of {len(table)} arms")
+    print(f"{len(runs)} runs in {len(log['rounds'])} rounds (sizes {[len(r) for r in log['rounds']]}); the grid: "
           f"{len(grid)}")
     if out is not None:
         table.to_csv(out, index=False)
