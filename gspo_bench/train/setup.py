@@ -210,6 +210,8 @@ def make_run_engine(suite: SuiteConfig, tokenizer: PreTrainedTokenizerBase, weig
     eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
     limits = {"kv_cache_gib": suite.rollout.kv_cache_gib, "max_prompt_tokens": suite.rollout.max_prompt_tokens}
+    if suite.train.sampling_mask and suite.rollout.engine == "vllm":  # vLLM returns kept sets only when built to
+        limits["record_kept"] = True
     return make_engine(suite.rollout.engine, pad_id=pad_id, eos_id=eos_id, model_path=weights,
                        dtype=suite.rollout.dtype or suite.train.dtype, device=str(device), **suite.rollout.engine_options,
                        **{name: value for name, value in limits.items() if value is not None})
