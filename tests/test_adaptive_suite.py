@@ -159,9 +159,14 @@ def test_the_next_placement_on_hand_outcomes(tmp_path):
     assert rows["grpo"]["stopped"] and rows["grpo"]["runs"] == 10
 
 
-def test_the_budget_cuts_the_rounds(tmp_path):
+def test_the_budget_cuts_the_rounds_and_says_so(tmp_path):
     rounds = conducted(tmp_path, Rule(), budget=10)
     assert [len(r) for r in rounds] == [8, 2]
+    settings = SimpleNamespace(first_seeds=2, confirm_seeds=None, factor=None, spacing="index", budget=10)
+    grid = [(r.name, r.label, r.arm, r.level, r.seed) for r in grid_runs()]
+    names, lines = AdaptivePlacer(settings, VALUES)(tmp_path / SUITE, grid, {n for r in rounds for n in r})
+    assert names == [] and lines[-1] == "the budget (10 runs) is spent: it leaves out 4 more runs the rule asked for"
+    assert lines[0].startswith("grpo: held at 1 (2 runs")  # spaced by index, shown by value
 
 
 # ------------------------------------------------------------------ conducted: the log and a resume

@@ -54,6 +54,7 @@ class Placement:
 
     names: list[str]
     standing: pd.DataFrame
+    cut: int = 0  # runs the rules asked for that the budget left out
 
 
 def outcomes(suite_dir: Path, grid: Sequence[GridRun], counted: set[str]) -> dict[str, bool | None]:
@@ -120,9 +121,8 @@ def place(suite_dir: Path, grid: Sequence[GridRun], counted: set[str], doses: Se
             asked.append(unmade[level].pop(0).name)
         rows.append(standing_row(arm, conclusion(taken), values if values is not None else doses, taken,
                                  stopped=not levels))
-    if budget is not None:
-        asked = asked[:max(0, budget - len(counted))]
-    return Placement(asked, pd.DataFrame(rows))
+    kept = asked if budget is None else asked[:max(0, budget - len(counted))]
+    return Placement(kept, pd.DataFrame(rows), len(asked) - len(kept))
 
 
 def standing_line(row: dict) -> str:
@@ -143,16 +143,22 @@ def standing_line(row: dict) -> str:
 class AdaptivePlacer:
     """`gspo-bench run`'s placer for an adaptive suite (gspo_bench.suite.adaptive.Placer): built from the
     suite's `adaptive:` settings and its swept values (the levels, in order); called with the suite folder, the
-    grid's rows (run folder, label, arm, level, seed) and the run folders it may judge."""
+    grid's rows (run folder, label, arm, level, seed) and the run folders it may judge. Standings name the levels
+    by their values where all are numbers, else by their index."""
 
     def __init__(self, settings: Any, values: Sequence[Any]) -> None:
         self.rule = Rule(settings.first_seeds, settings.confirm_seeds, settings.factor)
         self.budget = settings.budget
-        self.values = [float(v) if settings.spacing == "log" else i for i, v in enumerate(values)]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        self.values = [float(v) for v in values] if numeric else [float(i) for i in range(len(values))]  # as shown
         self.doses = self.values if settings.spacing == "log" else [math.exp(i) for i in range(len(values))]
 
     def __call__(self, suite_dir: Path, grid: Sequence[tuple[str, str, str, int, int]], counted: set[str]
                  ) -> tuple[list[str], list[str]]:
         found = place(suite_dir, [GridRun(*row) for row in grid], counted, self.doses, self.rule, self.budget,
                       self.values)
-        return found.names, [standing_line(row) for row in found.standing.to_dict("records")]
+        lines = [standing_line(row) for row in found.standing.to_dict("records")]
+        if found.cut:
+            lines.append(f"the budget ({self.budget} runs) is spent: it leaves out {found.cut} more runs the rule "
+                         "asked for")
+        return found.names, lines
