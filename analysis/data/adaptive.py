@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from analysis.data.load import Results
-from gspo_bench.suite.adaptive import LOG
+from gspo_bench.config.schema import ADAPTIVE_LOG as LOG
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from analysis.data.load import load_results
 from analysis.evidence.adaptive import Conclusion, GridLevel, grid_conclusion
 from analysis.evidence.adaptive_suite import AdaptivePlacer, GridRun, place, standing_line
 from analysis.evidence.stability import failed, stability_map
+from gspo_bench.config.schema import ADAPTIVE_LOG as LOG
 from gspo_bench.config.schema import AdaptiveConfig
-from gspo_bench.suite.adaptive import LOG
 
 SWEPT = "sweep/logit_noise"
 

@@ -770,6 +770,9 @@ class AnalysisConfig(Strict):
         return data
 
 
+ADAPTIVE_LOG = "adaptive.json"  # OUT/<suite>/adaptive.json: an adaptive suite's rounds (gspo_bench.suite.adaptive)
+
+
 class AdaptiveConfig(Strict):
     """Runs placed by a declared rule instead of the whole grid (analysis.evidence.adaptive; docs/suites.md):
     the suite sweeps one setting, whose values, in the order given, are the levels by increasing dose; per

@@ -16,12 +16,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gspo_bench.config.schema import ADAPTIVE_LOG
 from gspo_bench.rundir.folder import atomic_write_text
 
 if TYPE_CHECKING:
     from gspo_bench.config import RunSpec
 
-LOG = "adaptive.json"
+LOG = ADAPTIVE_LOG
 ENDED = ("done", "collapsed")  # a round's runs must end so before the next round is placed
 
 # (run folder, run label, arm, level index, seed): one run the rule may ask for
