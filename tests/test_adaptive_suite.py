@@ -245,6 +245,9 @@ def adaptive_suite(tmp_path: Path, **adaptive) -> dict:
     ({"sweep": {"train.lr": [1.0e-4, 1.0e-3], "train.grad_clip": [1.0, 2.0]}}, "along one swept setting"),
     ({"adaptive": {"first_seeds": 3}}, "more than the suite's 2 seeds"),
     ({"adaptive": {"spacing": "index", "factor": 2.0}}, "needs spacing: log"),
+    ({"sweep": {"train.lr": [1.0e-4]}}, "two levels or more"),
+    ({"tuning": {"trials": 2, "budget_share": 0.5, "seeds": [5], "select": {"metric": "sort", "rule": "final"},
+                 "spaces": {"all": {"lr": {"log_uniform": [1e-4, 1e-3]}}}}}, "tuning: together are not supported"),
 ])
 def test_a_bad_adaptive_suite_is_refused_naming_why(tmp_path, change, message):
     data = {**adaptive_suite(tmp_path), **change}

@@ -133,7 +133,7 @@ def forced_runs(taken: Sequence[Sequence[bool]], left: Sequence[int], first_seed
     """The runs asked for whatever the outcomes (their levels, in order): the first round's (the lowest and the
     highest level to `first_seeds` runs), then each placed level's to `first_seeds`."""
     last = len(taken) - 1
-    ends = [end for end in dict.fromkeys((0, last))]
+    ends = list(dict.fromkeys((0, last)))  # one level: it is both ends
     runs = [end for end in ends for _ in range(max(0, min(first_seeds - len(taken[end]), left[end])))]
     if runs:
         return runs

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pandas as pd
 import typer
-import yaml
 
 from analysis.data.load import load_results
 from analysis.evidence.adaptive import Conclusion, GridLevel, grid_conclusion
 from analysis.evidence.adaptive_suite import AdaptivePlacer, GridRun, place, standing_line
 from analysis.evidence.stability import failed, stability_map
+from gspo_bench.config import load_suite
 from gspo_bench.config.schema import ADAPTIVE_LOG as LOG
-from gspo_bench.config.schema import AdaptiveConfig
+from gspo_bench.suite.adaptive import grid_rows
+from gspo_bench.suite.runner import plan_runs
 
 SWEPT = "sweep/logit_noise"
 
@@ -42,16 +43,14 @@ def ends(found: Conclusion, values: list[float]) -> tuple[float, float]:
 
 
 def main(suite_dir: Path, grid_dir: Path, out: Path | None = None) -> None:
-    declared = yaml.safe_load((suite_dir / "suite.yaml").read_text())
-    values = [float(v) for v in next(iter(declared["sweep"].values()))]
+    suite = load_suite(suite_dir / "suite.yaml")
+    values = [float(v) for v in next(iter(suite.sweep.values()))]
     log = json.loads((suite_dir / LOG).read_text())
     runs = [name for names in log["rounds"] for name in names]
-    grid = [(f"{o.get('label') or o['name']}@logit_noise={v:g}-s{s}", f"{o.get('label') or o['name']}@logit_noise={v:g}",
-             o.get("label") or o["name"], i, s) for i, v in enumerate(values) for s in declared["seeds"]
-            for o in declared["objectives"]]
-    placer = AdaptivePlacer(AdaptiveConfig(**declared["adaptive"]), values)
-    found = place(suite_dir, [GridRun(*row) for row in grid], set(runs), placer.doses, placer.rule, placer.budget,
-                  placer.values).standing
+    grid = [GridRun(*row) for row in grid_rows(plan_runs(suite, suite_dir.parent), values)]  # as `run` plans them
+    arm_of = {run.name: run.arm for run in grid}
+    placer = AdaptivePlacer(suite.adaptive, values)
+    found = place(suite_dir, grid, set(runs), placer.doses, placer.rule, placer.budget, placer.values).standing
     stage3 = stability_map(load_results(grid_dir))
     assert stage3 is not None
     rows = []
@@ -60,7 +59,7 @@ def main(suite_dir: Path, grid_dir: Path, out: Path | None = None) -> None:
         whole = grid_conclusion(grid_levels(stage3.classes, arm, values))
         held, fail = ends(whole, values)
         same = row["kind"] == whole.kind and (row["held"], row["failed"]) == (held, fail)
-        rows.append({"arm": arm, "runs": sum(1 for name in runs if name.startswith(f"{arm}@")),
+        rows.append({"arm": arm, "runs": sum(arm_of[name] == arm for name in runs),
                      "standing": standing_line(row).split(": ", 1)[1], "kind": row["kind"], "held": row["held"],
                      "failed": row["failed"], "grid_kind": whole.kind, "grid_held": held, "grid_failed": fail,
                      "grid_held_runs": whole.held_runs, "same_levels": same})
