@@ -258,3 +258,32 @@ def test_a_run_that_fails_on_its_damaged_status_json_is_reported_failed_and_the_
     outcome = run_one(SimpleNamespace(run_dir=run_dir), {})
     assert outcome["status"] == "failed" and outcome["step"] == 0
     assert f"{run_dir / 'status.json'} is damaged" in outcome["message"]
+
+
+@pytest.mark.parametrize("missed", ["stop set, no signal arrived", "Stopped raised and swallowed"])
+def test_a_run_that_trains_on_after_its_stop_stops_at_its_next_step(worker, missed):
+    """A stop that never reached the run (a signal lost) or whose Stopped was dropped (raised inside a
+    finalizer: Python prints it and goes on, and `stopping` holds off further signals) still ends the
+    run: each step's report checks the stop again. Before the stop, and for other messages, it does not."""
+    import queue
+    import signal
+
+    from gspo_bench.runtime.stopping import Stopped
+    from gspo_bench.suite import launch
+
+    messages = queue.Queue()
+    report = launch._QueueReport(messages)
+    worker["running"] = True
+    report("step", "grpo-s0", {"step": 1})  # no stop yet: the run goes on
+    worker["reason"].value = signal.SIGTERM
+    if missed == "stop set, no signal arrived":
+        worker["stop"].set()
+    else:
+        worker["stopping"] = True
+    report("start", "grpo-s1", {})  # not a step: no stop raised here
+    with pytest.raises(Stopped) as raised:
+        report("step", "grpo-s0", {"step": 2})
+    assert raised.value.signum == signal.SIGTERM and worker["stopping"]
+    assert [messages.get_nowait()[2] for _ in range(3)] == [{"step": 1}, {}, {"step": 2}]  # each sent whole
+    worker["running"] = False
+    report("step", "grpo-s0", {"step": 3})  # an idle worker's process raises nothing

@@ -293,6 +293,24 @@ class _QueueReport:
     def __call__(self, kind: str, name: str, row: dict) -> None:
         with stops_deferred():  # a stop raised inside the put would leave the queue's lock, shared by every worker, taken
             self.messages.put((kind, name, row))
+            missed = _stop_missed() if kind == "step" else 0
+        if missed:
+            _WORKER["stopping"] = True
+            raise Stopped(missed)
+
+
+def _stop_missed() -> int:
+    """The stop's signal where a run still trains after its stop (0 where none): the suite's stop is
+    set, or this worker raised Stopped before, yet the run reports another step. The stop signal
+    raises once, wherever the run is, and Python drops an exception raised inside a finalizer
+    (`__del__`, a weakref callback) or a library's bare `except:`, after which further signals
+    wait (`stopping`); so each step's report checks again. Read inside `stops_deferred` (the Event's
+    and the Value's locks)."""
+    worker = _WORKER
+    stop = worker.get("stop")
+    if worker.get("running") and (worker.get("stopping") or (stop is not None and stop.is_set())):
+        return worker["reason"].value or signal.SIGINT
+    return 0
 
 
 def _unreported(futures: dict, reported: set[int]) -> dict:
