@@ -118,10 +118,43 @@ def test_settings_that_cannot_carry_a_mask_are_refused():
         parse_suite(untruncated)
     with pytest.raises(SuiteError, match="fused head"):
         parse_suite(suite(logprob_chunk_tokens=64))
-    with pytest.raises(ValueError, match="decode: static does not"):
+    with pytest.raises(ValueError, match="a top-p set has no such bound"):
         make_engine("hf", pad_id=0, eos_id=2, decode="static").generate(
             build_tiny_moe(seed=0, **SIZES), [[5, 6]], SamplingParams(group_size=2, max_new_tokens=2, top_k=3,
-                                                                       record_kept=True))
+                                                                       top_p=0.9, record_kept=True))
+
+
+def test_static_decode_records_the_kept_sets_generate_records(sampled):
+    """decode: static (eager on CPU) samples the tokens `generate` samples at top_k 3, with the same log-probs
+    and kept sets, row for row; cut to the widest set, by id, -1 past a response's end."""
+    model, _, _, tokenizer, task = sampled
+    prompts = [[5, 6, 7], [8, 9]]
+    params = SamplingParams(group_size=4, max_new_tokens=8, temperature=1.0, top_k=3, seed=0, record_kept=True)
+    generate = make_engine("hf", pad_id=0, eos_id=2, decode="generate").generate(model, prompts, params)
+    static = make_engine("hf", pad_id=0, eos_id=2, decode="static").generate(model, prompts, params)
+    assert torch.equal(static.input_ids, generate.input_ids)
+    torch.testing.assert_close(static.sampling_logp, generate.sampling_logp, atol=1e-5, rtol=0)
+    assert static.sampling_kept.shape[2] == 3 and torch.equal(static.sampling_kept, generate.sampling_kept)
+    assert generate.response_mask.sum(-1).unique().numel() > 1  # responses of different lengths: ends masked
+
+
+def test_a_kept_set_that_outgrew_the_static_buffer_is_refused():
+    """Ties at the k-th score keep more than k ids; the static buffer holds 2k: a wider set (here 5 ids tied at
+    k = 1, buffer 2) is refused at a response token, ignored past a response's end."""
+    from gspo_bench.rollout.static_decode import DecodeState, record_kept_sets, static_kept_sets
+
+    state = DecodeState(torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1), 2, torch.arange(2), n_moe=0, top_k=0,
+                        kept_width=2)
+    inf = float("-inf")
+    record_kept_sets(torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, inf], [inf, 1.0, inf, inf, inf, inf]]), state.kept,
+                     state.kept_count, state.step)
+    assert state.kept_count[:, 0].tolist() == [5, 1] and state.kept[1, 0].tolist() == [1, -1]
+    cut = state.kept[0, 0].tolist()  # 2 of the 5 tied ids, by id
+    assert cut == sorted(cut) and set(cut) < {0, 1, 2, 3, 4}
+    response = torch.tensor([[False, False], [True, False]])  # row 0 ended before its first token
+    assert static_kept_sets(state.kept, state.kept_count, state.finite, response, 1).tolist() == [[cut], [[1, -1]]]
+    with pytest.raises(RuntimeError, match="ties at the k-th score kept 5"):
+        static_kept_sets(state.kept, state.kept_count, state.finite, torch.ones(2, 2, dtype=torch.bool), 1)
 
 
 def test_kept_sets_end_with_their_response():
@@ -174,3 +207,15 @@ def test_under_torchrun_every_rank_gathers_every_rows_kept_set(tmp_path):
     expected = torch.stack([parts[0][0], parts[1][0], parts[0][1], parts[1][1]])
     for rank in (0, 1):
         assert torch.equal(torch.load(tmp_path / f"{rank}.pt"), expected)
+
+
+def test_left_unset_a_gpu_decodes_a_top_p_mask_with_generate():
+    """On CUDA the hf engine decodes static by default, but not where the mask meets top_p (a set static decode
+    cannot bound) nor under torchrun; on CPU always generate. Set explicitly, the setting holds."""
+    engine, cuda, cpu = make_engine("hf", pad_id=0, eos_id=2), torch.device("cuda"), torch.device("cpu")
+    top_k = SamplingParams(group_size=2, max_new_tokens=2, top_k=3, record_kept=True)
+    top_p = SamplingParams(group_size=2, max_new_tokens=2, top_k=3, top_p=0.9, record_kept=True)
+    unmasked = SamplingParams(group_size=2, max_new_tokens=2, top_k=3, top_p=0.9)
+    assert [engine.decoding(cuda, p) for p in (top_k, top_p, unmasked)] == ["static", "generate", "static"]
+    assert engine.decoding(cpu, top_k) == "generate"
+    assert make_engine("hf", pad_id=0, eos_id=2, decode="static").decoding(cuda, top_p) == "static"

@@ -61,7 +61,7 @@ from gspo_bench.rollout.engine import Rollout, SamplingParams, check_prompt_leng
 from gspo_bench.rollout.logit_noise import LogitNoise
 from gspo_bench.rollout.router_noise import RouterNoise, check_sigma
 from gspo_bench.rollout.sampling import GumbelNoise
-from gspo_bench.rollout.static_decode import DecodeRule, static_decode
+from gspo_bench.rollout.static_decode import DecodeRule, static_decode, static_kept_sets
 
 DECODES = ("generate", "static")
 
@@ -235,9 +235,12 @@ class HFEngine:
         return outside_inference_mode(rollout) if inference else rollout
 
     def decoding(self, device: torch.device, params: SamplingParams) -> str:
+        """The decode path: as set, else static on CUDA, unless under torchrun or where the kept sets of a
+        top-p mask (which static decode cannot bound) are to be recorded."""
         if self.decode is not None:
             return self.decode
-        return "static" if device.type == "cuda" and not params.synced else "generate"
+        unbounded_sets = params.record_kept and params.top_p < 1.0
+        return "static" if device.type == "cuda" and not params.synced and not unbounded_sets else "generate"
 
     def _static(self, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, keys: torch.Tensor,
                 params: SamplingParams) -> Rollout:
@@ -247,19 +250,22 @@ class HFEngine:
         graph = self.graph if self.graph is not None else prompt_ids.device.type == "cuda"
         if graph and prompt_ids.device.type != "cuda":
             raise ValueError("hf engine: graph: true needs a CUDA device")
-        if params.record_kept:
-            raise ValueError("hf engine: train.sampling_mask records each token's kept set with decode: generate; "
-                             "decode: static does not (set engine_options.decode: generate)")
+        if params.record_kept and (params.top_k <= 0 or params.top_p < 1.0):
+            raise ValueError("hf engine: decode: static records each token's kept set (train.sampling_mask) under "
+                             "rollout.top_k alone, in a buffer of 2k ids; a top-p set has no such bound: set "
+                             "engine_options.decode: generate")
         rule = DecodeRule(eos_id=self.eos_id, pad_id=self.pad_id, seed=params.seed, temperature=params.temperature,
                           top_p=params.top_p, top_k=params.top_k, min_new_tokens=params.max_new_tokens if params.ignore_eos else 0,
-                          logit_noise=self.logit_noise)
+                          logit_noise=self.logit_noise, kept_width=2 * params.top_k if params.record_kept else 0)
         state = static_decode(model, prompt_ids, prompt_mask, keys, params.max_new_tokens, rule,
                               params.capture_routing, graph, router_noise=self.router_noise)
         response_mask = mask_after_eos(state.tokens, self.eos_id)  # [B, T]
         width = int(response_mask.sum(-1).max())  # as generate: columns until every row has ended
         routing = state.routing[:, :, : prompt_ids.shape[1] + width - 1] if state.routing is not None else None
+        kept = (static_kept_sets(state.kept, state.kept_count, state.finite, response_mask, width)
+                if state.kept is not None else None)
         return self._rollout(prompt_ids, prompt_mask, state.tokens[:, :width], state.logp[:, :width], routing,
-                             state.finite)
+                             state.finite, kept)
 
     def _generate(self, model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, keys: torch.Tensor,
                   params: SamplingParams) -> Rollout:  # model: a causal LM (generate's self-typing fits no nn.Module)

@@ -13,7 +13,8 @@ being the fp32 logits (plus the logit noise of (seed, key_r, t), `rollout.logit_
 sampling log-prob is the log-softmax of the processed scores. So every row is still a function of
 (seed, row key) and the model's logits, and a finished row feeds the pad token, as `generate` does.
 Routing is recorded from the routing sites into a static [L, B, positions, k] buffer, so R3 and
-`moe/rollout_gap` keep working. On CPU the same step runs eagerly (what the tests check).
+`moe/rollout_gap` keep working. Under `train.sampling_mask` with top-k alone, each token's kept set goes into
+a static [B, T, 2k] buffer too (`record_kept_sets`). On CPU the same step runs eagerly (what the tests check).
 """
 
 from __future__ import annotations
@@ -45,13 +46,14 @@ class DecodeRule:
     seed: int
     top_k: int = 0  # the k most probable tokens only (0: off), before top_p
     logit_noise: float = 0.0  # std of the noise on the final logits (`rollout.logit_noise`; 0: off)
+    kept_width: int = 0  # ids of each token's kept set recorded, up to this many (0: none; `record_kept_sets`)
 
 
 class DecodeState:
     """The batch's static tensors: everything a decode step reads or writes."""
 
     def __init__(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int,
-                 keys: torch.Tensor, n_moe: int, top_k: int):
+                 keys: torch.Tensor, n_moe: int, top_k: int, kept_width: int = 0):
         batch, width = prompt_ids.shape
         device = prompt_ids.device
         self.width, self.max_new_tokens = width, max_new_tokens
@@ -68,6 +70,9 @@ class DecodeState:
         self.routing = (torch.zeros(n_moe, batch, width + max_new_tokens - 1, top_k, dtype=torch.long, device=device)
                         if n_moe else None)  # [L, B, L_seq - 1, k]
         self.route_at = torch.arange(width, device=device)  # positions the next forward routes
+        self.kept = (torch.full((batch, max_new_tokens, kept_width), -1, dtype=torch.long, device=device)
+                     if kept_width else None)  # [B, T, W] each token's kept ids by id, -1 past its set
+        self.kept_count = torch.zeros(batch, max_new_tokens, dtype=torch.long, device=device)  # [B, T] its size
 
 
 def processed_scores(logits: torch.Tensor, state: DecodeState, rule: DecodeRule) -> torch.Tensor:
@@ -86,9 +91,40 @@ def processed_scores(logits: torch.Tensor, state: DecodeState, rule: DecodeRule)
         scores = TopKLogitsWarper(rule.top_k)(None, scores)
     if rule.top_p < 1.0:
         scores = TopPLogitsWarper(rule.top_p)(None, scores)
+    if state.kept is not None:
+        record_kept_sets(scores, state.kept, state.kept_count, state.step)
     bad = (torch.isnan(scores) | torch.isposinf(scores)).any(-1, keepdim=True)  # [B, 1]
     state.finite &= ~bad.any()
     return torch.where(bad, 0.0, scores)
+
+
+def record_kept_sets(scores: torch.Tensor, kept: torch.Tensor, counts: torch.Tensor, step: torch.Tensor) -> None:
+    """Write the kept set of token `step` of every row (the ids whose score top-k left finite, by id) into
+    the fixed-width `kept` [B, T, W], and its size into `counts` [B, T] (tensor ops only: capturable). A
+    set wider than the buffer (a tie at the k-th score) is cut here; its size says so."""
+    finite = torch.isfinite(scores)  # [B, V]
+    vocab, width = scores.shape[-1], kept.shape[-1]
+    values, ids = torch.topk(scores.masked_fill(~finite, float("-inf")), min(width, vocab), dim=-1)
+    ids = torch.where(torch.isfinite(values), ids, vocab).sort(-1).values  # past the set: vocab, sorted last
+    ids = torch.nn.functional.pad(torch.where(ids == vocab, -1, ids), (0, width - ids.shape[-1]), value=-1)
+    column = step.view(1)
+    kept.index_copy_(1, column, ids[:, None])
+    counts.index_copy_(1, column, finite.sum(-1)[:, None])
+
+
+def static_kept_sets(kept: torch.Tensor, counts: torch.Tensor, finite: torch.Tensor, response_mask: torch.Tensor,
+                     width: int) -> torch.Tensor:
+    """[B, width, K] the kept ids (`kept`, sizes `counts`: `record_kept_sets`) of the first `width` sampled
+    positions, K the widest set among them (as `generate`'s recorder pads them). A response token whose set
+    outgrew the buffer is refused (where the rollout is `finite`): its set was cut, and a mask from it
+    would be wrong."""
+    counts = counts[:, :width]
+    buffer = kept.shape[-1]
+    widest = int(counts[response_mask[:, :width].bool()].max()) if bool(response_mask.any()) else 0
+    if widest > buffer and bool(finite):
+        raise RuntimeError(f"hf engine: decode: static keeps at most {buffer} ids per token (2 x rollout.top_k), and "
+                           f"ties at the k-th score kept {widest} at some position; set engine_options.decode: generate")
+    return kept[:, :width, : min(int(counts.max()) if counts.numel() else 0, buffer)]
 
 
 def sample_into(logits: torch.Tensor, state: DecodeState, rule: DecodeRule) -> None:
@@ -173,7 +209,8 @@ def static_decode(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask:
     eager warm-up steps and replayed for the rest. Stops early (checked every 8 steps, one host sync
     each) once every row has ended."""
     routers = find_routers(model) if capture_routing else []
-    state = DecodeState(prompt_ids, prompt_mask, max_new_tokens, keys, len(routers), routers[0].top_k if routers else 0)
+    state = DecodeState(prompt_ids, prompt_mask, max_new_tokens, keys, len(routers), routers[0].top_k if routers else 0,
+                        rule.kept_width)
     dtype = next(model.parameters()).dtype
     cache = StaticCache(config=hf_model(model, "the static decoder's cache").config, max_cache_len=prompt_ids.shape[1] + max_new_tokens)
     noise = (RouterNoise(model, router_noise, rule.seed, state.keys, state.width, columns=lambda: state.route_at)
