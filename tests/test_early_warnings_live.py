@@ -190,3 +190,27 @@ def test_the_reports_provenance_marks_in_sample_runs_in_bold_and_escapes_suite_n
     assert "These runs (stage5) are the rules' held-out runs" in provenance_text([rule], {"stage5"})
     assert "took no part in choosing the rules" in provenance_text([rule], {"other_*suite*"})
     assert provenance_text([], {"x"}) == "No shipped rule applies to these runs."
+
+
+def test_a_resumed_runs_watch_carries_its_rows_from_before_the_stop(tmp_path):
+    """A run stopped after step 2 and resumed: its rows 1-2 (from metrics.parquet) reach the watch before the
+    first new row, so a 2-row streak spanning the stop fires at step 3, as it would have without a stop, and an
+    alarm that fired before the stop is said once as such, not again; rows the resumed run rewrote (step >= 3 of
+    the folder) are not read twice. A run without earlier rows is watched from its first row."""
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=300)
+    budget = BudgetConfig(kind="steps", value=10)
+    spent = {"compute/cum_tokens": 0.0, "compute/cum_flops": 0.0}
+    run_dir = tmp_path / "a"
+    run_dir.mkdir()
+    pd.DataFrame([{"step": s, "grad/norm": g, "lag/ess": e, **spent}
+                  for s, g, e in ((1, 9.0, 1.0), (2, 9.0, 0.1), (3, 0.0, 1.0))]).to_parquet(run_dir / "metrics.parquet")
+    rules = [shipped("grad/norm", 4.0), shipped("lag/ess", 0.2, "below")]
+    progress = SuiteProgress(console, {"a": budget, "b": budget}, watch=LiveWarnings(rules),
+                             run_dirs={"a": run_dir, "b": tmp_path / "b"})
+    for step, ess in ((3, 0.1), (4, 0.1)):
+        progress.step("a", {"step": step, "grad/norm": 0.0, "lag/ess": ess, **spent})
+        progress.step("b", {"step": step, "grad/norm": 9.0, "lag/ess": 1.0, **spent})
+    lines = [line for line in out.getvalue().splitlines() if "early warning" in line]
+    assert [line.split(":")[0] for line in lines] == ["[a] before the resume", "[a] early warning at step 3", "[b] early warning at step 4"]
+    assert "grad/norm = 9" in lines[0] and "lag/ess = 0.1" in lines[1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gspo_bench.config import BudgetConfig, RunSpec, SuiteConfig, WarmStartConfig
-from gspo_bench.suite.launch import Observer
+from gspo_bench.suite.launch import PROGRESS_COLUMNS, Observer
 
 # the live early warnings (analysis.evidence.early_warnings.LiveWarnings, given by the command line): per row
 # of a run (its name, the row's PROGRESS_COLUMNS, its task), the lines of the alarms that fire there
@@ -117,15 +118,31 @@ def memory_check(suite: SuiteConfig, row: dict) -> str | None:
     return plan_vs_peak(memory, peak)
 
 
+def rows_before(run_dir: Path, step: int) -> list[dict]:
+    """The PROGRESS_COLUMNS of the rows a run's folder holds before `step` (a resumed run's steps before it
+    resumed), in step order; none where its metrics.parquet is absent or unreadable."""
+    import pandas as pd
+
+    try:
+        metrics = pd.read_parquet(run_dir / "metrics.parquet")
+    except (OSError, ValueError):
+        return []
+    earlier = metrics[metrics["step"] < step].sort_values("step") if "step" in metrics else metrics.iloc[:0]
+    return [{k: row.get(k) for k in PROGRESS_COLUMNS} for row in earlier.to_dict("records")]
+
+
 class SuiteProgress(Observer):
     """The display of a suite's runs, `budgets`: {run name: its budget} of every run to do; `suites`:
-    {run name: its suite}, for the memory plan printed beside a GPU run's measured peak at step 1."""
+    {run name: its suite}, for the memory plan printed beside a GPU run's measured peak at step 1;
+    `run_dirs`: {run name: its folder}, where a resumed run's earlier rows are read for the live warnings."""
 
     def __init__(self, console: Console, budgets: dict[str, BudgetConfig], clock: Callable[[], float] = time.monotonic,
                  interval: float = PLAIN_INTERVAL_S, suites: dict[str, SuiteConfig] | None = None,
-                 watch: Watch | None = None):
+                 watch: Watch | None = None, run_dirs: dict[str, Path] | None = None):
         self.console, self.budgets, self.suites = console, budgets, suites or {}
         self.watch = watch  # the live early warnings: a line per alarm, the run's bar marked
+        self.run_dirs = run_dirs or {}
+        self.watched: set[str] = set()  # the runs whose earlier rows the watch has had
         self.fractions: dict[str, float] = {}
         self.finished = 0
         # a run's first plain line comes after `interval` (its end has a line of its own), a warm start's at once
@@ -187,6 +204,9 @@ class SuiteProgress(Observer):
         if memory is not None:
             self.say(f"[{name}] {memory}")
         task = self.suites[name].task.name if name in self.suites else None
+        if self.watch is not None and name not in self.watched:
+            self.watched.add(name)
+            self._watch_before(name, row, task)
         for line in self.watch(name, row, task) if self.watch is not None else []:
             self.say(f"[{name}] {line}")
             if self.progress is not None and name in self.tasks:
@@ -201,6 +221,16 @@ class SuiteProgress(Observer):
         if name in self.tasks:
             self.progress.update(self.tasks[name], completed=fraction, info=step_summary(row))
         self._advance_suite()
+
+    def _watch_before(self, name: str, row: dict, task: str | None) -> None:
+        """A resumed run's rows before its first new one, through the watch as if they had just come: a
+        rule's streak and the clip history carry over the stop, and a rule that fired before it is said
+        once, as such, and not again."""
+        if self.watch is None or name not in self.run_dirs:
+            return
+        for earlier in rows_before(self.run_dirs[name], int(row["step"])):
+            for line in self.watch(name, earlier, task):
+                self.say(f"[{name}] before the resume: {line}")
 
     def end_run(self, name: str, status: dict) -> None:
         self.finished += 1
@@ -226,7 +256,8 @@ class ConsoleShow:
     def progress(self, runs: list[RunSpec]) -> SuiteProgress:
         return SuiteProgress(self.console, {run.run_dir.name: run.suite.budget for run in runs},
                              suites={run.run_dir.name: run.suite for run in runs},
-                             watch=self.watch() if self.watch is not None else None)
+                             watch=self.watch() if self.watch is not None else None,
+                             run_dirs={run.run_dir.name: run.run_dir for run in runs})
 
     def statuses(self, outcomes: list[tuple[RunSpec, dict]], title: str) -> None:
         """One row per run: (planned run, its final status.json) as the suite left it."""
