@@ -387,6 +387,25 @@ def test_gpu_graph_decode_logprobs_match_a_forward_on_the_sampled_tokens(setup):
 
 @pytest.mark.gpu
 @needs_cuda
+def test_gpu_graph_decode_records_the_kept_sets_eager_decode_records(setup):
+    """train.sampling_mask at top_k 3 under decode: static (#58): the CUDA graph's replay writes the kept sets
+    the eager steps write (on CPU the eager steps equal generate's: test_sampling_mask.py), each holds its
+    sampled token and at least k ids (more only where bf16 scores tie at the k-th)."""
+    tok, _, prompts = setup
+    model = tiny_model(tok, seed=3).cuda()
+    params = SamplingParams(group_size=4, max_new_tokens=24, seed=9, top_k=3, record_kept=True)
+    graph = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", decode="static").generate(model, prompts, params)
+    eager = make_engine("hf", pad_id=0, eos_id=2, dtype="bfloat16", decode="static", graph=False).generate(
+        model, prompts, params)
+    assert torch.equal(graph.input_ids, eager.input_ids) and torch.equal(graph.sampling_kept, eager.sampling_kept)
+    valid = graph.response_mask.bool()
+    tokens = graph.input_ids[:, -valid.shape[1]:]
+    assert (graph.sampling_kept == tokens[..., None]).any(-1)[valid].all()
+    assert ((graph.sampling_kept >= 0).sum(-1)[valid] >= 3).all() and (graph.sampling_kept[~valid] == -1).all()
+
+
+@pytest.mark.gpu
+@needs_cuda
 def test_gpu_bf16_experts_loss_matches_fp32_experts_within_bf16_tolerance(setup):
     tok, _, prompts = setup
     model = tiny_model(tok, seed=5).cuda()
