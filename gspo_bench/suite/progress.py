@@ -29,6 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gspo_bench.config import BudgetConfig, RunSpec, SuiteConfig, WarmStartConfig
+from gspo_bench.rundir.folder import RunDir
 from gspo_bench.suite.launch import PROGRESS_COLUMNS, Observer
 
 # the live early warnings (analysis.evidence.early_warnings.LiveWarnings, given by the command line): per row
@@ -121,14 +122,12 @@ def memory_check(suite: SuiteConfig, row: dict) -> str | None:
 def rows_before(run_dir: Path, step: int) -> list[dict]:
     """The PROGRESS_COLUMNS of the rows a run's folder holds before `step` (a resumed run's steps before it
     resumed), in step order; none where its metrics.parquet is absent or unreadable."""
-    import pandas as pd
-
     try:
-        metrics = pd.read_parquet(run_dir / "metrics.parquet")
+        rows = RunDir(run_dir, writable=False).read_rows("metrics.parquet")
     except (OSError, ValueError):
         return []
-    earlier = metrics[metrics["step"] < step].sort_values("step") if "step" in metrics else metrics.iloc[:0]
-    return [{k: row.get(k) for k in PROGRESS_COLUMNS} for row in earlier.to_dict("records")]
+    earlier = sorted((row for row in rows if row.get("step") is not None and row["step"] < step), key=lambda row: row["step"])
+    return [{k: row.get(k) for k in PROGRESS_COLUMNS} for row in earlier]
 
 
 class SuiteProgress(Observer):
